@@ -1,0 +1,44 @@
+"""Options and per-request context shared by the request mapping and the stream machines.
+
+Both are frozen and passed explicitly: no translator reads configuration or globals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+MaxTokensField = Literal["max_tokens", "max_completion_tokens", "both"]
+
+
+@dataclass(frozen=True, slots=True)
+class MappingOptions:
+    """Per-upstream choices about the chat dialect the backend speaks."""
+
+    # Field that carries reasoning text on chat messages and deltas, for replay to the backend
+    # (forward) and for chat clients (reverse). DeepSeek, GLM, Qwen, llama.cpp: reasoning_content;
+    # vLLM >= 0.11, Ollama, OpenRouter: reasoning.
+    reasoning_field: str = "reasoning_content"
+    # Which token-limit field(s) to send upstream for ``max_output_tokens``.
+    max_tokens_field: MaxTokensField = "both"
+    # Role used for ``instructions`` and ``developer`` messages (many servers reject "developer").
+    system_role: str = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What the stream machine must know about the tools declared in the request.
+
+    ``custom_tools``: chat function names that stand for Responses ``custom`` (freeform) tools;
+    a call to one becomes a ``custom_tool_call`` item whose input is unwrapped from the single
+    string argument named ``custom_arg``.
+    ``namespaced``: chat function name -> (namespace, member name) for flattened namespace tools.
+    """
+
+    custom_tools: frozenset[str] = frozenset()
+    namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    custom_arg: str = "input"
+
+
+NO_TOOLS = ToolContext()
