@@ -1,0 +1,218 @@
+"""The aiohttp application: routes, middleware and the forward handlers.
+
+Routes:
+  GET  /healthz                     liveness
+  GET  /v1/models                   passed to the upstream unchanged
+  POST /v1/responses                chat upstream: translated (this module); responses upstream: passed through
+  POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
+
+Every error a client sees is OpenAI's envelope; no handler lets an exception escape as a 500
+page or a traceback (``error_middleware``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+from aiohttp import web
+
+from translators.chat_to_responses import ChatToResponsesStream
+from translators.errors import TranslationError
+from translators.ids import IdFactory
+from translators.response_bodies import chat_completion_to_response
+from translators.responses_request import responses_request_to_chat
+
+from .config import Config, Upstream
+from .errors import ClientRequestError, ProxyError, error_response
+from .ids import RandomIds
+from .reasoning_seal import ReasoningSeal
+from .relay import relay, render_responses
+from .upstream import map_client_errors, new_session, open_upstream, read_json, upstream_headers
+
+log = structlog.get_logger("crossfeed")
+
+CONFIG = web.AppKey("config", Config)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+IDS = web.AppKey("ids", IdFactory)  # type: ignore[type-abstract]
+CLOCK = web.AppKey("clock", Callable[[], int])  # type: ignore[arg-type]
+SEAL = web.AppKey("seal", ReasoningSeal)
+ENV = web.AppKey("environ", Mapping[str, str])  # type: ignore[arg-type]
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no"}
+MAX_NONSTREAM_BODY = 64 * 1024 * 1024
+
+
+def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None,
+               clock: Callable[[], int] | None = None) -> web.Application:
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=[error_middleware])
+    app[CONFIG] = config
+    app[IDS] = ids or RandomIds()
+    app[CLOCK] = clock or (lambda: int(time.time()))
+    app[SEAL] = ReasoningSeal(environ.get(config.reasoning.key_env))
+    app[ENV] = environ
+    app.cleanup_ctx.append(_session_ctx)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/models", passthrough)
+    app.router.add_post("/v1/responses", responses_endpoint)
+    app.router.add_post("/v1/chat/completions", chat_endpoint)
+    return app
+
+
+async def _session_ctx(app: web.Application) -> Any:
+    app[SESSION] = new_session()
+    yield
+    await app[SESSION].close()
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except (ProxyError, TranslationError) as exc:
+        return error_response(exc)
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(ClientRequestError("the request body is larger than the configured maximum",
+                                                 status=413, code="request_too_large"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = "not_found" if exc.status == 404 else "method_not_allowed" if exc.status == 405 else None
+        message = f"{request.method} {request.path} is not served by crossfeed" if code else exc.reason
+        return error_response(ClientRequestError(message, status=exc.status, code=code), headers=
+                              {k: v for k, v in exc.headers.items() if k.lower() == "allow"})
+    except Exception:
+        log.exception("request.failed", path=request.path)
+        return error_response(ProxyError("crossfeed failed to handle the request"))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, or a 400 that says what is wrong with it."""
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ClientRequestError("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ClientRequestError("the request body must be a JSON object", code="invalid_type")
+    return body
+
+
+def pick_upstream(request: web.Request, body: dict[str, Any]) -> Upstream:
+    config = request.app[CONFIG]
+    model = body.get("model")
+    if model is None or not isinstance(model, str) or not model:
+        raise ClientRequestError("you must provide a model parameter (a string)", param="model",
+                                 code="missing_required_parameter" if model is None else "invalid_type")
+    up = config.route(model)
+    if up is None:
+        raise ClientRequestError(f"the model `{model}` does not exist or is not served here", param="model",
+                                 status=404, code="model_not_found")
+    return up
+
+
+def api_key(request: web.Request, up: Upstream) -> str | None:
+    return request.app[ENV].get(up.api_key_env) if up.api_key_env else None
+
+
+async def responses_endpoint(request: web.Request) -> web.StreamResponse:
+    body = await read_body(request)
+    up = pick_upstream(request, body)
+    if up.api == "responses":
+        return await passthrough(request, body=body, upstream=up)
+    return await forward_response(request, body, up)
+
+
+async def chat_endpoint(request: web.Request) -> web.StreamResponse:
+    body = await read_body(request)
+    up = pick_upstream(request, body)
+    if up.api == "chat":
+        return await passthrough(request, body=body, upstream=up)
+    from .reverse import reverse_chat  # the reverse direction lives in its own module
+
+    return await reverse_chat(request, body, up)
+
+
+async def forward_response(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
+    app = request.app
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ClientRequestError("`stream` must be a boolean", param="stream", code="invalid_type")
+    seal = app[SEAL]
+    mapped = responses_request_to_chat(body, up.mapping, reveal_reasoning=seal.reveal)
+    chat = mapped.chat
+    chat["model"] = up.model_map.get(mapped.model, mapped.model)
+    if mapped.ignored:
+        log.info("request.ignored_fields", model=mapped.model, ignored=list(mapped.ignored))
+    include = body.get("include") or ()
+    sealer = seal.seal if isinstance(include, list) and "reasoning.encrypted_content" in include else None
+    headers = upstream_headers(up, request.headers, api_key(request, up))
+    upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers)
+    if not stream:
+        completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
+        result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
+                                             seal_reasoning=sealer)
+        return web.Response(body=orjson.dumps(result), content_type="application/json")
+    machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools, seal_reasoning=sealer)
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    try:
+        await response.prepare(request)
+        await response.write(render_responses(machine.start()))
+    except ConnectionResetError:
+        upstream.close()
+        return response
+    cfg = app[CONFIG]
+    stats = await relay(upstream, machine, response, render_responses, idle=up.timeouts.idle,
+                        keepalive=cfg.server.keepalive_seconds, total=up.timeouts.total)
+    if machine.diagnostics:
+        log.info("translation.anomaly", model=mapped.model, **machine.diagnostics)
+    log.info("stream.relay.completed", model=mapped.model, upstream=up.name, ending=stats.ending,
+             events_in=stats.events_in, events_out=stats.events_out, error=stats.error)
+    return response
+
+
+async def passthrough(request: web.Request, *, body: dict[str, Any] | None = None,
+                      upstream: Upstream | None = None) -> web.StreamResponse:
+    """Forward a request unchanged and stream the answer back as it arrives."""
+    app = request.app
+    up = upstream or _default_upstream(app[CONFIG])
+    headers = upstream_headers(up, request.headers, api_key(request, up))
+    path = request.path[len("/v1"):] if request.path.startswith("/v1") else request.path
+    session = app[SESSION]
+    t = up.timeouts
+    timeout = aiohttp.ClientTimeout(total=t.total, connect=t.connect, sock_read=t.first_byte)
+    async with map_client_errors(up):
+        if body is None:
+            resp = await session.request(request.method, up.base_url + path, headers=headers, timeout=timeout,
+                                         params=request.query)
+        else:
+            if up.model_map and isinstance(body.get("model"), str):
+                body = {**body, "model": up.model_map.get(body["model"], body["model"])}
+            resp = await session.post(up.base_url + path, data=orjson.dumps(body), headers=headers, timeout=timeout)
+    out = web.StreamResponse(status=resp.status)
+    for name in ("Content-Type", "Retry-After", "x-should-retry"):
+        if name in resp.headers:
+            out.headers[name] = resp.headers[name]
+    try:
+        await out.prepare(request)
+        async for chunk in resp.content.iter_any():
+            await out.write(chunk)
+    except (ConnectionResetError, aiohttp.ClientError, TimeoutError) as exc:
+        # Headers are sent: a pass-through can only end the body here, as the upstream did.
+        log.info("passthrough.ended_early", path=request.path, reason=type(exc).__name__)
+    finally:
+        resp.close()
+    return out
+
+
+def _default_upstream(config: Config) -> Upstream:
+    return next((u for u in config.upstreams if u.default), config.upstreams[0])

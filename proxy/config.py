@@ -1,0 +1,163 @@
+"""Configuration: one validated, frozen object built once at start-up.
+
+Sources, later ones winning: the TOML file (``--config``), ``CROSSFEED_*`` environment variables,
+then command-line flags. Every model forbids unknown keys, so a misspelt key fails at start-up
+with its dotted path. Secrets are never written inline: the file names environment variables
+(``api_key_env``), read once here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from translators.options import MappingOptions
+
+from .errors import ConfigError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Model):
+    connect: float = Field(10.0, gt=0, description="seconds to open the upstream connection")
+    first_byte: float = Field(600.0, gt=0, description="seconds until the upstream's response headers")
+    idle: float = Field(300.0, gt=0, description="seconds allowed between two upstream chunks")
+    total: float = Field(3600.0, gt=0, description="seconds for the whole upstream request")
+
+
+class Upstream(_Model):
+    name: str = "default"
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api: Literal["chat", "responses"] = "chat"
+    api_key_env: str | None = None
+    pass_client_key: bool = True
+    models: tuple[str, ...] = ("*",)
+    default: bool = False
+    model_map: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    reasoning_field: str = "reasoning_content"
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens", "both"] = "both"
+    system_role: Literal["system", "developer"] = "system"
+    max_concurrent_streams: int = Field(0, ge=0, description="0 = unlimited")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    @property
+    def mapping(self) -> MappingOptions:
+        return MappingOptions(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
+                              system_role=self.system_role)
+
+    def serves(self, model: str) -> bool:
+        return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
+
+
+class Server(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    inbound_keys_env: str | None = None
+    drain_seconds: float = Field(20.0, ge=0)
+    keepalive_seconds: float = Field(15.0, gt=0, description="SSE comment sent after this much upstream silence")
+
+
+class Logging(_Model):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Reasoning(_Model):
+    key_env: str = "CROSSFEED_REASONING_KEY"
+
+
+class Config(_Model):
+    server: Server = Field(default_factory=Server)
+    logging: Logging = Field(default_factory=Logging)
+    reasoning: Reasoning = Field(default_factory=Reasoning)
+    upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
+    store: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_upstreams(self) -> Config:
+        if not self.upstreams:
+            raise ValueError("at least one [[upstreams]] entry is required")
+        names = [u.name for u in self.upstreams]
+        if len(set(names)) != len(names):
+            raise ValueError(f"upstream names must be unique: {names}")
+        if sum(u.default for u in self.upstreams) > 1:
+            raise ValueError("at most one upstream may be marked default = true")
+        return self
+
+    def route(self, model: str) -> Upstream | None:
+        for u in self.upstreams:
+            if u.serves(model):
+                return u
+        for u in self.upstreams:
+            if u.default:
+                return u
+        return None
+
+
+def load_config(path: Path | None, environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read, merge and validate. Raises ConfigError naming the bad key."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    _apply_env(raw, environ)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set(raw, dotted, value)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {err['msg']}")
+        where = f" in {path}" if path else ""
+        raise ConfigError(f"invalid configuration{where}:\n" + "\n".join(lines)) from None
+
+
+_ENV_KEYS = {
+    "CROSSFEED_HOST": "server.host",
+    "CROSSFEED_PORT": "server.port",
+    "CROSSFEED_UPSTREAM": "upstream.base_url",
+    "CROSSFEED_UPSTREAM_API": "upstream.api",
+    "CROSSFEED_UPSTREAM_API_KEY_ENV": "upstream.api_key_env",
+    "CROSSFEED_LOG_LEVEL": "logging.level",
+    "CROSSFEED_LOG_FORMAT": "logging.format",
+}
+
+
+def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    for env, dotted in _ENV_KEYS.items():
+        if environ.get(env):
+            _set(raw, dotted, environ[env])
+
+
+def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set a dotted key. ``upstream.X`` means: on the single (or default, or first) upstream."""
+    head, _, rest = dotted.partition(".")
+    if head == "upstream":
+        ups = raw.setdefault("upstreams", [{"default": True}])
+        target = next((u for u in ups if u.get("default")), ups[0])
+        target[rest] = value
+        return
+    raw.setdefault(head, {})[rest] = value

@@ -1,0 +1,249 @@
+"""SQLite backend: one file, WAL mode, one worker thread owning the connection.
+
+Every operation (including JSON encoding/decoding) is submitted to a single-thread executor, so
+the event loop never waits on disk and the connection is never shared between threads; requests
+are serialised in submission order. Record count and byte totals are kept exact by triggers in a
+one-row ``totals`` table, so limits cost O(1) to check. ``auto_vacuum=INCREMENTAL`` lets the
+sweep hand freed pages back to the filesystem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from proxy.store import (
+    Clock,
+    ResponseStore,
+    StoreConfig,
+    StoredResponse,
+    StoreError,
+    StoreStats,
+    decode_record,
+    encode_record,
+)
+
+T = TypeVar("T")
+
+FILENAME = "responses.sqlite3"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    seq        INTEGER PRIMARY KEY,   -- save order: oldest first for eviction
+    id         TEXT    NOT NULL UNIQUE,
+    expires_at REAL    NOT NULL,
+    size       INTEGER NOT NULL,
+    data       BLOB    NOT NULL       -- orjson of the whole record
+);
+CREATE INDEX IF NOT EXISTS responses_expires_at ON responses(expires_at);
+CREATE TABLE IF NOT EXISTS totals (
+    one   INTEGER PRIMARY KEY CHECK (one = 1),
+    count INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO totals VALUES (1, 0, 0);
+CREATE TRIGGER IF NOT EXISTS responses_count_ins AFTER INSERT ON responses BEGIN
+    UPDATE totals SET count = count + 1, bytes = bytes + NEW.size WHERE one = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS responses_count_del AFTER DELETE ON responses BEGIN
+    UPDATE totals SET count = count - 1, bytes = bytes - OLD.size WHERE one = 1;
+END;
+"""
+
+
+class SQLiteStore(ResponseStore):
+    backend = "sqlite"
+    SWEEP_BATCH = 500  # max expired rows purged per sweep
+    EVICT_BATCH = 1000  # max rows evicted by max_count / max_bytes per save
+    VACUUM_PAGES = 256  # max free pages returned to the filesystem per sweep
+
+    def __init__(self, config: StoreConfig, *, clock: Clock = time.time, data_dir: Path) -> None:
+        self._dir = data_dir
+        self.path = data_dir / FILENAME
+        self._ttl = config.ttl_seconds
+        self._max_count = config.max_count
+        self._max_bytes = config.max_bytes
+        self._interval = config.sweep_interval_seconds
+        self._clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crossfeed-sqlite")
+        self._conn: sqlite3.Connection | None = None  # touched only by the worker thread
+        self._closed = False
+        self._next_sweep = 0.0  # first save sweeps: catches up after downtime
+        self._evicted = 0
+        self._expired = 0
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        if self._closed:
+            raise StoreError("store is closed", backend=self.backend)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, *args)
+        except StoreError:
+            raise
+        except (sqlite3.Error, OSError, RuntimeError) as exc:
+            # RuntimeError: executor shut down under us by a concurrent close().
+            raise StoreError(f"sqlite store {self.path}: {exc}", backend=self.backend) from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None:
+            return self._conn
+        self._dir.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {version}, newer than this crossfeed "
+                    f"({SCHEMA_VERSION})",
+                    backend=self.backend,
+                )
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # effective only on a new file
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"cannot enable WAL on {self.path} (got {mode})", backend=self.backend)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    # -- worker-thread bodies --------------------------------------------------------------
+
+    def _save_sync(self, record: StoredResponse, now: float) -> None:
+        blob = encode_record(record, self.backend)
+        if self._max_bytes is not None and len(blob) > self._max_bytes:
+            raise StoreError(
+                f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend
+            )
+        conn = self._connect()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM responses WHERE id = ?", (record.id,))
+            cur = conn.execute(
+                "INSERT INTO responses (id, expires_at, size, data) VALUES (?, ?, ?, ?)",
+                (record.id, now + self._ttl, len(blob), blob),
+            )
+            self._evict(conn, cur.lastrowid)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if now >= self._next_sweep:
+            self._sweep_sync(now)
+
+    def _evict(self, conn: sqlite3.Connection, newest_seq: int | None) -> None:
+        count, total = conn.execute("SELECT count, bytes FROM totals").fetchone()
+        if self._max_count is not None and count > self._max_count:
+            # The new row has the highest seq and count - max_count < count: never evicted here.
+            n = min(count - self._max_count, self.EVICT_BATCH)
+            cur = conn.execute(
+                "DELETE FROM responses WHERE seq IN (SELECT seq FROM responses ORDER BY seq LIMIT ?)",
+                (n,),
+            )
+            self._evicted += cur.rowcount
+            count, total = conn.execute("SELECT count, bytes FROM totals").fetchone()
+        if self._max_bytes is not None and total > self._max_bytes:
+            excess, cutoff, n = total - self._max_bytes, None, 0
+            rows = conn.execute(
+                "SELECT seq, size FROM responses WHERE seq != ? ORDER BY seq LIMIT ?",
+                (newest_seq, self.EVICT_BATCH),
+            )
+            for seq, size in rows:
+                cutoff, n, excess = seq, n + 1, excess - size
+                if excess <= 0:
+                    break
+            if cutoff is not None:
+                conn.execute("DELETE FROM responses WHERE seq <= ?", (cutoff,))
+                self._evicted += n
+
+    def _sweep_sync(self, now: float) -> int:
+        conn = self._connect()
+        cur = conn.execute(
+            "DELETE FROM responses WHERE seq IN "
+            "(SELECT seq FROM responses WHERE expires_at <= ? LIMIT ?)",
+            (now, self.SWEEP_BATCH),
+        )
+        purged = max(cur.rowcount, 0)
+        self._expired += purged
+        self._next_sweep = now if purged >= self.SWEEP_BATCH else now + self._interval
+        if purged:
+            conn.execute(f"PRAGMA incremental_vacuum({self.VACUUM_PAGES})").fetchall()
+        return purged
+
+    def _get_sync(self, response_id: str, now: float) -> StoredResponse | None:
+        conn = self._connect()
+        row = conn.execute(
+            "SELECT expires_at, data FROM responses WHERE id = ?", (response_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        if row[0] <= now:
+            cur = conn.execute(
+                "DELETE FROM responses WHERE id = ? AND expires_at <= ?", (response_id, now)
+            )
+            self._expired += max(cur.rowcount, 0)
+            return None
+        return decode_record(row[1], self.backend)
+
+    def _delete_sync(self, response_id: str, now: float) -> bool:
+        conn = self._connect()
+        row = conn.execute(
+            "DELETE FROM responses WHERE id = ? RETURNING expires_at", (response_id,)
+        ).fetchall()
+        return bool(row) and row[0][0] > now
+
+    def _stats_sync(self) -> StoreStats:
+        count, total = self._connect().execute("SELECT count, bytes FROM totals").fetchone()
+        return StoreStats(self.backend, count, total, self._evicted, self._expired)
+
+    def _ping_sync(self) -> None:
+        self._connect().execute("SELECT 1").fetchone()
+
+    def _close_sync(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- interface -------------------------------------------------------------------------
+
+    async def save(self, record: StoredResponse) -> None:
+        await self._run(self._save_sync, record, self._clock())
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        return await self._run(self._get_sync, response_id, self._clock())
+
+    async def delete(self, response_id: str) -> bool:
+        return await self._run(self._delete_sync, response_id, self._clock())
+
+    async def sweep(self) -> int:
+        return await self._run(self._sweep_sync, self._clock())
+
+    async def stats(self) -> StoreStats:
+        return await self._run(self._stats_sync)
+
+    async def ping(self) -> None:
+        await self._run(self._ping_sync)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        self._closed = True  # new calls are refused; queued ones run first (FIFO worker)
+        try:
+            await loop.run_in_executor(self._executor, self._close_sync)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite store {self.path}: {exc}", backend=self.backend) from exc
+        finally:
+            self._executor.shutdown(wait=False)

@@ -1,0 +1,611 @@
+"""Chat Completions chunks -> Responses API events: the forward stream machine.
+
+Theory of operation
+-------------------
+The relay calls ``start()`` once the upstream has answered 200, then ``feed(chunk)`` for every
+parsed ``chat.completion.chunk`` (a dict), then exactly one of ``finish()`` (the upstream sent
+``[DONE]``), ``finish(clean=False)`` (the upstream closed without ``[DONE]``) or
+``fail(code, message)`` (transport or protocol failure). Each call returns the Responses events it
+produced, in order, as dicts. Nothing is buffered: every delta becomes an event at once.
+
+Phases: ``IDLE -> STREAMING -> {COMPLETED, INCOMPLETE, FAILED}``. A call after a terminal phase
+raises ``StreamStateError`` (our bug, never the upstream's).
+
+Each chunk's delta is read in one place (``_delta``) in this order: reasoning, content (string or
+Mistral's part array), refusal, annotations, tool calls. Reasoning comes from the first present of
+``reasoning_content``, ``reasoning`` (string) and ``reasoning_details`` (OpenRouter), so backends that
+send the same text in two spellings are not doubled.
+
+Items and transitions (``open`` is the message or reasoning item in progress; ``calls`` are the
+function/custom call items in progress):
+
+    incoming \\ open  | none / calls             | reasoning          | message
+    ------------------+-------------------------+--------------------+------------------------
+    reasoning text    | close calls; open rs    | append             | close msg; open rs
+    text / refusal    | close calls; open msg   | close rs; open msg | append (new part when
+                      |                         |                    | text <-> refusal)
+    tool call, new    | open call (others stay  | close rs; open call| close msg; open call
+                      | open: fragments may     |                    |
+                      | interleave by index)    |                    |
+    tool call, known  | append to that call     | (cannot happen: opening a call closed it)
+
+Calls stay open until other content arrives or the stream ends, so argument fragments that
+interleave across tool indexes are never lost. ``output_index`` is allocated when an item opens,
+in order of appearance, never taken from the upstream's tool index. A fragment with the index of
+an open call but a different non-empty ``id`` starts a new call (Ollama numbers each chunk's calls
+from 0); ``id`` and ``name`` repeated on later fragments are ignored (set once).
+
+``finish_reason`` is recorded, not acted on: the usage chunk usually follows it. ``finish()``
+closes everything and emits one terminal event: ``stop``/``tool_calls``/none -> completed;
+``length`` -> incomplete (``max_output_tokens``); ``content_filter`` -> incomplete
+(``content_filter``); ``insufficient_system_resource`` -> failed. ``fail()`` closes open items as
+``incomplete`` and emits ``error`` then ``response.failed``. ``_emit`` is the only place that
+stamps ``sequence_number``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from . import ids as idp
+from .errors import StreamStateError
+from .ids import IdFactory
+from .json_string_stream import JsonStringField
+from .options import NO_TOOLS, ToolContext
+from .response_object import map_usage, new_response
+
+Event = dict[str, Any]
+
+
+class Phase(Enum):
+    IDLE = "idle"
+    STREAMING = "streaming"
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+
+
+_INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_FAILED_REASONS = {"insufficient_system_resource": "the upstream stopped generating for lack of resources"}
+_KNOWN_FINISH = {"stop", "tool_calls", "function_call", "length", "content_filter", "insufficient_system_resource"}
+
+MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_CALL = "message", "reasoning", "function_call", "custom_tool_call"
+
+
+class _Item:
+    """One output item in progress. ``parts`` holds [kind, [text pieces], annotations, logprobs]."""
+
+    __slots__ = ("kind", "id", "index", "parts", "call_id", "name", "namespace", "args", "unwrap")
+
+    def __init__(self, kind: str, item_id: str, index: int) -> None:
+        self.kind = kind
+        self.id = item_id
+        self.index = index
+        self.parts: list[list[Any]] = []
+        self.call_id = ""
+        self.name = ""
+        self.namespace: str | None = None
+        self.args: list[str] = []
+        self.unwrap: JsonStringField | None = None
+
+
+class ChatToResponsesStream:
+    def __init__(
+        self,
+        request: dict[str, Any],
+        *,
+        ids: IdFactory,
+        now: Callable[[], int],
+        tools: ToolContext = NO_TOOLS,
+        seal_reasoning: Callable[[str], str] | None = None,
+    ) -> None:
+        """Args:
+        request: the client's Responses request (echoed on the Response object).
+        ids, now: injected id factory and clock.
+        tools: custom-tool and namespace names from the request mapping.
+        seal_reasoning: when the client asked for ``reasoning.encrypted_content``, turns the
+            reasoning text into the opaque ``encrypted_content`` put on reasoning items.
+        """
+        self._ids = ids
+        self._tools = tools
+        self._seal = seal_reasoning
+        self._resp = new_response(
+            request, response_id=ids.new(idp.RESPONSE), created_at=now(), model=str(request.get("model") or "")
+        )
+        self.phase = Phase.IDLE
+        self._seq = 0
+        self._out: list[Event] = []
+        self._output: list[dict[str, Any]] = []  # done items, in output_index order
+        self._next_index = 0
+        self._open: _Item | None = None
+        self._calls: dict[Any, _Item] = {}  # upstream tool index -> open call
+        self._open_calls: list[_Item] = []
+        self._held_space = ""
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self.diagnostics: dict[str, int] = {}
+
+    # -- public interface -------------------------------------------------------------------
+
+    @property
+    def response_id(self) -> str:
+        return str(self._resp["id"])
+
+    @property
+    def done(self) -> bool:
+        return self.phase not in (Phase.IDLE, Phase.STREAMING)
+
+    @property
+    def final_response(self) -> dict[str, Any] | None:
+        """The Response carried by the terminal event, once there is one."""
+        return self._resp if self.done else None
+
+    def start(self) -> list[Event]:
+        """``response.created`` and ``response.in_progress``: sent as soon as the upstream answers."""
+        if self.phase is not Phase.IDLE:
+            raise StreamStateError("start() called twice")
+        self.phase = Phase.STREAMING
+        out = self._out = []
+        self._emit({"type": "response.created", "response": self._snapshot()})
+        self._emit({"type": "response.in_progress", "response": self._snapshot()})
+        return out
+
+    def feed(self, chunk: dict[str, Any]) -> list[Event]:
+        if self.phase is not Phase.STREAMING:
+            raise StreamStateError(f"feed() in phase {self.phase.value}")
+        out = self._out = []
+        error = chunk.get("error")
+        if error:
+            self._fail_upstream(error)
+            return out
+        usage = chunk.get("usage")
+        if usage:
+            self._usage = usage
+        choices = chunk.get("choices")
+        if choices:
+            for choice in choices:
+                if choice.get("index", 0):
+                    self._note("extra_choice_ignored")
+                    continue
+                delta = choice.get("delta")
+                if delta:
+                    self._delta(delta, choice)
+                reason = choice.get("finish_reason")
+                if reason:
+                    self._finish_reason = reason
+        if usage is None:
+            x_groq = chunk.get("x_groq")  # Groq reports usage only here
+            if x_groq and x_groq.get("usage"):
+                self._usage = x_groq["usage"]
+        return out
+
+    def finish(self, *, clean: bool = True) -> list[Event]:
+        """The upstream ended. ``clean``: it sent ``[DONE]``; without it, no finish_reason = cut."""
+        if self.phase is not Phase.STREAMING:
+            raise StreamStateError(f"finish() in phase {self.phase.value}")
+        reason = self._finish_reason
+        if not clean and reason is None:
+            return self.fail("upstream_truncated", "the upstream closed the stream before it finished")
+        if reason in _FAILED_REASONS:
+            return self.fail(reason, _FAILED_REASONS[reason])
+        if reason is not None and reason not in _KNOWN_FINISH:
+            self._note("unknown_finish_reason")
+        out = self._out = []
+        incomplete = _INCOMPLETE_REASONS.get(reason or "")
+        self._close_all("incomplete" if incomplete else "completed")
+        resp = self._resp
+        resp["output"] = self._output
+        resp["usage"] = map_usage(self._usage)
+        if incomplete:
+            self.phase = Phase.INCOMPLETE
+            resp["status"] = "incomplete"
+            resp["incomplete_details"] = {"reason": incomplete}
+            self._emit({"type": "response.incomplete", "response": resp})
+        else:
+            self.phase = Phase.COMPLETED
+            resp["status"] = "completed"
+            self._emit({"type": "response.completed", "response": resp})
+        return out
+
+    def fail(self, code: str, message: str) -> list[Event]:
+        """End the stream as failed: close open items, then ``error`` and ``response.failed``."""
+        if self.done:
+            raise StreamStateError(f"fail() in phase {self.phase.value}")
+        out = self._out = []
+        if self.phase is Phase.IDLE:
+            self.start()
+            out = self._out
+        self._close_all("incomplete")
+        self.phase = Phase.FAILED
+        resp = self._resp
+        resp["status"] = "failed"
+        resp["output"] = self._output
+        resp["usage"] = map_usage(self._usage) if self._usage else None
+        resp["error"] = {"code": code, "message": message}
+        self._emit(
+            {
+                "type": "error",
+                "code": code,
+                "message": message,
+                "param": None,
+                "error": {"type": "server_error", "code": code, "message": message, "param": None},
+            }
+        )
+        self._emit({"type": "response.failed", "response": resp})
+        return out
+
+    # -- delta classification ---------------------------------------------------------------
+
+    def _delta(self, delta: dict[str, Any], choice: dict[str, Any]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            if isinstance(reasoning, str):
+                self._reasoning(reasoning)
+        elif delta.get("reasoning_details"):
+            text = _details_text(delta["reasoning_details"])
+            if text:
+                self._reasoning(text)
+        content = delta.get("content")
+        if content:
+            if isinstance(content, str):
+                self._text("output_text", content, choice.get("logprobs"))
+            else:
+                self._content_parts(content)
+        refusal = delta.get("refusal")
+        if refusal:
+            self._text("refusal", refusal, None)
+        annotations = delta.get("annotations")
+        if annotations:
+            for ann in annotations:
+                self._annotation(ann)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            for tc in tool_calls:
+                self._tool_fragment(tc)
+        function_call = delta.get("function_call")
+        if function_call:  # legacy single-function streaming
+            self._tool_fragment({"index": "legacy", "id": None, "function": function_call})
+
+    def _content_parts(self, parts: list[Any]) -> None:
+        """Mistral streams reasoning as ``content: [{type: thinking, thinking: [{type: text}]}]``."""
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "text" and part.get("text"):
+                self._text("output_text", part["text"], None)
+            elif kind == "thinking":
+                text = "".join(p.get("text", "") for p in part.get("thinking") or () if isinstance(p, dict))
+                if text:
+                    self._reasoning(text)
+            else:
+                self._note("unknown_content_part")
+
+    # -- reasoning ---------------------------------------------------------------------------
+
+    def _reasoning(self, text: str) -> None:
+        item = self._open
+        if item is None or item.kind != REASONING:
+            self._close_all("completed")
+            item = self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []})
+            part = {"type": "reasoning_text", "text": ""}
+            item.parts.append(["reasoning_text", []])
+            self._emit(self._part_event("response.content_part.added", item, 0, part))
+        item.parts[0][1].append(text)
+        self._emit(
+            {
+                "type": "response.reasoning_text.delta",
+                "item_id": item.id,
+                "output_index": item.index,
+                "content_index": 0,
+                "delta": text,
+            }
+        )
+
+    # -- message text and refusal ------------------------------------------------------------
+
+    def _text(self, kind: str, text: str, logprobs: dict[str, Any] | None) -> None:
+        if self._open_calls and self._open is None:
+            # Whitespace between parallel calls (kimi-k2 on Avian) would split the calls with an
+            # empty-looking message: hold it until real text follows; drop it otherwise.
+            if not text.strip():
+                self._held_space += text
+                return
+            if self._held_space:
+                text, self._held_space = self._held_space + text, ""
+        item = self._open
+        if item is None or item.kind != MESSAGE:
+            self._close_all("completed")
+            item = self._open_item(MESSAGE, idp.MESSAGE, {"status": "in_progress", "role": "assistant", "content": []})
+        parts = item.parts
+        if not parts or parts[-1][0] != kind:
+            self._open_part(item, kind)
+        part = parts[-1]
+        part[1].append(text)
+        ci = len(parts) - 1
+        if kind == "output_text":
+            lp = _delta_logprobs(logprobs, part) if logprobs else []
+            self._emit(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "content_index": ci,
+                    "delta": text,
+                    "logprobs": lp,
+                }
+            )
+        else:
+            self._emit(
+                {
+                    "type": "response.refusal.delta",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "content_index": ci,
+                    "delta": text,
+                }
+            )
+
+    def _open_part(self, item: _Item, kind: str) -> None:
+        # part record: [kind, pieces, annotations, part logprobs]
+        item.parts.append([kind, [], [], []])
+        if kind == "output_text":
+            part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        else:
+            part = {"type": "refusal", "refusal": ""}
+        self._emit(self._part_event("response.content_part.added", item, len(item.parts) - 1, part))
+
+    def _annotation(self, ann: dict[str, Any]) -> None:
+        flat = _flat_annotation(ann)
+        if flat is None:
+            self._note("unknown_annotation")
+            return
+        item = self._open
+        if item is None or item.kind != MESSAGE:
+            self._close_all("completed")
+            item = self._open_item(MESSAGE, idp.MESSAGE, {"status": "in_progress", "role": "assistant", "content": []})
+        if not item.parts or item.parts[-1][0] != "output_text":
+            self._open_part(item, "output_text")
+        anns = item.parts[-1][2]
+        anns.append(flat)
+        self._emit(
+            {
+                "type": "response.output_text.annotation.added",
+                "item_id": item.id,
+                "output_index": item.index,
+                "content_index": len(item.parts) - 1,
+                "annotation_index": len(anns) - 1,
+                "annotation": flat,
+            }
+        )
+
+    # -- tool calls --------------------------------------------------------------------------
+
+    def _tool_fragment(self, tc: dict[str, Any]) -> None:
+        key = tc.get("index")
+        fn = tc.get("function") or {}
+        call_id = tc.get("id")
+        if key is None:  # Mistral omits the index: a fragment with a new id is a new call
+            key = self._calls_key_for_id(call_id)
+        call = self._calls.get(key)
+        if call is not None and call_id and call_id != call.call_id and call.args:
+            call = None  # the index was reused for a different call
+        if call is None:
+            call = self._open_call(key, call_id, fn.get("name") or "")
+        args = fn.get("arguments")
+        if args:
+            if not isinstance(args, str):  # a few servers send the arguments as an object
+                args = json.dumps(args, ensure_ascii=False)
+            self._append_args(call, args)
+
+    def _calls_key_for_id(self, call_id: str | None) -> Any:
+        for key, call in self._calls.items():
+            if call_id is None or call.call_id == call_id:
+                return key
+        return ("noindex", len(self._open_calls), call_id)
+
+    def _open_call(self, key: Any, call_id: str | None, name: str) -> _Item:
+        if self._open is not None:
+            self._close(self._open, "completed")
+        custom = name in self._tools.custom_tools
+        namespace = self._tools.namespaced.get(name)
+        call_id = call_id or self._ids.new(idp.CALL)
+        if custom:
+            item = self._new_item(CUSTOM_CALL, idp.CUSTOM_TOOL_CALL)
+            item.unwrap = JsonStringField(self._tools.custom_arg)
+        else:
+            item = self._new_item(FUNCTION_CALL, idp.FUNCTION_CALL)
+        item.call_id = call_id
+        item.name = name
+        if namespace is not None:
+            item.namespace, item.name = namespace
+        self._emit({"type": "response.output_item.added", "output_index": item.index, "item": self._call_body(item, "in_progress")})
+        self._calls[key] = item
+        self._open_calls.append(item)
+        return item
+
+    def _append_args(self, call: _Item, args: str) -> None:
+        call.args.append(args)
+        if call.unwrap is None:
+            self._emit(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": call.id,
+                    "output_index": call.index,
+                    "delta": args,
+                }
+            )
+            return
+        text = call.unwrap.feed(args)
+        if text:
+            self._emit(
+                {
+                    "type": "response.custom_tool_call_input.delta",
+                    "item_id": call.id,
+                    "output_index": call.index,
+                    "delta": text,
+                }
+            )
+
+    def _call_body(self, item: _Item, status: str, payload: str = "") -> dict[str, Any]:
+        body: dict[str, Any] = {"id": item.id, "type": item.kind, "status": status}
+        if item.kind == CUSTOM_CALL:
+            body["call_id"] = item.call_id
+            body["name"] = item.name
+            body["input"] = payload
+        else:
+            body["arguments"] = payload
+            body["call_id"] = item.call_id
+            body["name"] = item.name
+        if item.namespace is not None:
+            body["namespace"] = item.namespace
+        return body
+
+    # -- opening and closing -----------------------------------------------------------------
+
+    def _new_item(self, kind: str, prefix: str) -> _Item:
+        item = _Item(kind, self._ids.new(prefix), self._next_index)
+        self._next_index += 1
+        return item
+
+    def _open_item(self, kind: str, prefix: str, body: dict[str, Any]) -> _Item:
+        item = self._new_item(kind, prefix)
+        self._open = item
+        self._emit({"type": "response.output_item.added", "output_index": item.index, "item": {"id": item.id, "type": kind, **body}})
+        return item
+
+    def _close_all(self, status: str) -> None:
+        if self._held_space:
+            self._held_space = ""
+            self._note("whitespace_between_calls_dropped")
+        if self._open is not None:
+            self._close(self._open, status)
+        if self._open_calls:
+            calls, self._open_calls = self._open_calls, []
+            self._calls.clear()
+            for call in calls:
+                self._close(call, status)
+
+    def _close(self, item: _Item, status: str) -> None:
+        if item is self._open:
+            self._open = None
+        base = {"item_id": item.id, "output_index": item.index}
+        if item.kind == MESSAGE:
+            done = self._close_message(item, base, status)
+        elif item.kind == REASONING:
+            done = self._close_reasoning(item, base)
+        elif item.kind == FUNCTION_CALL:
+            args = "".join(item.args)
+            self._emit({"type": "response.function_call_arguments.done", **base, "name": item.name, "arguments": args})
+            done = self._call_body(item, status, args)
+        else:
+            done = self._call_body(item, status, self._close_custom(item, base))
+        self._output.append(done)
+        self._emit({"type": "response.output_item.done", "output_index": item.index, "item": done})
+
+    def _close_message(self, item: _Item, base: dict[str, Any], status: str) -> dict[str, Any]:
+        content = []
+        for ci, (kind, pieces, anns, lps) in enumerate(item.parts):
+            text = "".join(pieces)
+            if kind == "output_text":
+                self._emit({"type": "response.output_text.done", **base, "content_index": ci, "text": text, "logprobs": []})
+                part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": anns, "logprobs": lps}
+            else:
+                self._emit({"type": "response.refusal.done", **base, "content_index": ci, "refusal": text})
+                part = {"type": "refusal", "refusal": text}
+            self._emit(self._part_event("response.content_part.done", item, ci, part))
+            content.append(part)
+        return {"id": item.id, "type": MESSAGE, "status": status, "role": "assistant", "content": content}
+
+    def _close_reasoning(self, item: _Item, base: dict[str, Any]) -> dict[str, Any]:
+        text = "".join(item.parts[0][1])
+        self._emit({"type": "response.reasoning_text.done", **base, "content_index": 0, "text": text})
+        part = {"type": "reasoning_text", "text": text}
+        self._emit(self._part_event("response.content_part.done", item, 0, part))
+        done: dict[str, Any] = {"id": item.id, "type": REASONING, "summary": [], "content": [part]}
+        if self._seal is not None:
+            done["encrypted_content"] = self._seal(text)
+        return done
+
+    def _close_custom(self, item: _Item, base: dict[str, Any]) -> str:
+        unwrap = item.unwrap
+        assert unwrap is not None
+        streamed = "".join(unwrap.emitted)
+        final = unwrap.final("".join(item.args), self._tools.custom_arg)
+        if final != streamed:
+            if final.startswith(streamed):
+                rest = final[len(streamed) :]
+                self._emit({"type": "response.custom_tool_call_input.delta", **base, "delta": rest})
+            else:
+                self._note("custom_input_mismatch")
+                final = streamed
+        self._emit({"type": "response.custom_tool_call_input.done", **base, "input": final})
+        return final
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _part_event(self, kind: str, item: _Item, ci: int, part: dict[str, Any]) -> Event:
+        return {"type": kind, "item_id": item.id, "output_index": item.index, "content_index": ci, "part": part}
+
+    def _fail_upstream(self, error: Any) -> None:
+        if isinstance(error, dict):
+            message = str(error.get("message") or "upstream error")
+            code = error.get("code")
+            code = code if isinstance(code, str) and code else "upstream_error"
+        else:
+            message, code = str(error), "upstream_error"
+        self.fail(code, message)
+
+    def _snapshot(self) -> dict[str, Any]:
+        return dict(self._resp)
+
+    def _emit(self, event: Event) -> None:
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        self._out.append(event)
+
+    def _note(self, kind: str) -> None:
+        self.diagnostics[kind] = self.diagnostics.get(kind, 0) + 1
+
+
+def _details_text(details: Any) -> str:
+    """Readable text of OpenRouter ``reasoning_details`` entries (encrypted ones carry none)."""
+    if not isinstance(details, list):
+        return ""
+    out = []
+    for d in details:
+        if isinstance(d, dict):
+            t = d.get("text") or d.get("summary")
+            if isinstance(t, str):
+                out.append(t)
+    return "".join(out)
+
+
+def _flat_annotation(ann: Any) -> dict[str, Any] | None:
+    if not isinstance(ann, dict) or ann.get("type") != "url_citation":
+        return None
+    inner = ann.get("url_citation") or ann
+    return {
+        "type": "url_citation",
+        "start_index": inner.get("start_index") or 0,
+        "end_index": inner.get("end_index") or 0,
+        "title": inner.get("title") or "",
+        "url": inner.get("url") or "",
+    }
+
+
+def _delta_logprobs(logprobs: dict[str, Any], part: list[Any]) -> list[dict[str, Any]]:
+    """Chat logprobs -> delta-event logprobs (no bytes); the part keeps the full entries."""
+    entries = logprobs.get("content") or ()
+    out = []
+    for e in entries:
+        top = e.get("top_logprobs") or ()
+        out.append({"token": e.get("token", ""), "logprob": e.get("logprob", 0.0),
+                    "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob", 0.0)} for t in top]})
+        part[3].append({"token": e.get("token", ""), "bytes": e.get("bytes") or [], "logprob": e.get("logprob", 0.0),
+                        "top_logprobs": [{"token": t.get("token", ""), "bytes": t.get("bytes") or [],
+                                          "logprob": t.get("logprob", 0.0)} for t in top]})
+    return out

@@ -1,0 +1,56 @@
+"""Non-streaming bodies: a ``chat.completion`` -> a Responses ``Response``.
+
+Rules:
+  - The completion's message is replayed through ``ChatToResponsesStream`` as one chunk whose
+    delta is the message (tool calls numbered by position), so the non-streaming Response is by
+    construction the same object the terminal event of a stream would carry: same items, same
+    statuses, same usage, same failure and incomplete handling.
+  - A completion with no choices is an upstream protocol error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .chat_to_responses import ChatToResponsesStream
+from .errors import UpstreamProtocolError
+from .ids import IdFactory
+from .options import NO_TOOLS, ToolContext
+
+
+def chat_completion_to_response(
+    completion: Any,
+    request: dict[str, Any],
+    *,
+    ids: IdFactory,
+    now: Callable[[], int],
+    tools: ToolContext = NO_TOOLS,
+    seal_reasoning: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
+    if isinstance(completion, dict) and completion.get("error"):
+        machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning)
+        machine.start()
+        machine.feed({"error": completion["error"]})
+        return machine.final_response or {}
+    choices = completion.get("choices") if isinstance(completion, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise UpstreamProtocolError("the upstream answered without any choices")
+    choice = choices[0]
+    message = dict(choice.get("message") or {})
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        message["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, dict)]
+    chunk = {
+        "choices": [{"index": 0, "delta": message, "finish_reason": choice.get("finish_reason"),
+                     "logprobs": choice.get("logprobs")}],
+        "usage": completion.get("usage"),
+    }
+    machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning)
+    machine.start()
+    machine.feed(chunk)
+    if not machine.done:
+        machine.finish()
+    resp = machine.final_response
+    assert resp is not None
+    return resp
