@@ -24,6 +24,7 @@ from aiohttp import web
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.errors import TranslationError
 from translators.ids import IdFactory
+from translators.pump import Pump
 from translators.response_bodies import chat_completion_to_response
 from translators.responses_request import responses_request_to_chat
 
@@ -171,7 +172,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         upstream.close()
         return response
     cfg = app[CONFIG]
-    stats = await relay(upstream, machine, response, render_responses, idle=up.timeouts.idle,
+    stats = await relay(upstream, Pump(machine), response, render_responses, idle=up.timeouts.idle,
                         keepalive=cfg.server.keepalive_seconds, total=up.timeouts.total)
     if machine.diagnostics:
         log.info("translation.anomaly", model=mapped.model, **machine.diagnostics)

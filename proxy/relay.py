@@ -1,14 +1,14 @@
 """The one streaming loop: upstream bytes -> SSE events -> translator -> SSE frames -> client.
 
-Order of work for each upstream read: decode SSE, parse each event's JSON once (orjson), feed
-the machine, render its outputs and write them to the client in one write. ``[DONE]`` (chat
-upstreams) or the machine's own terminal state ends reading: nothing after it leaks through.
-Failures map to exactly one ending:
+For each upstream read, the pure ``Pump`` (SSE decode, one orjson parse per event, the stream
+machine) returns the translated outputs, which are rendered and written in one write.
+``[DONE]`` (chat upstreams) or the machine's terminal state ends reading: nothing after it leaks
+through. Failures map to exactly one ending:
 
-  - invalid JSON / an SSE line over the size cap     -> machine.fail("upstream_protocol_error")
-  - no upstream bytes for ``idle`` seconds           -> machine.fail("upstream_idle_timeout")
-  - the connection drops or the total timeout fires  -> machine.fail(...)
-  - clean EOF without [DONE]                         -> machine.finish(clean=False) decides
+  - invalid JSON / an SSE line over the size cap     -> handled inside the pump (fail)
+  - no upstream bytes for ``idle`` seconds           -> pump.fail("upstream_idle_timeout")
+  - the connection drops or the total timeout fires  -> pump.fail(...)
+  - clean EOF without [DONE]                         -> pump.finish(): the machine decides
 
 While the upstream is silent, an SSE comment (``: keepalive``) goes to the client every
 ``keepalive`` seconds, so clients and intermediaries do not time out during long reasoning.
@@ -21,25 +21,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 
-from translators.errors import UpstreamProtocolError
-from translators.sse import SSEDecoder
+from translators.pump import Pump
 
 KEEPALIVE_FRAME = b": keepalive\n\n"
-_DONE = b"[DONE]"
-
-
-class Machine(Protocol):
-    @property
-    def done(self) -> bool: ...
-    def feed(self, item: dict[str, Any]) -> list[dict[str, Any]]: ...
-    def finish(self, *, clean: bool = True) -> list[dict[str, Any]]: ...
-    def fail(self, code: str, message: str) -> list[dict[str, Any]]: ...
 
 
 @dataclass(slots=True)
@@ -55,7 +45,7 @@ class RelayStats:
 
 async def relay(
     upstream: aiohttp.ClientResponse,
-    machine: Machine,
+    pump: Pump,
     response: web.StreamResponse,
     render: Callable[[list[dict[str, Any]]], bytes],
     *,
@@ -67,8 +57,6 @@ async def relay(
 ) -> RelayStats:
     stats = stats or RelayStats()
     loop = asyncio.get_running_loop()
-    decoder = SSEDecoder()
-    loads = orjson.loads
     raw_write = response.write
 
     async def write(data: bytes) -> None:
@@ -78,11 +66,11 @@ async def relay(
             raise _ClientGone from None
 
     readany = upstream.content.readany
+    feed = pump.feed
     tick = min(idle, keepalive)
     last_data = loop.time()
-    clean = False
     try:
-        while not machine.done:
+        while not pump.done:
             try:
                 async with asyncio.timeout(tick) as deadline:
                     next_check = loop.time() + 1.0
@@ -96,66 +84,44 @@ async def relay(
                             deadline.reschedule(now + tick)
                             next_check = now + 1.0
                         stats.chunks_in += 1
-                        out: list[dict[str, Any]] = []
-                        for ev in decoder.feed(chunk):
-                            data = ev.data
-                            if data == _DONE:
-                                clean = True
-                                break
-                            stats.events_in += 1
-                            out += machine.feed(_parse(loads, ev.event, data))
-                            if machine.done:
-                                break
+                        out = feed(chunk)
                         if out:
                             stats.events_out += len(out)
                             await write(render(out))
-                        if clean or machine.done:
+                        if pump.done:
                             break
                 break  # EOF, [DONE] or a terminal event
             except TimeoutError:
-                silent = loop.time() - last_data
-                if silent >= idle:
+                if loop.time() - last_data >= idle:
                     raise _IdleTimeout(idle) from None
                 await write(KEEPALIVE_FRAME)
-        if not machine.done:
-            if not clean:
-                for ev in decoder.finish():
-                    if ev.data == _DONE:
-                        clean = True
-                        break
-                    out = machine.feed(_parse(loads, ev.event, ev.data))
-                    if out:
-                        await write(render(out))
-                    if machine.done:
-                        break
-            if not machine.done:
-                out = machine.finish(clean=clean)
-                stats.events_out += len(out)
-                await write(render(out))
+        out = pump.finish()
+        if out:
+            stats.events_out += len(out)
+            await write(render(out))
         stats.ending = "ok"
     except _ClientGone:
         stats.ending = "client_disconnected"
         return stats
-    except UpstreamProtocolError as exc:
-        await _fail(machine, response, render, stats, "upstream_protocol_error", exc.message)
     except _IdleTimeout as exc:
-        await _fail(machine, response, render, stats, "upstream_idle_timeout",
+        await _fail(pump, response, render, stats, "upstream_idle_timeout",
                     f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
     except (aiohttp.ServerTimeoutError, asyncio.TimeoutError):
-        await _fail(machine, response, render, stats, "upstream_timeout",
+        await _fail(pump, response, render, stats, "upstream_timeout",
                     f"the upstream did not finish within the total timeout of {total:g}s")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-        await _fail(machine, response, render, stats, "upstream_disconnected",
+        await _fail(pump, response, render, stats, "upstream_disconnected",
                     "the upstream connection closed in the middle of the stream")
     except Exception as exc:  # a translator bug must still end the stream properly
         stats.extra["internal_error"] = repr(exc)
         try:
-            await _fail(machine, response, render, stats, "internal_error",
+            await _fail(pump, response, render, stats, "internal_error",
                         "crossfeed could not translate the upstream stream")
         except Exception:
             stats.ending = "internal_error"
     finally:
         upstream.close()
+        stats.events_in = pump.events_in
     if done_frame is not None:
         try:
             await raw_write(done_frame)
@@ -173,31 +139,18 @@ class _IdleTimeout(Exception):
         self.seconds = seconds
 
 
-def _parse(loads: Callable[[bytes], Any], event: str | None, data: bytes) -> dict[str, Any]:
-    try:
-        obj = loads(data)
-    except orjson.JSONDecodeError:
-        raise UpstreamProtocolError("the upstream sent an event that is not valid JSON") from None
-    if not isinstance(obj, dict):
-        raise UpstreamProtocolError("the upstream sent an event that is not a JSON object")
-    if event == "error" and "error" not in obj and "type" not in obj:
-        obj = {"error": obj}
-    return obj
-
-
-async def _fail(machine: Machine, response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
+async def _fail(pump: Pump, response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
                 stats: RelayStats, code: str, message: str) -> None:
     stats.ending = code
     stats.error = message
-    if machine.done:
+    out = pump.fail(code, message)
+    if not out:
         return
-    out = machine.fail(code, message)
     stats.events_out += len(out)
     try:
         await response.write(render(out))
     except ConnectionResetError:
         stats.ending = "client_disconnected"
-
 
 
 _TYPE_BYTES: dict[str, bytes] = {}

@@ -159,8 +159,7 @@ class ChatToResponsesStream:
         out = self._out = []
         error = chunk.get("error")
         if error:
-            self._fail_upstream(error)
-            return out
+            return self._fail_upstream(error)
         usage = chunk.get("usage")
         if usage:
             self._usage = usage
@@ -550,14 +549,14 @@ class ChatToResponsesStream:
     def _part_event(self, kind: str, item: _Item, ci: int, part: dict[str, Any]) -> Event:
         return {"type": kind, "item_id": item.id, "output_index": item.index, "content_index": ci, "part": part}
 
-    def _fail_upstream(self, error: Any) -> None:
+    def _fail_upstream(self, error: Any) -> list[Event]:
         if isinstance(error, dict):
             message = str(error.get("message") or "upstream error")
             code = error.get("code")
             code = code if isinstance(code, str) and code else "upstream_error"
         else:
             message, code = str(error), "upstream_error"
-        self.fail(code, message)
+        return self.fail(code, message)
 
     def _snapshot(self) -> dict[str, Any]:
         return dict(self._resp)

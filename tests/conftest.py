@@ -1,0 +1,142 @@
+"""Shared fixtures: a fake backend on a real port, crossfeed on a real port, and official SDK
+clients whose every streamed body is validated by the strict stream validators.
+
+The SDK clients get an HTTP transport that tees each response body: at the end of the test every
+``text/event-stream`` body from ``/v1/responses`` must pass ``validate_responses_sse`` and every
+one from ``/v1/chat/completions`` must pass ``validate_chat_sse``. No test can produce a stream
+that escapes the validators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from aiohttp import web
+
+from proxy.app import create_app
+from proxy.config import Config, load_config
+from tests.fakes.upstream import FakeUpstream
+from tests.support.validators import validate_chat_sse, validate_responses_sse
+from translators.ids import SequentialIds
+
+
+@dataclass
+class Captured:
+    path: str
+    content_type: str
+    chunks: list[bytes] = field(default_factory=list)
+
+    @property
+    def raw(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class _TeeStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, sink: Captured) -> None:
+        self._inner = inner
+        self._sink = sink
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._sink.chunks.append(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class TeeTransport(httpx2.AsyncBaseTransport):
+    """Records every response body while passing it through unchanged."""
+
+    def __init__(self, captured: list[Captured]) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
+        self.captured = captured
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        sink = Captured(request.url.path, response.headers.get("content-type", ""))
+        self.captured.append(sink)
+        return httpx2.Response(status_code=response.status_code, headers=response.headers,
+                               stream=_TeeStream(response.stream, sink), extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def validate_captured(captured: list[Captured]) -> int:
+    """Validate every SSE body seen; returns how many were checked."""
+    checked = 0
+    for c in captured:
+        if "text/event-stream" not in c.content_type or not c.chunks:
+            continue
+        if c.path.endswith("/responses"):
+            validate_responses_sse(c.raw)
+        elif c.path.endswith("/chat/completions"):
+            validate_chat_sse(c.raw)
+        checked += 1
+    return checked
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    up = FakeUpstream()
+    await up.start()
+    yield up
+    await up.close()
+
+
+@dataclass
+class ProxyHandle:
+    url: str
+    app: web.Application
+    config: Config
+    runner: web.AppRunner
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+
+async def start_proxy(config: Config, environ: dict[str, str] | None = None, **app_kwargs: Any) -> ProxyHandle:
+    app = create_app(config, environ=environ or {}, **app_kwargs)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return ProxyHandle(f"http://127.0.0.1:{port}", app, config, runner)
+
+
+@pytest.fixture
+def proxy_overrides() -> dict[str, Any]:
+    """Override in a test module to change the proxy's configuration."""
+    return {}
+
+
+@pytest.fixture
+async def proxy(upstream: FakeUpstream, proxy_overrides: dict[str, Any]) -> AsyncIterator[ProxyHandle]:
+    overrides = {"upstream.base_url": upstream.base_url, **proxy_overrides}
+    config = load_config(None, {}, overrides)
+    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
+    yield handle
+    await handle.runner.cleanup()
+
+
+@pytest.fixture
+async def captured() -> AsyncIterator[list[Captured]]:
+    seen: list[Captured] = []
+    yield seen
+    validate_captured(seen)
+
+
+@pytest.fixture
+async def client(proxy: ProxyHandle, captured: list[Captured]) -> AsyncIterator[openai.AsyncOpenAI]:
+    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
+    c = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", http_client=http, max_retries=0)
+    yield c
+    await c.close()

@@ -1,0 +1,102 @@
+"""Bytes in, translated outputs out: SSE decoding, JSON parsing and a stream machine in one.
+
+``Pump`` is what the relay drives and what golden tests drive, so the exact same code turns
+upstream bytes into client events in production and in tests. It never raises for anything the
+upstream sends: a protocol error (an event that is not JSON, not an object, or too large) ends the
+machine with ``fail``. After ``[DONE]`` or the machine's terminal output, further bytes are
+ignored, so nothing the upstream sends after its end can leak through.
+
+  pump.feed(chunk)   -> outputs          for every upstream read
+  pump.finish()      -> outputs          the upstream closed the connection (EOF)
+  pump.fail(code, m) -> outputs          transport failure or timeout, decided by the driver
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+
+from .errors import UpstreamProtocolError
+from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+
+_DONE = b"[DONE]"
+Out = dict[str, Any]
+
+
+class Machine(Protocol):
+    @property
+    def done(self) -> bool: ...
+    def feed(self, item: dict[str, Any]) -> list[Out]: ...
+    def finish(self, *, clean: bool = True) -> list[Out]: ...
+    def fail(self, code: str, message: str) -> list[Out]: ...
+
+
+class Pump:
+    __slots__ = ("machine", "_decoder", "_clean", "events_in")
+
+    def __init__(self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self.machine = machine
+        self._decoder = SSEDecoder(max_event_bytes)
+        self._clean = False  # [DONE] seen
+        self.events_in = 0
+
+    @property
+    def done(self) -> bool:
+        return self._clean or self.machine.done
+
+    def feed(self, chunk: bytes) -> list[Out]:
+        machine = self.machine
+        if self._clean or machine.done:
+            return []
+        out: list[Out] = []
+        try:
+            for ev in self._decoder.feed(chunk):
+                data = ev.data
+                if data == _DONE:
+                    self._clean = True
+                    out += machine.finish(clean=True)
+                    return out
+                self.events_in += 1
+                out += machine.feed(_parse(ev.event, data))
+                if machine.done:
+                    return out
+        except UpstreamProtocolError as exc:
+            out += machine.fail("upstream_protocol_error", exc.message)
+        return out
+
+    def finish(self) -> list[Out]:
+        """The upstream closed the connection."""
+        machine = self.machine
+        if self._clean or machine.done:
+            return []
+        out: list[Out] = []
+        try:
+            for ev in self._decoder.finish():
+                if ev.data == _DONE:
+                    self._clean = True
+                    return out + machine.finish(clean=True)
+                self.events_in += 1
+                out += machine.feed(_parse(ev.event, ev.data))
+                if machine.done:
+                    return out
+        except UpstreamProtocolError as exc:
+            return out + machine.fail("upstream_protocol_error", exc.message)
+        return out + machine.finish(clean=False)
+
+    def fail(self, code: str, message: str) -> list[Out]:
+        if self._clean or self.machine.done:
+            return []
+        return self.machine.fail(code, message)
+
+
+def _parse(event: str | None, data: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError("the upstream sent an event that is not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise UpstreamProtocolError("the upstream sent an event that is not a JSON object")
+    if event == "error" and "error" not in obj and "type" not in obj:
+        obj = {"error": obj}  # Groq: `event: error` whose data lacks the wrapper
+    return obj
