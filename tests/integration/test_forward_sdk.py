@@ -1,0 +1,289 @@
+"""The official OpenAI SDK against crossfeed over a real port, with a fake chat backend.
+
+Every streamed body these tests receive is also checked by the strict validator (conftest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import openai
+import orjson
+import pytest
+
+from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+
+CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures" / "chat"
+
+
+def capture(name: str, **kw: object) -> SSEReply:
+    return SSEReply((CAPTURES / name).read_bytes(), **kw)  # type: ignore[arg-type]
+
+
+def chunk(delta: dict, finish: str | None = None) -> bytes:
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def usage_chunk(prompt: int = 10, completion: int = 5) -> bytes:
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def test_stream_text_create(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(capture("openai-gpt4o-text-usage.sse", seed=3, max_piece=13))
+    stream = await client.responses.create(model="gpt-4o", input="Say hello", stream=True)
+    types, text = [], []
+    async for ev in stream:
+        types.append(ev.type)
+        if ev.type == "response.output_text.delta":
+            text.append(ev.delta)
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types[-1] == "response.completed"
+    assert "".join(text) and types.count("response.output_item.added") == 1
+    assert [e.sequence_number for e in []] == []
+    sent = upstream.requests[-1].body
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert sent["messages"] == [{"role": "user", "content": "Say hello"}]
+
+
+async def test_stream_helper_final_response_with_reasoning(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(capture("deepseek-reasoner-reasoning-content.sse", seed=5))
+    async with client.responses.stream(model="deepseek-reasoner", input="9.11 or 9.8?") as stream:
+        reasoning = [ev.delta async for ev in stream if ev.type == "response.reasoning_text.delta"]
+        final = await stream.get_final_response()
+    assert final.status == "completed"
+    kinds = [item.type for item in final.output]
+    assert kinds == ["reasoning", "message"]
+    assert final.output[0].content[0].text == "".join(reasoning) and reasoning
+    assert final.output_text
+    assert final.usage is not None and final.usage.output_tokens_details.reasoning_tokens > 0
+
+
+async def test_non_streaming(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(JSONReply({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Let me check.", "reasoning_content": "need weather",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]}}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29,
+                  "prompt_tokens_details": {"cached_tokens": 4}},
+    }))
+    resp = await client.responses.create(model="m", input="weather in Oslo?", stream=False,
+                                         tools=[{"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}])
+    assert resp.status == "completed"
+    assert [o.type for o in resp.output] == ["reasoning", "message", "function_call"]
+    assert resp.output_text == "Let me check."
+    call = resp.output[2]
+    assert call.call_id == "call_1" and call.name == "weather" and orjson.loads(call.arguments) == {"city": "Oslo"}
+    assert resp.usage.input_tokens == 20 and resp.usage.input_tokens_details.cached_tokens == 4
+    assert "stream_options" not in upstream.requests[-1].body
+    assert upstream.requests[-1].body.get("stream") in (None, False)
+
+
+async def test_tool_call_round_trip(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(capture("openai-gpt4o-parallel-tool-calls.sse", seed=9, max_piece=40),
+                   SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"content": "Both done."}, "stop")
+                            + usage_chunk() + DONE))
+    tools = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
+             for n in ("get_country", "get_product_name")]
+    first = await client.responses.create(model="gpt-4o", input="go", tools=tools, stream=False) \
+        if False else None
+    async with client.responses.stream(model="gpt-4o", input="go", tools=tools) as s:
+        final = await s.get_final_response()
+    calls = [o for o in final.output if o.type == "function_call"]
+    assert [c.name for c in calls] == ["get_country", "get_product_name"]
+    history = [{"role": "user", "content": "go"}] + [c.model_dump(exclude_none=True) for c in calls] + [
+        {"type": "function_call_output", "call_id": c.call_id, "output": f"result-{i}"} for i, c in enumerate(calls)]
+    second = await client.responses.create(model="gpt-4o", input=history, tools=tools, stream=True)
+    events = [e async for e in second]
+    assert events[-1].type == "response.completed"
+    msgs = upstream.requests[-1].body["messages"]
+    assert msgs[0] == {"role": "user", "content": "go"}
+    assert msgs[1]["role"] == "assistant"
+    assert [tc["id"] for tc in msgs[1]["tool_calls"]] == [c.call_id for c in calls]
+    assert [tc["function"]["name"] for tc in msgs[1]["tool_calls"]] == ["get_country", "get_product_name"]
+    assert msgs[2:] == [{"role": "tool", "tool_call_id": c.call_id, "content": f"result-{i}"} for i, c in enumerate(calls)]
+    assert first is None
+
+
+async def test_midstream_error_raises_and_ends_with_failed(client: openai.AsyncOpenAI, upstream: FakeUpstream,
+                                                           captured: list) -> None:
+    upstream.reply(capture("groq-gptoss-error-event-after-text.sse", seed=2))
+    stream = await client.responses.create(model="m", input="x", stream=True)
+    with pytest.raises(openai.APIError) as info:
+        async for _ in stream:
+            pass
+    assert "Tool choice is required" in str(info.value)
+
+
+async def test_truncated_upstream_gives_failed(proxy, upstream: FakeUpstream, captured: list) -> None:
+    upstream.reply(SSEReply(chunk({"content": "half an ans"})))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.base_url + "/responses", json={"model": "m", "input": "x", "stream": True}) as r:
+            body = await r.read()
+    from tests.support.validators import validate_responses_sse
+    events = validate_responses_sse(body)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "upstream_truncated"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "exc", "message"),
+    [
+        (400, {"error": {"message": "bad thing", "type": "invalid_request_error", "param": "messages", "code": None}}, {},
+         openai.BadRequestError, "bad thing"),
+        (401, {"error": {"message": "Invalid API key", "type": "invalid_request_error", "code": "invalid_api_key"}}, {},
+         openai.AuthenticationError, "Invalid API key"),
+        (404, {"error": {"message": "model not found", "type": "invalid_request_error"}}, {}, openai.NotFoundError,
+         "model not found"),
+        (429, {"error": {"message": "slow down", "type": "rate_limit_error"}}, {"Retry-After": "7"},
+         openai.RateLimitError, "slow down"),
+        (500, None, {}, openai.InternalServerError, "HTTP 500"),
+        (503, None, {}, openai.InternalServerError, "HTTP 503"),
+    ],
+)
+@pytest.mark.parametrize("stream", [True, False])
+async def test_upstream_http_errors_keep_status_and_message(client: openai.AsyncOpenAI, upstream: FakeUpstream,
+                                                            status: int, body: dict | None, headers: dict,
+                                                            exc: type, message: str, stream: bool) -> None:
+    if body is None:
+        upstream.reply(JSONReply(None, status=status, raw=b"<html><body>Bad Gateway</body></html>" if status == 500 else b"",
+                                 content_type="text/html"))
+    else:
+        upstream.reply(JSONReply(body, status=status, headers=headers))
+    with pytest.raises(exc) as info:
+        await client.responses.create(model="m", input="x", stream=stream)
+    assert info.value.status_code == status
+    assert message in info.value.message
+    assert "<html" not in info.value.message
+    if headers:
+        assert info.value.response.headers.get("retry-after") == "7"
+
+
+async def test_unreachable_upstream_is_502() -> None:
+    from proxy.config import load_config
+    from tests.conftest import start_proxy
+
+    config = load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1"})
+    handle = await start_proxy(config)
+    try:
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as info:
+            await c.responses.create(model="m", input="x", stream=True)
+        assert info.value.status_code == 502
+        assert "cannot connect to the upstream" in info.value.message
+        await c.close()
+    finally:
+        await handle.runner.cleanup()
+
+
+async def test_first_byte_timeout_is_504(upstream: FakeUpstream) -> None:
+    from proxy.config import load_config
+    from tests.conftest import start_proxy
+
+    config = load_config(None, {}, {"upstream.base_url": upstream.base_url})
+    up = config.upstreams[0].model_copy(update={"timeouts": config.upstreams[0].timeouts.model_copy(update={"first_byte": 0.3})})
+    config = config.model_copy(update={"upstreams": (up,)})
+    upstream.reply(SSEReply(b"", stall_after=0))
+
+    async def slow(request):  # headers never come
+        await asyncio.sleep(5)
+    handle = await start_proxy(config)
+    original = upstream._stream
+
+    async def never_answers(request, reply):
+        await asyncio.sleep(10)
+        return await original(request, reply)
+    upstream._stream = never_answers  # type: ignore[method-assign]
+    try:
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as info:
+            await c.responses.create(model="m", input="x", stream=True)
+        assert info.value.status_code == 504
+        assert "first_byte timeout" in info.value.message
+        await c.close()
+    finally:
+        await handle.runner.cleanup()
+
+
+async def test_client_disconnect_cancels_upstream(proxy, upstream: FakeUpstream) -> None:
+    slow = chunk({"content": "tick "}) * 400 + DONE
+    upstream.reply(SSEReply(slow, max_piece=60, delay=0.05))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.base_url + "/responses", json={"model": "m", "input": "x", "stream": True}) as r:
+            async for _ in r.content.iter_any():
+                break  # hang up after the first bytes
+    for _ in range(100):
+        if upstream.open_requests == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert upstream.open_requests == 0
+    assert upstream.cancelled == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "param", "code"),
+    [
+        (b"{not json", 400, None, "invalid_json"),
+        (b"[]", 400, None, "invalid_type"),
+        (b"null", 400, None, "invalid_type"),
+        (b'{"input": "x"}', 400, "model", "missing_required_parameter"),
+        (b'{"model": 5, "input": "x"}', 400, "model", "invalid_type"),
+        (b'{"model": "m", "input": "x", "stream": "yes"}', 400, "stream", None),
+        (b'{"model": "m", "input": "x", "temperature": "hot"}', 400, "temperature", None),
+    ],
+)
+async def test_bad_requests_get_envelope_with_param(proxy, payload: bytes, status: int, param: str | None,
+                                                    code: str | None) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.base_url + "/responses", data=payload,
+                          headers={"Content-Type": "application/json"}) as r:
+            assert r.status == status
+            body = await r.json()
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == param
+    if code:
+        assert err["code"] == code
+    assert "Traceback" not in err["message"] and "Error(" not in err["message"]
+
+
+async def test_unknown_path_and_method_get_envelope(proxy) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proxy.url + "/v1/nope") as r:
+            assert r.status == 404
+            assert (await r.json())["error"]["code"] == "not_found"
+        async with s.delete(proxy.url + "/v1/chat/completions") as r:
+            assert r.status == 405
+            assert (await r.json())["error"]["type"] == "invalid_request_error"
+        async with s.get(proxy.url + "/healthz") as r:
+            assert r.status == 200
+
+
+async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    raw = (CAPTURES / "openai-gpt4o-text-usage.sse").read_bytes()
+    upstream.reply(JSONReply({"object": "list", "data": [{"id": "m1", "object": "model", "created": 0, "owned_by": "x"}]}),
+                   SSEReply(raw, seed=4))
+    models = await client.models.list()
+    assert [m.id for m in models.data] == ["m1"]
+    stream = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                                  stream=True, stream_options={"include_usage": True})
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text
+    assert upstream.requests[-1].path == "/v1/chat/completions"
+    assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "hi"}]
+
+
+async def test_client_key_passed_when_no_upstream_key(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(SSEReply(chunk({"content": "ok"}, "stop") + DONE))
+    s = await client.responses.create(model="m", input="x", stream=True)
+    [e async for e in s]
+    assert upstream.requests[-1].headers["Authorization"] == "Bearer sk-test-client"

@@ -1,0 +1,1 @@
+"""Test support: strict stream validators and re-chunking helpers (no production code)."""

@@ -1,0 +1,830 @@
+"""Strict-client validators for every stream crossfeed emits.
+
+They describe what crossfeed must OUTPUT, so they are stricter than any single client: each rule
+is one that openai-python 3.x or openai-node 7.x enforces (wire-spec 1.7, 2.4), or a lifecycle
+fact of real OpenAI streams whose absence has broken clients (wire-spec 1.4-1.6, 2.x, 6). A broken
+rule raises ``StreamViolation`` naming the event/chunk position and the rule.
+
+Public interface::
+
+    validate_responses_events(events, *, require_terminal=True) -> None
+    validate_responses_sse(raw, *, require_terminal=True)      -> list[dict]  (parsed events)
+    validate_chat_chunks(chunks, *, expect_usage=None)         -> None
+    validate_chat_sse(raw, *, expect_usage=None)               -> list[dict]  (chunks, no [DONE])
+    accumulate_chat(chunks, *, reasoning_field="reasoning_content") -> dict
+
+Deliberate limits: Chat streams are checked for ``n=1`` only (crossfeed rejects ``n>1``);
+``input_tokens_details.cache_write_tokens`` is not required (real OpenAI captures lack it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import orjson
+
+from translators.sse import SSEDecoder
+
+__all__ = [
+    "StreamViolation",
+    "accumulate_chat",
+    "validate_chat_chunks",
+    "validate_chat_sse",
+    "validate_responses_events",
+    "validate_responses_sse",
+]
+
+
+class StreamViolation(AssertionError):
+    """A stream breaks a rule that a strict client relies on."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses API
+# ---------------------------------------------------------------------------------------------
+
+_TERMINAL = {
+    "response.completed": "completed",
+    "response.incomplete": "incomplete",
+    "response.failed": "failed",
+}
+_OPENING = ("response.created", "response.in_progress")
+_INCOMPLETE_REASONS = {"max_output_tokens", "content_filter", "max_messages", "steered"}
+
+# Item-scoped event -> the item type it belongs to (None: decided by the part type).
+_ITEM_FAMILY: dict[str, str | None] = {
+    "response.content_part.added": None,
+    "response.content_part.done": None,
+    "response.output_text.delta": "message",
+    "response.output_text.done": "message",
+    "response.output_text.annotation.added": "message",
+    "response.refusal.delta": "message",
+    "response.refusal.done": "message",
+    "response.function_call_arguments.delta": "function_call",
+    "response.function_call_arguments.done": "function_call",
+    "response.custom_tool_call_input.delta": "custom_tool_call",
+    "response.custom_tool_call_input.done": "custom_tool_call",
+    "response.reasoning_summary_part.added": "reasoning",
+    "response.reasoning_summary_part.done": "reasoning",
+    "response.reasoning_summary_text.delta": "reasoning",
+    "response.reasoning_summary_text.done": "reasoning",
+    "response.reasoning_text.delta": "reasoning",
+    "response.reasoning_text.done": "reasoning",
+    "response.code_interpreter_call_code.delta": "code_interpreter_call",
+    "response.code_interpreter_call_code.done": "code_interpreter_call",
+    "response.image_generation_call.partial_image": "image_generation_call",
+    "response.mcp_call_arguments.delta": "mcp_call",
+    "response.mcp_call_arguments.done": "mcp_call",
+    "response.shell_call_output_content.delta": "shell_call_output",
+    "response.shell_call_output_content.done": "shell_call_output",
+    "response.compaction.compacting": "compaction",
+}
+for _family, _phases in {
+    "web_search_call": ("in_progress", "searching", "completed"),
+    "file_search_call": ("in_progress", "searching", "completed"),
+    "code_interpreter_call": ("in_progress", "interpreting", "completed"),
+    "image_generation_call": ("in_progress", "generating", "completed"),
+    "mcp_call": ("in_progress", "completed", "failed"),
+    "mcp_list_tools": ("in_progress", "completed", "failed"),
+}.items():
+    for _phase in _phases:
+        _ITEM_FAMILY[f"response.{_family}.{_phase}"] = _family
+# Scoped by output_index only (no item_id on the wire).
+_INDEX_ONLY = {f"response.shell_call_command.{p}": "shell_call" for p in ("added", "delta", "done")}
+_UNSCOPED = {
+    "error",
+    "response.queued",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.audio.delta",
+    "response.audio.done",
+    "response.audio.transcript.delta",
+    "response.audio.transcript.done",
+    *_OPENING,
+    *_TERMINAL,
+}
+KNOWN_RESPONSES_EVENTS = frozenset(_ITEM_FAMILY) | frozenset(_INDEX_ONLY) | frozenset(_UNSCOPED)
+
+# Text streamed into a content part: delta event prefix -> (part type, field of part and of *.done).
+_PART_TEXT = {
+    "response.output_text": ("output_text", "text"),
+    "response.refusal": ("refusal", "refusal"),
+    "response.reasoning_text": ("reasoning_text", "text"),
+}
+_PART_OWNER = {"output_text": "message", "refusal": "message", "reasoning_text": "reasoning"}
+# Text streamed into the item itself: event prefix -> field of the item and of *.done.
+_ITEM_TEXT = {
+    "response.function_call_arguments": "arguments",
+    "response.custom_tool_call_input": "input",
+    "response.code_interpreter_call_code": "code",
+    "response.mcp_call_arguments": "arguments",
+}
+# Item types whose text stream must be closed by its *.done event before output_item.done.
+_REQUIRED_ITEM_TEXT = {"function_call": "response.function_call_arguments",
+                       "custom_tool_call": "response.custom_tool_call_input"}
+_CALL_ID_TYPES = {"function_call", "custom_tool_call", "shell_call", "shell_call_output"}
+
+
+def _comparable(item: Any) -> Any:
+    """An output item for equality: ``encrypted_content`` is opaque and OpenAI re-encrypts it
+    between output_item.done and the terminal event, so only its presence is compared."""
+    if isinstance(item, dict) and "encrypted_content" in item:
+        return {**item, "encrypted_content": item["encrypted_content"] is not None}
+    return item
+
+
+def _parts(parts: Any) -> Any:
+    """Message content parts for equality: ``logprobs`` is left out (OpenAI fills it on the
+    done item but not on content_part.done, and the shapes differ from delta logprobs)."""
+    if not isinstance(parts, list):
+        return parts
+    return [{k: v for k, v in p.items() if k != "logprobs"} if isinstance(p, dict) else p
+            for p in parts]
+
+
+class _Part:
+    __slots__ = ("type", "pieces", "text_done", "final", "annotations")
+
+    def __init__(self, part_type: str) -> None:
+        self.type = part_type
+        self.pieces: list[str] = []
+        self.text_done = False  # the family's *.done text event was seen
+        self.final: dict | None = None  # the part carried by *_part.done
+        self.annotations: list = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+class _Item:
+    __slots__ = ("added", "parts", "summary", "streams", "streams_done", "final")
+
+    def __init__(self, added: dict) -> None:
+        self.added = added
+        self.parts: list[_Part] = []
+        self.summary: list[_Part] = []
+        self.streams: dict[str, list[str]] = {}
+        self.streams_done: set[str] = set()
+        self.final: dict | None = None
+
+    @property
+    def type(self) -> str:
+        return self.added["type"]
+
+
+class _ResponsesChecker:
+    def __init__(self) -> None:
+        self.items: list[_Item] = []
+        self.ids: set[str] = set()
+        self.call_ids: set[str] = set()
+        self.response_id: str | None = None
+        self.terminal: str | None = None
+        self.error_at: int | None = None
+        self.pos = 0
+        self.etype = ""
+
+    def fail(self, message: str) -> NoReturn:
+        raise StreamViolation(f"event #{self.pos} ({self.etype}): {message}")
+
+    # -- driver ---------------------------------------------------------------------------
+
+    def run(self, events: list[dict], require_terminal: bool) -> None:
+        if not events:
+            if require_terminal:
+                raise StreamViolation("empty stream: no events at all")
+            return
+        for pos, event in enumerate(events):
+            self.pos, self.etype = pos, "?"
+            self.event(event)
+        if self.error_at is not None and self.terminal is None and require_terminal:
+            raise StreamViolation(f"event #{self.error_at} (error): not followed by response.failed")
+        if require_terminal and self.terminal is None:
+            raise StreamViolation(
+                f"stream ended after {len(events)} events without a terminal event "
+                "(response.completed / response.incomplete / response.failed)")
+
+    def event(self, event: Any) -> None:
+        if not isinstance(event, dict) or not _nonempty_str(event.get("type")):
+            self.fail("event is not an object with a string `type`")
+        self.etype = etype = event["type"]
+        seq = event.get("sequence_number")
+        if not _is_int(seq):
+            self.fail("missing or non-integer sequence_number")
+        if seq != self.pos:
+            self.fail(f"sequence_number {seq} != {self.pos} (must start at 0 and grow by 1)")
+        if self.terminal is not None:
+            self.fail(f"event after the terminal event {self.terminal}")
+        if etype not in KNOWN_RESPONSES_EVENTS:
+            self.fail(f"unknown event type {etype!r} (openai-node throws on it)")
+        if self.error_at is not None and etype != "response.failed":
+            self.fail("an `error` event must be followed directly by response.failed")
+        if self.pos < 2 and etype != _OPENING[self.pos]:
+            self.fail(f"event #{self.pos} must be {_OPENING[self.pos]}")
+        if etype in _ITEM_FAMILY or etype in _INDEX_ONLY:
+            self.scoped(event)
+        else:
+            getattr(self, "on_" + etype.replace("response.", "").replace(".", "_"))(event)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def lifecycle_response(self, event: dict) -> dict:
+        response = event.get("response")
+        if not isinstance(response, dict) or not _nonempty_str(response.get("id")):
+            self.fail("lifecycle event without a `response` object carrying an id")
+        if response.get("object") != "response":
+            self.fail(f"response.object is {response.get('object')!r}, expected 'response'")
+        if self.response_id is None:
+            self.response_id = response["id"]
+        elif response["id"] != self.response_id:
+            self.fail(f"response id changed from {self.response_id!r} to {response['id']!r}")
+        if not isinstance(response.get("output"), list):
+            self.fail("response.output must be a list")
+        return response
+
+    def on_created(self, event: dict) -> None:
+        if self.pos != 0:
+            self.fail("response.created may only be the first event")
+        self.opening(event)
+
+    def on_in_progress(self, event: dict) -> None:
+        if self.pos != 1:
+            self.fail("response.in_progress may only be the second event")
+        self.opening(event)
+
+    def on_queued(self, event: dict) -> None:
+        self.fail("response.queued is out of place (crossfeed never runs in background mode)")
+
+    def opening(self, event: dict) -> None:
+        response = self.lifecycle_response(event)
+        if response["output"] != []:
+            self.fail("response.output must be [] before the terminal event")
+        if response.get("status") not in ("in_progress", "queued"):
+            self.fail(f"status {response.get('status')!r}, expected 'in_progress' (or 'queued')")
+
+    def on_error(self, event: dict) -> None:
+        nested = event.get("error")
+        if not isinstance(nested, dict) or not _nonempty_str(nested.get("message")):
+            self.fail("error event needs a nested `error` object with a message")
+        if "message" in event and event["message"] != nested["message"]:
+            self.fail("flat `message` differs from error.message")
+        self.error_at = self.pos
+
+    def on_completed(self, event: dict) -> None:
+        self.terminate(event)
+
+    on_incomplete = on_failed = on_completed
+
+    def on_audio_delta(self, event: dict) -> None:
+        """Audio events are not item-scoped; nothing to track."""
+
+    on_audio_done = on_audio_transcript_delta = on_audio_transcript_done = on_audio_delta
+
+    def terminate(self, event: dict) -> None:
+        response = self.lifecycle_response(event)
+        status = _TERMINAL[self.etype]
+        self.terminal = self.etype
+        if response.get("status") != status:
+            self.fail(f"response.status {response.get('status')!r}, expected {status!r}")
+        for index, item in enumerate(self.items):
+            if item.final is None:
+                self.fail(f"item {index} ({item.added['id']!r}) never got output_item.done")
+        done = [item.final for item in self.items]
+        output = response["output"]
+        if len(output) != len(done):
+            self.fail(f"response.output has {len(output)} items, {len(done)} were streamed")
+        for index, (sent, streamed) in enumerate(zip(output, done)):
+            if not isinstance(sent, dict) or sent.get("id") != streamed.get("id"):
+                got = sent.get("id") if isinstance(sent, dict) else sent
+                self.fail(f"response.output[{index}] id {got!r} != streamed id {streamed.get('id')!r}")
+            if _comparable(sent) != _comparable(streamed):
+                self.fail(f"response.output[{index}] differs from its output_item.done item")
+        if status == "failed":
+            error = response.get("error")
+            if not (isinstance(error, dict) and _nonempty_str(error.get("code"))
+                    and _nonempty_str(error.get("message"))):
+                self.fail("response.failed needs response.error {code, message}")
+            return
+        if status == "incomplete":
+            details = response.get("incomplete_details")
+            if not isinstance(details, dict) or details.get("reason") not in _INCOMPLETE_REASONS:
+                self.fail(f"incomplete_details.reason must be one of {sorted(_INCOMPLETE_REASONS)}")
+        elif response.get("error") is not None or response.get("incomplete_details") is not None:
+            self.fail("a completed response must have error and incomplete_details null")
+        self.usage(response.get("usage"))
+        if status == "completed":
+            for index, item in enumerate(done):
+                if item.get("status") == "incomplete":
+                    self.fail(f"item {index} is 'incomplete' inside response.completed")
+
+    def usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            self.fail("response.usage must be an object")
+        for path in ("input_tokens", "output_tokens", "total_tokens",
+                     "input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens"):
+            value: Any = usage
+            for key in path.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            if not _is_int(value) or value < 0:
+                self.fail(f"usage.{path} must be a non-negative integer, got {value!r}")
+
+    # -- items ----------------------------------------------------------------------------
+
+    def on_output_item_added(self, event: dict) -> None:
+        index, item = event.get("output_index"), event.get("item")
+        if index != len(self.items) or not _is_int(index):
+            self.fail(f"output_index {index!r} is not append-only (expected {len(self.items)})")
+        if not isinstance(item, dict) or not _nonempty_str(item.get("type")):
+            self.fail("item must be an object with a type")
+        if not _nonempty_str(item.get("id")):
+            self.fail("item needs a non-empty id")
+        if item["id"] in self.ids:
+            self.fail(f"duplicate item id {item['id']!r}")
+        self.ids.add(item["id"])
+        if item["type"] in _CALL_ID_TYPES:
+            if not _nonempty_str(item.get("call_id")):
+                self.fail(f"{item['type']} item needs a non-empty call_id")
+            if item["call_id"] in self.call_ids:
+                self.fail(f"duplicate call_id {item['call_id']!r}")
+            self.call_ids.add(item["call_id"])
+        if item.get("status", "in_progress") != "in_progress":
+            self.fail(f"added item has status {item.get('status')!r}, expected 'in_progress'")
+        empty = {"message": {"content": []}, "reasoning": {"summary": []},
+                 "function_call": {"arguments": ""}, "custom_tool_call": {"input": ""}}
+        for key, value in empty.get(item["type"], {}).items():
+            if item.get(key) != value:
+                self.fail(f"added {item['type']} item must start with {key}={value!r}")
+        if item["type"] == "reasoning" and item.get("content", []) != []:
+            self.fail("added reasoning item must start with content=[]")
+        self.items.append(_Item(item))
+
+    def on_output_item_done(self, event: dict) -> None:
+        slot = self.item_at(event)
+        item = event.get("item")
+        if not isinstance(item, dict):
+            self.fail("output_item.done without an item object")
+        added = slot.added
+        for key in ("id", "type", "call_id"):
+            if item.get(key) != added.get(key):
+                self.fail(f"done item {key} {item.get(key)!r} != added {added.get(key)!r}")
+        if item.get("status") == "in_progress":
+            self.fail("done item still has status 'in_progress'")
+        self.check_parts_closed(slot)
+        required = _REQUIRED_ITEM_TEXT.get(slot.type)
+        if required and required not in slot.streams_done:
+            self.fail(f"output_item.done before {required}.done")
+        for prefix, pieces in slot.streams.items():
+            field = _ITEM_TEXT[prefix]
+            if item.get(field) != "".join(pieces):
+                self.fail(f"done item {field} differs from the streamed deltas")
+        if slot.type == "message" and _parts(item.get("content")) != _parts([p.final for p in slot.parts]):
+            self.fail("done message content differs from the content_part.done parts")
+        if slot.type == "reasoning":
+            if item.get("summary") != [p.final for p in slot.summary]:
+                self.fail("done reasoning summary differs from the reasoning_summary_part.done parts")
+            if item.get("content", []) != [p.final for p in slot.parts]:
+                self.fail("done reasoning content differs from the content_part.done parts")
+        slot.final = item
+
+    def check_parts_closed(self, slot: _Item) -> None:
+        for label, parts in (("content part", slot.parts), ("summary part", slot.summary)):
+            for index, part in enumerate(parts):
+                if part.final is None:
+                    self.fail(f"output_item.done while {label} {index} is still open")
+
+    def item_at(self, event: dict) -> _Item:
+        index = event.get("output_index")
+        if not _is_int(index) or not 0 <= index < len(self.items):
+            self.fail(f"output_index {index!r} names no added item")
+        slot = self.items[index]
+        if slot.final is not None:
+            self.fail(f"event for item {index} after its output_item.done")
+        return slot
+
+    def scoped(self, event: dict) -> None:
+        slot = self.item_at(event)
+        if self.etype in _INDEX_ONLY:
+            family = _INDEX_ONLY[self.etype]
+        else:
+            family = _ITEM_FAMILY[self.etype]
+            if event.get("item_id") != slot.added["id"]:
+                self.fail(f"item_id {event.get('item_id')!r} != item id {slot.added['id']!r}")
+        if family is not None and slot.type != family:
+            self.fail(f"event belongs to a {family} item, item is {slot.type}")
+        prefix, _, phase = self.etype.rpartition(".")
+        if self.etype.startswith("response.content_part."):
+            self.content_part(slot, event, phase)
+        elif prefix in _PART_TEXT:
+            self.part_text(slot, event, prefix, phase)
+        elif self.etype == "response.output_text.annotation.added":
+            self.annotation(slot, event)
+        elif prefix == "response.reasoning_summary_part":
+            self.summary_part(slot, event, phase)
+        elif prefix == "response.reasoning_summary_text":
+            self.summary_text(slot, event, phase)
+        elif prefix in _ITEM_TEXT:
+            self.item_text(slot, event, prefix, phase)
+
+    # -- content parts ---------------------------------------------------------------------
+
+    def indexed(self, parts: list[_Part], event: dict, key: str) -> _Part:
+        index = event.get(key)
+        if not _is_int(index) or not 0 <= index < len(parts):
+            self.fail(f"{key} {index!r} names no added part")
+        part = parts[index]
+        if part.final is not None:
+            self.fail(f"event for part {index} after its part was done")
+        return part
+
+    def content_part(self, slot: _Item, event: dict, phase: str) -> None:
+        part = event.get("part")
+        if not isinstance(part, dict) or part.get("type") not in _PART_OWNER:
+            self.fail(f"part type {part.get('type') if isinstance(part, dict) else part!r} is not allowed")
+        if _PART_OWNER[part["type"]] != slot.type:
+            self.fail(f"a {part['type']} part cannot belong to a {slot.type} item")
+        field = "refusal" if part["type"] == "refusal" else "text"
+        if part["type"] == "output_text" and not isinstance(part.get("annotations"), list):
+            self.fail("output_text part needs an `annotations` list")
+        if phase == "added":
+            if event.get("content_index") != len(slot.parts):
+                self.fail(f"content_index {event.get('content_index')!r} does not append "
+                          f"(expected {len(slot.parts)})")
+            if part.get(field) != "" or part.get("annotations", []) != []:
+                self.fail(f"added {part['type']} part must start empty")
+            slot.parts.append(_Part(part["type"]))
+            return
+        tracked = self.indexed(slot.parts, event, "content_index")
+        if part["type"] != tracked.type:
+            self.fail(f"content_part.done type {part['type']} != added {tracked.type}")
+        if not tracked.text_done:
+            self.fail(f"content_part.done before the {part['type']} .done event")
+        if part.get(field) != tracked.text:
+            self.fail(f"content_part.done {field} differs from the streamed deltas")
+        if part["type"] == "output_text" and part["annotations"] != tracked.annotations:
+            self.fail("content_part.done annotations differ from annotation.added events")
+        tracked.final = part
+
+    def part_text(self, slot: _Item, event: dict, prefix: str, phase: str) -> None:
+        part_type, field = _PART_TEXT[prefix]
+        part = self.indexed(slot.parts, event, "content_index")
+        if part.type != part_type:
+            self.fail(f"needs a {part_type} part, content part is {part.type}")
+        if part.text_done:
+            self.fail(f"{prefix} event after its .done")
+        if prefix == "response.output_text" and not isinstance(event.get("logprobs"), list):
+            self.fail("output_text event needs a `logprobs` list")
+        if phase == "delta":
+            if not isinstance(event.get("delta"), str):
+                self.fail("delta must be a string")
+            part.pieces.append(event["delta"])
+            return
+        if event.get(field) != part.text:
+            self.fail(f".done {field} differs from the concatenated deltas")
+        part.text_done = True
+
+    def annotation(self, slot: _Item, event: dict) -> None:
+        part = self.indexed(slot.parts, event, "content_index")
+        if part.type != "output_text":
+            self.fail(f"annotation on a {part.type} part")
+        if event.get("annotation_index") != len(part.annotations):
+            self.fail(f"annotation_index {event.get('annotation_index')!r} does not append")
+        if not isinstance(event.get("annotation"), dict):
+            self.fail("annotation must be an object")
+        part.annotations.append(event["annotation"])
+
+    def summary_part(self, slot: _Item, event: dict, phase: str) -> None:
+        part = event.get("part")
+        if not isinstance(part, dict) or part.get("type") != "summary_text":
+            self.fail("summary part must have type 'summary_text'")
+        if phase == "added":
+            if event.get("summary_index") != len(slot.summary):
+                self.fail(f"summary_index {event.get('summary_index')!r} does not append "
+                          f"(expected {len(slot.summary)})")
+            if part.get("text") != "":
+                self.fail("added summary part must start empty")
+            slot.summary.append(_Part("summary_text"))
+            return
+        tracked = self.indexed(slot.summary, event, "summary_index")
+        if not tracked.text_done:
+            self.fail("reasoning_summary_part.done before reasoning_summary_text.done")
+        if part.get("text") != tracked.text:
+            self.fail("reasoning_summary_part.done text differs from the streamed deltas")
+        tracked.final = part
+
+    def summary_text(self, slot: _Item, event: dict, phase: str) -> None:
+        part = self.indexed(slot.summary, event, "summary_index")
+        if part.text_done:
+            self.fail("reasoning_summary_text event after its .done")
+        if phase == "delta":
+            if not isinstance(event.get("delta"), str):
+                self.fail("delta must be a string")
+            part.pieces.append(event["delta"])
+            return
+        if event.get("text") != part.text:
+            self.fail(".done text differs from the concatenated deltas")
+        part.text_done = True
+
+    def item_text(self, slot: _Item, event: dict, prefix: str, phase: str) -> None:
+        if prefix in slot.streams_done:
+            self.fail(f"{prefix} event after its .done")
+        pieces = slot.streams.setdefault(prefix, [])
+        if phase == "delta":
+            if not isinstance(event.get("delta"), str):
+                self.fail("delta must be a string")
+            pieces.append(event["delta"])
+            return
+        field = _ITEM_TEXT[prefix]
+        if event.get(field) != "".join(pieces):
+            self.fail(f".done {field} differs from the concatenated deltas")
+        slot.streams_done.add(prefix)
+
+
+def validate_responses_events(events: list[dict], *, require_terminal: bool = True) -> None:
+    """Check parsed Responses events against every strict-client rule; raise StreamViolation.
+
+    With ``require_terminal=False`` a stream cut before its terminal event is accepted (every
+    event present is still checked); a terminal event, if present, is checked in full.
+    """
+    _ResponsesChecker().run(events, require_terminal)
+
+
+def _frames(raw: bytes) -> list[tuple[str | None, bytes]]:
+    decoder = SSEDecoder()
+    return [(f.event, f.data) for f in (*decoder.feed(raw), *decoder.finish())]
+
+
+def _parse(data: bytes, where: str) -> dict:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise StreamViolation(f"{where}: data is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise StreamViolation(f"{where}: data is not a JSON object")
+    return value
+
+
+def validate_responses_sse(raw: bytes, *, require_terminal: bool = True) -> list[dict]:
+    """Parse a Responses SSE body, check its framing and events, return the events.
+
+    Framing: every frame has an ``event:`` line equal to its data's ``type``; no ``[DONE]``.
+    """
+    events = []
+    for pos, (name, data) in enumerate(_frames(raw)):
+        if data == b"[DONE]":
+            raise StreamViolation(f"frame #{pos}: `data: [DONE]` is not sent on Responses streams")
+        event = _parse(data, f"frame #{pos}")
+        if name is None:
+            raise StreamViolation(f"frame #{pos}: missing `event:` line")
+        if name != event.get("type"):
+            raise StreamViolation(f"frame #{pos}: event line {name!r} != data type {event.get('type')!r}")
+        events.append(event)
+    validate_responses_events(events, require_terminal=require_terminal)
+    return events
+
+
+# ---------------------------------------------------------------------------------------------
+# Chat Completions
+# ---------------------------------------------------------------------------------------------
+
+_FINISH_REASONS = {"stop", "length", "tool_calls", "content_filter", "function_call"}
+_SET_ONCE = ("id", "model", "created")
+
+
+class _ChatChecker:
+    def __init__(self, expect_usage: bool | None) -> None:
+        self.expect_usage = expect_usage
+        self.first: dict | None = None
+        self.role_seen = False
+        self.calls: list[str] = []
+        self.numbers: set[tuple] = set()
+        self.object_lists: set[str] = set()
+        self.finish: str | None = None
+        self.usage_seen = False
+        self.error_seen = False
+        self.pos = 0
+
+    def fail(self, message: str) -> NoReturn:
+        raise StreamViolation(f"chunk #{self.pos}: {message}")
+
+    def run(self, chunks: list[dict]) -> None:
+        if not chunks:
+            raise StreamViolation("empty stream: no chunks at all")
+        for pos, chunk in enumerate(chunks):
+            self.pos = pos
+            self.chunk(chunk)
+        if self.error_seen:
+            return
+        self.pos = len(chunks) - 1
+        if self.finish is None:
+            self.fail("stream ended without a finish_reason (or an error frame)")
+        if self.expect_usage and not self.usage_seen:
+            self.fail("expected a final usage chunk")
+
+    def chunk(self, chunk: Any) -> None:
+        if not isinstance(chunk, dict):
+            self.fail("chunk is not a JSON object")
+        if self.usage_seen:
+            self.fail("chunk after the usage chunk (it must be the last)")
+        if self.error_seen:
+            self.fail("chunk after the error frame (it must be the last)")
+        if chunk.get("error"):
+            return self.error(chunk["error"])
+        if chunk.get("object") != "chat.completion.chunk":
+            self.fail(f"object is {chunk.get('object')!r}, expected 'chat.completion.chunk'")
+        if self.first is None:
+            if not _nonempty_str(chunk.get("id")) or not _nonempty_str(chunk.get("model")) \
+                    or not _is_int(chunk.get("created")):
+                self.fail("first chunk needs a non-empty id, model and an integer created")
+            self.first = chunk
+        for key in _SET_ONCE:
+            if chunk.get(key) != self.first[key]:
+                self.fail(f"{key} changed from {self.first[key]!r} to {chunk.get(key)!r}")
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            self.fail("choices must be a list")
+        if chunk.get("usage") is not None:
+            return self.usage(chunk["usage"], choices)
+        if not choices:
+            self.fail("choices == [] is only allowed on the usage chunk")
+        if len(choices) != 1:
+            self.fail(f"{len(choices)} choices in one chunk (n=1 streams carry exactly one)")
+        self.choice(choices[0])
+
+    def error(self, error: Any) -> None:
+        if not isinstance(error, dict) or not _nonempty_str(error.get("message")) \
+                or not _nonempty_str(error.get("type")):
+            self.fail("error frame needs error {message, type}")
+        if self.finish is not None:
+            self.fail("error frame after finish_reason")
+        self.error_seen = True
+
+    def usage(self, usage: Any, choices: list) -> None:
+        if choices:
+            self.fail("a chunk with usage must have choices == []")
+        if self.expect_usage is False:
+            self.fail("usage chunk present although usage was not requested")
+        if self.finish is None:
+            self.fail("usage chunk before the finish_reason chunk")
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            if not isinstance(usage, dict) or not _is_int(usage.get(key)) or usage[key] < 0:
+                self.fail(f"usage.{key} must be a non-negative integer")
+        self.usage_seen = True
+
+    def choice(self, choice: Any) -> None:
+        if not isinstance(choice, dict) or choice.get("index") != 0 or not _is_int(choice["index"]):
+            self.fail("choice must be an object with index 0")
+        if self.finish is not None:
+            self.fail(f"chunk after finish_reason {self.finish!r} that is not the usage chunk")
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            self.fail("choice.delta must be an object")
+        self.delta(delta)
+        finish = choice.get("finish_reason")
+        if finish is not None:
+            if finish not in _FINISH_REASONS:
+                self.fail(f"finish_reason {finish!r} is not one of {sorted(_FINISH_REASONS)}")
+            if finish == "tool_calls" and not self.calls:
+                self.fail("finish_reason 'tool_calls' without any tool call")
+            self.finish = finish
+
+    def delta(self, delta: dict) -> None:
+        role = delta.get("role")
+        if not self.role_seen:
+            if role != "assistant":
+                self.fail(f"first delta must carry role 'assistant', got {role!r}")
+            self.role_seen = True
+        elif role is not None:
+            self.fail("role repeated (clients concatenate it: 'assistantassistant')")
+        for key in ("content", "refusal"):
+            if not isinstance(delta.get(key), (str, type(None))):
+                self.fail(f"delta.{key} must be a string or null")
+        calls = delta.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                self.fail("delta.tool_calls must be a list")
+            for fragment in calls:
+                self.tool_call(fragment)
+        for key, value in delta.items():
+            if key != "tool_calls" and isinstance(value, list) and value \
+                    and all(isinstance(v, dict) and "index" not in v for v in value):
+                if key in self.object_lists:
+                    self.fail(f"delta.{key} (a list of objects without index) sent twice")
+                self.object_lists.add(key)
+        self.numbers_once(delta, ())
+
+    def tool_call(self, fragment: Any) -> None:
+        if not isinstance(fragment, dict) or not _is_int(fragment.get("index")):
+            self.fail("tool-call fragment needs an integer index")
+        index = fragment["index"]
+        function = fragment.get("function")
+        if not isinstance(function, dict):
+            self.fail(f"tool call {index}: fragment needs a `function` object")
+        if not isinstance(function.get("arguments", ""), str):
+            self.fail(f"tool call {index}: function.arguments must be a string")
+        if index > len(self.calls) or index < 0:
+            self.fail(f"tool call index {index} leaves a gap (next is {len(self.calls)})")
+        if index == len(self.calls):
+            if not _nonempty_str(fragment.get("id")) or fragment.get("type") != "function" \
+                    or not _nonempty_str(function.get("name")):
+                self.fail(f"tool call {index}: first fragment needs id, type 'function' and name")
+            self.calls.append(fragment["id"])
+            return
+        for key, value in (("id", fragment.get("id")), ("type", fragment.get("type")),
+                           ("function.name", function.get("name"))):
+            if value is not None:
+                self.fail(f"tool call {index}: {key} repeated after the first fragment")
+
+    def numbers_once(self, value: Any, path: tuple) -> None:
+        """Numbers in deltas are summed by clients: each numeric field may appear only once."""
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key not in ("index", "type"):
+                    self.numbers_once(item, (*path, key))
+        elif isinstance(value, list):
+            for pos, item in enumerate(value):
+                key = item.get("index", pos) if isinstance(item, dict) else pos
+                self.numbers_once(item, (*path, key))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if path in self.numbers:
+                self.fail(f"number at delta.{'.'.join(map(str, path))} repeated (clients add it up)")
+            self.numbers.add(path)
+
+
+def validate_chat_chunks(chunks: list[dict], *, expect_usage: bool | None = None) -> None:
+    """Check parsed chat.completion.chunk objects (n=1) against strict-client rules.
+
+    ``expect_usage``: True requires the final usage chunk (unless the stream ends in an error
+    frame), False forbids it, None accepts either.
+    """
+    _ChatChecker(expect_usage).run(chunks)
+
+
+def validate_chat_sse(raw: bytes, *, expect_usage: bool | None = None) -> list[dict]:
+    """Parse a Chat SSE body, check framing and chunks, return the chunks (without [DONE]).
+
+    Framing: ``data:`` frames only (an ``event: error`` line is tolerated on an error frame),
+    ``data: [DONE]`` exactly once and last; it may be omitted only after an error frame.
+    """
+    chunks: list[dict] = []
+    frames = _frames(raw)
+    done_at = None
+    for pos, (name, data) in enumerate(frames):
+        if done_at is not None:
+            raise StreamViolation(f"frame #{pos}: frame after `data: [DONE]`")
+        if data == b"[DONE]":
+            done_at = pos
+            if name is not None:
+                raise StreamViolation(f"frame #{pos}: `event:` line on the [DONE] frame")
+            continue
+        chunk = _parse(data, f"frame #{pos}")
+        if name is not None and not (name == "error" and chunk.get("error")):
+            raise StreamViolation(f"frame #{pos}: unexpected `event: {name}` line on a chat stream")
+        chunks.append(chunk)
+    ends_in_error = bool(chunks) and bool(chunks[-1].get("error"))
+    if done_at is None and not ends_in_error:
+        raise StreamViolation("stream does not end with `data: [DONE]`")
+    validate_chat_chunks(chunks, expect_usage=expect_usage)
+    return chunks
+
+
+def accumulate_chat(chunks: list[dict], *, reasoning_field: str = "reasoning_content") -> dict:
+    """Fold chunks the way a client would: set-once fields kept, text fields concatenated.
+
+    Returns ``{content, refusal, reasoning, tool_calls: [{id, name, arguments}], finish_reason,
+    usage, error}``; text fields are None when no string fragment was seen.
+    """
+    texts: dict[str, list[str] | None] = {"content": None, "refusal": None, "reasoning": None}
+    calls: dict[int, dict] = {}
+    out: dict[str, Any] = {"finish_reason": None, "usage": None, "error": None}
+    for chunk in chunks:
+        if chunk.get("error"):
+            out["error"] = chunk["error"]
+        if chunk.get("usage") is not None:
+            out["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            for name, key in (("content", "content"), ("refusal", "refusal"),
+                              ("reasoning", reasoning_field)):
+                if isinstance(delta.get(key), str):
+                    texts[name] = texts[name] or []
+                    texts[name].append(delta[key])
+            for fragment in delta.get("tool_calls") or []:
+                call = calls.setdefault(fragment["index"], {"id": None, "name": None, "arguments": ""})
+                function = fragment.get("function") or {}
+                call["id"] = call["id"] or fragment.get("id")
+                call["name"] = call["name"] or function.get("name")
+                call["arguments"] += function.get("arguments") or ""
+            if choice.get("finish_reason") is not None:
+                out["finish_reason"] = choice["finish_reason"]
+    for name, pieces in texts.items():
+        out[name] = None if pieces is None else "".join(pieces)
+    out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return out
