@@ -4,9 +4,11 @@ Layout (``P`` = ``key_prefix``):
 
 - ``P resp:<id>``: a hash ``{exp: <expiry, epoch seconds>, data: <orjson record>}`` with a Redis
   TTL of ``ttl_seconds``, so Redis itself purges expired records.
-- ``P index``: a sorted set of ids scored by save time. ``save`` runs one Lua script that writes the
-  record, drops index entries older than the TTL, and evicts the oldest records beyond
-  ``max_count``: atomic with respect to every other replica, so the limit holds across them.
+- ``P index``: a sorted set of ids scored by save order, from the counter ``P seq`` (global to all
+  replicas, so clock skew cannot reorder evictions). ``save`` runs one Lua script that writes the
+  record, purges expired records from the front of the index (bounded), and evicts the oldest
+  records beyond ``max_count``: atomic with respect to every other replica, so the limit holds
+  across them.
 
 ``exp`` lets a replica treat a record as expired by its own clock (and tests use a fake clock);
 replicas are assumed to have NTP-synchronised clocks. Single Redis (or primary/replica) only: the
@@ -31,21 +33,39 @@ from proxy.store import (
     encode_record,
 )
 
-# KEYS: record key, index. ARGV: id, blob, exp, ttl, score, cutoff, max_count (0 = none),
-# record key prefix, max evictions per call. Returns {evicted, expired index entries dropped}.
-_SAVE_LUA = """
-local rkey, idx = KEYS[1], KEYS[2]
-local ttl = tonumber(ARGV[4])
-local maxc, prefix, batch = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
+# Drops expired records from the front (oldest) of the index, at most `batch`, stopping at the
+# first live one. Needs locals idx, prefix, now, batch; sets `expired`.
+_TRIM_LUA = """
+local expired = 0
+local front = redis.call('ZRANGE', idx, 0, batch - 1)
+for _, oid in ipairs(front) do
+  local e = redis.call('HGET', prefix .. oid, 'exp')
+  if e and tonumber(e) > now then break end
+  redis.call('DEL', prefix .. oid)
+  redis.call('ZREM', idx, oid)
+  expired = expired + 1
+end
+"""
+
+# KEYS: record key, index, sequence counter. ARGV: id, blob, exp, ttl, now, max_count (0 = none),
+# record key prefix, sweep batch, evict batch. Returns {evicted, expired}.
+_SAVE_LUA = (
+    """
+local rkey, idx, seqkey = KEYS[1], KEYS[2], KEYS[3]
+local ttl, now = tonumber(ARGV[4]), tonumber(ARGV[5])
+local maxc, prefix = tonumber(ARGV[6]), ARGV[7]
+local batch, evict_batch = tonumber(ARGV[8]), tonumber(ARGV[9])
 redis.call('DEL', rkey)
 redis.call('HSET', rkey, 'exp', ARGV[3], 'data', ARGV[2])
 redis.call('EXPIRE', rkey, ttl)
-redis.call('ZADD', idx, ARGV[5], ARGV[1])
-local expired = redis.call('ZREMRANGEBYSCORE', idx, '-inf', ARGV[6])
+redis.call('ZADD', idx, redis.call('INCR', seqkey), ARGV[1])
+"""
+    + _TRIM_LUA
+    + """
 local evicted = 0
 if maxc > 0 then
   local excess = redis.call('ZCARD', idx) - maxc
-  if excess > batch then excess = batch end
+  if excess > evict_batch then excess = evict_batch end
   if excess > 0 then
     local old = redis.call('ZRANGE', idx, 0, excess - 1)
     for _, oid in ipairs(old) do redis.call('DEL', prefix .. oid) end
@@ -54,13 +74,27 @@ if maxc > 0 then
   end
 end
 redis.call('EXPIRE', idx, ttl)
+redis.call('EXPIRE', seqkey, ttl)
 return {evicted, expired}
 """
+)
+
+# KEYS: index. ARGV: now, record key prefix, batch. Returns the number purged.
+_SWEEP_LUA = (
+    """
+local idx, now, prefix, batch = KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+"""
+    + _TRIM_LUA
+    + """
+return expired
+"""
+)
 
 
 class RedisStore(ResponseStore):
     backend = "redis"
     EVICT_BATCH = 1000  # max records evicted by max_count per save
+    SWEEP_BATCH = 100  # max expired records purged per save / sweep
     MAX_CONNECTIONS = 64  # per process; callers beyond it wait (up to the timeout) for one
 
     def __init__(self, config: StoreConfig, url: str, *, clock: Clock = time.time) -> None:
@@ -69,6 +103,7 @@ class RedisStore(ResponseStore):
         self._clock = clock
         self._record_prefix = f"{config.key_prefix}resp:"
         self._index = f"{config.key_prefix}index"
+        self._seq = f"{config.key_prefix}seq"
         self._closed = False
         self._evicted = 0
         self._expired = 0
@@ -84,6 +119,7 @@ class RedisStore(ResponseStore):
             raise StoreError(f"bad redis url: {exc}", backend=self.backend) from exc
         self._client = aioredis.Redis(connection_pool=pool)
         self._save_script = self._client.register_script(_SAVE_LUA)
+        self._sweep_script = self._client.register_script(_SWEEP_LUA)
 
     def _key(self, response_id: str) -> str:
         return self._record_prefix + response_id
@@ -101,16 +137,16 @@ class RedisStore(ResponseStore):
         now = self._clock()
         try:
             evicted, expired = await self._save_script(
-                keys=[self._key(record.id), self._index],
+                keys=[self._key(record.id), self._index, self._seq],
                 args=[
                     record.id,
                     blob,
                     repr(now + self._ttl),
                     self._ttl,
                     repr(now),
-                    repr(now - self._ttl),
                     self._max_count,
                     self._record_prefix,
+                    self.SWEEP_BATCH,
                     self.EVICT_BATCH,
                 ],
             )
@@ -150,10 +186,15 @@ class RedisStore(ResponseStore):
             raise self._wrap(exc) from exc
 
     async def sweep(self) -> int:
-        """Redis expires the records itself; this trims their ids from the index."""
+        """Redis expires records by itself; this also drops expired ids from the index."""
         self._check_open()
         try:
-            n = int(await self._client.zremrangebyscore(self._index, "-inf", self._clock() - self._ttl))
+            n = int(
+                await self._sweep_script(
+                    keys=[self._index],
+                    args=[repr(self._clock()), self._record_prefix, self.SWEEP_BATCH],
+                )
+            )
         except (RedisError, OSError) as exc:
             raise self._wrap(exc) from exc
         self._expired += n
