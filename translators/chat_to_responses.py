@@ -124,6 +124,7 @@ class ChatToResponsesStream:
         self._calls: dict[Any, _Item] = {}  # upstream tool index -> open call
         self._open_calls: list[_Item] = []
         self._held_space = ""
+        self._call_ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self.diagnostics: dict[str, int] = {}
@@ -411,7 +412,11 @@ class ChatToResponsesStream:
             self._close(self._open, "completed")
         custom = name in self._tools.custom_tools
         namespace = self._tools.namespaced.get(name)
-        call_id = call_id or self._ids.new(idp.CALL)
+        if not call_id or call_id in self._call_ids:
+            if call_id:
+                self._note("duplicate_call_id_replaced")  # clients reject two items with one call_id
+            call_id = self._ids.new(idp.CALL)
+        self._call_ids.add(call_id)
         if custom:
             item = self._new_item(CUSTOM_CALL, idp.CUSTOM_TOOL_CALL)
             item.unwrap = JsonStringField(self._tools.custom_arg)

@@ -1,0 +1,184 @@
+"""Unit rules of the forward stream machine that golden files do not isolate."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support.validators import validate_responses_events
+from translators.chat_to_responses import ChatToResponsesStream, Phase
+from translators.errors import StreamStateError
+from translators.ids import SequentialIds
+from translators.options import ToolContext
+from translators.pump import Pump
+
+
+def machine(**kw: object) -> ChatToResponsesStream:
+    return ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, **kw)  # type: ignore[arg-type]
+
+
+def ch(delta: dict, finish: str | None = None, **extra: object) -> dict:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+def run(chunks: list[dict], clean: bool = True, **kw: object) -> list[dict]:
+    m = machine(**kw)
+    out = m.start()
+    for c in chunks:
+        out += m.feed(c)
+        if m.done:
+            return out
+    out += m.finish(clean=clean)
+    validate_responses_events(out)
+    return out
+
+
+def types(out: list[dict]) -> list[str]:
+    return [e["type"] for e in out]
+
+
+def test_empty_first_content_opens_nothing() -> None:
+    out = run([ch({"role": "assistant", "content": ""}), ch({"tool_calls": [
+        {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, "tool_calls")])
+    assert [e["item"]["type"] for e in out if e["type"] == "response.output_item.added"] == ["function_call"]
+
+
+def test_usage_waits_for_trailing_chunk() -> None:
+    out = run([ch({"content": "x"}, "stop"), {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4,
+                                                                         "total_tokens": 7}}])
+    usage = out[-1]["response"]["usage"]
+    assert usage["input_tokens"] == 3 and usage["output_tokens"] == 4 and usage["total_tokens"] == 7
+    assert usage["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
+    assert usage["output_tokens_details"] == {"reasoning_tokens": 0}
+
+
+@pytest.mark.parametrize(("reason", "terminal", "detail"), [
+    ("stop", "response.completed", None), ("tool_calls", "response.completed", None),
+    (None, "response.completed", None), ("length", "response.incomplete", "max_output_tokens"),
+    ("content_filter", "response.incomplete", "content_filter"), ("weird_reason", "response.completed", None)])
+def test_finish_reasons(reason: str | None, terminal: str, detail: str | None) -> None:
+    out = run([ch({"content": "x"}, reason)])
+    assert out[-1]["type"] == terminal
+    assert (out[-1]["response"]["incomplete_details"] or {}).get("reason") == detail
+    if detail:
+        assert out[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+def test_reasoning_spellings_not_doubled() -> None:
+    out = run([ch({"reasoning": "ab", "reasoning_details": [{"type": "reasoning.text", "text": "ab"}]}),
+               ch({"reasoning_content": "cd", "reasoning_details": [{"type": "reasoning.text", "text": "cd"}]}),
+               ch({"reasoning_details": [{"type": "reasoning.summary", "summary": "ef"},
+                                         {"type": "reasoning.encrypted", "data": "zzz"}]}),
+               ch({"content": "done"}, "stop")])
+    items = out[-1]["response"]["output"]
+    assert items[0]["content"][0]["text"] == "abcdef"
+
+
+def test_reasoning_closed_before_next_item() -> None:
+    out = run([ch({"reasoning_content": "r"}), ch({"content": "t"}, "stop")])
+    t = types(out)
+    assert t.index("response.reasoning_text.done") < t.index("response.output_item.done") < t.index("response.output_text.delta")
+
+
+def test_refusal_and_text_parts() -> None:
+    out = run([ch({"content": "a"}), ch({"refusal": "no"}), ch({}, "stop")])
+    content = out[-1]["response"]["output"][0]["content"]
+    assert content == [{"type": "output_text", "text": "a", "annotations": [], "logprobs": []},
+                       {"type": "refusal", "refusal": "no"}]
+
+
+def test_generated_call_id_when_missing() -> None:
+    out = run([ch({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}, "tool_calls")])
+    assert out[-1]["response"]["output"][0]["call_id"].startswith("call_")
+
+
+def test_object_arguments_are_serialised() -> None:
+    out = run([ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}, "tool_calls")])
+    assert out[-1]["response"]["output"][0]["arguments"] == '{"a": 1}'
+
+
+def test_legacy_function_call_delta() -> None:
+    out = run([ch({"function_call": {"name": "f", "arguments": "{\"a\""}}), ch({"function_call": {"arguments": ":1}"}}, "function_call")])
+    item = out[-1]["response"]["output"][0]
+    assert (item["name"], item["arguments"]) == ("f", '{"a":1}')
+
+
+def test_upstream_error_chunk_fails_with_its_message() -> None:
+    m = machine()
+    out = m.start() + m.feed(ch({"content": "x"})) + m.feed({"error": {"message": "boom", "code": "overloaded"}})
+    validate_responses_events(out)
+    assert out[-2]["type"] == "error" and out[-2]["error"]["message"] == "boom"
+    assert out[-1]["response"]["error"] == {"code": "overloaded", "message": "boom"}
+    assert m.phase is Phase.FAILED
+
+
+def test_calls_after_terminal_are_our_bug() -> None:
+    m = machine()
+    m.start()
+    m.finish()
+    with pytest.raises(StreamStateError):
+        m.feed(ch({"content": "x"}))
+    with pytest.raises(StreamStateError):
+        m.finish()
+    with pytest.raises(StreamStateError):
+        m.fail("x", "y")
+
+
+def test_fail_before_start_still_well_formed() -> None:
+    m = machine()
+    out = m.fail("upstream_idle_timeout", "silence")
+    validate_responses_events(out)
+
+
+def test_extra_choices_counted_not_mixed() -> None:
+    m = machine()
+    out = m.start() + m.feed({"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]})
+    out += m.finish()
+    assert out[-1]["response"]["output"][0]["content"][0]["text"] == "a"
+    assert m.diagnostics == {"extra_choice_ignored": 1}
+
+
+def test_namespace_call_carries_namespace() -> None:
+    tools = ToolContext(namespaced={"ns__read": ("ns", "read")})
+    out = run([ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "ns__read", "arguments": "{}"}}]})], tools=tools)
+    item = out[-1]["response"]["output"][0]
+    assert (item["name"], item["namespace"]) == ("read", "ns")
+
+
+# -- property: random chat streams, any split, always one valid terminal --------------------
+
+delta_st = st.one_of(
+    st.fixed_dictionaries({"content": st.text(max_size=5)}),
+    st.fixed_dictionaries({"reasoning_content": st.text(max_size=5)}),
+    st.fixed_dictionaries({"refusal": st.text(min_size=1, max_size=3)}),
+    st.fixed_dictionaries({"tool_calls": st.lists(st.fixed_dictionaries({
+        "index": st.integers(0, 2), "id": st.sampled_from([None, "c1", "c2"]),
+        "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", ""]), "arguments": st.text(max_size=4)})}),
+        max_size=2)}),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(delta_st, max_size=12), st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"]),
+       st.booleans(), st.integers(0, 1000))
+def test_random_streams_always_valid(deltas: list[dict], finish: str | None, clean: bool, seed: int) -> None:
+    import orjson
+
+    from tests.support.splitting import split_points
+
+    body = b"".join(b"data: " + orjson.dumps(ch(d)) + b"\n\n" for d in deltas)
+    body += b"data: " + orjson.dumps(ch({}, finish)) + b"\n\n"
+    if clean:
+        body += b"data: [DONE]\n\n"
+    results = []
+    for pieces in ([body], split_points(body, seed, 7)):
+        m = machine(tools=ToolContext(custom_tools=frozenset({"g"})))
+        pump = Pump(m)
+        out = m.start()
+        for p in pieces:
+            out += pump.feed(p)
+        out += pump.finish()
+        validate_responses_events(out)
+        results.append(out)
+    assert results[0] == results[1]
