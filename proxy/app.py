@@ -33,6 +33,9 @@ from .errors import ClientRequestError, ProxyError, error_response
 from .ids import RandomIds
 from .reasoning_seal import ReasoningSeal
 from .relay import relay, render_responses
+from .responses_api import (PENDING, SAVING, STORE, STORE_FAILURES, delete_response, drain_saves, get_response,
+                            list_input_items, load_history, schedule_save)
+from .store import open_store
 from .upstream import map_client_errors, new_session, open_upstream, read_json, upstream_headers
 
 log = structlog.get_logger("crossfeed")
@@ -57,12 +60,38 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app[CLOCK] = clock or (lambda: int(time.time()))
     app[SEAL] = ReasoningSeal(environ.get(config.reasoning.key_env))
     app[ENV] = environ
+    app[PENDING] = set()
+    app[SAVING] = {}
+    app[STORE_FAILURES] = []
     app.cleanup_ctx.append(_session_ctx)
+    app.cleanup_ctx.append(_store_ctx)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/models", passthrough)
     app.router.add_post("/v1/responses", responses_endpoint)
+    for method, handler in (("GET", get_response), ("DELETE", delete_response)):
+        app.router.add_route(method, "/v1/responses/{response_id}", _stored(handler))
+    app.router.add_get("/v1/responses/{response_id}/input_items", _stored(list_input_items))
     app.router.add_post("/v1/chat/completions", chat_endpoint)
     return app
+
+
+def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+    """Stored-response endpoints: served from crossfeed's store, or passed through unchanged when
+    the default upstream itself speaks the Responses API (it keeps its own state)."""
+
+    async def route(request: web.Request) -> web.StreamResponse:
+        if _default_upstream(request.app[CONFIG]).api == "responses":
+            return await passthrough(request)
+        return await handler(request)  # type: ignore[no-any-return]
+
+    return route
+
+
+async def _store_ctx(app: web.Application) -> Any:
+    app[STORE] = open_store(app[CONFIG].store, env=app[ENV])
+    yield
+    await drain_saves(app)
+    await app[STORE].close()
 
 
 async def _session_ctx(app: web.Application) -> Any:
@@ -149,7 +178,8 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     if not isinstance(stream, bool):
         raise ClientRequestError("`stream` must be a boolean", param="stream", code="invalid_type")
     seal = app[SEAL]
-    mapped = responses_request_to_chat(body, up.mapping, reveal_reasoning=seal.reveal)
+    history = await load_history(app, body)
+    mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.reveal)
     chat = mapped.chat
     chat["model"] = up.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:
@@ -162,6 +192,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
                                              seal_reasoning=sealer)
+        schedule_save(app, body, result, history, app[IDS])
         return web.Response(body=orjson.dumps(result), content_type="application/json")
     machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools, seal_reasoning=sealer)
     response = web.StreamResponse(headers=SSE_HEADERS)
@@ -174,6 +205,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     cfg = app[CONFIG]
     stats = await relay(upstream, Pump(machine), response, render_responses, idle=up.timeouts.idle,
                         keepalive=cfg.server.keepalive_seconds, total=up.timeouts.total)
+    schedule_save(app, body, machine.final_response, history, app[IDS])
     if machine.diagnostics:
         log.info("translation.anomaly", model=mapped.model, **machine.diagnostics)
     log.info("stream.relay.completed", model=mapped.model, upstream=up.name, ending=stats.ending,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from translators.options import MappingOptions
 
 from .errors import ConfigError
+from .store import StoreConfig
 
 
 class _Model(BaseModel):
@@ -87,7 +88,7 @@ class Config(_Model):
     logging: Logging = Field(default_factory=Logging)
     reasoning: Reasoning = Field(default_factory=Reasoning)
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
-    store: dict[str, Any] = Field(default_factory=dict)
+    store: StoreConfig = Field(default_factory=StoreConfig)
 
     @model_validator(mode="after")
     def _check_upstreams(self) -> Config:

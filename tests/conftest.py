@@ -119,8 +119,8 @@ def proxy_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def proxy(upstream: FakeUpstream, proxy_overrides: dict[str, Any]) -> AsyncIterator[ProxyHandle]:
-    overrides = {"upstream.base_url": upstream.base_url, **proxy_overrides}
+async def proxy(upstream: FakeUpstream, proxy_overrides: dict[str, Any], tmp_path: Any) -> AsyncIterator[ProxyHandle]:
+    overrides = {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data"), **proxy_overrides}
     config = load_config(None, {}, overrides)
     handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
     yield handle

@@ -1,0 +1,154 @@
+"""Stateful Responses on a stateless backend: store, continue, retrieve, list, delete.
+
+- A response created with ``store`` true (the default) is saved when it ends, whatever its
+  terminal status, with the whole resolved input that produced it (the previous chain's items,
+  then this request's input), so one lookup rebuilds any conversation.
+- Saving runs in a background task after the client has its answer: a storage failure is logged
+  and counted, never seen by the client (the response is delivered; only a later
+  ``previous_response_id``/``GET`` on it answers 404).
+- ``GET /v1/responses/{id}`` (``?stream=true`` replays it as events), ``DELETE`` and
+  ``GET .../input_items`` (``limit``, ``order``, ``after``, ``before``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from translators.input_items import continued_history, normalize_input
+from translators.response_replay import replay_events
+
+from .errors import ClientRequestError, ProxyError
+from .relay import render_responses
+from .store import ResponseStore, StoreError, StoredResponse
+from .store.pagination import InvalidParam, paginate
+
+log = structlog.get_logger("crossfeed")
+
+STORE = web.AppKey("store", ResponseStore)
+PENDING = web.AppKey("pending_saves", set)  # type: ignore[arg-type]
+SAVING = web.AppKey("saving_by_id", dict)  # type: ignore[arg-type]
+STORE_FAILURES = web.AppKey("store_failures", list)  # type: ignore[arg-type]
+
+
+class StoreUnavailable(ProxyError):
+    status = 503
+    code = "store_unavailable"
+
+
+async def load_history(app: web.Application, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The conversation a ``previous_response_id`` continues, or None without one."""
+    prev = body.get("previous_response_id")
+    if prev is None:
+        return None
+    if not isinstance(prev, str) or not prev:
+        raise ClientRequestError("`previous_response_id` must be a non-empty string", param="previous_response_id",
+                                 code="invalid_type")
+    saving = app[SAVING].get(prev)
+    if saving is not None:  # the client was faster than our background save: wait for it
+        await asyncio.wait([saving], timeout=10)
+    try:
+        record = await app[STORE].get(prev)
+    except StoreError as exc:
+        _count_failure(app, "get", exc)
+        raise StoreUnavailable("the response store is unavailable; try again later") from None
+    if record is None:
+        raise ClientRequestError(f"Previous response with id '{prev}' not found.", param="previous_response_id",
+                                 status=404, code="previous_response_not_found")
+    return continued_history(record.input_items, record.response)
+
+
+def schedule_save(app: web.Application, body: dict[str, Any], response: dict[str, Any] | None,
+                  history: list[dict[str, Any]] | None, ids: Any) -> None:
+    if response is None or body.get("store") is False:
+        return
+    items = (history or []) + normalize_input(body.get("input"), ids)
+    record = StoredResponse(id=response["id"], created_at=int(response.get("created_at") or 0),
+                            response=response, input_items=items,
+                            previous_response_id=body.get("previous_response_id"))
+    task = asyncio.get_running_loop().create_task(_save(app, record))
+    app[PENDING].add(task)
+    app[SAVING][record.id] = task
+
+    def done(t: asyncio.Task[None]) -> None:
+        app[PENDING].discard(t)
+        app[SAVING].pop(record.id, None)
+
+    task.add_done_callback(done)
+
+
+async def _save(app: web.Application, record: StoredResponse) -> None:
+    try:
+        await app[STORE].save(record)
+    except StoreError as exc:
+        _count_failure(app, "save", exc)
+
+
+def _count_failure(app: web.Application, op: str, exc: StoreError) -> None:
+    app[STORE_FAILURES].append(op)
+    del app[STORE_FAILURES][:-1000]
+    log.warning("store.failed", operation=op, error=str(exc))
+
+
+async def _record(request: web.Request) -> StoredResponse:
+    rid = request.match_info["response_id"]
+    try:
+        record = await request.app[STORE].get(rid)
+    except StoreError as exc:
+        _count_failure(request.app, "get", exc)
+        raise StoreUnavailable("the response store is unavailable; try again later") from None
+    if record is None:
+        raise ClientRequestError(f"Response with id '{rid}' not found.", param="response_id", status=404,
+                                 code="not_found")
+    return record
+
+
+async def get_response(request: web.Request) -> web.StreamResponse:
+    record = await _record(request)
+    if request.query.get("stream") in ("true", "1"):
+        events = replay_events(record.response)
+        after = request.query.get("starting_after")
+        if after is not None and after.lstrip("-").isdigit():
+            events = [e for e in events if e["sequence_number"] > int(after)]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await resp.write(render_responses(events))
+        await resp.write_eof()
+        return resp
+    return web.Response(body=orjson.dumps(record.response), content_type="application/json")
+
+
+async def delete_response(request: web.Request) -> web.Response:
+    rid = request.match_info["response_id"]
+    try:
+        deleted = await request.app[STORE].delete(rid)
+    except StoreError as exc:
+        _count_failure(request.app, "delete", exc)
+        raise StoreUnavailable("the response store is unavailable; try again later") from None
+    if not deleted:
+        raise ClientRequestError(f"Response with id '{rid}' not found.", param="response_id", status=404,
+                                 code="not_found")
+    return web.Response(body=orjson.dumps({"id": rid, "object": "response.deleted", "deleted": True}),
+                        content_type="application/json")
+
+
+async def list_input_items(request: web.Request) -> web.Response:
+    record = await _record(request)
+    q = request.query
+    try:
+        page = paginate(record.input_items, limit=q.get("limit"), order=q.get("order"), after=q.get("after"),
+                        before=q.get("before"))
+    except InvalidParam as exc:
+        raise ClientRequestError(exc.message, param=exc.param, code="invalid_value") from None
+    return web.Response(body=orjson.dumps(page), content_type="application/json")
+
+
+async def drain_saves(app: web.Application) -> None:
+    pending = list(app[PENDING])
+    if pending:
+        await asyncio.wait(pending, timeout=10)

@@ -1,0 +1,121 @@
+"""Stored responses through the official SDK: previous_response_id, retrieval, listing, deletion."""
+
+from __future__ import annotations
+
+import openai
+import orjson
+import pytest
+
+from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.validators import validate_responses_sse
+
+
+def chunk(delta: dict, finish: str | None = None) -> bytes:
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def text_reply(text: str) -> SSEReply:
+    return SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop") + DONE)
+
+
+def call_reply(call_id: str, name: str, args: str) -> SSEReply:
+    return SSEReply(chunk({"reasoning_content": "I should call " + name}) + chunk({"tool_calls": [
+        {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]}, "tool_calls")
+        + DONE)
+
+
+def json_text(text: str) -> JSONReply:
+    return JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
+
+
+TOOLS = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+
+
+async def test_multi_turn_with_tool_calls(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(json_text("Hi Ann."), call_reply("call_9", "lookup", '{"q":"Ann"}'), text_reply("Ann is 30."))
+    first = await client.responses.create(model="m", input="I am Ann.", instructions="Be brief.", stream=False)
+    async with client.responses.stream(model="m", input="How old am I?", previous_response_id=first.id,
+                                       tools=TOOLS) as s:
+        second = await s.get_final_response()
+    call = next(o for o in second.output if o.type == "function_call")
+    third = await client.responses.create(model="m", previous_response_id=second.id, tools=TOOLS, stream=True,
+                                          input=[{"type": "function_call_output", "call_id": call.call_id,
+                                                  "output": "30"}])
+    events = [e async for e in third]
+    assert events[-1].type == "response.completed"
+    second_msgs = upstream.requests[1].body["messages"]
+    # instructions are not inherited
+    assert second_msgs == [{"role": "user", "content": "I am Ann."}, {"role": "assistant", "content": "Hi Ann."},
+                           {"role": "user", "content": "How old am I?"}]
+    third_msgs = upstream.requests[2].body["messages"]
+    assert third_msgs[:3] == second_msgs
+    assistant = third_msgs[3]
+    assert assistant["role"] == "assistant" and assistant["reasoning_content"] == "I should call lookup"
+    assert assistant["tool_calls"][0]["id"] == "call_9"
+    assert assistant["tool_calls"][0]["function"] == {"name": "lookup", "arguments": '{"q":"Ann"}'}
+    assert third_msgs[4] == {"role": "tool", "tool_call_id": "call_9", "content": "30"}
+
+
+async def test_retrieve_list_delete(client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy) -> None:
+    upstream.reply(json_text("one"), json_text("two"))
+    first = await client.responses.create(model="m", input="a", stream=False)
+    second = await client.responses.create(model="m", input=[{"role": "user", "content": "b"}],
+                                           previous_response_id=first.id, stream=False)
+    got = await client.responses.retrieve(second.id)
+    assert got.id == second.id and got.output_text == "two"
+    items = await client.responses.input_items.list(second.id, order="asc")
+    texts = [i.content[0].text for i in items.data]
+    assert texts == ["a", "one", "b"]
+    page = await client.responses.input_items.list(second.id, order="asc", limit=1)
+    assert len(page.data) == 1 and page.has_more
+    page2 = await client.responses.input_items.list(second.id, order="asc", limit=5, after=page.data[0].id)
+    assert [i.content[0].text for i in page2.data] == ["one", "b"]
+    import aiohttp
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{proxy.base_url}/responses/{second.id}?stream=true") as r:
+            replay = validate_responses_sse(await r.read())
+    assert replay[-1]["response"]["id"] == second.id
+    await client.responses.delete(second.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(second.id)
+    with pytest.raises(openai.NotFoundError) as info:
+        await client.responses.create(model="m", input="c", previous_response_id=second.id)
+    assert info.value.body["param"] == "previous_response_id"
+
+
+async def test_store_false_saves_nothing(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(json_text("x"))
+    r = await client.responses.create(model="m", input="a", store=False, stream=False)
+    assert r.store is False
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(r.id)
+
+
+async def test_failed_response_is_stored_and_continues_without_its_output(client: openai.AsyncOpenAI,
+                                                                           upstream: FakeUpstream) -> None:
+    upstream.reply(SSEReply(chunk({"content": "partial"})), json_text("retry ok"))
+    stream = await client.responses.create(model="m", input="q", stream=True)
+    events = []
+    with pytest.raises(openai.APIError, match="closed the stream before it finished"):
+        async for e in stream:
+            events.append(e)
+    rid = events[0].response.id
+    assert (await client.responses.retrieve(rid)).status == "failed"
+    await client.responses.create(model="m", input="again", previous_response_id=rid, stream=False)
+    assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "q"},
+                                                      {"role": "user", "content": "again"}]
+
+
+async def test_bad_pagination_param(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(JSONReply({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}]}))
+    r = await client.responses.create(model="m", input="a")
+    with pytest.raises(openai.BadRequestError) as info:
+        await client.responses.input_items.list(r.id, limit=1000)
+    assert info.value.body["param"] == "limit"
