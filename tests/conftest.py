@@ -9,6 +9,7 @@ that escapes the validators.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,3 +141,18 @@ async def client(proxy: ProxyHandle, captured: list[Captured]) -> AsyncIterator[
     c = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", http_client=http, max_retries=0)
     yield c
     await c.close()
+
+
+def require_service(name: str, hint: str) -> None:
+    """Skip locally when an external service is missing; in CI its absence is a failure."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{name} is required in CI but is not available: {hint}")
+    pytest.skip(f"{name} not available: {hint}")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    url = os.environ.get("CROSSFEED_TEST_REDIS_URL")
+    if not url:
+        require_service("redis", 'run eval "$(bash .ci/start-redis.sh)" first')
+    return url  # type: ignore[return-value]
