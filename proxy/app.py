@@ -2,6 +2,8 @@
 
 Routes:
   GET  /healthz                     liveness
+  GET  /readyz                      readiness (config, store, upstream probes)
+  GET  /metrics                     Prometheus metrics
   GET  /v1/models                   passed to the upstream unchanged
   POST /v1/responses                chat upstream: translated (this module); responses upstream: passed through
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
@@ -29,11 +31,15 @@ from translators.response_bodies import chat_completion_to_response
 from translators.responses_request import responses_request_to_chat
 
 from .config import Config, Upstream
-from .errors import ClientRequestError, ProxyError, error_response
+from .errors import ClientRequestError, ProxyError, UpstreamError, error_response
+from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys
+from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
+from .observability import (METRICS, SUMMARY, Metrics, add_request_id_header, metrics_endpoint,
+                            observe_middleware, usage_summary)
 from .ids import RandomIds
 from .reasoning_seal import ReasoningSeal
-from .relay import relay, render_responses
-from .responses_api import (PENDING, SAVING, STORE, STORE_FAILURES, delete_response, drain_saves, get_response,
+from .relay import RelayStats, relay, render_responses
+from .responses_api import (PENDING, SAVING, STORE, delete_response, drain_saves, get_response,
                             list_input_items, load_history, schedule_save)
 from .store import open_store
 from .upstream import map_client_errors, new_session, open_upstream, read_json, upstream_headers
@@ -54,18 +60,26 @@ MAX_NONSTREAM_BODY = 64 * 1024 * 1024
 
 def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None,
                clock: Callable[[], int] | None = None) -> web.Application:
-    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=[error_middleware])
+    middlewares = [observe_middleware, error_middleware, auth_middleware(inbound_keys(config, environ))]
+    app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
+    app[METRICS] = Metrics()
+    app[LIMITS] = StreamLimits()
+    app[OPEN_STREAMS] = set()
     app[IDS] = ids or RandomIds()
     app[CLOCK] = clock or (lambda: int(time.time()))
     app[SEAL] = ReasoningSeal(environ.get(config.reasoning.key_env))
     app[ENV] = environ
     app[PENDING] = set()
     app[SAVING] = {}
-    app[STORE_FAILURES] = []
     app.cleanup_ctx.append(_session_ctx)
     app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(probe_ctx(config, SESSION))
+    app.on_response_prepare.append(add_request_id_header)
+    app.on_shutdown.append(drain)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/v1/models", passthrough)
     app.router.add_post("/v1/responses", responses_endpoint)
     for method, handler in (("GET", get_response), ("DELETE", delete_response)):
@@ -105,6 +119,10 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
     try:
         return await handler(request)
     except (ProxyError, TranslationError) as exc:
+        if isinstance(exc, UpstreamError):
+            name = request[SUMMARY].get("upstream", "")
+            request.app[METRICS].upstream_errors.labels(name, exc.code or "error").inc()
+            request[SUMMARY]["error"] = exc.code
         return error_response(exc)
     except web.HTTPRequestEntityTooLarge:
         return error_response(ClientRequestError("the request body is larger than the configured maximum",
@@ -123,6 +141,16 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
 
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    problems = readiness(request.app, request.app[CONFIG])
+    try:
+        await request.app[STORE].ping()
+    except Exception:  # any store failure means not ready
+        problems.append("the response store does not answer")
+    status = 503 if problems else 200
+    return web.json_response({"status": "not ready" if problems else "ready", "problems": problems}, status=status)
 
 
 async def read_body(request: web.Request) -> dict[str, Any]:
@@ -144,6 +172,7 @@ def pick_upstream(request: web.Request, body: dict[str, Any]) -> Upstream:
         raise ClientRequestError("you must provide a model parameter (a string)", param="model",
                                  code="missing_required_parameter" if model is None else "invalid_type")
     up = config.route(model)
+    request[SUMMARY].update(model=model, upstream=up.name if up else None)
     if up is None:
         raise ClientRequestError(f"the model `{model}` does not exist or is not served here", param="model",
                                  status=404, code="model_not_found")
@@ -187,30 +216,71 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     include = body.get("include") or ()
     sealer = seal.seal if isinstance(include, list) and "reasoning.encrypted_content" in include else None
     headers = upstream_headers(up, request.headers, api_key(request, up))
-    upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers)
+    summary = request[SUMMARY]
+    summary["stream"] = stream
     if not stream:
+        started = time.monotonic()
+        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers)
+        summary["ttfb"] = time.monotonic() - started
         completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
                                              seal_reasoning=sealer)
         schedule_save(app, body, result, history, app[IDS])
+        summary.update(terminal=result.get("status"), usage=usage_summary(result))
         return web.Response(body=orjson.dumps(result), content_type="application/json")
-    machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools, seal_reasoning=sealer)
-    response = web.StreamResponse(headers=SSE_HEADERS)
-    try:
-        await response.prepare(request)
-        await response.write(render_responses(machine.start()))
-    except ConnectionResetError:
-        upstream.close()
-        return response
-    cfg = app[CONFIG]
-    stats = await relay(upstream, Pump(machine), response, render_responses, idle=up.timeouts.idle,
-                        keepalive=cfg.server.keepalive_seconds, total=up.timeouts.total)
-    schedule_save(app, body, machine.final_response, history, app[IDS])
-    if machine.diagnostics:
-        log.info("translation.anomaly", model=mapped.model, **machine.diagnostics)
-    log.info("stream.relay.completed", model=mapped.model, upstream=up.name, ending=stats.ending,
-             events_in=stats.events_in, events_out=stats.events_out, error=stats.error)
+    with app[LIMITS].admit(up):
+        started = time.monotonic()
+        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers)
+        summary["ttfb"] = time.monotonic() - started
+        machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
+                                        seal_reasoning=sealer)
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        try:
+            await response.prepare(request)
+            await response.write(render_responses(machine.start()))
+        except ConnectionResetError:
+            upstream.close()
+            summary["terminal"] = "client_disconnected"
+            return response
+        stats = await stream_through(request, up, upstream, Pump(machine), response, render_responses, None)
+    final = machine.final_response
+    schedule_save(app, body, final, history, app[IDS])
+    summary.update(terminal=final.get("status") if final else stats.ending, usage=usage_summary(final))
+    note_anomalies(request, machine.diagnostics)
     return response
+
+
+async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump,
+                         response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
+                         done_frame: bytes | None) -> RelayStats:
+    """Run the relay for one stream, counted as open for metrics and shutdown."""
+    app = request.app
+    gauge = app[METRICS].active_streams.labels(up.name)
+    gauge.inc()
+    try:
+        stats = await relay(upstream, pump, response, render, idle=up.timeouts.idle,
+                            keepalive=app[CONFIG].server.keepalive_seconds, total=up.timeouts.total,
+                            done_frame=done_frame, registry=app[OPEN_STREAMS])
+    finally:
+        gauge.dec()
+    summary = request[SUMMARY]
+    summary.update(ending=stats.ending, events_in=stats.events_in, events_out=stats.events_out)
+    if stats.error:
+        summary["error"] = stats.error
+        if stats.ending.startswith("upstream"):
+            app[METRICS].upstream_errors.labels(up.name, stats.ending).inc()
+    if "internal_error" in stats.extra:
+        log.error("stream.internal_error", detail=stats.extra["internal_error"])
+    return stats
+
+
+def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
+    """Translation anomalies: one log line per stream, counted in metrics."""
+    if not diagnostics:
+        return
+    log.info("translation.anomaly", **diagnostics)
+    for kind, n in diagnostics.items():
+        request.app[METRICS].anomalies.labels(kind).inc(n)
 
 
 async def passthrough(request: web.Request, *, body: dict[str, Any] | None = None,

@@ -32,6 +32,22 @@ from translators.pump import Pump
 KEEPALIVE_FRAME = b": keepalive\n\n"
 
 
+class Draining(Exception):
+    """Raised into a relay's upstream read when the server's drain period is over."""
+
+
+class OpenStream:
+    """A handle on one running relay, so shutdown can end it with a proper terminal event."""
+
+    __slots__ = ("upstream",)
+
+    def __init__(self, upstream: aiohttp.ClientResponse) -> None:
+        self.upstream = upstream
+
+    def end(self) -> None:
+        self.upstream.content.set_exception(Draining())
+
+
 @dataclass(slots=True)
 class RelayStats:
     chunks_in: int = 0
@@ -54,8 +70,12 @@ async def relay(
     total: float,
     done_frame: bytes | None = None,
     stats: RelayStats | None = None,
+    registry: set[OpenStream] | None = None,
 ) -> RelayStats:
     stats = stats or RelayStats()
+    handle = OpenStream(upstream)
+    if registry is not None:
+        registry.add(handle)
     loop = asyncio.get_running_loop()
     raw_write = response.write
 
@@ -103,6 +123,9 @@ async def relay(
     except _ClientGone:
         stats.ending = "client_disconnected"
         return stats
+    except Draining:
+        await _fail(pump, response, render, stats, "server_shutting_down",
+                    "crossfeed is shutting down; the stream was ended before the upstream finished")
     except _IdleTimeout as exc:
         await _fail(pump, response, render, stats, "upstream_idle_timeout",
                     f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
@@ -122,6 +145,8 @@ async def relay(
     finally:
         upstream.close()
         stats.events_in = pump.events_in
+        if registry is not None:
+            registry.discard(handle)
     if done_frame is not None:
         try:
             await raw_write(done_frame)

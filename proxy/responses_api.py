@@ -32,7 +32,6 @@ log = structlog.get_logger("crossfeed")
 STORE = web.AppKey("store", ResponseStore)
 PENDING = web.AppKey("pending_saves", set)  # type: ignore[arg-type]
 SAVING = web.AppKey("saving_by_id", dict)  # type: ignore[arg-type]
-STORE_FAILURES = web.AppKey("store_failures", list)  # type: ignore[arg-type]
 
 
 class StoreUnavailable(ProxyError):
@@ -89,8 +88,9 @@ async def _save(app: web.Application, record: StoredResponse) -> None:
 
 
 def _count_failure(app: web.Application, op: str, exc: StoreError) -> None:
-    app[STORE_FAILURES].append(op)
-    del app[STORE_FAILURES][:-1000]
+    from .observability import METRICS
+
+    app[METRICS].store_failures.labels(op).inc()
     log.warning("store.failed", operation=op, error=str(exc))
 
 

@@ -1,0 +1,74 @@
+"""Admission: inbound API keys, and the per-upstream limit on concurrent streams.
+
+- Inbound keys are optional. When ``[server] inbound_keys_env`` names an environment variable
+  holding comma-separated keys, every request except the health, readiness and metrics probes
+  needs ``Authorization: Bearer <key>`` matching one of them, compared in constant time; anything
+  else gets a 401 in OpenAI's envelope. Keys are never logged.
+- ``max_concurrent_streams`` on an upstream caps its open streams; one more gets a 429 with
+  ``Retry-After`` (the OpenAI SDKs honour it and retry), never a queue that hides the overload.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from aiohttp import web
+
+from .config import Config, Upstream
+from .errors import ClientRequestError, error_response
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[bytes, ...]:
+    env = config.server.inbound_keys_env
+    if not env:
+        return ()
+    return tuple(k.strip().encode() for k in environ.get(env, "").split(",") if k.strip())
+
+
+def auth_middleware(keys: tuple[bytes, ...]) -> Callable[..., Any]:
+    @web.middleware
+    async def check(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        if keys and request.path not in OPEN_PATHS:
+            header = request.headers.get("Authorization", "")
+            token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+            ok = False
+            for key in keys:  # compare with every key, so timing says nothing about which matched
+                ok |= hmac.compare_digest(token, key)
+            if not ok:
+                return error_response(ClientRequestError(
+                    "Incorrect or missing API key. Send Authorization: Bearer <key>.", status=401,
+                    code="invalid_api_key"), headers={"WWW-Authenticate": "Bearer"})
+        return await handler(request)
+
+    return check
+
+
+class StreamLimits:
+    """Counts open streams per upstream; ``admit`` raises the 429 past the cap."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    @contextmanager
+    def admit(self, up: Upstream) -> Iterator[None]:
+        n = self._open.get(up.name, 0)
+        if up.max_concurrent_streams and n >= up.max_concurrent_streams:
+            raise ClientRequestError(
+                f"too many concurrent streams to upstream '{up.name}' (limit {up.max_concurrent_streams}); "
+                "retry shortly", status=429, code="rate_limit_exceeded", headers={"Retry-After": "1"})
+        self._open[up.name] = n + 1
+        try:
+            yield
+        finally:
+            self._open[up.name] -= 1
+
+    def open_count(self, name: str) -> int:
+        return self._open.get(name, 0)
+
+
+LIMITS = web.AppKey("limits", StreamLimits)

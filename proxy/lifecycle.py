@@ -1,0 +1,86 @@
+"""Readiness and graceful shutdown.
+
+Readiness (``GET /readyz``): ready once the configuration is loaded, the response store answers,
+and every upstream answered a probe (``GET <base_url>/models``; any HTTP answer counts: the
+backend is up) within the last ``3 x probe interval``. Not ready -> 503 with the reasons.
+
+Shutdown (SIGTERM): the listener closes first (no new connections); open streams get
+``[server] drain_seconds`` to finish on their own; those still open are then ended with a proper
+terminal event (``response.failed`` / a chat error frame) rather than a cut connection, upstream
+connections are closed, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from .config import Config
+from .relay import OpenStream
+
+log = structlog.get_logger("crossfeed")
+
+OPEN_STREAMS = web.AppKey("open_streams", set)  # type: ignore[arg-type]
+PROBES = web.AppKey("probes", dict)  # type: ignore[arg-type]
+PROBE_INTERVAL = 20.0
+PROBE_HEADERS = {"User-Agent": "crossfeed-probe"}
+
+
+async def probe_loop(app: web.Application, config: Config, session_key: Any) -> None:
+    while True:
+        session: aiohttp.ClientSession = app[session_key]
+        for up in config.upstreams:
+            try:
+                async with session.get(up.base_url + "/models", timeout=aiohttp.ClientTimeout(total=5),
+                                       headers=PROBE_HEADERS) as r:
+                    await r.read()
+                app[PROBES][up.name] = time.monotonic()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                log.info("upstream.probe.failed", upstream=up.name)
+        await asyncio.sleep(PROBE_INTERVAL)
+
+
+def probe_ctx(config: Config, session_key: Any) -> Any:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        app[PROBES] = {}
+        task = asyncio.get_running_loop().create_task(probe_loop(app, config, session_key))
+        yield
+        task.cancel()
+    return ctx
+
+
+def readiness(app: web.Application, config: Config) -> list[str]:
+    now = time.monotonic()
+    problems = []
+    for up in config.upstreams:
+        seen = app[PROBES].get(up.name)
+        if seen is None or now - seen > 3 * PROBE_INTERVAL:
+            problems.append(f"upstream '{up.name}' has not answered a probe recently")
+    return problems
+
+
+async def drain(app: web.Application) -> None:
+    """on_shutdown: wait for open streams, then end the rest properly."""
+    streams: set[OpenStream] = app[OPEN_STREAMS]
+    from .app import CONFIG
+
+    seconds = app[CONFIG].server.drain_seconds
+    if streams:
+        log.info("server.draining", open_streams=len(streams), seconds=seconds)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while streams and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    if streams:
+        log.info("server.ending_streams", open_streams=len(streams))
+        for handle in list(streams):
+            handle.end()
+        end_by = loop.time() + 5
+        while streams and loop.time() < end_by:
+            await asyncio.sleep(0.02)

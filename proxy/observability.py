@@ -1,0 +1,116 @@
+"""Metrics, request ids and the one summary log line per request.
+
+- Every request gets an id: the client's ``X-Request-ID`` when it sends a sane one, else a new
+  one. It is bound to every log line of the request (structlog contextvars) and returned in the
+  ``X-Request-ID`` response header, streams included.
+- Handlers describe their work in ``request[SUMMARY]`` (a plain dict); the middleware adds
+  status and timings and writes ``request.completed`` once, and feeds the Prometheus metrics.
+- Metrics live in a per-application registry (no global state), served at ``GET /metrics``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+log = structlog.get_logger("crossfeed")
+
+SUMMARY = web.RequestKey("crossfeed_summary", dict)
+REQUEST_ID = web.RequestKey("request_id", str)
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("crossfeed_requests", "Requests handled", ["route", "model", "status"], registry=r)
+        self.active_streams = Gauge("crossfeed_active_streams", "Streams open right now", ["upstream"], registry=r)
+        self.ttfb = Histogram("crossfeed_time_to_first_byte_seconds", "Time until the upstream answered",
+                              ["route"], buckets=_TIME_BUCKETS, registry=r)
+        self.duration = Histogram("crossfeed_request_duration_seconds", "Whole request duration", ["route"],
+                                  buckets=_TIME_BUCKETS, registry=r)
+        self.upstream_errors = Counter("crossfeed_upstream_errors", "Upstream failures by kind", ["upstream", "kind"],
+                                       registry=r)
+        self.tokens = Counter("crossfeed_tokens", "Tokens reported by upstreams", ["model", "direction"], registry=r)
+        self.terminals = Counter("crossfeed_terminal_events", "How streams ended", ["route", "terminal"], registry=r)
+        self.store_failures = Counter("crossfeed_store_failures", "Response store failures", ["operation"],
+                                      registry=r)
+        self.anomalies = Counter("crossfeed_translation_anomalies", "Upstream quirks absorbed by translation",
+                                 ["kind"], registry=r)
+
+
+METRICS = web.AppKey("metrics", Metrics)
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _route_of(request: web.Request) -> str:
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"
+
+
+@web.middleware
+async def observe_middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    incoming = request.headers.get("X-Request-ID", "")
+    request_id = incoming if _REQUEST_ID_OK.match(incoming) else "req_" + uuid.uuid4().hex
+    request[REQUEST_ID] = request_id
+    summary: dict[str, Any] = {}
+    request[SUMMARY] = summary
+    route = _route_of(request)
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=request_id, route=route, method=request.method)
+    start = time.monotonic()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        if not response.prepared:
+            response.headers["X-Request-ID"] = request_id
+        return response
+    finally:
+        duration = time.monotonic() - start
+        metrics = request.app[METRICS]
+        model = str(summary.get("model") or "")
+        metrics.requests.labels(route, model, str(status)).inc()
+        metrics.duration.labels(route).observe(duration)
+        if "ttfb" in summary:
+            metrics.ttfb.labels(route).observe(summary["ttfb"])
+        usage = summary.get("usage")
+        if usage:
+            metrics.tokens.labels(model, "in").inc(usage.get("in", 0))
+            metrics.tokens.labels(model, "out").inc(usage.get("out", 0))
+        if summary.get("terminal"):
+            metrics.terminals.labels(route, summary["terminal"]).inc()
+        if route != "/metrics":
+            fields = {k: v for k, v in summary.items() if k not in ("ttfb",)}
+            if "ttfb" in summary:
+                fields["ttfb_ms"] = round(summary["ttfb"] * 1000, 1)
+            log.info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **fields)
+        structlog.contextvars.clear_contextvars()
+
+
+async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: streamed responses get the id too (headers go before the body)."""
+    request_id = request.get(REQUEST_ID)
+    if request_id and "X-Request-ID" not in response.headers:
+        response.headers["X-Request-ID"] = request_id
+
+
+def usage_summary(response: dict[str, Any] | None) -> dict[str, int] | None:
+    usage = (response or {}).get("usage") if isinstance(response, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    return {"in": int(usage.get("input_tokens") or usage.get("prompt_tokens") or 0),
+            "out": int(usage.get("output_tokens") or usage.get("completion_tokens") or 0)}

@@ -1,0 +1,145 @@
+"""Operator features: auth, stream limits, request ids, metrics, readiness, drain on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import aiohttp
+import openai
+import orjson
+import pytest
+import structlog
+
+from proxy.config import load_config
+from proxy.logs import configure_logging
+from tests.conftest import start_proxy
+from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.validators import validate_responses_sse
+
+
+def chunk(delta: dict, finish: str | None = None) -> bytes:
+    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+SLOW = chunk({"content": "tick "}) * 200 + chunk({}, "stop") + DONE
+
+
+def config_for(upstream: FakeUpstream, tmp_path, **over: object):
+    return load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory", **over})
+
+
+async def test_inbound_keys(upstream: FakeUpstream, tmp_path) -> None:
+    cfg = config_for(upstream, tmp_path, **{"server.inbound_keys_env": "CF_KEYS"})
+    handle = await start_proxy(cfg, environ={"CF_KEYS": "k-one, k-two"})
+    upstream.default = SSEReply(chunk({"content": "ok"}, "stop") + DONE)
+    try:
+        for key, ok in (("k-two", True), ("k-one", True), ("wrong", False), ("", False)):
+            c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=key or "x", max_retries=0,
+                                   default_headers={} if key else {"Authorization": ""})
+            if ok:
+                s = await c.responses.create(model="m", input="x", stream=True)
+                assert [e async for e in s][-1].type == "response.completed"
+            else:
+                with pytest.raises(openai.AuthenticationError) as info:
+                    await c.responses.create(model="m", input="x", stream=True)
+                assert info.value.code == "invalid_api_key"
+            await c.close()
+        async with aiohttp.ClientSession() as s:
+            async with s.get(handle.url + "/healthz") as r:
+                assert r.status == 200  # probes stay open
+    finally:
+        await handle.runner.cleanup()
+    # the client's key is not forwarded as the upstream key: inbound keys are crossfeed's own
+    assert all(r.headers.get("Authorization") in (None, "Bearer k-two", "Bearer k-one") for r in upstream.requests)
+
+
+async def test_concurrent_stream_limit_429(upstream: FakeUpstream, tmp_path) -> None:
+    cfg = config_for(upstream, tmp_path)
+    up = cfg.upstreams[0].model_copy(update={"max_concurrent_streams": 1})
+    cfg = cfg.model_copy(update={"upstreams": (up,)})
+    handle = await start_proxy(cfg)
+    upstream.reply(SSEReply(SLOW, delay=0.01), SSEReply(chunk({"content": "x"}, "stop") + DONE))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as first:
+                head = await first.content.readany()
+                async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "b", "stream": True}) as second:
+                    assert second.status == 429
+                    assert second.headers["Retry-After"] == "1"
+                    assert (await second.json())["error"]["code"] == "rate_limit_exceeded"
+                validate_responses_sse(head + await first.read())
+    finally:
+        await handle.runner.cleanup()
+
+
+async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_path) -> None:
+    buf = io.StringIO()
+    configure_logging("info", "json", stream=buf)
+    handle = await start_proxy(config_for(upstream, tmp_path))
+    upstream.reply(SSEReply(chunk({"content": "hi"}, "stop") + chunk({}, None).replace(b'"choices"', b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"x"') + DONE))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True},
+                              headers={"X-Request-ID": "abc-123", "Authorization": "Bearer sk-secret-value"}) as r:
+                assert r.headers["X-Request-ID"] == "abc-123"
+                await r.read()
+            async with s.get(handle.base_url + "/nope") as r:
+                assert r.headers["X-Request-ID"].startswith("req_")
+            async with s.get(handle.url + "/metrics") as r:
+                text = await r.text()
+    finally:
+        await handle.runner.cleanup()
+        structlog.reset_defaults()
+    lines = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+    done = [entry for entry in lines if entry.get("event") == "request.completed" and entry.get("request_id") == "abc-123"]
+    assert done and done[0]["status"] == 200 and done[0]["terminal"] == "completed" and done[0]["model"] == "m"
+    assert done[0]["usage"] == {"in": 3, "out": 2}
+    assert "sk-secret-value" not in buf.getvalue()
+    assert 'crossfeed_requests_total{model="m",route="/v1/responses",status="200"} 1.0' in text
+    assert 'crossfeed_tokens_total{direction="out",model="m"} 2.0' in text
+    assert 'crossfeed_terminal_events_total{route="/v1/responses",terminal="completed"} 1.0' in text
+    assert "crossfeed_active_streams" in text and "crossfeed_time_to_first_byte_seconds_bucket" in text
+
+
+async def test_readyz_follows_upstream_probe(upstream: FakeUpstream, tmp_path) -> None:
+    handle = await start_proxy(config_for(upstream, tmp_path))
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(50):
+                async with s.get(handle.url + "/readyz") as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.05)
+            assert r.status == 200 and upstream.probes >= 1
+    finally:
+        await handle.runner.cleanup()
+    dead = await start_proxy(load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1",
+                                                     "store.backend": "memory"}))
+    try:
+        await asyncio.sleep(0.2)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(dead.url + "/readyz") as r:
+                assert r.status == 503
+                assert "has not answered a probe" in (await r.json())["problems"][0]
+    finally:
+        await dead.runner.cleanup()
+
+
+async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpstream, tmp_path) -> None:
+    handle = await start_proxy(config_for(upstream, tmp_path, **{"server.drain_seconds": 0.3}))
+    upstream.default = SSEReply(chunk({"content": "tick "}) * 10_000 + DONE, delay=0.02)
+    async with aiohttp.ClientSession() as s:
+        async def one() -> bytes:
+            async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
+                return await r.read()
+        tasks = [asyncio.create_task(one()) for _ in range(5)]
+        await asyncio.sleep(0.3)
+        await asyncio.wait_for(handle.runner.cleanup(), 10)
+        bodies = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    for body in bodies:
+        events = validate_responses_sse(body)
+        assert events[-1]["type"] == "response.failed"
+        assert events[-1]["response"]["error"]["code"] == "server_shutting_down"
