@@ -80,7 +80,7 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
-    app.router.add_get("/v1/models", passthrough)
+    app.router.add_get("/v1/models", models_endpoint)
     app.router.add_post("/v1/responses", responses_endpoint)
     for method, handler in (("GET", get_response), ("DELETE", delete_response)):
         app.router.add_route(method, "/v1/responses/{response_id}", _stored(handler))
@@ -315,6 +315,36 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
     finally:
         resp.close()
     return out
+
+
+async def models_endpoint(request: web.Request) -> web.StreamResponse:
+    """One upstream: passed through. Several: every upstream's list merged, plus the exact model
+    names the config routes (renamed back to the client-facing names)."""
+    config = request.app[CONFIG]
+    if len(config.upstreams) == 1:
+        return await passthrough(request)
+    import asyncio
+
+    async def fetch(up: Upstream) -> list[dict[str, Any]]:
+        headers = upstream_headers(up, request.headers, api_key(request, up))
+        try:
+            async with request.app[SESSION].get(up.base_url + "/models", headers=headers,
+                                                timeout=aiohttp.ClientTimeout(total=10)) as r:
+                body = await r.json(content_type=None) if r.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            body = {}
+        data = body.get("data") if isinstance(body, dict) else None
+        back = {v: k for k, v in up.model_map.items()}
+        out = [{**m, "id": back.get(m.get("id"), m.get("id"))} for m in data or () if isinstance(m, dict)]
+        out += [{"id": name, "object": "model", "created": 0, "owned_by": up.name}
+                for name in (*up.models, *up.model_map) if not any(c in name for c in "*?[")]
+        return out
+
+    merged: dict[str, dict[str, Any]] = {}
+    for models in await asyncio.gather(*(fetch(u) for u in config.upstreams)):
+        for m in models:
+            merged.setdefault(str(m.get("id")), m)
+    return web.json_response({"object": "list", "data": list(merged.values())})
 
 
 def _default_upstream(config: Config) -> Upstream:

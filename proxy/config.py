@@ -9,6 +9,7 @@ with its dotted path. Secrets are never written inline: the file names environme
 from __future__ import annotations
 
 import fnmatch
+import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -148,9 +149,21 @@ _ENV_KEYS = {
 
 
 def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """Short aliases above, and any key as ``CROSSFEED_<SECTION>__<KEY>[__<KEY>]`` (``__`` = a dot);
+    ``CROSSFEED_UPSTREAM__...`` sets a key on the single (or default) upstream. JSON values
+    (``[...]``, ``{...}``) are parsed, so lists and maps can be given too."""
     for env, dotted in _ENV_KEYS.items():
         if environ.get(env):
             _set(raw, dotted, environ[env])
+    for env, value in environ.items():
+        if env.startswith("CROSSFEED_") and "__" in env and value != "":
+            dotted = ".".join(part.lower() for part in env[len("CROSSFEED_"):].split("__"))
+            if value[:1] in "[{":
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    raise ConfigError(f"{env}: not valid JSON") from None
+            _set(raw, dotted, value)
 
 
 def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
@@ -158,7 +171,12 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
     head, _, rest = dotted.partition(".")
     if head == "upstream":
         ups = raw.setdefault("upstreams", [{"default": True}])
-        target = next((u for u in ups if u.get("default")), ups[0])
-        target[rest] = value
-        return
-    raw.setdefault(head, {})[rest] = value
+        node: dict[str, Any] = next((u for u in ups if u.get("default")), ups[0])
+    else:
+        node = raw.setdefault(head, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{head}: expected a table")
+    *parents, last = rest.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value

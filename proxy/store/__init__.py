@@ -86,6 +86,9 @@ class StoreConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_backend_options(self) -> StoreConfig:
+        if self.redis_url and "@" in self.redis_url.split("://", 1)[-1].split("/", 1)[0]:
+            raise ValueError("redis_url must not hold credentials: put the URL in the environment "
+                             "variable named by redis_url_env instead")
         if self.backend == "redis" and self.max_bytes is not None:
             raise ValueError(
                 "max_bytes is not supported by the redis backend: bound memory with Redis's own "

@@ -143,3 +143,48 @@ async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpst
         events = validate_responses_sse(body)
         assert events[-1]["type"] == "response.failed"
         assert events[-1]["response"]["error"]["code"] == "server_shutting_down"
+
+
+async def test_routing_by_model_and_merged_models(tmp_path) -> None:
+    from tests.fakes.upstream import JSONReply
+
+    a, b = FakeUpstream(), FakeUpstream()
+    await a.start()
+    await b.start()
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text(f"""
+[[upstreams]]
+name = "a"
+base_url = "{a.base_url}"
+models = ["qwen-*", "exact-one"]
+model_map = {{ "exact-one" = "backend-one" }}
+[[upstreams]]
+name = "b"
+base_url = "{b.base_url}"
+models = ["deepseek-*"]
+[store]
+backend = "memory"
+""")
+    from pathlib import Path
+    handle = await start_proxy(load_config(Path(cfg_file), {}))
+    a.default = SSEReply(chunk({"content": "from a"}, "stop") + DONE)
+    b.default = SSEReply(chunk({"content": "from b"}, "stop") + DONE)
+    try:
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0)
+        for model, expect in (("qwen-7b", "from a"), ("deepseek-chat", "from b"), ("exact-one", "from a")):
+            s = await c.responses.create(model=model, input="x", stream=True)
+            events = [e async for e in s]
+            assert events[-1].response.output_text == expect
+        assert a.requests[-1].body["model"] == "backend-one"
+        with pytest.raises(openai.NotFoundError) as info:
+            await c.responses.create(model="gpt-9", input="x")
+        assert info.value.code == "model_not_found"
+        a.reply(JSONReply({"object": "list", "data": [{"id": "backend-one", "object": "model", "created": 0, "owned_by": "a"}]}))
+        b.reply(JSONReply({"object": "list", "data": [{"id": "deepseek-chat", "object": "model", "created": 0, "owned_by": "b"}]}))
+        ids = sorted(m.id for m in (await c.models.list()).data)
+        assert ids == ["deepseek-chat", "exact-one"]
+        await c.close()
+    finally:
+        await handle.runner.cleanup()
+        await a.close()
+        await b.close()
