@@ -31,6 +31,9 @@ from translators.response_bodies import chat_completion_to_response
 from translators.responses_request import responses_request_to_chat
 
 from .config import Config, Upstream
+from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
+from .reverse import reverse_chat
+from .streams import api_key, note_anomalies, stream_through
 from .errors import ClientRequestError, ProxyError, UpstreamError, error_response
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys
 from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
@@ -38,7 +41,7 @@ from .observability import (METRICS, SUMMARY, Metrics, add_request_id_header, me
                             observe_middleware, usage_summary)
 from .ids import RandomIds
 from .reasoning_seal import ReasoningSeal
-from .relay import RelayStats, relay, render_responses
+from .relay import render_responses
 from .responses_api import (PENDING, SAVING, STORE, delete_response, drain_saves, get_response,
                             list_input_items, load_history, schedule_save)
 from .store import open_store
@@ -46,16 +49,8 @@ from .upstream import map_client_errors, new_session, open_upstream, read_json, 
 
 log = structlog.get_logger("crossfeed")
 
-CONFIG = web.AppKey("config", Config)
-SESSION = web.AppKey("session", aiohttp.ClientSession)
-IDS = web.AppKey("ids", IdFactory)  # type: ignore[type-abstract]
-CLOCK = web.AppKey("clock", Callable[[], int])  # type: ignore[arg-type]
-SEAL = web.AppKey("seal", ReasoningSeal)
-ENV = web.AppKey("environ", Mapping[str, str])  # type: ignore[arg-type]
-
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
-MAX_NONSTREAM_BODY = 64 * 1024 * 1024
 
 
 def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None,
@@ -179,10 +174,6 @@ def pick_upstream(request: web.Request, body: dict[str, Any]) -> Upstream:
     return up
 
 
-def api_key(request: web.Request, up: Upstream) -> str | None:
-    return request.app[ENV].get(up.api_key_env) if up.api_key_env else None
-
-
 async def responses_endpoint(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
     up = pick_upstream(request, body)
@@ -196,8 +187,6 @@ async def chat_endpoint(request: web.Request) -> web.StreamResponse:
     up = pick_upstream(request, body)
     if up.api == "chat":
         return await passthrough(request, body=body, upstream=up)
-    from .reverse import reverse_chat  # the reverse direction lives in its own module
-
     return await reverse_chat(request, body, up)
 
 
@@ -248,39 +237,6 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     summary.update(terminal=final.get("status") if final else stats.ending, usage=usage_summary(final))
     note_anomalies(request, machine.diagnostics)
     return response
-
-
-async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump,
-                         response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
-                         done_frame: bytes | None) -> RelayStats:
-    """Run the relay for one stream, counted as open for metrics and shutdown."""
-    app = request.app
-    gauge = app[METRICS].active_streams.labels(up.name)
-    gauge.inc()
-    try:
-        stats = await relay(upstream, pump, response, render, idle=up.timeouts.idle,
-                            keepalive=app[CONFIG].server.keepalive_seconds, total=up.timeouts.total,
-                            done_frame=done_frame, registry=app[OPEN_STREAMS])
-    finally:
-        gauge.dec()
-    summary = request[SUMMARY]
-    summary.update(ending=stats.ending, events_in=stats.events_in, events_out=stats.events_out)
-    if stats.error:
-        summary["error"] = stats.error
-        if stats.ending.startswith("upstream"):
-            app[METRICS].upstream_errors.labels(up.name, stats.ending).inc()
-    if "internal_error" in stats.extra:
-        log.error("stream.internal_error", detail=stats.extra["internal_error"])
-    return stats
-
-
-def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
-    """Translation anomalies: one log line per stream, counted in metrics."""
-    if not diagnostics:
-        return
-    log.info("translation.anomaly", **diagnostics)
-    for kind, n in diagnostics.items():
-        request.app[METRICS].anomalies.labels(kind).inc(n)
 
 
 async def passthrough(request: web.Request, *, body: dict[str, Any] | None = None,

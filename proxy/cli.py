@@ -1,4 +1,14 @@
-"""Command line: ``crossfeed serve`` (also ``python -m proxy serve``)."""
+"""Command line (``crossfeed ...``, also ``python -m proxy ...``).
+
+  crossfeed serve [--config FILE] [--host H] [--port P] [--upstream URL] [--upstream-api chat|responses]
+                  [--upstream-api-key-env NAME] [--log-level L] [--log-format F]
+  crossfeed check-config FILE          validate a config file, print the resolved routing table
+  crossfeed demo [--no-sdk]            a scripted backend + crossfeed + the OpenAI SDK, all on loopback
+  crossfeed translate --from chat --to responses [FILE] [--request FILE] [--jsonl]
+                                       translate a captured SSE stream offline (and the reverse)
+
+Exit codes: 0 success, 1 runtime failure (cannot listen, demo failed), 2 usage or configuration error.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +17,25 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from aiohttp import web
-
-from .app import create_app
 from .config import Config, load_config
 from .errors import ConfigError
 from .logs import configure_logging, log
+
+CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts its file there)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossfeed", description="Streaming translation proxy between the "
                                      "OpenAI Responses API and Chat Completions API.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
     serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--config", type=Path, help="TOML config file (see config.example.toml)")
+    serve.add_argument("--config", type=Path,
+                       help=f"TOML config file (see config.example.toml; default: ${CONFIG_ENV} when set)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free port)")
     serve.add_argument("--upstream", help="backend base URL including /v1 (default http://127.0.0.1:8000/v1)")
@@ -31,14 +44,63 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environment variable holding the backend's API key (default: pass the client's key)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
+
+    check = sub.add_parser("check-config", help="validate a config file and print the resolved routing table",
+                           description="Load FILE the way `serve --config FILE` does (CROSSFEED_* environment "
+                           "variables applied), report the first problems by key path (exit 2), or print "
+                           "the resolved routing table (exit 0). Secrets are shown only by variable name.")
+    check.add_argument("file", type=Path, metavar="FILE")
+
+    demo = sub.add_parser("demo", help="see crossfeed work: a scripted chat backend, crossfeed in front of it, "
+                          "and a streaming request from the OpenAI SDK, all on loopback",
+                          description="Start a built-in scripted Chat Completions backend and crossfeed in "
+                          "front of it on free loopback ports, send streaming Responses requests with the "
+                          "OpenAI SDK (aiohttp when the SDK is not installed), and print the translated "
+                          "events as they arrive. Needs no network and no config.")
+    demo.add_argument("--no-sdk", action="store_true", help="use a plain aiohttp client instead of the OpenAI SDK")
+    demo.add_argument("--delay", type=float, default=0.02, metavar="SECONDS",
+                      help="pause between the backend's chunks (default 0.02)")
+
+    tr = sub.add_parser("translate", help="translate a captured SSE stream offline",
+                        description="Read a captured SSE stream (a backend's raw response body) from FILE or "
+                        "stdin and translate it with the same code the server runs. Prints SSE frames "
+                        "(default) or one JSON event per line (--jsonl) on stdout, a one-line summary on "
+                        "stderr. A stream that translates into a failure is printed too (exit 0).")
+    tr.add_argument("--from", dest="source", required=True, choices=["chat", "responses"],
+                    help="the API of the captured stream")
+    tr.add_argument("--to", dest="target", required=True, choices=["chat", "responses"],
+                    help="the API to translate to")
+    tr.add_argument("file", nargs="?", type=Path, metavar="FILE", help="captured stream (default: stdin)")
+    tr.add_argument("--request", type=Path, metavar="FILE",
+                    help="the client's request body (JSON): echoed on the Response, tool context, "
+                    "stream_options.include_usage for chat output")
+    tr.add_argument("--jsonl", action="store_true", help="print one JSON event per line instead of SSE frames")
+    tr.add_argument("--reasoning-field", default="reasoning_content", metavar="NAME",
+                    help="chat output: the delta field that carries reasoning (default reasoning_content)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "check-config":
+        return check_config(args.file, os.environ)
+    if args.command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main(use_sdk=not args.no_sdk, delay=args.delay)
+    if args.command == "translate":
+        if args.source == args.target:
+            parser.error("translate: --from and --to must differ (chat -> responses or responses -> chat)")
+        from .translate_cli import run as translate_run
+
+        return translate_run(args)
     return 2
+
+
+# -- serve ------------------------------------------------------------------------------------
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -51,7 +113,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "logging.level": getattr(args, "log_level", None),
         "logging.format": getattr(args, "log_format", None),
     }
-    return load_config(args.config, os.environ, overrides)
+    path = args.config
+    if path is None and os.environ.get(CONFIG_ENV):
+        path = Path(os.environ[CONFIG_ENV])
+    return load_config(path, os.environ, overrides)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -78,21 +143,120 @@ def serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Config) -> None:
+    from aiohttp import web
+
+    from .app import create_app  # imported here: check-config and translate do not need the server
+
+    # Signals first: a SIGTERM that arrives right after the listening line must still stop cleanly.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     app = create_app(config, environ=os.environ)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.server.host, config.server.port, shutdown_timeout=config.server.drain_seconds)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port when port=0
     port = sockets[0].getsockname()[1] if sockets else config.server.port
     ups = ", ".join(f"{u.name}={u.base_url} ({u.api})" for u in config.upstreams)
     print(f"crossfeed listening on http://{config.server.host}:{port} -> {ups}", flush=True)
     log.info("server.started", host=config.server.host, port=port, upstreams=ups)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C during the drain quits at once
     log.info("server.stopping")
     await runner.cleanup()
     log.info("server.stopped")
+
+
+# -- check-config -----------------------------------------------------------------------------
+
+
+def check_config(path: Path, environ: Mapping[str, str], out: Any = None) -> int:
+    out = out or sys.stdout
+    if not path.is_file():
+        print(f"crossfeed check-config: {path}: no such file", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(path, environ)
+    except ConfigError as exc:
+        print(f"crossfeed check-config: {exc}", file=sys.stderr)
+        return 2
+    for line in routing_table(config, path, environ):
+        print(line, file=out)
+    return 0
+
+
+def _secs(value: Any) -> str:
+    return f"{value:g}s" if isinstance(value, int | float) else str(value)
+
+
+def _env_state(name: str, environ: Mapping[str, str]) -> str:
+    return f"${name} ({'set' if environ.get(name) else 'NOT SET in this environment'})"
+
+
+def routing_table(config: Config, path: Path | None, environ: Mapping[str, str]) -> list[str]:
+    """Human-readable summary of a resolved config. Never prints a secret, only variable names."""
+    from . import config as config_module
+
+    lines = [f"{path}: valid" if path else "configuration: valid"]
+    env_keys = getattr(config_module, "_ENV_KEYS", {})
+    applied = sorted(k for k in env_keys if environ.get(k))
+    if applied:
+        lines.append("environment overrides applied: " + ", ".join(applied))
+    s = config.server
+    lines.append("")
+    lines.append(f"server: listen {s.host}:{s.port}")
+    details = [f"max body {getattr(s, 'max_body_bytes', '?')} bytes", f"drain {_secs(getattr(s, 'drain_seconds', '?'))}"]
+    if getattr(s, "keepalive_seconds", None) is not None:
+        details.append(f"SSE keepalive every {_secs(s.keepalive_seconds)}")
+    lines.append("  " + ", ".join(details))
+    keys_env = getattr(s, "inbound_keys_env", None)
+    if not keys_env:
+        auth = "off (every request is accepted)"
+    elif environ.get(keys_env):
+        auth = f"keys from ${keys_env} (set)"
+    else:
+        auth = f"keys from ${keys_env}, NOT SET in this environment: requests would not be authenticated"
+    lines.append(f"  inbound auth: {auth}")
+    lg = config.logging
+    lines.append(f"logging: level {lg.level}, format {lg.format}")
+    lines.append("")
+    lines.append("upstreams (a request's model goes to the first upstream that lists it; "
+                 "unlisted models go to the default):")
+    for n, u in enumerate(config.upstreams, 1):
+        mark = "  [default]" if u.default else ""
+        lines.append(f"  {n}. {u.name}{mark}")
+        lines.append(f"       api       {u.api}")
+        lines.append(f"       base_url  {u.base_url}")
+        lines.append(f"       models    {', '.join(u.models) if u.models else '(none)'}")
+        if u.model_map:
+            renames = ", ".join(f"{k} -> {v}" for k, v in u.model_map.items())
+            lines.append(f"       renames   {renames}")
+        if u.api_key_env:
+            key = f"from {_env_state(u.api_key_env, environ)}"
+        elif getattr(u, "pass_client_key", True):
+            key = "the client's key is passed through"
+        else:
+            key = "none"
+        lines.append(f"       api key   {key}")
+        t = u.timeouts
+        lines.append(f"       timeouts  connect {_secs(t.connect)}, first byte {_secs(t.first_byte)}, "
+                     f"idle {_secs(t.idle)}, total {_secs(t.total)}")
+        extras = []
+        if getattr(u, "reasoning_field", None):
+            extras.append(f"reasoning field {u.reasoning_field}")
+        limit = getattr(u, "max_concurrent_streams", 0)
+        extras.append(f"max streams {limit or 'unlimited'}")
+        if getattr(u, "headers", None):
+            extras.append("extra headers " + ", ".join(sorted(u.headers)))  # names only: values may be secret
+        lines.append(f"       other     {'; '.join(extras)}")
+    default = next((u for u in config.upstreams if u.default), None)
+    lines.append("")
+    lines.append("unknown models: " + (f"-> {default.name} (default)" if default
+                                       else "404 model_not_found (no upstream is marked default)"))
+    return lines

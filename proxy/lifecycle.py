@@ -22,6 +22,7 @@ import structlog
 from aiohttp import web
 
 from .config import Config
+from .keys import CONFIG
 from .relay import OpenStream
 
 log = structlog.get_logger("crossfeed")
@@ -68,8 +69,6 @@ def readiness(app: web.Application, config: Config) -> list[str]:
 async def drain(app: web.Application) -> None:
     """on_shutdown: wait for open streams, then end the rest properly."""
     streams: set[OpenStream] = app[OPEN_STREAMS]
-    from .app import CONFIG
-
     seconds = app[CONFIG].server.drain_seconds
     if streams:
         log.info("server.draining", open_streams=len(streams), seconds=seconds)

@@ -23,6 +23,7 @@ from translators.input_items import continued_history, normalize_input
 from translators.response_replay import replay_events
 
 from .errors import ClientRequestError, ProxyError
+from .observability import METRICS
 from .relay import render_responses
 from .store import ResponseStore, StoreError, StoredResponse
 from .store.pagination import InvalidParam, paginate
@@ -88,8 +89,6 @@ async def _save(app: web.Application, record: StoredResponse) -> None:
 
 
 def _count_failure(app: web.Application, op: str, exc: StoreError) -> None:
-    from .observability import METRICS
-
     app[METRICS].store_failures.labels(op).inc()
     log.warning("store.failed", operation=op, error=str(exc))
 

@@ -111,7 +111,7 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
         raise missing("input")
 
     arg = ToolContext().custom_arg
-    table = map_tools(body.get("tools"), ignored, arg)
+    table = map_tools(body.get("tools"), ignored, arg, msgs.extra_tools)
     choice, allowed = map_tool_choice(body.get("tool_choice"), table, ignored)
     tools = [t for t in table.chat if allowed is None or t["function"]["name"] in allowed]
     parallel = opt_bool(body, "parallel_tool_calls", "")
@@ -256,6 +256,7 @@ class _Messages:
         self.reasoning: list[str] = []            # pending, for the next assistant content
         self.reasoning_at: str | None = None
         self.deferred: list[dict[str, Any]] = []  # tool-output media for a following user message
+        self.extra_tools: list[tuple[str, Any]] = []  # tools declared by additional_tools items
 
     def add_item(self, raw: Any, p: str) -> None:
         item = expect_dict(raw, p)
@@ -274,6 +275,10 @@ class _Messages:
             self._tool_output(item, p)
         elif kind == "reasoning":
             self._reasoning(item, p)
+        elif kind == "additional_tools":
+            # Codex declares tools in the input for some models: they join the request's tools.
+            for j, tool in enumerate(expect_list(item.get("tools") or [], f"{p}.tools")):
+                self.extra_tools.append((f"{p}.tools[{j}]", tool))
         elif kind == "item_reference":
             raise UnsupportedFeature("item_reference needs items stored by id, which crossfeed "
                                      "does not keep: send the item itself.", param=p)

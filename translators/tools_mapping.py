@@ -242,7 +242,8 @@ class ToolTable:
                            custom_arg=arg)
 
 
-def map_tools(tools: Any, ignored: list[str], arg: str) -> ToolTable:
+def map_tools(tools: Any, ignored: list[str], arg: str,
+              extra: list[tuple[str, Any]] | None = None) -> ToolTable:
     """Map Responses ``tools`` onto Chat function tools.
 
     Rules:
@@ -257,12 +258,13 @@ def map_tools(tools: Any, ignored: list[str], arg: str) -> ToolTable:
           recorded in ToolContext.namespaced; the namespace description is not sent
       hosted/other types (web_search, tool_search, mcp, ...) -> dropped, listed in ignored
       duplicate chat names -> 400 tools[i].name
+      extra: (param, tool) pairs declared elsewhere (Codex's ``additional_tools`` input items),
+          mapped by the same rules after ``tools``
     """
     table = ToolTable()
-    if tools is None:
-        return table
-    for i, raw in enumerate(expect_list(tools, "tools")):
-        param = f"tools[{i}]"
+    pairs = [] if tools is None else [(f"tools[{i}]", raw) for i, raw in enumerate(expect_list(tools, "tools"))]
+    pairs += extra or []
+    for param, raw in pairs:
         tool = expect_dict(raw, param)
         kind = tool.get("type")
         if kind == "function" or kind == "custom":

@@ -136,7 +136,11 @@ async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpst
             async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
                 return await r.read()
         tasks = [asyncio.create_task(one()) for _ in range(5)]
-        await asyncio.sleep(0.3)
+        for _ in range(200):  # all five streams open upstream before the shutdown starts
+            if upstream.open_requests == 5:
+                break
+            await asyncio.sleep(0.05)
+        assert upstream.open_requests == 5
         await asyncio.wait_for(handle.runner.cleanup(), 10)
         bodies = await asyncio.wait_for(asyncio.gather(*tasks), 10)
     for body in bodies:

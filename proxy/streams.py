@@ -1,0 +1,59 @@
+"""Shared pieces of the translating handlers: the upstream key, running one stream, anomalies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from translators.pump import Pump
+
+from .config import Upstream
+from .keys import CONFIG, ENV
+from .lifecycle import OPEN_STREAMS
+from .observability import METRICS, SUMMARY
+from .relay import RelayStats, relay
+
+log = structlog.get_logger("crossfeed")
+
+
+def api_key(request: web.Request, up: Upstream) -> str | None:
+    return request.app[ENV].get(up.api_key_env) if up.api_key_env else None
+
+
+async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump,
+                         response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
+                         done_frame: bytes | None) -> RelayStats:
+    """Run the relay for one stream, counted as open for metrics and shutdown."""
+    app = request.app
+    gauge = app[METRICS].active_streams.labels(up.name)
+    gauge.inc()
+    try:
+        stats = await relay(upstream, pump, response, render, idle=up.timeouts.idle,
+                            keepalive=app[CONFIG].server.keepalive_seconds, total=up.timeouts.total,
+                            done_frame=done_frame, registry=app[OPEN_STREAMS])
+    finally:
+        gauge.dec()
+    summary = request[SUMMARY]
+    summary.update(ending=stats.ending, events_in=stats.events_in, events_out=stats.events_out)
+    if stats.error:
+        summary["error"] = stats.error
+        if stats.ending.startswith("upstream"):
+            app[METRICS].upstream_errors.labels(up.name, stats.ending).inc()
+    if "internal_error" in stats.extra:
+        log.error("stream.internal_error", detail=stats.extra["internal_error"])
+    return stats
+
+
+def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
+    """Translation anomalies: one log line per stream, counted in metrics."""
+    if not diagnostics:
+        return
+    log.info("translation.anomaly", **diagnostics)
+    for kind, n in diagnostics.items():
+        request.app[METRICS].anomalies.labels(kind).inc(n)
+
+
