@@ -136,6 +136,9 @@ def serve(args: argparse.Namespace) -> int:
         asyncio.run(_serve(config))
     except KeyboardInterrupt:
         pass
+    except ConfigError as exc:
+        print(f"crossfeed: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"crossfeed: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror}", file=sys.stderr)
         return 1
@@ -143,9 +146,10 @@ def serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Config) -> None:
+    # Imported here: check-config and translate do not need the server.
     from aiohttp import web
 
-    from .app import create_app  # imported here: check-config and translate do not need the server
+    from .app import create_app
 
     # Signals first: a SIGTERM that arrives right after the listening line must still stop cleanly.
     stop = asyncio.Event()
@@ -161,7 +165,7 @@ async def _serve(config: Config) -> None:
     except BaseException:
         await runner.cleanup()
         raise
-    sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port when port=0
+    sockets = site._server.sockets if site._server else []
     port = sockets[0].getsockname()[1] if sockets else config.server.port
     ups = ", ".join(f"{u.name}={u.base_url} ({u.api})" for u in config.upstreams)
     print(f"crossfeed listening on http://{config.server.host}:{port} -> {ups}", flush=True)
@@ -225,6 +229,11 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     lines.append(f"  inbound auth: {auth}")
     lg = config.logging
     lines.append(f"logging: level {lg.level}, format {lg.format}")
+    store = getattr(config, "store", None)
+    backend = getattr(store, "backend", None)
+    if backend:
+        where = getattr(store, "data_dir", None) if backend == "sqlite" else None
+        lines.append(f"response store: {backend}" + (f" in {where}" if where else ""))
     lines.append("")
     lines.append("upstreams (a request's model goes to the first upstream that lists it; "
                  "unlisted models go to the default):")

@@ -18,16 +18,21 @@ from typing import Any
 from aiohttp import web
 
 from .config import Config, Upstream
-from .errors import ClientRequestError, error_response
+from .errors import ClientRequestError, ConfigError, error_response
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[bytes, ...]:
+    """The accepted keys. Named but unset or empty is a start-up error: never fail open."""
     env = config.server.inbound_keys_env
     if not env:
         return ()
-    return tuple(k.strip().encode() for k in environ.get(env, "").split(",") if k.strip())
+    keys = tuple(k.strip().encode() for k in environ.get(env, "").split(",") if k.strip())
+    if not keys:
+        raise ConfigError(f"server.inbound_keys_env names ${env}, which is unset or empty: refusing to start "
+                          "without inbound keys (unset inbound_keys_env to run without authentication)")
+    return keys
 
 
 def auth_middleware(keys: tuple[bytes, ...]) -> Callable[..., Any]:

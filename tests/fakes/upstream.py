@@ -12,7 +12,8 @@ import asyncio
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Union
 
 import orjson
 from aiohttp import web
@@ -45,10 +46,14 @@ class Recorded:
     body: Any
 
 
+# A reply may be computed from the request it answers (a fake model that reads tool results).
+Reply = Union[SSEReply, JSONReply, Callable[[Recorded], Union[SSEReply, JSONReply]]]
+
+
 class FakeUpstream:
     def __init__(self) -> None:
-        self.script: deque[SSEReply | JSONReply] = deque()
-        self.default: SSEReply | JSONReply | None = None
+        self.script: deque[Reply] = deque()
+        self.default: Reply | None = None
         self.requests: list[Recorded] = []
         self.open_requests = 0
         self.cancelled = 0
@@ -60,7 +65,7 @@ class FakeUpstream:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def reply(self, *replies: SSEReply | JSONReply) -> None:
+    def reply(self, *replies: Reply) -> None:
         self.script.extend(replies)
 
     async def start(self) -> None:
@@ -85,8 +90,11 @@ class FakeUpstream:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = raw
-        self.requests.append(Recorded(request.method, request.path, dict(request.headers), body))
+        recorded = Recorded(request.method, request.path, dict(request.headers), body)
+        self.requests.append(recorded)
         reply = self.script.popleft() if self.script else self.default
+        if callable(reply):
+            reply = reply(recorded)
         if reply is None:
             return web.json_response({"error": {"message": "no reply scripted", "type": "test"}}, status=599)
         self.open_requests += 1

@@ -192,3 +192,14 @@ backend = "memory"
         await handle.runner.cleanup()
         await a.close()
         await b.close()
+
+
+def test_inbound_keys_never_fail_open() -> None:
+    from proxy.app import create_app
+    from proxy.errors import ConfigError
+
+    cfg = load_config(None, {}, {"server.inbound_keys_env": "CF_KEYS", "store.backend": "memory"})
+    with pytest.raises(ConfigError, match="refusing to start"):
+        create_app(cfg, environ={})
+    with pytest.raises(ConfigError, match="refusing to start"):
+        create_app(cfg, environ={"CF_KEYS": " , "})

@@ -1,0 +1,51 @@
+# crossfeed: streaming translation proxy between the OpenAI Responses and Chat Completions APIs.
+#
+#   docker build -t crossfeed .
+#   docker run --rm -p 8080:8080 -e CROSSFEED_UPSTREAM=http://host.docker.internal:8000/v1 crossfeed
+#   docker run --rm -p 8080:8080 -v "$PWD/deploy/crossfeed.toml:/etc/crossfeed/config.toml:ro" \
+#       crossfeed --config /etc/crossfeed/config.toml
+#
+# Configuration: a mounted TOML file (--config FILE, or CROSSFEED_CONFIG=FILE) and/or CROSSFEED_*
+# environment variables (CROSSFEED_UPSTREAM, CROSSFEED_UPSTREAM_API, CROSSFEED_UPSTREAM_API_KEY_ENV,
+# CROSSFEED_PORT, CROSSFEED_LOG_LEVEL, CROSSFEED_LOG_FORMAT...). Arguments after the image name are
+# flags of `crossfeed serve`. On SIGTERM crossfeed drains open streams, then exits 0.
+
+ARG PYTHON_IMAGE=python:3.12-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/crossfeed
+ENV PATH=/opt/crossfeed/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+COPY translators ./translators
+# The same install command as the README.
+RUN pip install .
+
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/crossfeed/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    CROSSFEED_DATA_DIR=/var/lib/crossfeed
+# CROSSFEED_PORT and CROSSFEED_LOG_FORMAT are not set here: an environment variable would override
+# the mounted file's [server] port and [logging] format. Logs are JSON anyway without a terminal.
+# The healthcheck reads CROSSFEED_PORT (default 8080): set it when the port is not 8080.
+RUN groupadd --system --gid 10001 crossfeed \
+ && useradd --system --uid 10001 --gid crossfeed --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin crossfeed \
+ && mkdir -p /etc/crossfeed /var/lib/crossfeed \
+ && chown crossfeed:crossfeed /var/lib/crossfeed
+COPY --from=build /opt/crossfeed /opt/crossfeed
+USER 10001:10001
+# The response store (SQLite, the default [store] backend) lives here: mount a volume to keep it.
+VOLUME ["/var/lib/crossfeed"]
+WORKDIR /var/lib/crossfeed
+EXPOSE 8080
+STOPSIGNAL SIGTERM
+# Liveness only (/healthz). /readyz also waits for the upstreams: use it for readiness probes.
+# slim images have no curl: the check is Python's urllib.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('CROSSFEED_PORT', '8080'), timeout=4)"]
+ENTRYPOINT ["crossfeed", "serve", "--host", "0.0.0.0"]
+CMD []

@@ -1,0 +1,516 @@
+"""The command line as a person uses it: every test runs ``python -m proxy ...`` in a subprocess.
+
+- ``check-config``: a good file prints the routing table (no secret values); bad files exit 2
+  naming the key's path (unknown key, wrong type, bad URL, bad TOML, missing file).
+- ``demo``: exits 0 with progress lines, events in sequence order, the final text and usage;
+  with the SDK, with ``--no-sdk``, and with the ``openai`` package made unimportable.
+- ``translate``: captures in both directions; the output passes the strict validators
+  (``validate_responses_sse`` / ``validate_chat_sse``), in SSE and JSONL, from a file and stdin,
+  deterministic; failures are data (exit 0); usage errors exit 2.
+- ``serve``: starts on port 0, prints its listening line, answers /healthz (also with the
+  Dockerfile's own HEALTHCHECK command), exits 0 on SIGTERM and on SIGINT.
+- The container files: the Dockerfile and deploy/ examples agree with the code.
+
+Every subprocess has a timeout; every server is stopped in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.support.validators import validate_chat_sse, validate_responses_sse
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURES = ROOT.parent / "shared" / "captures"
+SECRET = "sk-this-value-must-never-be-printed"
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
+    env["CROSSFEED_DATA_DIR"] = str(tmp_path / "data")  # the SQLite store stays inside the test
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def cli(*args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "proxy", *args], check=False, cwd=ROOT, env=env, input=stdin,
+                          capture_output=True, timeout=timeout)
+
+
+# -- check-config ---------------------------------------------------------------------------------
+
+GOOD = """
+[server]
+port = 9099
+inbound_keys_env = "TEST_INBOUND_KEYS"
+
+[[upstreams]]
+name = "local"
+base_url = "http://127.0.0.1:8000/v1/"
+api = "chat"
+models = ["qwen3*", "llama-3.3-70b"]
+default = true
+model_map = { "llama-3.3-70b" = "meta-llama/Llama-3.3-70B-Instruct" }
+headers = { "X-Tenant" = "not-shown-either" }
+
+[upstreams.timeouts]
+first_byte = 900
+idle = 60
+
+[[upstreams]]
+name = "hosted"
+base_url = "https://api.example.com/v1"
+api = "responses"
+api_key_env = "TEST_HOSTED_KEY"
+models = ["gpt-*"]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_check_config_prints_routing_table(tmp_path: Path) -> None:
+    env = base_env(tmp_path) | {"TEST_HOSTED_KEY": SECRET, "TEST_INBOUND_KEYS": SECRET + "-inbound"}
+    r = cli("check-config", str(write(tmp_path, GOOD)), env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "valid" in out.splitlines()[0]
+    assert "listen 127.0.0.1:9099" in out
+    local, hosted = out.index("1. local"), out.index("2. hosted")
+    assert local < hosted
+    assert "[default]" in out[local:hosted] and "[default]" not in out[hosted:]
+    assert re.search(r"api\s+chat", out[local:hosted]) and re.search(r"api\s+responses", out[hosted:])
+    assert "http://127.0.0.1:8000/v1\n" in out  # normalized, trailing slash removed
+    assert "https://api.example.com/v1" in out
+    assert "qwen3*, llama-3.3-70b" in out and "gpt-*" in out
+    assert "llama-3.3-70b -> meta-llama/Llama-3.3-70B-Instruct" in out
+    assert "$TEST_HOSTED_KEY (set)" in out and "$TEST_INBOUND_KEYS (set)" in out
+    assert "first byte 900s" in out and "idle 60s" in out and "connect 10s" in out and "total 3600s" in out
+    assert "X-Tenant" in out and "not-shown-either" not in out  # header names only
+    assert "unknown models: -> local (default)" in out
+    assert SECRET not in out and SECRET not in r.stderr.decode()
+
+
+def test_check_config_environment_applies_and_unset_keys_are_flagged(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    env = base_env(tmp_path) | {"CROSSFEED_PORT": "7001"}
+    r = cli("check-config", str(path), env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "listen 127.0.0.1:7001" in out and "CROSSFEED_PORT" in out
+    assert "$TEST_HOSTED_KEY (NOT SET" in out
+    assert "requests would not be authenticated" in out
+
+
+def test_check_config_without_default_says_404(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[upstreams]]
+        name = "only"
+        models = ["a-*"]
+    """)
+    r = cli("check-config", str(path), env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    assert "404 model_not_found" in r.stdout.decode()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("""
+     [[upstreams]]
+     name = "a"
+     bse_url = "http://x/v1"
+     """, ["upstreams.0.bse_url", "Extra inputs are not permitted"]),
+    ("""
+     [server]
+     port = "eighty"
+     """, ["server.port"]),
+    ("""
+     [server]
+     prot = 80
+     """, ["server.prot"]),
+    ("""
+     [[upstreams]]
+     name = "a"
+     base_url = "ftp://backend/v1"
+     """, ["upstreams.0.base_url", "http://"]),
+    ("""
+     [[upstreams]]
+     name = "a"
+     api = "completions"
+     """, ["upstreams.0.api"]),
+    ("""
+     [[upstreams]]
+     name = "a"
+     [upstreams.timeouts]
+     idle = -1
+     """, ["upstreams.0.timeouts.idle"]),
+    ("[server\nport = 1\n", ["invalid TOML"]),
+], ids=["unknown-key", "wrong-type", "misspelt-section-key", "bad-url", "bad-api", "negative-timeout", "bad-toml"])
+def test_check_config_bad_file_names_the_key(tmp_path: Path, text: str, expected: list[str]) -> None:
+    path = write(tmp_path, text)
+    r = cli("check-config", str(path), env=base_env(tmp_path))
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert str(path) in err
+    for piece in expected:
+        assert piece in err, err
+    assert r.stdout == b""
+    assert "Traceback" not in err
+
+
+def test_check_config_missing_file(tmp_path: Path) -> None:
+    r = cli("check-config", str(tmp_path / "nope.toml"), env=base_env(tmp_path))
+    assert r.returncode == 2
+    assert "nope.toml" in r.stderr.decode() and "Traceback" not in r.stderr.decode()
+
+
+def test_deploy_sample_configs_are_valid(tmp_path: Path) -> None:
+    r = cli("check-config", str(ROOT / "deploy" / "crossfeed.toml"), env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    # The TOML embedded in the Kubernetes ConfigMap (the block under `config.toml: |`).
+    text = (ROOT / "deploy" / "kubernetes-sidecar.yaml").read_text()
+    block = text.split("config.toml: |\n", 1)[1].split("\n---", 1)[0]
+    r = cli("check-config", str(write(tmp_path, block, "configmap.toml")), env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    assert "http://127.0.0.1:8000/v1" in r.stdout.decode()
+
+
+# -- demo -----------------------------------------------------------------------------------------
+
+EVENT_LINE = re.compile(r"^\s+#(\d+)\s+(\S+)")
+
+
+def demo_blocks(out: str) -> list[list[tuple[int, str]]]:
+    blocks: list[list[tuple[int, str]]] = []
+    for line in out.splitlines():
+        if line.startswith("sending "):
+            blocks.append([])
+        m = EVENT_LINE.match(line)
+        if m:
+            blocks[-1].append((int(m.group(1)), m.group(2)))
+    return blocks
+
+
+def check_demo_output(r: subprocess.CompletedProcess) -> str:
+    out = r.stdout.decode()
+    assert r.returncode == 0, out + r.stderr.decode()
+    assert re.search(r"^starting demo backend on http://127\.0\.0\.1:\d+/v1", out, re.MULTILINE)
+    assert re.search(r"^crossfeed on http://127\.0\.0\.1:\d+/v1", out, re.MULTILINE)
+    assert out.index("starting demo backend") < out.index("crossfeed on") < out.index("sending ")
+    blocks = demo_blocks(out)
+    assert len(blocks) == 2
+    for block in blocks:
+        seqs = [s for s, _ in block]
+        assert seqs == list(range(len(block)))  # printed as they arrived, in order, none missing
+        assert block[0][1] == "response.created" and block[1][1] == "response.in_progress"
+        assert block[-1][1] == "response.completed"
+    first, second = ({t for _, t in b} for b in blocks)
+    assert {"response.reasoning_text.delta", "response.function_call_arguments.delta"} <= first
+    assert {"response.reasoning_text.delta", "response.output_text.delta"} <= second
+    assert "get_weather" in out
+    assert re.search(r"^final text: It is sunny in Paris", out, re.MULTILINE)
+    assert re.search(r"^usage: input_tokens=\d+ output_tokens=\d+ \(reasoning \d+\) total_tokens=\d+", out, re.MULTILINE)
+    return out
+
+
+def test_demo_with_sdk(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    started = time.monotonic()
+    r = cli("demo", env=base_env(tmp_path), timeout=60)
+    out = check_demo_output(r)
+    assert "with the openai SDK" in out
+    assert time.monotonic() - started < 30
+
+
+def test_demo_with_aiohttp_client(tmp_path: Path) -> None:
+    out = check_demo_output(cli("demo", "--no-sdk", "--delay", "0", env=base_env(tmp_path), timeout=60))
+    assert "aiohttp" in out
+
+
+def test_demo_falls_back_when_openai_is_missing(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "openai"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    env = base_env(tmp_path) | {"PYTHONPATH": str(tmp_path / "shadow")}
+    out = check_demo_output(cli("demo", "--delay", "0", env=env, timeout=60))
+    assert "openai package is not installed" in out and "aiohttp" in out
+
+
+# -- translate ------------------------------------------------------------------------------------
+
+CHAT_CASES = ["crusoe-vllm-llama33-text", "deepseek-reasoner-reasoning-content", "groq-kimik2-content-and-tool-call",
+              "deepseek-chat-length", "avian-kimik25-reasoning-details-parallel-tools"]
+RESPONSES_CASES = ["openai-gpt4o-function-call-no-seq", "azure-gpt5mini-reasoning-summary-3-parts",
+                   "openai-gpt5-web-search-call", "openai-gpt4omini-parallel-function-calls",
+                   "githubcopilot-gpt53codex-rotating-item-ids"]
+
+
+def capture(kind: str, name: str) -> Path:
+    path = CAPTURES / kind / f"{name}.sse"
+    if not path.exists():
+        pytest.skip(f"capture {path} not present")
+    return path
+
+
+@pytest.mark.parametrize("name", CHAT_CASES)
+def test_translate_chat_to_responses(tmp_path: Path, name: str) -> None:
+    path = capture("chat", name)
+    r = cli("translate", "--from", "chat", "--to", "responses", str(path), env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    events = validate_responses_sse(r.stdout)
+    assert events[0]["type"] == "response.created"
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    assert "chat -> responses" in r.stderr.decode()
+    # Deterministic: the same bytes again, and the same events as JSONL from stdin.
+    again = cli("translate", "--from", "chat", "--to", "responses", str(path), env=base_env(tmp_path))
+    assert again.stdout == r.stdout
+    jl = cli("translate", "--from", "chat", "--to", "responses", "--jsonl", env=base_env(tmp_path),
+             stdin=path.read_bytes())
+    assert jl.returncode == 0, jl.stderr.decode()
+    assert [orjson.loads(line) for line in jl.stdout.splitlines()] == events
+
+
+@pytest.mark.parametrize("name", RESPONSES_CASES)
+def test_translate_responses_to_chat(tmp_path: Path, name: str) -> None:
+    path = capture("responses", name)
+    r = cli("translate", "--from", "responses", "--to", "chat", str(path), env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.endswith(b"data: [DONE]\n\n")
+    chunks = validate_chat_sse(r.stdout, expect_usage=True)
+    assert all(c.get("object") == "chat.completion.chunk" for c in chunks)
+    assert any(ch.get("finish_reason") for c in chunks for ch in c["choices"])
+    jl = cli("translate", "--from", "responses", "--to", "chat", "--jsonl", env=base_env(tmp_path),
+             stdin=path.read_bytes())
+    assert jl.returncode == 0, jl.stderr.decode()
+    assert [orjson.loads(line) for line in jl.stdout.splitlines()] == chunks
+
+
+def test_translate_with_request_files(tmp_path: Path) -> None:
+    """--request: a Responses request is echoed; a Chat request without include_usage drops usage."""
+    path = capture("chat", "crusoe-vllm-llama33-text")
+    req = write(tmp_path, json.dumps({"model": "llama-echo", "input": "hi", "stream": True, "temperature": 0.25}),
+                "req.json")
+    r = cli("translate", "--from", "chat", "--to", "responses", "--request", str(req), str(path),
+            env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    events = validate_responses_sse(r.stdout)
+    assert events[0]["response"]["model"] == "llama-echo"
+    assert events[-1]["response"]["temperature"] == 0.25
+
+    rpath = capture("responses", "openai-gpt4o-function-call-no-seq")
+    chat_req = write(tmp_path, json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                           "stream": True}), "chat.json")
+    r = cli("translate", "--from", "responses", "--to", "chat", "--request", str(chat_req), str(rpath),
+            env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    chunks = validate_chat_sse(r.stdout, expect_usage=False)
+    assert all("usage" not in c for c in chunks)
+
+
+def test_translate_failures_are_data(tmp_path: Path) -> None:
+    path = capture("chat", "groq-gptoss-error-event-midstream")
+    r = cli("translate", "--from", "chat", "--to", "responses", str(path), env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr.decode()
+    events = validate_responses_sse(r.stdout)
+    assert events[-1]["type"] == "response.failed"
+    assert "ended: failed" in r.stderr.decode()
+
+    truncated = b'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1",' \
+                b'"object":"response","created_at":1,"status":"in_progress","model":"m","output":[]}}\n\n'
+    r = cli("translate", "--from", "responses", "--to", "chat", env=base_env(tmp_path), stdin=truncated)
+    assert r.returncode == 0, r.stderr.decode()
+    chunks = validate_chat_sse(r.stdout)
+    assert chunks[-1]["error"]["message"]
+
+    r = cli("translate", "--from", "chat", "--to", "responses", env=base_env(tmp_path), stdin=b"data: {not json\n\n")
+    assert r.returncode == 0
+    assert validate_responses_sse(r.stdout)[-1]["type"] == "response.failed"
+
+
+def test_translate_usage_errors(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    r = cli("translate", "--from", "chat", "--to", "responses", str(tmp_path / "missing.sse"), env=env)
+    assert r.returncode == 2 and "missing.sse" in r.stderr.decode() and r.stdout == b""
+    r = cli("translate", "--from", "chat", "--to", "chat", str(tmp_path), env=env)
+    assert r.returncode == 2 and "must differ" in r.stderr.decode()
+    bad = write(tmp_path, "{nope", "bad.json")
+    r = cli("translate", "--from", "chat", "--to", "responses", "--request", str(bad),
+            str(capture("chat", "crusoe-vllm-llama33-text")), env=env)
+    assert r.returncode == 2 and "not valid JSON" in r.stderr.decode()
+    r = cli("translate", "--from", "chat", env=env)
+    assert r.returncode == 2
+
+
+# -- serve ----------------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.log = open(tmp_path / "serve.err", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", "0",
+                                      *args], cwd=ROOT, env=env or base_env(tmp_path), stdout=subprocess.PIPE,
+                                     stderr=self.log)
+        self.line = self._read_line(20)
+        m = re.match(r"crossfeed listening on http://127\.0\.0\.1:(\d+) -> ", self.line)
+        assert m, f"unexpected first line: {self.line!r}"
+        self.port = int(m.group(1))
+
+    def _read_line(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
+                raise AssertionError(f"no listening line (exit {self.proc.poll()}): {buf!r}")
+            if select.select([fd], [], [], min(left, 0.5))[0]:
+                piece = os.read(fd, 4096)
+                if not piece:
+                    raise AssertionError(f"serve closed stdout: {buf!r}")
+                buf += piece
+        return buf.decode().splitlines()[0]
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
+            return resp.status, resp.read()
+
+    def stop(self, sig: int, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.log.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path, sig: int) -> None:
+    server = Server(tmp_path)
+    try:
+        status, body = server.get("/healthz")
+        assert status == 200 and orjson.loads(body)["status"] == "ok"
+    finally:
+        rc = server.stop(sig)
+    assert rc == 0
+    assert "Traceback" not in (tmp_path / "serve.err").read_text()
+
+
+def test_serve_reverse_mode_and_environment(tmp_path: Path) -> None:
+    server = Server(tmp_path, "--upstream-api", "responses", "--upstream", "http://127.0.0.1:9/v1")
+    try:
+        assert "http://127.0.0.1:9/v1 (responses)" in server.line
+        assert server.get("/healthz")[0] == 200
+    finally:
+        assert server.stop(signal.SIGTERM) == 0
+    # CROSSFEED_CONFIG stands for --config (the container's way); flags still win over it.
+    path = write(tmp_path, '[[upstreams]]\nname = "viaenv"\nbase_url = "http://127.0.0.1:9/v1"\napi = "responses"\n')
+    server = Server(tmp_path, env=base_env(tmp_path) | {"CROSSFEED_CONFIG": str(path)})
+    try:
+        assert "viaenv=http://127.0.0.1:9/v1 (responses)" in server.line
+    finally:
+        assert server.stop(signal.SIGTERM) == 0
+
+
+def test_serve_bad_config_exits_2(tmp_path: Path) -> None:
+    path = write(tmp_path, '[server]\nprot = 1\n')
+    r = cli("serve", "--config", str(path), "--port", "0", env=base_env(tmp_path), timeout=30)
+    assert r.returncode == 2
+    assert "server.prot" in r.stderr.decode() and b"listening" not in r.stdout
+
+
+def test_serve_rejects_unknown_upstream_api(tmp_path: Path) -> None:
+    r = cli("serve", "--upstream-api", "completions", env=base_env(tmp_path), timeout=30)
+    assert r.returncode == 2 and "invalid choice" in r.stderr.decode()
+
+
+# -- container files ------------------------------------------------------------------------------
+
+
+def dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
+def test_dockerfile_shape() -> None:
+    text = dockerfile()
+    bases = re.findall(r"^ARG PYTHON_IMAGE=(\S+)", text, re.MULTILINE)
+    assert bases and re.fullmatch(r"python:3\.1[1-9]-slim", bases[0])
+    assert re.search(r"^RUN pip install \.$", text, re.MULTILINE)
+    users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert re.search(r'^ENTRYPOINT \["crossfeed", "serve", "--host", "0\.0\.0\.0"\]$', text, re.MULTILINE)
+    assert "/healthz" in text.split("HEALTHCHECK", 1)[1].split("\n\n", 1)[0]
+    for needed in ("pyproject.toml", "README.md", "proxy", "translators"):
+        assert needed in text
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert not ignored & {"proxy", "translators", "pyproject.toml", "README.md", "*.md"}
+
+
+def test_readme_install_command_matches_dockerfile() -> None:
+    readme = ROOT / "README.md"
+    if not readme.exists():
+        pytest.skip("README.md not written yet")
+    assert "pip install ." in readme.read_text()
+
+
+def test_dockerfile_healthcheck_command_works(tmp_path: Path) -> None:
+    text = dockerfile()
+    cmd = json.loads(re.search(r"^\s+CMD (\[.*\])$", text.split("HEALTHCHECK", 1)[1], re.MULTILINE).group(1))
+    assert cmd[0] == "python"
+    server = Server(tmp_path)
+    try:
+        env = base_env(tmp_path) | {"CROSSFEED_PORT": str(server.port)}
+        ok = subprocess.run([sys.executable, *cmd[1:]], check=False, env=env, capture_output=True, timeout=15)
+        assert ok.returncode == 0, ok.stderr.decode()
+    finally:
+        assert server.stop(signal.SIGTERM) == 0
+    down = subprocess.run([sys.executable, *cmd[1:]], check=False, env=env, capture_output=True, timeout=15)
+    assert down.returncode != 0  # the check fails once the server is gone
+
+
+def test_deploy_examples_use_the_probes() -> None:
+    compose = (ROOT / "deploy" / "docker-compose.yml").read_text()
+    assert "/healthz" in compose and "service_healthy" in compose and "depends_on" in compose
+    k8s = (ROOT / "deploy" / "kubernetes-sidecar.yaml").read_text()
+    assert re.search(r"livenessProbe:\s+httpGet: \{path: /healthz", k8s)
+    assert re.search(r"readinessProbe:\s+httpGet: \{path: /readyz", k8s)
+    assert "--config" in k8s and "/etc/crossfeed" in k8s
+    try:
+        import yaml
+    except ImportError:
+        return
+    docs = list(yaml.safe_load_all(k8s))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service"]
+    assert set(yaml.safe_load(compose)["services"]) >= {"crossfeed", "ollama"}
+
+
+def test_pip_install_ships_every_package() -> None:
+    """The image runs what `pip install .` installs: every package under proxy/ and translators/."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text()).get("tool", {}).get("setuptools", {})
+    listed = setuptools.get("packages")
+    if not isinstance(listed, list):
+        return  # packages.find (automatic discovery) picks up subpackages by itself
+    found = sorted(".".join(p.parent.relative_to(ROOT).parts) for top in ("proxy", "translators")
+                   for p in (ROOT / top).rglob("__init__.py") if "__pycache__" not in p.parts)
+    missing = [name for name in found if name not in listed]
+    assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}: `pip install .` would omit them"
