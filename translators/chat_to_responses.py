@@ -116,6 +116,7 @@ class ChatToResponsesStream:
             request, response_id=ids.new(idp.RESPONSE), created_at=now(), model=str(request.get("model") or "")
         )
         self.phase = Phase.IDLE
+        self._done = False  # phase is terminal; a plain bool because it is read per chunk
         self._seq = 0
         self._out: list[Event] = []
         self._output: list[dict[str, Any]] = []  # done items, in output_index order
@@ -137,7 +138,7 @@ class ChatToResponsesStream:
 
     @property
     def done(self) -> bool:
-        return self.phase not in (Phase.IDLE, Phase.STREAMING)
+        return self._done
 
     @property
     def final_response(self) -> dict[str, Any] | None:
@@ -155,7 +156,7 @@ class ChatToResponsesStream:
         return out
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        if self.phase is not Phase.STREAMING:
+        if self._done or self.phase is Phase.IDLE:
             raise StreamStateError(f"feed() in phase {self.phase.value}")
         out = self._out = []
         error = chunk.get("error")
@@ -176,9 +177,9 @@ class ChatToResponsesStream:
                 reason = choice.get("finish_reason")
                 if reason:
                     self._finish_reason = reason
-        if usage is None:
-            x_groq = chunk.get("x_groq")  # Groq reports usage only here
-            if x_groq and x_groq.get("usage"):
+        if usage is None and "x_groq" in chunk:  # Groq reports usage only here
+            x_groq = chunk["x_groq"]
+            if isinstance(x_groq, dict) and x_groq.get("usage"):
                 self._usage = x_groq["usage"]
         return out
 
@@ -199,6 +200,7 @@ class ChatToResponsesStream:
         resp = self._resp
         resp["output"] = self._output
         resp["usage"] = map_usage(self._usage)
+        self._done = True
         if incomplete:
             self.phase = Phase.INCOMPLETE
             resp["status"] = "incomplete"
@@ -220,6 +222,7 @@ class ChatToResponsesStream:
             out = self._out
         self._close_all("incomplete")
         self.phase = Phase.FAILED
+        self._done = True
         resp = self._resp
         resp["status"] = "failed"
         resp["output"] = self._output
@@ -240,6 +243,12 @@ class ChatToResponsesStream:
     # -- delta classification ---------------------------------------------------------------
 
     def _delta(self, delta: dict[str, Any], choice: dict[str, Any]) -> None:
+        if len(delta) == 1:  # the hot case: {"content": "..."} alone
+            content = delta.get("content")
+            if content.__class__ is str:
+                if content:
+                    self._text("output_text", content, choice.get("logprobs"))
+                return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
             if isinstance(reasoning, str):

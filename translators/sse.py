@@ -39,6 +39,20 @@ class SSEDecoder:
         self._pending = 0  # bytes held in _data
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        # Fast path, the common case on the hot loop: nothing pending, no CR, and the chunk holds
+        # whole events made of one "data: " line each. One split per chunk, no per-line calls.
+        if not self._tail and not self._data and not self._cr and b"\r" not in chunk and chunk[-2:] == b"\n\n":
+            out = []
+            for block in chunk[:-2].split(b"\n\n"):
+                if block[:6] == b"data: " and b"\n" not in block:
+                    if len(block) - 6 > self._max:
+                        raise UpstreamProtocolError(f"upstream sent an SSE event larger than {self._max} bytes")
+                    out.append(SSEEvent(None, block[6:]))
+                else:  # comments, event: lines, multi-line data, blank runs: the general rules
+                    for line in block.split(b"\n"):
+                        self._line(line, out)
+                    self._line(b"", out)
+            return out
         if self._cr:
             self._cr = False
             if chunk[:1] == b"\n":
