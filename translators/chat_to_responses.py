@@ -51,6 +51,7 @@ from enum import Enum
 from typing import Any
 
 from . import ids as idp
+from .chat_fields import delta_logprobs, details_text, flat_annotation, mistral_parts
 from .errors import StreamStateError
 from .ids import IdFactory
 from .json_string_stream import JsonStringField
@@ -254,7 +255,7 @@ class ChatToResponsesStream:
             if isinstance(reasoning, str):
                 self._reasoning(reasoning)
         elif delta.get("reasoning_details"):
-            text = _details_text(delta["reasoning_details"])
+            text = details_text(delta["reasoning_details"])
             if text:
                 self._reasoning(text)
         content = delta.get("content")
@@ -279,17 +280,11 @@ class ChatToResponsesStream:
             self._tool_fragment({"index": "legacy", "id": None, "function": function_call})
 
     def _content_parts(self, parts: list[Any]) -> None:
-        """Mistral streams reasoning as ``content: [{type: thinking, thinking: [{type: text}]}]``."""
-        for part in parts:
-            if not isinstance(part, dict):
-                continue
-            kind = part.get("type")
-            if kind == "text" and part.get("text"):
-                self._text("output_text", part["text"], None)
-            elif kind == "thinking":
-                text = "".join(p.get("text", "") for p in part.get("thinking") or () if isinstance(p, dict))
-                if text:
-                    self._reasoning(text)
+        for kind, text in mistral_parts(parts):
+            if kind == "reasoning":
+                self._reasoning(text)
+            elif kind == "text":
+                self._text("output_text", text, None)
             else:
                 self._note("unknown_content_part")
 
@@ -336,7 +331,7 @@ class ChatToResponsesStream:
         part[1].append(text)
         ci = len(parts) - 1
         if kind == "output_text":
-            lp = _delta_logprobs(logprobs, part) if logprobs else []
+            lp = delta_logprobs(logprobs, part) if logprobs else []
             self._emit(
                 {
                     "type": "response.output_text.delta",
@@ -368,7 +363,7 @@ class ChatToResponsesStream:
         self._emit(self._part_event("response.content_part.added", item, len(item.parts) - 1, part))
 
     def _annotation(self, ann: dict[str, Any]) -> None:
-        flat = _flat_annotation(ann)
+        flat = flat_annotation(ann)
         if flat is None:
             self._note("unknown_annotation")
             return
@@ -582,43 +577,3 @@ class ChatToResponsesStream:
 
     def _note(self, kind: str) -> None:
         self.diagnostics[kind] = self.diagnostics.get(kind, 0) + 1
-
-
-def _details_text(details: Any) -> str:
-    """Readable text of OpenRouter ``reasoning_details`` entries (encrypted ones carry none)."""
-    if not isinstance(details, list):
-        return ""
-    out = []
-    for d in details:
-        if isinstance(d, dict):
-            t = d.get("text") or d.get("summary")
-            if isinstance(t, str):
-                out.append(t)
-    return "".join(out)
-
-
-def _flat_annotation(ann: Any) -> dict[str, Any] | None:
-    if not isinstance(ann, dict) or ann.get("type") != "url_citation":
-        return None
-    inner = ann.get("url_citation") or ann
-    return {
-        "type": "url_citation",
-        "start_index": inner.get("start_index") or 0,
-        "end_index": inner.get("end_index") or 0,
-        "title": inner.get("title") or "",
-        "url": inner.get("url") or "",
-    }
-
-
-def _delta_logprobs(logprobs: dict[str, Any], part: list[Any]) -> list[dict[str, Any]]:
-    """Chat logprobs -> delta-event logprobs (no bytes); the part keeps the full entries."""
-    entries = logprobs.get("content") or ()
-    out = []
-    for e in entries:
-        top = e.get("top_logprobs") or ()
-        out.append({"token": e.get("token", ""), "logprob": e.get("logprob", 0.0),
-                    "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob", 0.0)} for t in top]})
-        part[3].append({"token": e.get("token", ""), "bytes": e.get("bytes") or [], "logprob": e.get("logprob", 0.0),
-                        "top_logprobs": [{"token": t.get("token", ""), "bytes": t.get("bytes") or [],
-                                          "logprob": t.get("logprob", 0.0)} for t in top]})
-    return out
