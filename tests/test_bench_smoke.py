@@ -1,0 +1,46 @@
+"""Smoke run of the benchmark (bench/run.py --quick) so the harness never rots.
+
+It starts the fake upstream, the pass-through and crossfeed (both directions) as real
+processes and pushes a few hundred tiny streams through each. It checks that the run finished,
+that no stream failed and that the table and the summary were printed. It never checks speed:
+speed is what the full benchmark reports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(180)
+def test_bench_quick_run_completes_without_errors(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--json", str(out),
+         "--logdir", str(tmp_path / "logs"), "--max-seconds", "120"],
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
+    )
+    report = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, report
+    assert "cpu µs/chunk" in proc.stdout, report  # the table header
+    assert "SUMMARY forward vs pass-through" in proc.stdout, report
+    assert "SUMMARY reverse vs pass-through" in proc.stdout, report
+
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    seen = {(r["direction"], r["target"]) for r in rows}
+    assert seen == {(d, t) for d in ("forward", "reverse") for t in ("passthrough", "crossfeed")}, seen
+    for row in rows:
+        assert row["errors"] == 0, row
+        assert row["completed"] > 0, row
+        assert row["cpu_us_per_chunk"] is not None, row
+    # every paced stream was read to its end and carried timestamps for the latency figures
+    for row in rows:
+        if row["group"] == "paced":
+            assert row["lat_p50_ms"] is not None, row
