@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import orjson
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -18,11 +19,18 @@ def _redact(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
     return event
 
 
+def _dumps(obj: object, **_: object) -> str:
+    return orjson.dumps(obj, default=str).decode()
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", stream: object | None = None) -> None:
     out = stream or sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not getattr(out, "isatty", lambda: False)())
+    # orjson renders a line several times faster than json; the summary line is written for
+    # every request, so this is on the per-request path.
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer(serializer=_dumps) if use_json
+        else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
         processors=[

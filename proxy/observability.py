@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +24,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 log = structlog.get_logger("crossfeed")
 
+# Request ids: a random per-process prefix and a counter: unique across replicas and restarts,
+# and far cheaper than a uuid per request.
+_ID_PREFIX = "req_" + os.urandom(6).hex()
+_ID_COUNTER = itertools.count(1)
 SUMMARY = web.RequestKey("crossfeed_summary", dict)
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_MODEL_LABELS = 200
 _TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -46,6 +52,25 @@ class Metrics:
                                       registry=r)
         self.anomalies = Counter("crossfeed_translation_anomalies", "Upstream quirks absorbed by translation",
                                  ["kind"], registry=r)
+        self._children: dict[tuple[Any, ...], Any] = {}
+        self._models: set[str] = set()
+
+    def model_label(self, model: str) -> str:
+        """Client-chosen model names become labels: bounded, so no client can explode the series."""
+        if model in self._models:
+            return model
+        if len(self._models) >= MAX_MODEL_LABELS:
+            return "other"
+        self._models.add(model)
+        return model
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: labels() takes a lock and builds a key every call."""
+        key = (id(metric), *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
 
 METRICS = web.AppKey("metrics", Metrics)
@@ -64,7 +89,7 @@ def _route_of(request: web.Request) -> str:
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-ID", "")
-    request_id = incoming if _REQUEST_ID_OK.match(incoming) else "req_" + uuid.uuid4().hex
+    request_id = incoming if incoming and _REQUEST_ID_OK.match(incoming) else f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
     request[REQUEST_ID] = request_id
     summary: dict[str, Any] = {}
     request[SUMMARY] = summary
@@ -82,17 +107,18 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
     finally:
         duration = time.monotonic() - start
         metrics = request.app[METRICS]
-        model = str(summary.get("model") or "")
-        metrics.requests.labels(route, model, str(status)).inc()
-        metrics.duration.labels(route).observe(duration)
+        model = metrics.model_label(str(summary.get("model") or ""))
+        child = metrics.child
+        child(metrics.requests, route, model, str(status)).inc()
+        child(metrics.duration, route).observe(duration)
         if "ttfb" in summary:
-            metrics.ttfb.labels(route).observe(summary["ttfb"])
+            child(metrics.ttfb, route).observe(summary["ttfb"])
         usage = summary.get("usage")
         if usage:
-            metrics.tokens.labels(model, "in").inc(usage.get("in", 0))
-            metrics.tokens.labels(model, "out").inc(usage.get("out", 0))
+            child(metrics.tokens, model, "in").inc(usage.get("in", 0))
+            child(metrics.tokens, model, "out").inc(usage.get("out", 0))
         if summary.get("terminal"):
-            metrics.terminals.labels(route, summary["terminal"]).inc()
+            child(metrics.terminals, route, summary["terminal"]).inc()
         if route != "/metrics":
             fields = {k: v for k, v in summary.items() if k not in ("ttfb",)}
             if "ttfb" in summary:

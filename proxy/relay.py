@@ -107,7 +107,10 @@ async def relay(
                         out = feed(chunk)
                         if out:
                             stats.events_out += len(out)
-                            await write(render(out))
+                            try:  # inline, not write(): this is the per-chunk path
+                                await raw_write(render(out))
+                            except ConnectionResetError:
+                                raise _ClientGone from None
                         if pump.done:
                             break
                 break  # EOF, [DONE] or a terminal event
@@ -184,6 +187,11 @@ _TYPE_BYTES: dict[str, bytes] = {}
 def render_responses(events: list[dict[str, Any]]) -> bytes:
     """Responses frames: ``event: <type>`` + ``data: <json>`` (wire-spec 1.1)."""
     dumps = orjson.dumps
+    if len(events) == 1:  # the common case on the per-chunk path
+        ev = events[0]
+        tb = _TYPE_BYTES.get(ev["type"])
+        if tb is not None:
+            return tb + dumps(ev) + b"\n\n"
     parts = []
     for ev in events:
         t = ev["type"]

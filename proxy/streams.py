@@ -29,7 +29,8 @@ async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.C
                          done_frame: bytes | None) -> RelayStats:
     """Run the relay for one stream, counted as open for metrics and shutdown."""
     app = request.app
-    gauge = app[METRICS].active_streams.labels(up.name)
+    metrics = app[METRICS]
+    gauge = metrics.child(metrics.active_streams, up.name)
     gauge.inc()
     try:
         stats = await relay(upstream, pump, response, render, idle=up.timeouts.idle,

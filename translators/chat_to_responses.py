@@ -312,6 +312,14 @@ class ChatToResponsesStream:
     # -- message text and refusal ------------------------------------------------------------
 
     def _text(self, kind: str, text: str, logprobs: dict[str, Any] | None) -> None:
+        item = self._open
+        if item is not None and item.kind is MESSAGE and kind == "output_text" and not logprobs:
+            part = item.parts[-1]
+            if part[0] == "output_text":  # the hot case: more text for the open text part
+                part[1].append(text)
+                self._emit({"type": "response.output_text.delta", "item_id": item.id, "output_index": item.index,
+                            "content_index": len(item.parts) - 1, "delta": text, "logprobs": []})
+                return
         if self._open_calls and self._open is None:
             # Whitespace between parallel calls (kimi-k2 on Avian) would split the calls with an
             # empty-looking message: hold it until real text follows; drop it otherwise.

@@ -49,9 +49,17 @@ class Pump:
         machine = self.machine
         if self._clean or machine.done:
             return []
+        try:
+            events = self._decoder.feed(chunk)
+            if len(events) == 1 and events[0].data != _DONE:  # the common case: one frame per read
+                self.events_in += 1
+                ev = events[0]
+                return machine.feed(_parse(ev.event, ev.data))
+        except UpstreamProtocolError as exc:
+            return machine.fail("upstream_protocol_error", exc.message)
         out: list[Out] = []
         try:
-            for ev in self._decoder.feed(chunk):
+            for ev in events:
                 data = ev.data
                 if data == _DONE:
                     self._clean = True
