@@ -226,12 +226,12 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         response = web.StreamResponse(headers=SSE_HEADERS)
         try:
             await response.prepare(request)
-            await response.write(render_responses(machine.start()))
         except ConnectionResetError:
             upstream.close()
             summary["terminal"] = "client_disconnected"
             return response
-        stats = await stream_through(request, up, upstream, Pump(machine), response, render_responses, None)
+        stats = await stream_through(request, up, upstream, Pump(machine), response, render_responses,
+                                     initial=render_responses(machine.start()))
     final = machine.final_response
     schedule_save(app, body, final, history, app[IDS])
     summary.update(terminal=final.get("status") if final else stats.ending, usage=usage_summary(final))

@@ -30,6 +30,8 @@ from aiohttp import web
 from translators.pump import Pump
 
 KEEPALIVE_FRAME = b": keepalive\n\n"
+# How long the start events wait for the first upstream data to share its write.
+FIRST_FLUSH = 0.05
 
 
 class Draining(Exception):
@@ -68,20 +70,37 @@ async def relay(
     idle: float,
     keepalive: float,
     total: float,
-    done_frame: bytes | None = None,
+    initial: bytes = b"",
+    done_frame: bytes = b"",
     stats: RelayStats | None = None,
     registry: set[OpenStream] | None = None,
 ) -> RelayStats:
+    """Pump one upstream stream into ``response`` (prepared, nothing written yet).
+
+    ``initial`` (the start events) goes out with the first upstream data, or alone after
+    ``FIRST_FLUSH`` seconds of upstream silence, so a fast answer costs one write, not two. The last
+    write carries the end of the chunked body too (``write_eof(data)``), and ``done_frame``
+    (``data: [DONE]`` for chat clients) is appended to it.
+    """
     stats = stats or RelayStats()
     handle = OpenStream(upstream)
     if registry is not None:
         registry.add(handle)
     loop = asyncio.get_running_loop()
     raw_write = response.write
+    pending = initial
+    ended = False  # the chunked body is closed
 
-    async def write(data: bytes) -> None:
+    async def write(data: bytes, *, last: bool = False) -> None:
+        nonlocal pending, ended
+        if pending:
+            data, pending = pending + data, b""
         try:
-            await raw_write(data)
+            if last:
+                ended = True
+                await response.write_eof(data + done_frame)
+            elif data:
+                await raw_write(data)
         except ConnectionResetError:
             raise _ClientGone from None
 
@@ -90,6 +109,15 @@ async def relay(
     tick = min(idle, keepalive)
     last_data = loop.time()
     try:
+        if pending:
+            try:
+                async with asyncio.timeout(FIRST_FLUSH):
+                    first = await readany()
+            except TimeoutError:
+                first = None
+                await write(b"")
+            if first is not None:
+                await _first(first, pump, stats, render, write)
         while not pump.done:
             try:
                 async with asyncio.timeout(tick) as deadline:
@@ -105,43 +133,45 @@ async def relay(
                             next_check = now + 1.0
                         stats.chunks_in += 1
                         out = feed(chunk)
+                        if pump.done:
+                            stats.events_out += len(out)
+                            await write(render(out), last=True)
+                            break
                         if out:
                             stats.events_out += len(out)
                             try:  # inline, not write(): this is the per-chunk path
                                 await raw_write(render(out))
                             except ConnectionResetError:
                                 raise _ClientGone from None
-                        if pump.done:
-                            break
                 break  # EOF, [DONE] or a terminal event
             except TimeoutError:
                 if loop.time() - last_data >= idle:
                     raise _IdleTimeout(idle) from None
                 await write(KEEPALIVE_FRAME)
-        out = pump.finish()
-        if out:
+        if not ended:
+            out = pump.finish()
             stats.events_out += len(out)
-            await write(render(out))
+            await write(render(out) if out else b"", last=True)
         stats.ending = "ok"
     except _ClientGone:
         stats.ending = "client_disconnected"
         return stats
     except Draining:
-        await _fail(pump, response, render, stats, "server_shutting_down",
+        await _fail(pump, write, render, stats, "server_shutting_down",
                     "crossfeed is shutting down; the stream was ended before the upstream finished")
     except _IdleTimeout as exc:
-        await _fail(pump, response, render, stats, "upstream_idle_timeout",
+        await _fail(pump, write, render, stats, "upstream_idle_timeout",
                     f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
     except (aiohttp.ServerTimeoutError, asyncio.TimeoutError):
-        await _fail(pump, response, render, stats, "upstream_timeout",
+        await _fail(pump, write, render, stats, "upstream_timeout",
                     f"the upstream did not finish within the total timeout of {total:g}s")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-        await _fail(pump, response, render, stats, "upstream_disconnected",
+        await _fail(pump, write, render, stats, "upstream_disconnected",
                     "the upstream connection closed in the middle of the stream")
     except Exception as exc:  # a translator bug must still end the stream properly
         stats.extra["internal_error"] = repr(exc)
         try:
-            await _fail(pump, response, render, stats, "internal_error",
+            await _fail(pump, write, render, stats, "internal_error",
                         "crossfeed could not translate the upstream stream")
         except Exception:
             stats.ending = "internal_error"
@@ -150,12 +180,18 @@ async def relay(
         stats.events_in = pump.events_in
         if registry is not None:
             registry.discard(handle)
-    if done_frame is not None:
-        try:
-            await raw_write(done_frame)
-        except ConnectionResetError:
-            stats.ending = "client_disconnected"
     return stats
+
+
+async def _first(chunk: bytes, pump: Pump, stats: RelayStats, render: Callable[[list[dict[str, Any]]], bytes],
+                 write: Callable[..., Any]) -> None:
+    """The first upstream read: its events go out together with the start events."""
+    if not chunk:
+        return
+    stats.chunks_in += 1
+    out = pump.feed(chunk)
+    stats.events_out += len(out)
+    await write(render(out) if out else b"", last=pump.done)
 
 
 class _ClientGone(Exception):
@@ -167,17 +203,15 @@ class _IdleTimeout(Exception):
         self.seconds = seconds
 
 
-async def _fail(pump: Pump, response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
+async def _fail(pump: Pump, write: Callable[..., Any], render: Callable[[list[dict[str, Any]]], bytes],
                 stats: RelayStats, code: str, message: str) -> None:
     stats.ending = code
     stats.error = message
     out = pump.fail(code, message)
-    if not out:
-        return
     stats.events_out += len(out)
     try:
-        await response.write(render(out))
-    except ConnectionResetError:
+        await write(render(out) if out else b"", last=True)
+    except _ClientGone:
         stats.ending = "client_disconnected"
 
 

@@ -68,7 +68,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         except ConnectionResetError:
             upstream.close()
             return response
-        stats = await stream_through(request, up, upstream, Pump(machine), response, render_chat, DONE_FRAME)
+        stats = await stream_through(request, up, upstream, Pump(machine), response, render_chat, done_frame=DONE_FRAME)
     summary["terminal"] = machine.finish_reason or ("error" if machine.error else stats.ending)
     note_anomalies(request, machine.diagnostics)
     return response

@@ -26,7 +26,7 @@ def api_key(request: web.Request, up: Upstream) -> str | None:
 
 async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump,
                          response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
-                         done_frame: bytes | None) -> RelayStats:
+                         done_frame: bytes = b"", initial: bytes = b"") -> RelayStats:
     """Run the relay for one stream, counted as open for metrics and shutdown."""
     app = request.app
     metrics = app[METRICS]
@@ -35,7 +35,7 @@ async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.C
     try:
         stats = await relay(upstream, pump, response, render, idle=up.timeouts.idle,
                             keepalive=app[CONFIG].server.keepalive_seconds, total=up.timeouts.total,
-                            done_frame=done_frame, registry=app[OPEN_STREAMS])
+                            done_frame=done_frame, initial=initial, registry=app[OPEN_STREAMS])
     finally:
         gauge.dec()
     summary = request[SUMMARY]
