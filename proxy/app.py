@@ -23,6 +23,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from translators.chat_bodies import error_status
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.errors import TranslationError
 from translators.ids import IdFactory
@@ -30,22 +31,53 @@ from translators.pump import Pump
 from translators.response_bodies import chat_completion_to_response
 from translators.responses_request import responses_request_to_chat
 
+from . import upstream as upstream_client
 from .config import Config, Upstream
-from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
-from .reverse import reverse_chat
-from .streams import api_key, note_anomalies, stream_through
-from .errors import ClientRequestError, ProxyError, UpstreamError, error_response
+from .errors import (
+    ClientRequestError,
+    ProxyError,
+    UpstreamError,
+    UpstreamHTTPError,
+    error_response,
+    upstream_error_body,
+)
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys
-from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
-from .observability import (METRICS, SUMMARY, Metrics, add_request_id_header, metrics_endpoint,
-                            observe_middleware, usage_summary)
 from .ids import RandomIds
+from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
+from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
+from .observability import (
+    METRICS,
+    SUMMARY,
+    Metrics,
+    add_request_id_header,
+    metrics_endpoint,
+    observe_middleware,
+    usage_summary,
+)
 from .reasoning_seal import ReasoningSeal
 from .relay import render_responses
-from .responses_api import (PENDING, SAVING, STORE, delete_response, drain_saves, get_response,
-                            list_input_items, load_history, schedule_save)
+from .responses_api import (
+    PENDING,
+    SAVING,
+    STORE,
+    delete_response,
+    drain_saves,
+    get_response,
+    list_input_items,
+    load_history,
+    schedule_save,
+)
+from .reverse import reverse_chat
 from .store import open_store
-from .upstream import map_client_errors, new_session, open_upstream, read_json, upstream_headers
+from .streams import api_key, note_anomalies, secrets, stream_through
+from .upstream import (
+    encode_body,
+    map_client_errors,
+    new_session,
+    open_upstream,
+    read_json,
+    upstream_headers,
+)
 
 log = structlog.get_logger("crossfeed")
 
@@ -209,17 +241,22 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     summary["stream"] = stream
     if not stream:
         started = time.monotonic()
-        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers)
+        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers, secrets=secrets(request, up))
         summary["ttfb"] = time.monotonic() - started
         completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
                                              seal_reasoning=sealer)
         schedule_save(app, body, result, history, app[IDS])
         summary.update(terminal=result.get("status"), usage=usage_summary(result))
+        if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
+            err = result.get("error") or {}
+            code = str(err.get("code") or "upstream_error")
+            raise UpstreamError(str(err.get("message") or "the upstream failed"), code=code,
+                                status=error_status(code))
         return web.Response(body=orjson.dumps(result), content_type="application/json")
     with app[LIMITS].admit(up):
         started = time.monotonic()
-        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers)
+        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers, secrets=secrets(request, up))
         summary["ttfb"] = time.monotonic() - started
         machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
                                         seal_reasoning=sealer)
@@ -256,7 +293,12 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
         else:
             if up.model_map and isinstance(body.get("model"), str):
                 body = {**body, "model": up.model_map.get(body["model"], body["model"])}
-            resp = await session.post(up.base_url + path, data=orjson.dumps(body), headers=headers, timeout=timeout)
+            resp = await session.post(up.base_url + path, data=encode_body(body), headers=headers, timeout=timeout)
+    if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
+        raw = await upstream_client.read_body(resp, up, 64 * 1024, truncate=True)
+        keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
+        raise UpstreamHTTPError(resp.status, upstream_error_body(resp.status, raw, resp.headers.get("Content-Type", ""),
+                                                                 secrets=secrets(request, up)), keep)
     out = web.StreamResponse(status=resp.status)
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:

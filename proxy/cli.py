@@ -161,6 +161,7 @@ async def _serve(config: Config) -> None:
     from aiohttp import web
 
     from .app import create_app
+    from .server import make_runner
 
     # Signals first: a SIGTERM that arrives right after the listening line must still stop cleanly.
     stop = asyncio.Event()
@@ -168,9 +169,9 @@ async def _serve(config: Config) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     app = create_app(config, environ=os.environ)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = make_runner(app, config)
     await runner.setup()
-    site = web.TCPSite(runner, config.server.host, config.server.port, shutdown_timeout=config.server.drain_seconds)
+    site = web.TCPSite(runner, config.server.host, config.server.port)
     try:
         await site.start()
     except BaseException:

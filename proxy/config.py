@@ -15,7 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from translators.options import MappingOptions
 
@@ -73,6 +80,8 @@ class Server(_Model):
     inbound_keys_env: str | None = None
     drain_seconds: float = Field(20.0, ge=0)
     keepalive_seconds: float = Field(15.0, gt=0, description="SSE comment sent after this much upstream silence")
+    max_header_bytes: int = Field(16384, ge=1024, description="longest request line or header field")
+    max_headers: int = Field(100, ge=8, description="most request headers")
 
 
 class Logging(_Model):

@@ -100,8 +100,20 @@ def error_response(exc: ProxyError | TranslationError, *, headers: dict[str, str
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=hdrs)
 
 
-def upstream_error_body(status: int, raw: bytes, content_type: str) -> dict[str, Any]:
-    """Keep an upstream's OpenAI-shaped error; wrap anything else (HTML, empty, text)."""
+def upstream_error_body(status: int, raw: bytes, content_type: str, *, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Keep an upstream's OpenAI-shaped error; wrap anything else (HTML, empty, text). Secrets
+    (the upstream key) are cut out of the message: some servers quote the key they received."""
+    body = _error_body(status, raw, content_type)
+    err = body["error"]
+    message = str(err.get("message") or "")
+    for secret in secrets:
+        if secret and len(secret) >= 4 and secret in message:
+            message = message.replace(secret, "[redacted]")
+    err["message"] = message
+    return body
+
+
+def _error_body(status: int, raw: bytes, content_type: str) -> dict[str, Any]:
     try:
         parsed = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:

@@ -25,7 +25,7 @@ from translators.response_replay import replay_events
 from .errors import ClientRequestError, ProxyError
 from .observability import METRICS
 from .relay import render_responses
-from .store import ResponseStore, StoreError, StoredResponse
+from .store import ResponseStore, StoredResponse, StoreError
 from .store.pagination import InvalidParam, paginate
 
 log = structlog.get_logger("crossfeed")

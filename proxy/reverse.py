@@ -21,12 +21,12 @@ from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import DONE_FRAME
 
 from .config import Upstream
+from .errors import ClientRequestError
 from .guard import LIMITS
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SESSION
-from .streams import api_key, log, note_anomalies, stream_through
-from .errors import ClientRequestError
 from .observability import SUMMARY, usage_summary
 from .relay import render_chat
+from .streams import api_key, log, note_anomalies, secrets, stream_through
 from .upstream import open_upstream, read_json, upstream_headers
 
 CHAT_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
@@ -49,7 +49,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
     summary["stream"] = bool(stream)
     started = time.monotonic()
     if not stream:
-        upstream = await open_upstream(app[SESSION], up, "/responses", rbody, headers)
+        upstream = await open_upstream(app[SESSION], up, "/responses", rbody, headers, secrets=secrets(request, up))
         summary["ttfb"] = time.monotonic() - started
         result = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         if not isinstance(result, dict):
@@ -58,7 +58,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         summary.update(terminal=completion["choices"][0]["finish_reason"], usage=usage_summary(completion))
         return web.Response(body=orjson.dumps(completion), content_type="application/json")
     with app[LIMITS].admit(up):
-        upstream = await open_upstream(app[SESSION], up, "/responses", rbody, headers)
+        upstream = await open_upstream(app[SESSION], up, "/responses", rbody, headers, secrets=secrets(request, up))
         summary["ttfb"] = time.monotonic() - started
         machine = ResponsesToChatStream(include_usage=include_usage(body), options=up.mapping, ids=app[IDS],
                                         now=app[CLOCK], model=str(body.get("model")))

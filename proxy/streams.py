@@ -24,6 +24,12 @@ def api_key(request: web.Request, up: Upstream) -> str | None:
     return request.app[ENV].get(up.api_key_env) if up.api_key_env else None
 
 
+def secrets(request: web.Request, up: Upstream) -> tuple[str, ...]:
+    """Values that must never reach a client: the configured upstream key."""
+    key = api_key(request, up)
+    return (key,) if key else ()
+
+
 async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump,
                          response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
                          done_frame: bytes = b"", initial: bytes = b"") -> RelayStats:

@@ -15,9 +15,19 @@ from typing import Any
 
 import aiohttp
 import orjson
+import structlog
 
 from .config import Upstream
-from .errors import UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable, upstream_error_body
+from .errors import (
+    ClientRequestError,
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    upstream_error_body,
+)
+
+log = structlog.get_logger("crossfeed")
 
 MAX_ERROR_BODY = 64 * 1024
 # Request headers a client may send that mean something to the upstream too.
@@ -60,42 +70,88 @@ async def map_client_errors(up: Upstream) -> AsyncIterator[None]:
 
 
 async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str, body: dict[str, Any],
-                        headers: dict[str, str]) -> aiohttp.ClientResponse:
+                        headers: dict[str, str], *, secrets: tuple[str, ...] = ()) -> aiohttp.ClientResponse:
+    """POST ``body`` and return the response once its headers are in (2xx only).
+
+    A non-2xx answer is read whole (bounded) and raised as ``UpstreamHTTPError``; ``secrets``
+    (the upstream key) are cut out of its message, since some servers quote the key they got.
+    """
     t = up.timeouts
     timeout = aiohttp.ClientTimeout(total=t.total, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
+    data = encode_body(body)
     async with map_client_errors(up):
-        resp = await session.post(up.base_url + path, data=orjson.dumps(body), headers=headers, timeout=timeout)
+        resp = await session.post(up.base_url + path, data=data, headers=headers, timeout=timeout)
     if resp.status >= 400 or resp.status < 200:
         try:
-            raw = await resp.content.read(MAX_ERROR_BODY)
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+            raw = await read_body(resp, up, MAX_ERROR_BODY, truncate=True)
+        except UpstreamError:
             raw = b""
-        finally:
-            resp.close()
-        body_out = upstream_error_body(resp.status, raw, resp.headers.get("Content-Type", ""))
+        body_out = upstream_error_body(resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
         raise UpstreamHTTPError(resp.status, body_out, keep)
     return resp
 
 
-async def read_json(resp: aiohttp.ClientResponse, up: Upstream, limit: int) -> Any:
-    """Read a non-streaming JSON body; errors mapped like the rest of this module."""
+def encode_body(body: Any) -> bytes:
     try:
-        raw = await resp.content.read(limit + 1)
-    except (aiohttp.ServerTimeoutError, asyncio.TimeoutError):
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:  # deeper than orjson writes (255 levels)
+        raise ClientRequestError("the request nests JSON too deeply (at most 255 levels)",
+                                 code="invalid_json") from None
+
+
+async def read_body(resp: aiohttp.ClientResponse, up: Upstream, limit: int, *, truncate: bool = False) -> bytes:
+    """The whole body (not just what is buffered), bounded by ``limit`` and the idle timeout."""
+    chunks: list[bytes] = []
+    size = 0
+    idle = up.timeouts.idle
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    chunk = await resp.content.readany()
+            except TimeoutError:
+                raise UpstreamTimeout("idle", idle) from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                if truncate:
+                    break
+                raise UpstreamUnavailable("the upstream answer is larger than the configured limit")
+    except aiohttp.ServerTimeoutError:
+        raise UpstreamTimeout("first_byte", up.timeouts.first_byte) from None
+    except asyncio.TimeoutError:
         raise UpstreamTimeout("total", up.timeouts.total) from None
     except aiohttp.ClientError as exc:
-        raise UpstreamUnavailable(f"the upstream connection failed mid-answer: {_describe(exc)}") from None
+        raise UpstreamUnavailable(f"the upstream connection failed mid-answer ({_describe(exc)})") from None
     finally:
         resp.close()
-    if len(raw) > limit:
-        raise UpstreamUnavailable("the upstream answer is larger than the configured limit")
+    return b"".join(chunks)[:limit] if truncate else b"".join(chunks)
+
+
+async def read_json(resp: aiohttp.ClientResponse, up: Upstream, limit: int) -> Any:
+    """Read a non-streaming JSON body; errors mapped like the rest of this module."""
+    raw = await read_body(resp, up, limit)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise UpstreamUnavailable("the upstream answered with a body that is not JSON") from None
 
 
+_DESCRIPTIONS: tuple[tuple[type[BaseException], str], ...] = (
+    (aiohttp.ServerDisconnectedError, "the upstream closed the connection"),
+    (aiohttp.ClientPayloadError, "the upstream sent a malformed or truncated body"),
+    (aiohttp.ClientResponseError, "the upstream sent a malformed HTTP response"),
+    (aiohttp.ClientOSError, "a network error on the upstream connection"),
+)
+
+
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text[:200] if text else "connection closed"
+    """A fixed phrase per failure: aiohttp's own texts can quote raw upstream bytes."""
+    log.info("upstream.error_detail", error=type(exc).__name__, detail=str(exc)[:300])
+    for kind, text in _DESCRIPTIONS:
+        if isinstance(exc, kind):
+            return text
+    return "the connection failed"

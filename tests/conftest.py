@@ -21,6 +21,7 @@ from aiohttp import web
 
 from proxy.app import create_app
 from proxy.config import Config, load_config
+from proxy.server import make_runner
 from tests.fakes.upstream import FakeUpstream
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from translators.ids import SequentialIds
@@ -105,7 +106,7 @@ class ProxyHandle:
 
 async def start_proxy(config: Config, environ: dict[str, str] | None = None, **app_kwargs: Any) -> ProxyHandle:
     app = create_app(config, environ=environ or {}, **app_kwargs)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = make_runner(app, config)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

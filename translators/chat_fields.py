@@ -21,10 +21,11 @@ def mistral_parts(parts: list[Any]) -> Iterator[tuple[str, str]]:
             continue
         kind = part.get("type")
         if kind == "text":
-            if part.get("text"):
+            if isinstance(part.get("text"), str) and part["text"]:
                 yield "text", part["text"]
         elif kind == "thinking":
-            text = "".join(p.get("text", "") for p in part.get("thinking") or () if isinstance(p, dict))
+            text = "".join(p["text"] for p in part.get("thinking") or ()
+                           if isinstance(p, dict) and isinstance(p.get("text"), str))
             if text:
                 yield "reasoning", text
         else:
@@ -60,12 +61,13 @@ def flat_annotation(ann: Any) -> dict[str, Any] | None:
 def delta_logprobs(logprobs: dict[str, Any], part: list[Any]) -> list[dict[str, Any]]:
     """Chat logprobs -> delta-event logprobs (no bytes); the part keeps the full entries."""
     entries = logprobs.get("content") or ()
-    out = []
-    for e in entries:
+    out, full = [], []
+    for e in entries:  # built completely before the part is touched, so a bad entry changes nothing
         top = e.get("top_logprobs") or ()
         out.append({"token": e.get("token", ""), "logprob": e.get("logprob", 0.0),
                     "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob", 0.0)} for t in top]})
-        part[3].append({"token": e.get("token", ""), "bytes": e.get("bytes") or [], "logprob": e.get("logprob", 0.0),
-                        "top_logprobs": [{"token": t.get("token", ""), "bytes": t.get("bytes") or [],
-                                          "logprob": t.get("logprob", 0.0)} for t in top]})
+        full.append({"token": e.get("token", ""), "bytes": e.get("bytes") or [], "logprob": e.get("logprob", 0.0),
+                     "top_logprobs": [{"token": t.get("token", ""), "bytes": t.get("bytes") or [],
+                                       "logprob": t.get("logprob", 0.0)} for t in top]})
+    part[3].extend(full)
     return out

@@ -52,7 +52,7 @@ from typing import Any
 
 from . import ids as idp
 from .chat_fields import delta_logprobs, details_text, flat_annotation, mistral_parts
-from .errors import StreamStateError
+from .errors import StreamStateError, UpstreamProtocolError
 from .ids import IdFactory
 from .json_string_stream import JsonStringField
 from .options import NO_TOOLS, ToolContext
@@ -160,20 +160,37 @@ class ChatToResponsesStream:
         if self._done or self.phase is Phase.IDLE:
             raise StreamStateError(f"feed() in phase {self.phase.value}")
         out = self._out = []
+        try:
+            return self._chunk(chunk, out)
+        except (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError) as exc:
+            # Valid JSON of the wrong shape. Values are checked before they are stored, so the
+            # state is consistent: keep what this chunk already produced, then fail.
+            what = exc.message if isinstance(exc, UpstreamProtocolError) else "a chunk of an unexpected shape"
+            return out + self.fail("upstream_protocol_error", f"the upstream sent {what}")
+
+    def _chunk(self, chunk: dict[str, Any], out: list[Event]) -> list[Event]:
         error = chunk.get("error")
         if error:
             return self._fail_upstream(error)
         usage = chunk.get("usage")
         if usage:
+            if usage.__class__ is not dict:
+                raise UpstreamProtocolError("a usage that is not an object")
             self._usage = usage
         choices = chunk.get("choices")
         if choices:
+            if choices.__class__ is not list:
+                raise UpstreamProtocolError("choices that are not a list")
             for choice in choices:
+                if choice.__class__ is not dict:
+                    raise UpstreamProtocolError("a choice that is not an object")
                 if choice.get("index", 0):
                     self._note("extra_choice_ignored")
                     continue
                 delta = choice.get("delta")
                 if delta:
+                    if delta.__class__ is not dict:
+                        raise UpstreamProtocolError("a delta that is not an object")
                     self._delta(delta, choice)
                 reason = choice.get("finish_reason")
                 if reason:
@@ -248,7 +265,7 @@ class ChatToResponsesStream:
             content = delta.get("content")
             if content.__class__ is str:
                 if content:
-                    self._text("output_text", content, choice.get("logprobs"))
+                    self._text("output_text", content, _logprobs(choice))
                 return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
@@ -261,18 +278,24 @@ class ChatToResponsesStream:
         content = delta.get("content")
         if content:
             if isinstance(content, str):
-                self._text("output_text", content, choice.get("logprobs"))
-            else:
+                self._text("output_text", content, _logprobs(choice))
+            elif isinstance(content, list):
                 self._content_parts(content)
+            else:
+                raise UpstreamProtocolError("content that is neither text nor a list of parts")
         refusal = delta.get("refusal")
         if refusal:
+            if not isinstance(refusal, str):
+                raise UpstreamProtocolError("a refusal that is not text")
             self._text("refusal", refusal, None)
         annotations = delta.get("annotations")
-        if annotations:
+        if annotations and isinstance(annotations, list):
             for ann in annotations:
                 self._annotation(ann)
         tool_calls = delta.get("tool_calls")
         if tool_calls:
+            if not isinstance(tool_calls, list):
+                raise UpstreamProtocolError("tool_calls that are not a list")
             for tc in tool_calls:
                 self._tool_fragment(tc)
         function_call = delta.get("function_call")
@@ -336,10 +359,10 @@ class ChatToResponsesStream:
         if not parts or parts[-1][0] != kind:
             self._open_part(item, kind)
         part = parts[-1]
+        lp = delta_logprobs(logprobs, part) if logprobs else []  # may raise: before any state change
         part[1].append(text)
         ci = len(parts) - 1
         if kind == "output_text":
-            lp = delta_logprobs(logprobs, part) if logprobs else []
             self._emit(
                 {
                     "type": "response.output_text.delta",
@@ -397,17 +420,23 @@ class ChatToResponsesStream:
     # -- tool calls --------------------------------------------------------------------------
 
     def _tool_fragment(self, tc: dict[str, Any]) -> None:
+        if not isinstance(tc, dict):
+            raise UpstreamProtocolError("a tool call that is not an object")
         key = tc.get("index")
         fn = tc.get("function") or {}
         call_id = tc.get("id")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        if not isinstance(fn, dict) or not isinstance(name, (str, type(None))) or \
+                not isinstance(call_id, (str, type(None))) or not isinstance(key, (int, str, type(None))):
+            raise UpstreamProtocolError("a tool call of an unexpected shape")
         if key is None:  # Mistral omits the index: a fragment with a new id is a new call
             key = self._calls_key_for_id(call_id)
         call = self._calls.get(key)
         if call is not None and call_id and call_id != call.call_id and call.args:
             call = None  # the index was reused for a different call
         if call is None:
-            call = self._open_call(key, call_id, fn.get("name") or "")
-        args = fn.get("arguments")
+            call = self._open_call(key, call_id, name or "")
         if args:
             if not isinstance(args, str):  # a few servers send the arguments as an object
                 args = json.dumps(args, ensure_ascii=False)
@@ -585,3 +614,8 @@ class ChatToResponsesStream:
 
     def _note(self, kind: str) -> None:
         self.diagnostics[kind] = self.diagnostics.get(kind, 0) + 1
+
+
+def _logprobs(choice: dict[str, Any]) -> dict[str, Any] | None:
+    lp = choice.get("logprobs")
+    return lp if lp.__class__ is dict else None

@@ -58,16 +58,21 @@ def new_response(request: dict[str, Any], *, response_id: str, created_at: int, 
 
 def map_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
     """Chat ``usage`` -> Responses ``usage``; every required field present, 0 when unknown."""
-    u = usage or {}
-    prompt = u.get("prompt_tokens") or 0
-    completion = u.get("completion_tokens") or 0
-    pd = u.get("prompt_tokens_details") or {}
-    cd = u.get("completion_tokens_details") or {}
-    cached = pd.get("cached_tokens") or u.get("prompt_cache_hit_tokens") or 0
+    u = usage if isinstance(usage, dict) else {}
+    prompt = _count(u.get("prompt_tokens"))
+    completion = _count(u.get("completion_tokens"))
+    pd = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
+    cd = u.get("completion_tokens_details") if isinstance(u.get("completion_tokens_details"), dict) else {}
+    cached = _count(pd.get("cached_tokens")) or _count(u.get("prompt_cache_hit_tokens"))
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": pd.get("cache_write_tokens") or 0},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": _count(pd.get("cache_write_tokens"))},
         "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": cd.get("reasoning_tokens") or 0},
-        "total_tokens": u.get("total_tokens") or (prompt + completion),
+        "output_tokens_details": {"reasoning_tokens": _count(cd.get("reasoning_tokens"))},
+        "total_tokens": _count(u.get("total_tokens")) or (prompt + completion),
     }
+
+
+def _count(value: Any) -> int:
+    """A token count; anything that is not a non-negative integer counts as unknown (0)."""
+    return value if value.__class__ is int and value >= 0 else 0
