@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import openai
 import orjson
 import pytest
@@ -119,3 +121,35 @@ async def test_bad_pagination_param(client: openai.AsyncOpenAI, upstream: FakeUp
     with pytest.raises(openai.BadRequestError) as info:
         await client.responses.input_items.list(r.id, limit=1000)
     assert info.value.body["param"] == "limit"
+
+
+async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp_path) -> None:
+    """Redis down: the client still gets its whole response; the failure is counted and logged."""
+    import aiohttp
+
+    from proxy.config import load_config
+    from tests.conftest import start_proxy
+
+    cfg = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "redis",
+                                 "store.redis_url": "redis://127.0.0.1:9/0", "store.redis_timeout_seconds": 0.5})
+    handle = await start_proxy(cfg)
+    upstream.reply(text_reply("still delivered"))
+    try:
+        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0) as c:
+            stream = await c.responses.create(model="m", input="x", stream=True)
+            events = [e async for e in stream]
+            assert events[-1].type == "response.completed"
+            assert events[-1].response.output_text == "still delivered"
+            for _ in range(50):
+                async with aiohttp.ClientSession() as s:
+                    async with s.get(handle.url + "/metrics") as r:
+                        metrics = await r.text()
+                if 'crossfeed_store_failures_total{operation="save"} 1.0' in metrics:
+                    break
+                await asyncio.sleep(0.1)
+            assert 'crossfeed_store_failures_total{operation="save"} 1.0' in metrics
+            with pytest.raises(openai.APIStatusError) as info:  # a later lookup says the store is down
+                await c.responses.retrieve(events[-1].response.id)
+            assert info.value.status_code == 503
+    finally:
+        await handle.runner.cleanup()
