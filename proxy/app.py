@@ -14,6 +14,7 @@ page or a traceback (``error_middleware``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -284,8 +285,7 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
     headers = upstream_headers(up, request.headers, api_key(request, up))
     path = request.path[len("/v1"):] if request.path.startswith("/v1") else request.path
     session = app[SESSION]
-    t = up.timeouts
-    timeout = aiohttp.ClientTimeout(total=t.total, connect=t.connect, sock_read=t.first_byte)
+    timeout = upstream_client.client_timeout(up)
     async with map_client_errors(up):
         if body is None:
             resp = await session.request(request.method, up.base_url + path, headers=headers, timeout=timeout,
@@ -305,8 +305,9 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
             out.headers[name] = resp.headers[name]
     try:
         await out.prepare(request)
-        async for chunk in resp.content.iter_any():
-            await out.write(chunk)
+        async with asyncio.timeout(up.timeouts.total):
+            async for chunk in resp.content.iter_any():
+                await out.write(chunk)
     except (ConnectionResetError, aiohttp.ClientError, TimeoutError) as exc:
         # Headers are sent: a pass-through can only end the body here, as the upstream did.
         log.info("passthrough.ended_early", path=request.path, reason=type(exc).__name__)
@@ -321,8 +322,6 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
     if len(config.upstreams) == 1:
         return await passthrough(request)
-    import asyncio
-
     async def fetch(up: Upstream) -> list[dict[str, Any]]:
         headers = upstream_headers(up, request.headers, api_key(request, up))
         try:

@@ -106,8 +106,9 @@ async def relay(
 
     readany = upstream.content.readany
     feed = pump.feed
-    tick = min(idle, keepalive)
+    tick = min(idle, keepalive, total)
     last_data = loop.time()
+    end = last_data + total
     try:
         if pending:
             try:
@@ -120,7 +121,7 @@ async def relay(
                 await _first(first, pump, stats, render, write)
         while not pump.done:
             try:
-                async with asyncio.timeout(tick) as deadline:
+                async with asyncio.timeout_at(min(loop.time() + tick, end)) as deadline:
                     next_check = loop.time() + 1.0
                     while True:
                         chunk = await readany()
@@ -129,7 +130,7 @@ async def relay(
                         now = loop.time()
                         last_data = now
                         if now > next_check:  # move the deadline at most once a second: cheap
-                            deadline.reschedule(now + tick)
+                            deadline.reschedule(min(now + tick, end))
                             next_check = now + 1.0
                         stats.chunks_in += 1
                         out = feed(chunk)
@@ -145,7 +146,10 @@ async def relay(
                                 raise _ClientGone from None
                 break  # EOF, [DONE] or a terminal event
             except TimeoutError:
-                if loop.time() - last_data >= idle:
+                now = loop.time()
+                if now >= end:
+                    raise _TotalTimeout from None
+                if now - last_data >= idle:
                     raise _IdleTimeout(idle) from None
                 await write(KEEPALIVE_FRAME)
         if not ended:
@@ -162,7 +166,7 @@ async def relay(
     except _IdleTimeout as exc:
         await _fail(pump, write, render, stats, "upstream_idle_timeout",
                     f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
-    except (aiohttp.ServerTimeoutError, asyncio.TimeoutError):
+    except (_TotalTimeout, aiohttp.ServerTimeoutError, asyncio.TimeoutError):
         await _fail(pump, write, render, stats, "upstream_timeout",
                     f"the upstream did not finish within the total timeout of {total:g}s")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
@@ -195,6 +199,10 @@ async def _first(chunk: bytes, pump: Pump, stats: RelayStats, render: Callable[[
 
 
 class _ClientGone(Exception):
+    pass
+
+
+class _TotalTimeout(Exception):
     pass
 
 

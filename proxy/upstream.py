@@ -53,6 +53,14 @@ def upstream_headers(up: Upstream, client_headers: Mapping[str, str], api_key: s
     return headers
 
 
+def client_timeout(up: Upstream) -> aiohttp.ClientTimeout:
+    """aiohttp's part of the timeouts: connect, and the wait for the response headers. The idle
+    and total timeouts of the body are enforced by the relay and ``read_body`` themselves, so that
+    each expiry ends the answer properly and names itself."""
+    t = up.timeouts
+    return aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
+
+
 @contextlib.asynccontextmanager
 async def map_client_errors(up: Upstream) -> AsyncIterator[None]:
     """The one place where aiohttp/asyncio exceptions become ``UpstreamError`` subclasses."""
@@ -76,8 +84,7 @@ async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str,
     A non-2xx answer is read whole (bounded) and raised as ``UpstreamHTTPError``; ``secrets``
     (the upstream key) are cut out of its message, since some servers quote the key they got.
     """
-    t = up.timeouts
-    timeout = aiohttp.ClientTimeout(total=t.total, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
+    timeout = client_timeout(up)
     data = encode_body(body)
     async with map_client_errors(up):
         resp = await session.post(up.base_url + path, data=data, headers=headers, timeout=timeout)
@@ -104,13 +111,18 @@ async def read_body(resp: aiohttp.ClientResponse, up: Upstream, limit: int, *, t
     """The whole body (not just what is buffered), bounded by ``limit`` and the idle timeout."""
     chunks: list[bytes] = []
     size = 0
-    idle = up.timeouts.idle
+    idle, total = up.timeouts.idle, up.timeouts.total
+    loop = asyncio.get_running_loop()
+    end = loop.time() + total
     try:
         while True:
+            wait = min(idle, end - loop.time())
             try:
-                async with asyncio.timeout(idle):
+                async with asyncio.timeout(wait):
                     chunk = await resp.content.readany()
             except TimeoutError:
+                if loop.time() >= end:
+                    raise UpstreamTimeout("total", total) from None
                 raise UpstreamTimeout("idle", idle) from None
             if not chunk:
                 break
@@ -122,8 +134,6 @@ async def read_body(resp: aiohttp.ClientResponse, up: Upstream, limit: int, *, t
                 raise UpstreamUnavailable("the upstream answer is larger than the configured limit")
     except aiohttp.ServerTimeoutError:
         raise UpstreamTimeout("first_byte", up.timeouts.first_byte) from None
-    except asyncio.TimeoutError:
-        raise UpstreamTimeout("total", up.timeouts.total) from None
     except aiohttp.ClientError as exc:
         raise UpstreamUnavailable(f"the upstream connection failed mid-answer ({_describe(exc)})") from None
     finally:

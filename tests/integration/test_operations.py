@@ -203,3 +203,55 @@ def test_inbound_keys_never_fail_open() -> None:
         create_app(cfg, environ={})
     with pytest.raises(ConfigError, match="refusing to start"):
         create_app(cfg, environ={"CF_KEYS": " , "})
+
+
+def _with_timeouts(cfg, **t):
+    up = cfg.upstreams[0]
+    return cfg.model_copy(update={"upstreams": (up.model_copy(update={"timeouts": up.timeouts.model_copy(update=t)}),)})
+
+
+async def test_total_timeout_ends_stream_naming_it(upstream: FakeUpstream, tmp_path) -> None:
+    cfg = _with_timeouts(config_for(upstream, tmp_path), total=1.0, idle=5.0)
+    handle = await start_proxy(cfg)
+    upstream.reply(SSEReply(chunk({"content": "tick "}) * 100 + DONE, max_piece=40, delay=0.05))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
+                body = await asyncio.wait_for(r.read(), 10)
+    finally:
+        await handle.runner.cleanup()
+    events = validate_responses_sse(body)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "upstream_timeout"
+    assert "total timeout of 1s" in events[-1]["response"]["error"]["message"]
+
+
+async def test_connect_timeout_is_504_naming_it(tmp_path) -> None:
+    import socket
+
+    # A listener that never accepts, its queue filled: further connects hang in SYN.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fillers = []
+    for _ in range(8):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fillers.append(c)
+    cfg = _with_timeouts(load_config(None, {}, {"upstream.base_url": f"http://127.0.0.1:{port}/v1",
+                                                "store.backend": "memory"}), connect=0.5)
+    handle = await start_proxy(cfg)
+    try:
+        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0, timeout=10) as c:
+            with pytest.raises(openai.APIStatusError) as info:
+                await c.responses.create(model="m", input="x", stream=True)
+        assert info.value.status_code == 504
+        assert info.value.code == "upstream_connect_timeout"
+        assert "connect timeout of 0.5s" in info.value.message
+    finally:
+        await handle.runner.cleanup()
+        for c in fillers:
+            c.close()
+        srv.close()
