@@ -8,20 +8,96 @@ raises ``ResponseFailed``, a ``TranslationError`` whose ``http_status`` comes fr
 error code (429 for rate limits and quota, 400 for ``invalid_*``/``image_*`` codes, 502 for
 everything else, including a Response left ``queued``/``in_progress``/``cancelled``) and whose
 ``body`` is the OpenAI error envelope ``{"error": {message, type, param, code}}`` to send as is.
+A Response of the wrong shape (a field the mapping reads that has the wrong JSON type) raises
+``UpstreamProtocolError`` (502) naming the field, never ``TypeError``/``KeyError``.
+
+Upstream field readers (``up_str``, ``up_list``, ``up_dict``, ``up_int``, shared with the stream
+machine): absent or ``null`` gives the default, any other wrong type raises
+``UpstreamProtocolError`` naming ``where`` and the field.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .errors import TranslationError
+from .errors import TranslationError, UpstreamProtocolError
 from .ids import CHAT_COMPLETION, IdFactory
 from .options import MappingOptions
 
 SEPARATOR = "\n\n"  # between message items' text, and between reasoning segments
 
 _QUOTA_CODES = frozenset({"rate_limit_exceeded", "insufficient_quota"})
+
+
+def json_kind(value: Any) -> str:
+    """The JSON type of ``value``, as the error messages name it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def bad_field(where: str, key: str, value: Any, expected: str) -> UpstreamProtocolError:
+    return UpstreamProtocolError(f"{where}: {key} is {json_kind(value)}, expected {expected}")
+
+
+def up_str(obj: dict[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or type(value) is str:
+        return value
+    raise bad_field(where, key, value, "a string")
+
+
+def up_list(obj: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if type(value) is list:
+        return value
+    raise bad_field(where, key, value, "an array")
+
+
+def up_dict(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    value = obj.get(key)
+    if value is None or type(value) is dict:
+        return value
+    raise bad_field(where, key, value, "an object")
+
+
+def up_int(obj: dict[str, Any], key: str, where: str) -> int | None:
+    """A non-negative integer (token counts, indexes), or None when absent/null."""
+    value = obj.get(key)
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise bad_field(where, key, value, "a non-negative integer")
+
+
+def up_number(obj: dict[str, Any], key: str, where: str) -> int | float | None:
+    value = obj.get(key)
+    if value is None or (type(value) in (int, float) and math.isfinite(value)):
+        return value
+    raise bad_field(where, key, value, "a number")
+
+
+def up_items(values: list[Any], where: str) -> list[dict[str, Any]]:
+    """``values`` (an array read with ``up_list``) must hold objects only."""
+    for i, value in enumerate(values):
+        if type(value) is not dict:
+            raise UpstreamProtocolError(f"{where}[{i}] is {json_kind(value)}, expected an object")
+    return values
 
 
 class ResponseFailed(TranslationError):
@@ -86,7 +162,7 @@ def error_body(err: Any, *, code: str = "server_error", message: str = "upstream
     }
 
 
-def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
+def chat_usage(usage: dict[str, Any], where: str = "usage") -> dict[str, Any]:
     """Responses ``usage`` -> Chat ``usage``.
 
     Rules:
@@ -95,43 +171,51 @@ def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
     - ``input_tokens_details.cached_tokens`` -> ``prompt_tokens_details.cached_tokens`` (0 default),
       ``cache_write_tokens`` copied only when the upstream reported it;
     - ``output_tokens_details.reasoning_tokens`` -> ``completion_tokens_details.reasoning_tokens``
-      (0 default). Provider extras (xAI ``num_sources_used``...) are dropped.
+      (0 default). Provider extras (xAI ``num_sources_used``...) are dropped;
+    - a count that is not a non-negative integer, or details that are not objects ->
+      ``UpstreamProtocolError`` (clients add these numbers up).
     """
-    prompt = usage.get("input_tokens") or 0
-    completion = usage.get("output_tokens") or 0
-    idet = usage.get("input_tokens_details") or {}
-    odet = usage.get("output_tokens_details") or {}
-    pdet: dict[str, Any] = {"cached_tokens": idet.get("cached_tokens") or 0}
-    if idet.get("cache_write_tokens") is not None:
-        pdet["cache_write_tokens"] = idet["cache_write_tokens"]
+    prompt = up_int(usage, "input_tokens", where) or 0
+    completion = up_int(usage, "output_tokens", where) or 0
+    idet = up_dict(usage, "input_tokens_details", where) or {}
+    odet = up_dict(usage, "output_tokens_details", where) or {}
+    pdet: dict[str, Any] = {"cached_tokens": up_int(idet, "cached_tokens", f"{where}.input_tokens_details") or 0}
+    write = up_int(idet, "cache_write_tokens", f"{where}.input_tokens_details")
+    if write is not None:
+        pdet["cache_write_tokens"] = write
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": usage.get("total_tokens") or (prompt + completion),
+        "total_tokens": up_int(usage, "total_tokens", where) or (prompt + completion),
         "prompt_tokens_details": pdet,
-        "completion_tokens_details": {"reasoning_tokens": odet.get("reasoning_tokens") or 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": up_int(odet, "reasoning_tokens", f"{where}.output_tokens_details") or 0},
     }
 
 
-def chat_logprobs(lps: list[Any]) -> list[dict[str, Any]]:
+def _logprob(lp: Any, where: str) -> dict[str, Any]:
+    if type(lp) is not dict:
+        raise UpstreamProtocolError(f"{where} is {json_kind(lp)}, expected an object")
+    raw = lp.get("bytes")
+    if raw is not None and (type(raw) is not list or not all(type(b) is int for b in raw)):
+        raise bad_field(where, "bytes", raw, "an array of integers")
+    return {"token": up_str(lp, "token", where), "logprob": up_number(lp, "logprob", where), "bytes": raw}
+
+
+def chat_logprobs(lps: list[Any], where: str = "logprobs") -> list[dict[str, Any]]:
     """Responses logprob entries -> Chat ``logprobs.content`` entries.
 
     Rules: ``token`` and ``logprob`` copied; ``bytes`` copied when present, else ``null`` (delta
-    events may omit it); ``top_logprobs`` mapped the same way (``[]`` when absent).
+    events may omit it); ``top_logprobs`` mapped the same way (``[]`` when absent). An entry of
+    the wrong shape -> ``UpstreamProtocolError``.
     """
-    return [
-        {
-            "token": lp.get("token"),
-            "logprob": lp.get("logprob"),
-            "bytes": lp.get("bytes"),
-            "top_logprobs": [
-                {"token": t.get("token"), "logprob": t.get("logprob"), "bytes": t.get("bytes")}
-                for t in lp.get("top_logprobs") or ()
-            ],
-        }
-        for lp in lps
-        if isinstance(lp, dict)
-    ]
+    out = []
+    for i, lp in enumerate(lps):
+        entry = _logprob(lp, f"{where}[{i}]")
+        entry["top_logprobs"] = [_logprob(t, f"{where}[{i}].top_logprobs[{j}]")
+                                 for j, t in enumerate(up_list(lp, "top_logprobs", f"{where}[{i}]"))]
+        out.append(entry)
+    return out
 
 
 def chat_annotation(ann: Any, base: int) -> dict[str, Any] | None:
@@ -141,19 +225,20 @@ def chat_annotation(ann: Any, base: int) -> dict[str, Any] | None:
     - only ``url_citation`` maps: ``{type:"url_citation", url_citation:{start_index, end_index,
       title, url}}``; file/container citations and file paths are dropped (caller counts them);
     - indexes are shifted by ``base``, the offset of the annotated part in the joined
-      ``content``; fields the upstream omitted (xAI sends only ``url``) become 0 (+ base) / "".
+      ``content``; fields the upstream omitted (xAI sends only ``url``) become 0 (+ base) / "";
+    - a url_citation field of the wrong type -> ``UpstreamProtocolError`` (callers check that
+      each annotation is an object; anything else maps to None).
     """
+    where = "annotation"
     if not isinstance(ann, dict) or ann.get("type") != "url_citation":
         return None
-    start = ann.get("start_index")
-    end = ann.get("end_index")
     return {
         "type": "url_citation",
         "url_citation": {
-            "start_index": base + (start if isinstance(start, int) else 0),
-            "end_index": base + (end if isinstance(end, int) else 0),
-            "title": ann.get("title") or "",
-            "url": ann.get("url") or "",
+            "start_index": base + (up_int(ann, "start_index", where) or 0),
+            "end_index": base + (up_int(ann, "end_index", where) or 0),
+            "title": up_str(ann, "title", where) or "",
+            "url": up_str(ann, "url", where) or "",
         },
     }
 
@@ -177,8 +262,14 @@ def incomplete_finish_reason(details: Any) -> str:
 
     Rules: ``content_filter`` -> ``content_filter``; ``max_output_tokens`` and every other or
     missing reason (``max_messages``, ``steered``...) -> ``length`` (the answer was cut short).
+    ``details`` that is not an object (or null), or a reason that is not a string ->
+    ``UpstreamProtocolError``.
     """
-    reason = details.get("reason") if isinstance(details, dict) else None
+    if details is None:
+        return "length"
+    if type(details) is not dict:
+        raise bad_field("response", "incomplete_details", details, "an object")
+    reason = up_str(details, "reason", "response.incomplete_details")
     return "content_filter" if reason == "content_filter" else "length"
 
 
@@ -213,8 +304,12 @@ def response_to_chat_completion(
     - ``finish_reason``: completed -> ``tool_calls`` when a call was made else ``stop``;
       incomplete -> ``length`` / ``content_filter``;
     - ``output_text`` part logprobs -> ``choices[0].logprobs.content`` (``null`` when none);
-    - ``usage`` mapped by ``chat_usage`` when the upstream reported it.
+    - ``usage`` mapped by ``chat_usage`` when the upstream reported it;
+    - a field read above with the wrong JSON type (``output`` not an array, an item or part not an
+      object, a text that is not a string, a call without a name...) -> ``UpstreamProtocolError``.
     """
+    if type(resp) is not dict:
+        raise UpstreamProtocolError(f"the upstream Response is {json_kind(resp)}, expected an object")
     status = resp.get("status")
     if status not in ("completed", "incomplete"):
         if status == "failed":
@@ -229,49 +324,51 @@ def response_to_chat_completion(
     tool_calls: list[dict[str, Any]] = []
     logprobs: list[dict[str, Any]] = []
     offset = 0
-    for item in resp.get("output") or ():
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type")
+    for i, item in enumerate(up_items(up_list(resp, "output", "response"), "response.output")):
+        where = f"response.output[{i}]"
+        kind = up_str(item, "type", where)
         if kind == "message":
-            parts = [p for p in item.get("content") or () if isinstance(p, dict)]
-            item_text = "".join(p.get("text") or "" for p in parts if p.get("type") == "output_text")
+            parts = up_items(up_list(item, "content", where), f"{where}.content")
+            texts = [(up_str(p, "type", f"{where}.content[{j}]"), up_str(p, "text", f"{where}.content[{j}]") or "")
+                     for j, p in enumerate(parts)]
+            item_text = "".join(text for ptype, text in texts if ptype == "output_text")
             pos = offset + (len(SEPARATOR) if content and item_text else 0)
             refusals: list[str] = []
-            for part in parts:
-                ptype = part.get("type")
+            for j, (part, (ptype, text)) in enumerate(zip(parts, texts)):
+                pwhere = f"{where}.content[{j}]"
                 if ptype == "output_text":
-                    for ann in part.get("annotations") or ():
+                    for ann in up_items(up_list(part, "annotations", pwhere), f"{pwhere}.annotations"):
                         mapped = chat_annotation(ann, pos)
                         if mapped is not None:
                             annotations.append(mapped)
-                    lps = part.get("logprobs")
+                    lps = up_list(part, "logprobs", pwhere)
                     if lps:
-                        logprobs.extend(chat_logprobs(lps))
-                    pos += len(part.get("text") or "")
+                        logprobs.extend(chat_logprobs(lps, f"{pwhere}.logprobs"))
+                    pos += len(text)
                 elif ptype == "refusal":
-                    refusals.append(part.get("refusal") or "")
+                    refusals.append(up_str(part, "refusal", pwhere) or "")
             if item_text:
                 content.append(item_text)
                 offset = pos
             _join_parts(refusals, refusal)
         elif kind == "reasoning":
-            for s in item.get("summary") or ():
-                if isinstance(s, dict) and s.get("text"):
-                    reasoning.append(s["text"])
-            _join_parts([c.get("text") or "" for c in item.get("content") or () if isinstance(c, dict)], reasoning)
-        elif kind == "function_call":
-            tool_calls.append({
-                "id": item.get("call_id") or item.get("id"),
-                "type": "function",
-                "function": {"name": item.get("name") or "", "arguments": item.get("arguments") or ""},
-            })
-        elif kind == "custom_tool_call":
-            tool_calls.append({
-                "id": item.get("call_id") or item.get("id"),
-                "type": "custom",
-                "custom": {"name": item.get("name") or "", "input": item.get("input") or ""},
-            })
+            for j, s in enumerate(up_items(up_list(item, "summary", where), f"{where}.summary")):
+                text = up_str(s, "text", f"{where}.summary[{j}]")
+                if text:
+                    reasoning.append(text)
+            parts = up_items(up_list(item, "content", where), f"{where}.content")
+            _join_parts([up_str(c, "text", f"{where}.content[{j}]") or "" for j, c in enumerate(parts)], reasoning)
+        elif kind in ("function_call", "custom_tool_call"):
+            name = up_str(item, "name", where)
+            if not name:
+                raise UpstreamProtocolError(f"{where}: a {kind} item without a name")
+            call_id = up_str(item, "call_id", where) or up_str(item, "id", where)
+            if kind == "function_call":
+                tool_calls.append({"id": call_id, "type": "function",
+                                   "function": {"name": name, "arguments": up_str(item, "arguments", where) or ""}})
+            else:
+                tool_calls.append({"id": call_id, "type": "custom",
+                                   "custom": {"name": name, "input": up_str(item, "input", where) or ""}})
     message: dict[str, Any] = {
         "role": "assistant",
         "content": SEPARATOR.join(content) if content else None,
@@ -287,12 +384,12 @@ def response_to_chat_completion(
         finish = incomplete_finish_reason(resp.get("incomplete_details"))
     else:
         finish = "tool_calls" if tool_calls else "stop"
-    created = resp.get("created_at")
+    created = up_number(resp, "created_at", "response")
     result: dict[str, Any] = {
         "id": ids.new(CHAT_COMPLETION),
         "object": "chat.completion",
-        "created": int(created) if isinstance(created, (int, float)) else (now() if now else 0),
-        "model": resp.get("model") or "",
+        "created": int(created) if created is not None else (now() if now else 0),
+        "model": up_str(resp, "model", "response") or "",
         "choices": [
             {
                 "index": 0,
@@ -302,7 +399,7 @@ def response_to_chat_completion(
             }
         ],
     }
-    usage = resp.get("usage")
-    if isinstance(usage, dict):
-        result["usage"] = chat_usage(usage)
+    usage = up_dict(resp, "usage", "response")
+    if usage is not None:
+        result["usage"] = chat_usage(usage, "response.usage")
     return result

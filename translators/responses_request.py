@@ -77,7 +77,8 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
       store, previous_response_id, metadata -> not sent (proxy state / echoed on the Response)
       conversation, prompt, background:true -> 400 naming the param
       truncation:"auto", service_tier, prompt_cache_key, safety_identifier, max_tool_calls,
-      stream_options, unknown fields (client_metadata...) -> not sent, listed in ignored
+      stream_options, unknown fields (client_metadata...) -> not sent, listed in ignored; the
+      documented ones are still type-checked (_check_ignored): a wrong type -> 400 naming it
     """
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
@@ -169,6 +170,8 @@ def _map_reasoning(reasoning: Any, chat: dict[str, Any], ignored: list[str]) -> 
     effort = opt_str(reasoning, "effort", "reasoning")
     if effort is not None:
         chat["reasoning_effort"] = effort
+    for key in ("summary", "generate_summary"):  # ignored, but typed (strings or null)
+        opt_str(reasoning, key, "reasoning")
     ignored.extend(f"reasoning.{k}" for k, v in reasoning.items() if k != "effort" and v is not None)
 
 
@@ -208,10 +211,33 @@ def _map_misc(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) ->
         raise value_error("truncation", f"expected 'auto' or 'disabled', got {truncation!r}.")
     if truncation == "auto":
         ignored.append("truncation auto")
+    _check_ignored(body)
     if body.get("service_tier") not in (None, "auto", "default"):
         ignored.append(f"service_tier {body['service_tier']}")
     ignored.extend(key for key in _IGNORED_FIELDS if body.get(key) is not None)
     ignored.extend(key for key in body if key not in _HANDLED_FIELDS and key not in _IGNORED_FIELDS)
+
+
+def _check_ignored(body: dict[str, Any]) -> None:
+    """Accepted-and-not-sent fields still have to be of the type the Responses API documents:
+    a client that sends ``max_tool_calls: "x"`` gets the 400 OpenAI would give, not a 200."""
+    opt_number(body, "max_tool_calls", integer=True, low=1)
+    for key in ("service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier"):
+        opt_str(body, key, "")
+    options = body.get("stream_options")
+    if options is not None:
+        opt_bool(expect_dict(options, "stream_options"), "include_obfuscation", "stream_options")
+    moderation = body.get("moderation")
+    if moderation is not None:
+        opt_str(expect_dict(moderation, "moderation"), "model", "moderation")
+    management = body.get("context_management")
+    if management is not None:
+        for i, raw in enumerate(expect_list(management, "context_management")):
+            entry = expect_dict(raw, f"context_management[{i}]")
+            req_str(entry, "type", f"context_management[{i}]")
+            threshold = entry.get("compact_threshold")
+            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int)):
+                raise type_error(f"context_management[{i}].compact_threshold", "an integer", threshold)
 
 
 # ---------------------------------------------------------------- input items -> messages

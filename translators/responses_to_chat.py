@@ -5,8 +5,10 @@
 ``chat.completion.chunk`` dicts, or an error object ``{"error": {message, type, param, code}}`` as
 the last output of a failed stream. It never logs: ``diagnostics`` counts what it dropped
 (``unknown_event:<type>``, ``hosted_event:<type>``, ``hosted_item:<type>``, ``after_terminal``,
-``done_text_mismatch``, ``annotation_dropped:<type>``, ``usage_missing``, ``call_without_added``,
-``malformed_event``) for the driver to log once per stream.
+``done_text_mismatch``, ``annotation_dropped:<type>``, ``usage_missing``, ``call_without_added``
+(argument fragments of a call no item ever named, dropped), ``malformed_event`` (the event that
+ended the stream)) for the driver to log once per stream. No input of any shape makes ``feed``,
+``finish`` or ``fail`` raise.
 
 Rules:
 - The first lifecycle event (``created``; else ``queued``/``in_progress``/terminal; else the first
@@ -21,6 +23,10 @@ Rules:
 - ``function_call`` items -> ``tool_calls`` with ``index`` 0, 1, 2... in order of appearance (never
   ``output_index``); the first fragment (at ``output_item.added``) has ``id`` (= ``call_id``),
   ``type:"function"``, ``function:{name, arguments:""}``; later ones only ``index`` + ``function.arguments``.
+  Only an item opens a call (a chat call needs its name): argument/input fragments (``.delta``,
+  ``.done``) that arrive before their item are held, and sent with the first fragment when the
+  item comes (``output_item.added``/``.done``, or the terminal ``output``); if it never comes they
+  are dropped and counted (``call_without_added``).
 - ``custom_tool_call`` items -> the same function-typed call (chat chunks have no custom member;
   SDK accumulators require ``function``) whose ``arguments`` is the input as a JSON string literal:
   ``"`` first, each ``custom_tool_call_input.delta`` JSON-escaped, ``"`` at the input's ``.done``,
@@ -42,16 +48,29 @@ Rules:
 - ``response.failed`` / ``error`` -> the error object (upstream message, code, type) and the end;
   ``finish()`` before a terminal event and ``fail(code, message)`` end the same way. Later events
   are ignored (counted). ``sequence_number`` is never read.
+- Wrong types are the upstream's protocol error, never skipped: a non-object event, a ``type``
+  that is not a string, or any field the machine reads with the wrong JSON type (a ``delta`` that
+  is not a string, a non-integer ``output_index``/``content_index``, an ``item`` that is not an
+  object, a call item without a name, malformed logprobs/usage/annotations/``output``...) ends the
+  stream with ``fail("upstream_protocol_error", "malformed upstream event: <what>")``. Absent or
+  ``null`` optional fields (a ``.done`` without its text, a terminal event without ``response``)
+  mean "not given". The terminal Response is checked before anything of it is sent; ``usage`` is
+  read (and checked) only when ``include_usage``. Unknown event types stay counted, never fatal.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from .chat_bodies import SEPARATOR, chat_annotations, chat_logprobs, chat_usage, error_body, incomplete_finish_reason
+from .chat_bodies import (
+    SEPARATOR, bad_field, chat_annotations, chat_logprobs, chat_usage, error_body, incomplete_finish_reason,
+    json_kind, up_dict, up_items, up_list, up_str,
+)
+from .errors import UpstreamProtocolError
 from .ids import CALL, CHAT_COMPLETION, IdFactory
 from .options import MappingOptions
 
@@ -64,12 +83,17 @@ _HOSTED_PREFIXES = (
     "response.image_generation_call.", "response.mcp_", "response.shell_call", "response.local_shell_call",
     "response.apply_patch_call", "response.computer_call", "response.compaction.", "response.tool_search",
 )
-_MALFORMED = (AttributeError, TypeError, ValueError, KeyError)
+# Last-resort net: a shape no explicit check caught still ends the stream as the upstream's fault.
+_MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError, OverflowError)
 _CALL_TYPES = {"function_call": False, "custom_tool_call": True}  # item type -> is custom
 # Final-text part types -> (part kind, field): t = output_text, r = refusal, x = reasoning_text.
 _DELTA_KINDS = {"response.refusal.delta": "r", "response.reasoning_summary_text.delta": "s",
                 "response.reasoning_text.delta": "x"}
 _PART_KINDS = {"output_text": ("t", "text"), "refusal": ("r", "refusal"), "reasoning_text": ("x", "text")}
+_DONE_FIELDS = {"response.output_text.done": ("t", "content_index", "text"),
+                "response.refusal.done": ("r", "content_index", "refusal"),
+                "response.reasoning_text.done": ("x", "content_index", "text"),
+                "response.reasoning_summary_text.done": ("s", "summary_index", "text")}
 
 
 def _escape(text: str) -> str:
@@ -78,8 +102,33 @@ def _escape(text: str) -> str:
 
 
 def _oi(ev: dict[str, Any]) -> Any:
+    """The item an event belongs to: ``output_index`` (an integer), else ``item_id`` (a string)."""
     oi = ev.get("output_index")
-    return ev.get("item_id") if oi is None else oi
+    if type(oi) is int:
+        return oi
+    if oi is not None:
+        raise bad_field(ev["type"], "output_index", oi, "an integer")
+    item_id = ev.get("item_id")
+    if item_id is None or type(item_id) is str:
+        return item_id
+    raise bad_field(ev["type"], "item_id", item_id, "a string")
+
+
+def _index(ev: dict[str, Any], key: str) -> int:
+    """``content_index`` / ``summary_index`` / ``annotation_index``: 0 when absent."""
+    value = ev.get(key)
+    if type(value) is int:
+        return value
+    if value is None:
+        return 0
+    raise bad_field(ev["type"], key, value, "an integer")
+
+
+def _delta(ev: dict[str, Any]) -> str:
+    d = ev.get("delta")
+    if type(d) is str:
+        return d
+    raise bad_field(ev["type"], "delta", d, "a string")
 
 
 class _Part:
@@ -100,11 +149,21 @@ class _Call:
         self.closed = False  # custom: closing quote sent
 
 
+class _Held:
+    """Argument fragments of a call whose ``output_item.added`` (with its name) has not come yet."""
+
+    __slots__ = ("pieces", "final")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.final: str | None = None  # from function_call_arguments.done / custom_tool_call_input.done
+
+
 class ResponsesToChatStream:
     """One Responses stream -> one chat completion stream. See the module docstring for rules."""
 
     __slots__ = ("_usage_on", "_rfield", "_ids", "_now", "_fallback_model", "_phase", "_id", "_model",
-                 "_created", "_parts", "_calls", "_anns", "_last_msg", "_last_seg", "_content_len",
+                 "_created", "_parts", "_calls", "_held", "_anns", "_last_msg", "_last_seg", "_content_len",
                  "_streamed", "finish_reason", "error", "diagnostics")
 
     def __init__(self, *, include_usage: bool, options: MappingOptions, ids: IdFactory,
@@ -121,6 +180,7 @@ class ResponsesToChatStream:
         self._created = 0
         self._parts: dict[tuple[Any, ...], _Part] = {}  # (kind, output index, part index)
         self._calls: dict[Any, _Call] = {}  # output index -> call, in order of appearance
+        self._held: dict[Any, _Held] = {}  # output index -> fragments waiting for their item
         self._anns: dict[tuple[Any, ...], dict[int, Any]] = {}  # text part -> annotation_index -> raw
         self._last_msg: Any = None  # output index of the message item that sent content last
         self._last_seg: Any = None  # reasoning segment that sent reasoning last
@@ -142,23 +202,36 @@ class ResponsesToChatStream:
         return self._phase is _DONE
 
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
-        if self._phase is _DONE:
+        phase = self._phase
+        if phase is _DONE:
             self._count("after_terminal")
             return []
-        # A malformed event (not an object, wrong types anywhere) is dropped and counted, never raised.
         try:
-            handler = _HANDLERS.get(event.get("type"))
-            if self._phase is _STREAMING:
-                return self._other(event) if handler is None else handler(self, event)
-        except _MALFORMED:
-            self._count("malformed_event")
-            return []
-        out = self._first(event)
+            if type(event) is not dict:
+                raise UpstreamProtocolError(f"the upstream sent an event that is {json_kind(event)}, "
+                                            "not a JSON object")
+            t = event.get("type")
+            if type(t) is str:
+                handler = _HANDLERS.get(t)
+            elif t is None:
+                handler = None  # no type at all: an unknown event (counted)
+            else:
+                raise UpstreamProtocolError(f"the upstream sent an event whose type is {json_kind(t)}")
+            if phase is _STREAMING:
+                return self._other(t) if handler is None else handler(self, event)
+        except UpstreamProtocolError as exc:
+            return self._malformed(exc.message)
+        except _MALFORMED as exc:
+            return self._malformed(f"malformed upstream event ({type(exc).__name__})")
+        out: list[dict[str, Any]] = []
         try:
-            out.extend(self._other(event) if handler is None else handler(self, event))
-        except _MALFORMED:
-            self._count("malformed_event")
-        return out
+            out = self._first(event, t)
+            out.extend(self._other(t) if handler is None else handler(self, event))
+            return out
+        except UpstreamProtocolError as exc:
+            return out + self._malformed(exc.message)
+        except _MALFORMED as exc:
+            return out + self._malformed(f"malformed upstream event ({type(exc).__name__})")
 
     def finish(self, *, clean: bool = True) -> list[dict[str, Any]]:
         """The upstream ended (``clean``: with ``[DONE]``, else EOF). Without a terminal event
@@ -177,6 +250,11 @@ class ResponsesToChatStream:
     def _count(self, key: str) -> None:
         self.diagnostics[key] = self.diagnostics.get(key, 0) + 1
 
+    def _malformed(self, message: str) -> list[dict[str, Any]]:
+        """An event of the wrong shape: the stream ends as the upstream's protocol error."""
+        self._count("malformed_event")
+        return self.fail("upstream_protocol_error", f"malformed upstream event: {message}")
+
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
         chunk = {
             "id": self._id,
@@ -189,19 +267,19 @@ class ResponsesToChatStream:
             chunk["usage"] = None
         return chunk
 
-    def _first(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def _first(self, event: dict[str, Any], t: Any) -> list[dict[str, Any]]:
         """Start the stream (identity + role chunk) on the first known event that is no failure."""
-        t = event.get("type")
         if t not in _HANDLERS or t in _NO_START:
             return []
-        resp = event.get("response") if t in _LIFECYCLE else None
-        resp = resp if isinstance(resp, dict) else {}
+        resp = (up_dict(event, "response", t) if t in _LIFECYCLE else None) or {}
+        model = up_str(resp, "model", "response")
+        created = resp.get("created_at")
+        if created is not None and (type(created) not in (int, float) or not math.isfinite(created)):
+            raise bad_field("response", "created_at", created, "a number")
         self._phase = _STREAMING
         self._id = self._ids.new(CHAT_COMPLETION)
-        model = resp.get("model")
-        self._model = model if isinstance(model, str) and model else self._fallback_model
-        created = resp.get("created_at")
-        self._created = int(created) if isinstance(created, (int, float)) else self._now()
+        self._model = model or self._fallback_model
+        self._created = self._now() if created is None else int(created)
         return [self._chunk({"role": "assistant", "content": ""})]
 
     def _error(self, err: Any) -> list[dict[str, Any]]:
@@ -209,10 +287,11 @@ class ResponsesToChatStream:
         self.error = error_body(err)
         return [self.error]
 
-    def _other(self, event: dict[str, Any]) -> list[dict[str, Any]]:
-        t = event.get("type")
-        t = t if isinstance(t, str) else repr(t)
-        self._count(("hosted_event:" if t.startswith(_HOSTED_PREFIXES) else "unknown_event:") + t)
+    def _other(self, t: str | None) -> list[dict[str, Any]]:
+        if t is None:
+            self._count("unknown_event:None")
+        else:
+            self._count(("hosted_event:" if t.startswith(_HOSTED_PREFIXES) else "unknown_event:") + t)
         return []
 
     # -- text ------------------------------------------------------------------------------
@@ -229,7 +308,7 @@ class ResponsesToChatStream:
             part = self._parts[key] = _Part(self._content_len + len(text) - len(raw))
         part.pieces.append(raw)
         self._content_len += len(text)
-        return self._chunk({"content": text}, None, {"content": chat_logprobs(lps), "refusal": None} if lps else None)
+        return self._chunk({"content": text}, None, {"content": lps, "refusal": None} if lps else None)
 
     def _refusal(self, oi: Any, ci: Any, text: str) -> dict[str, Any]:
         key = ("r", oi, ci)
@@ -253,9 +332,9 @@ class ResponsesToChatStream:
             self._last_seg = segment
         return self._chunk({self._rfield: text})
 
-    def _tail(self, holder: _Part | _Call | None, final: Any) -> str:
+    def _tail(self, holder: _Part | _Call | None, final: str | None) -> str:
         """The part of ``final`` not yet sent by ``holder`` ("" when nothing is missing)."""
-        if not isinstance(final, str) or not final:
+        if not final:
             return ""
         if holder is None:
             return final
@@ -267,74 +346,107 @@ class ResponsesToChatStream:
         self._count("done_text_mismatch")
         return ""
 
-    def _final_text(self, kind: str, oi: Any, idx: Any, final: Any) -> list[dict[str, Any]]:
+    def _final_text(self, kind: str, oi: Any, idx: int, final: str | None) -> list[dict[str, Any]]:
         """A part's final text (t/r/s/x): send the tail never seen as deltas."""
-        key = (kind, oi, idx or 0)
+        key = (kind, oi, idx)
         tail = self._tail(self._parts.get(key), final)
         if not tail:
             return []
         if kind == "t":
-            return [self._content(oi, key[2], tail)]
+            return [self._content(oi, idx, tail)]
         if kind == "r":
-            return [self._refusal(oi, key[2], tail)]
+            return [self._refusal(oi, idx, tail)]
         return [self._reasoning(key, tail)]
 
     def _on_text_delta(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         d = ev.get("delta")
-        if not d or type(d) is not str:
+        if type(d) is not str:
+            raise bad_field(ev["type"], "delta", d, "a string")
+        oi = ev.get("output_index")
+        if type(oi) is not int:
+            oi = _oi(ev)
+        ci = ev.get("content_index")
+        if type(ci) is not int:
+            ci = _index(ev, "content_index")
+        lps = ev.get("logprobs")
+        if lps or (lps is not None and type(lps) is not list):  # usually [] or absent
+            if type(lps) is not list:
+                raise bad_field(ev["type"], "logprobs", lps, "an array")
+            lps = chat_logprobs(lps, f"{ev['type']}: logprobs")
+        if not d:
             return []
         self._streamed = True
-        return [self._content(_oi(ev), ev.get("content_index") or 0, d, ev.get("logprobs"))]
+        return [self._content(oi, ci, d, lps)]
 
     def _on_other_delta(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         """refusal / reasoning_text / reasoning_summary_text deltas."""
-        d = ev.get("delta")
-        if not d or type(d) is not str:
+        d = _delta(ev)
+        kind = _DELTA_KINDS[ev["type"]]
+        oi = _oi(ev)
+        idx = _index(ev, "summary_index" if kind == "s" else "content_index")
+        if not d:
             return []
         self._streamed = True
-        kind = _DELTA_KINDS[ev["type"]]
         if kind == "r":
-            return [self._refusal(_oi(ev), ev.get("content_index") or 0, d)]
-        idx = ev.get("summary_index" if kind == "s" else "content_index") or 0
-        return [self._reasoning((kind, _oi(ev), idx), d)]
+            return [self._refusal(oi, idx, d)]
+        return [self._reasoning((kind, oi, idx), d)]
 
     def _on_text_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        t = ev["type"]
+        oi = _oi(ev)
+        if t == "response.reasoning_summary_part.done":  # the final text is in part.text
+            part = up_dict(ev, "part", t)
+            final = up_str(part, "text", f"{t}: part") if part is not None else None
+            idx = _index(ev, "summary_index")
+            kind = "s"
+        else:
+            kind, index_key, field = _DONE_FIELDS[t]
+            final = up_str(ev, field, t)
+            idx = _index(ev, index_key)
         self._streamed = True
-        t = ev.get("type")
-        if t == "response.output_text.done":
-            return self._final_text("t", _oi(ev), ev.get("content_index"), ev.get("text"))
-        if t == "response.refusal.done":
-            return self._final_text("r", _oi(ev), ev.get("content_index"), ev.get("refusal"))
-        if t == "response.reasoning_text.done":
-            return self._final_text("x", _oi(ev), ev.get("content_index"), ev.get("text"))
-        part = ev.get("part")  # reasoning_summary_text.done has text, *_part.done has part.text
-        final = ev.get("text") if "text" in ev else (part.get("text") if isinstance(part, dict) else None)
-        return self._final_text("s", _oi(ev), ev.get("summary_index"), final)
+        return self._final_text(kind, oi, idx, final)
 
     def _on_part_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        t = ev["type"]
+        oi = _oi(ev)
+        idx = _index(ev, "content_index")
         self._streamed = True
-        part = ev.get("part")
-        kind = _PART_KINDS.get(part.get("type")) if isinstance(part, dict) else None
+        part = up_dict(ev, "part", t)
+        if part is None:
+            return []
+        kind = _PART_KINDS.get(up_str(part, "type", f"{t}: part"))  # type: ignore[arg-type]
         if kind is None:
             return []
-        return self._final_text(kind[0], _oi(ev), ev.get("content_index"), part.get(kind[1]))
+        return self._final_text(kind[0], oi, idx, up_str(part, kind[1], f"{t}: part"))
 
     def _on_annotation(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
-        self._streamed = True
-        anns = self._anns.setdefault(("t", _oi(ev), ev.get("content_index") or 0), {})
+        t = ev["type"]
+        key = ("t", _oi(ev), _index(ev, "content_index"))
+        ann = ev.get("annotation")
+        if type(ann) is not dict:
+            raise bad_field(t, "annotation", ann, "an object")
         idx = ev.get("annotation_index")
-        anns[idx if isinstance(idx, int) else len(anns)] = ev.get("annotation")
+        if idx is not None and type(idx) is not int:
+            raise bad_field(t, "annotation_index", idx, "an integer")
+        self._streamed = True
+        anns = self._anns.setdefault(key, {})
+        anns[len(anns) if idx is None else idx] = ann
         return []
 
     # -- tool calls ------------------------------------------------------------------------
 
     def _open_call(self, oi: Any, item: dict[str, Any], custom: bool, initial: str) -> dict[str, Any]:
+        """The first fragment of a call: index, id, type and name. Only an item can open a call:
+        a chat tool call without a name is unusable, so there is none."""
+        kind = item.get("type")
+        name = up_str(item, "name", kind)  # type: ignore[arg-type]
+        if not name:
+            raise UpstreamProtocolError(f"{kind} item without a name")
+        call_id = up_str(item, "call_id", kind) or self._ids.new(CALL)  # type: ignore[arg-type]
         call = self._calls[oi] = _Call(len(self._calls), custom)
         call.pieces.append(initial)
-        name = item.get("name")
-        fragment = {"index": call.index, "id": item.get("call_id") or self._ids.new(CALL), "type": "function",
-                    "function": {"name": name if isinstance(name, str) else "",
-                                 "arguments": '"' + _escape(initial) if custom else initial}}
+        fragment = {"index": call.index, "id": call_id, "type": "function",
+                    "function": {"name": name, "arguments": '"' + _escape(initial) if custom else initial}}
         return self._chunk({"tool_calls": [fragment]})
 
     def _args(self, call: _Call, text: str, close: bool = False) -> dict[str, Any]:
@@ -347,35 +459,62 @@ class ResponsesToChatStream:
         return self._chunk({"tool_calls": [{"index": call.index, "function": {"arguments": text}}]})
 
     def _on_args_delta(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
-        d = ev.get("delta")
-        if not d or type(d) is not str:
+        d = _delta(ev)
+        oi = _oi(ev)
+        if not d:
             return []
         self._streamed = True
-        oi = _oi(ev)
         call = self._calls.get(oi)
-        if call is None:
-            self._count("call_without_added")
-            return [self._open_call(oi, {}, ev.get("type") == "response.custom_tool_call_input.delta", d)]
+        if call is None:  # before its output_item.added: held until the item names the call
+            held = self._held.get(oi)
+            if held is None:
+                held = self._held[oi] = _Held()
+            held.pieces.append(d)
+            return []
         return [self._args(call, d)]
 
     def _on_args_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
-        self._streamed = True
-        custom = ev.get("type") == "response.custom_tool_call_input.done"
+        t = ev["type"]
+        final = up_str(ev, "input" if t == "response.custom_tool_call_input.done" else "arguments", t)
         oi = _oi(ev)
-        if oi not in self._calls:
-            self._count("call_without_added")
-        return self._finish_call(oi, {}, custom, ev.get("input") if custom else ev.get("arguments"))
-
-    def _finish_call(self, oi: Any, item: dict[str, Any], custom: bool, final: Any) -> list[dict[str, Any]]:
-        """A call's final arguments/input: send the unseen tail, close a custom call's string."""
+        self._streamed = True
         call = self._calls.get(oi)
         if call is None:
-            out = [self._open_call(oi, item, custom, final if isinstance(final, str) else "")]
-            call = self._calls[oi]
-            tail = ""
+            held = self._held.get(oi)
+            if held is None:
+                held = self._held[oi] = _Held()
+            if final is not None:
+                held.final = final
+            return []
+        return self._finish_call(oi, call, final)
+
+    def _item_call(self, oi: Any, item: dict[str, Any], custom: bool, final: str | None,
+                   done: bool) -> list[dict[str, Any]]:
+        """A call item (``output_item.added``, or ``.done`` / the terminal output when ``done``):
+        open the call if needed (with the fragments held for it), then send what is missing."""
+        call = self._calls.get(oi)
+        if call is not None:
+            return self._finish_call(oi, call, final) if done else []
+        held = self._held.pop(oi, None)
+        if held is not None:
+            streamed = "".join(held.pieces)
+            if done and final:  # the item's final text includes what was held
+                initial = final
+            else:
+                initial = (final or "") + streamed
+            final = held.final if held.final is not None else (final if done else None)
         else:
-            out = []
-            tail = self._tail(call, final)
+            initial = final or ""
+            final = final if done else None
+        out = [self._open_call(oi, item, custom, initial)]
+        if final is not None or done:
+            out += self._finish_call(oi, self._calls[oi], final)
+        return out
+
+    def _finish_call(self, oi: Any, call: _Call, final: str | None) -> list[dict[str, Any]]:
+        """A call's final arguments/input: send the unseen tail, close a custom call's string."""
+        out = []
+        tail = self._tail(call, final)
         if call.custom:
             if not call.closed:
                 out.append(self._args(call, tail, close=True))
@@ -387,47 +526,58 @@ class ResponsesToChatStream:
 
     # -- items -----------------------------------------------------------------------------
 
-    def _on_item_added(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
-        self._streamed = True
+    def _item(self, ev: dict[str, Any]) -> dict[str, Any]:
         item = ev.get("item")
-        if not isinstance(item, dict):
-            return []
+        if type(item) is not dict:
+            raise bad_field(ev["type"], "item", item, "an object")
         kind = item.get("type")
+        if type(kind) is not str:
+            raise bad_field(ev["type"], "item.type", kind, "a string")
+        return item
+
+    def _on_item_added(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        item = self._item(ev)
+        oi = _oi(ev)
+        self._streamed = True
+        kind = item["type"]
         custom = _CALL_TYPES.get(kind)
         if custom is not None:
-            oi = _oi(ev)
-            if oi in self._calls:
-                return []
-            initial = item.get("input" if custom else "arguments")
-            return [self._open_call(oi, item, custom, initial if isinstance(initial, str) else "")]
+            return self._item_call(oi, item, custom, up_str(item, "input" if custom else "arguments", kind), False)
         if kind != "message" and kind != "reasoning":
             self._count(f"hosted_item:{kind}")
         return []
 
     def _on_item_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        item = self._item(ev)
+        oi = _oi(ev)
         self._streamed = True
-        item = ev.get("item")
-        return self._item_tails(_oi(ev), item, False) if isinstance(item, dict) else []
+        return self._item_tails(oi, item, False)
 
     def _item_tails(self, oi: Any, item: dict[str, Any], count_hosted: bool) -> list[dict[str, Any]]:
         """A final item: send whatever of its text/arguments was never streamed."""
         out: list[dict[str, Any]] = []
         kind = item.get("type")
+        if type(kind) is not str:
+            raise bad_field("item", "type", kind, "a string")
         if kind == "message":
-            for ci, part in enumerate(item.get("content") or ()):
-                pk = _PART_KINDS.get(part.get("type")) if isinstance(part, dict) else None
+            parts = up_items(up_list(item, "content", kind), "message.content")
+            for ci, part in enumerate(parts):
+                where = f"message.content[{ci}]"
+                pk = _PART_KINDS.get(up_str(part, "type", where))  # type: ignore[arg-type]
                 if pk is not None:
-                    out += self._final_text(pk[0], oi, ci, part.get(pk[1]))
-                    if pk[0] == "t" and part.get("annotations"):
-                        self._anns[("t", oi, ci)] = dict(enumerate(part["annotations"]))
+                    out += self._final_text(pk[0], oi, ci, up_str(part, pk[1], where))
+                    if pk[0] == "t":
+                        anns = up_items(up_list(part, "annotations", where), f"{where}.annotations")
+                        if anns:
+                            self._anns[("t", oi, ci)] = dict(enumerate(anns))
         elif kind == "reasoning":
-            for si, s in enumerate(item.get("summary") or ()):
-                out += self._final_text("s", oi, si, s.get("text") if isinstance(s, dict) else None)
-            for ci, c in enumerate(item.get("content") or ()):
-                out += self._final_text("x", oi, ci, c.get("text") if isinstance(c, dict) else None)
+            for si, s in enumerate(up_items(up_list(item, "summary", kind), "reasoning.summary")):
+                out += self._final_text("s", oi, si, up_str(s, "text", f"reasoning.summary[{si}]"))
+            for ci, c in enumerate(up_items(up_list(item, "content", kind), "reasoning.content")):
+                out += self._final_text("x", oi, ci, up_str(c, "text", f"reasoning.content[{ci}]"))
         elif kind in _CALL_TYPES:
             custom = _CALL_TYPES[kind]
-            out += self._finish_call(oi, item, custom, item.get("input" if custom else "arguments"))
+            out += self._item_call(oi, item, custom, up_str(item, "input" if custom else "arguments", kind), True)
         elif count_hosted:
             self._count(f"hosted_item:{kind}")
         return out
@@ -435,13 +585,29 @@ class ResponsesToChatStream:
     # -- terminal --------------------------------------------------------------------------
 
     def _on_terminal(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
-        resp = ev.get("response")
-        resp = resp if isinstance(resp, dict) else {}
+        t = ev["type"]
+        resp = up_dict(ev, "response", t) or {}
+        # Everything read from the terminal Response is checked before anything is sent.
+        if t == "response.incomplete":
+            finish = incomplete_finish_reason(resp.get("incomplete_details"))
+        else:
+            finish = None
+        usage = None
+        if self._usage_on:
+            raw_usage = up_dict(resp, "usage", "response")
+            usage = None if raw_usage is None else chat_usage(raw_usage, "response.usage")
+        output = up_list(resp, "output", "response") if (not self._streamed or self._held) else []
         out: list[dict[str, Any]] = []
         if not self._streamed:  # done-only at the response level: replay the final output
-            for i, item in enumerate(resp.get("output") or ()):
-                if isinstance(item, dict):
-                    out += self._item_tails(i, item, True)
+            for i, item in enumerate(up_items(output, "response.output")):
+                out += self._item_tails(i, item, True)
+        for oi, held in list(self._held.items()):  # fragments whose item never came: the final output may name it
+            item = output[oi] if type(oi) is int and 0 <= oi < len(output) else None
+            if type(item) is dict and item.get("type") in _CALL_TYPES:
+                out += self._item_tails(oi, item, False)
+            else:
+                self._held.pop(oi)
+                self._count("call_without_added")
         for call in self._calls.values():
             if call.custom and not call.closed:
                 out.append(self._args(call, "", close=True))
@@ -450,19 +616,16 @@ class ResponsesToChatStream:
                                      for k, by_index in self._anns.items()), self._count)
             if anns:
                 out.append(self._chunk({"annotations": anns}))
-        if ev.get("type") == "response.incomplete":
-            finish = incomplete_finish_reason(resp.get("incomplete_details"))
-        else:
+        if finish is None:
             finish = "tool_calls" if self._calls else "stop"
         out.append(self._chunk({}, finish))
-        self.finish_reason = finish
         if self._usage_on:
-            usage = resp.get("usage")
-            if isinstance(usage, dict):
+            if usage is not None:
                 out.append({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                            "model": self._model, "choices": [], "usage": chat_usage(usage)})
+                            "model": self._model, "choices": [], "usage": usage})
             else:
                 self._count("usage_missing")
+        self.finish_reason = finish
         self._phase = _DONE
         return out
 

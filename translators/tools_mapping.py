@@ -294,7 +294,7 @@ def _add_member(table: ToolTable, tool: dict[str, Any], kind: str, param: str, c
                 ns: str | None, member: str, ignored: list[str], arg: str) -> None:
     if kind == "function":
         chat_tool = _function(chat_name, tool, param)
-        if tool.get("defer_loading") is not None:
+        if opt_bool(tool, "defer_loading", param) is not None:
             ignored.append(f"{param}.defer_loading")
     else:
         chat_tool = _custom(chat_name, tool, param, arg)

@@ -264,11 +264,52 @@ def test_a_call_item_is_opened_once_even_if_added_twice() -> None:
     assert sum(len(d.get("tool_calls", [])) for d in deltas(out)) == 1
 
 
-def test_arguments_without_output_item_added_open_the_call_and_are_counted() -> None:
-    out, m = run([created(), ev("function_call_arguments.delta", 2, delta="{}"), completed()])
-    frag = deltas(out)[1]["tool_calls"][0]
-    assert frag["index"] == 0 and frag["id"] == "call_0002" and frag["function"]["arguments"] == "{}"
-    assert m.diagnostics == {"call_without_added": 1}
+def test_arguments_whose_item_never_comes_are_dropped_and_counted() -> None:
+    """A chat tool call needs a name: fragments of a call no item ever names are not sent."""
+    out, m = run([created(), ev("function_call_arguments.delta", 2, delta="{}"),
+                  ev("function_call_arguments.done", 2, arguments="{}"), completed()])
+    validate_chat_chunks(out, expect_usage=True)
+    assert not any("tool_calls" in d for d in deltas(out))
+    assert finish_of(out) == "stop" and m.diagnostics == {"call_without_added": 1}
+
+
+@pytest.mark.parametrize("custom", [False, True], ids=["function", "custom"])
+def test_arguments_before_output_item_added_are_held_until_the_item_names_the_call(custom: bool) -> None:
+    item, kind = (ctc(), "custom_tool_call_input") if custom else (fc(), "function_call_arguments")
+    final = '{"a": 1}'
+    key = "input" if custom else "arguments"
+    out, m = run([created(), ev(f"{kind}.delta", 0, delta='{"a"'), ev(f"{kind}.delta", 0, delta=": 1"),
+                  added(0, item), ev(f"{kind}.delta", 0, delta="}"), ev(f"{kind}.done", 0, **{key: final}),
+                  item_done(0, item | {key: final}), completed()])
+    validate_chat_chunks(out, expect_usage=True)
+    frags = [f for d in deltas(out) for f in d.get("tool_calls", [])]
+    first = frags[0]
+    assert first["id"] == item["call_id"] and first["function"]["name"] == item["name"]
+    assert first["function"]["arguments"] == ('"' + '{\\"a\\": 1' if custom else '{"a": 1')
+    acc = accumulate_chat(out)
+    assert acc["tool_calls"] == [{"id": item["call_id"], "name": item["name"],
+                                  "arguments": json.dumps(final) if custom else final}]
+    assert acc["finish_reason"] == "tool_calls" and m.diagnostics == {}
+
+
+def test_arguments_done_before_output_item_added_is_sent_with_the_item() -> None:
+    out, m = run([created(), ev("function_call_arguments.done", 0, arguments="{}"), added(0, fc()), completed()])
+    validate_chat_chunks(out, expect_usage=True)
+    assert accumulate_chat(out)["tool_calls"] == [{"id": "call_a", "name": "f", "arguments": "{}"}]
+    assert m.diagnostics == {}
+
+
+@pytest.mark.parametrize("via", ["item_done", "terminal_output"])
+def test_held_arguments_are_sent_when_only_the_final_item_names_the_call(via: str) -> None:
+    events = [created(), ev("function_call_arguments.delta", 0, delta='{"a"'),
+              ev("function_call_arguments.delta", 0, delta=":1}")]
+    final = fc(args='{"a":1}') | {"status": "completed"}
+    if via == "item_done":
+        events.append(item_done(0, final))
+    out, m = run([*events, completed(output=[final])])
+    validate_chat_chunks(out, expect_usage=True)
+    assert accumulate_chat(out)["tool_calls"] == [{"id": "call_a", "name": "f", "arguments": '{"a":1}'}]
+    assert finish_of(out) == "tool_calls" and m.diagnostics == {}
 
 
 @pytest.mark.parametrize("closing", ["input_done", "item_done", "terminal_only"])
@@ -315,11 +356,92 @@ def test_hosted_and_unknown_events_produce_nothing_and_are_counted(event: dict, 
     assert not m.done and m.feed(completed())[-2]["choices"][0]["finish_reason"] == "stop"
 
 
-def test_keepalive_and_non_object_events_are_harmless() -> None:
+def test_keepalive_is_harmless_and_a_non_object_event_is_a_protocol_error() -> None:
     m = machine()
     assert m.feed({"type": "keepalive"}) == [] and m.phase == "waiting"
-    assert m.feed(["not", "an", "object"]) == []  # type: ignore[arg-type]
-    assert m.diagnostics == {"malformed_event": 1}
+    out = m.feed(["not", "an", "object"])  # type: ignore[arg-type]
+    assert out == [m.error] and out[0]["error"]["code"] == "upstream_protocol_error"
+    assert m.done and m.diagnostics == {"malformed_event": 1}
+
+
+# ---------------------------------------------------------------- wrong shapes end the stream as a failure
+
+MALFORMED = [
+    # (events after created, words the error message must contain)
+    ([text_delta("a"), text_delta(5)], "delta is an integer"),  # type: ignore[arg-type]
+    ([text_delta(None)], "delta is null"),  # type: ignore[arg-type]
+    ([{"type": "response.output_text.delta", "output_index": 0}], "delta is null"),
+    ([ev("refusal.delta", delta=["x"])], "delta is an array"),
+    ([ev("reasoning_text.delta", delta={})], "delta is an object"),
+    ([ev("reasoning_summary_text.delta", delta=1.5)], "delta is a number"),
+    ([added(0, fc()), ev("function_call_arguments.delta", delta=7)], "delta is an integer"),
+    ([added(0, ctc()), ev("custom_tool_call_input.delta", delta=True)], "delta is a boolean"),
+    ([text_delta("a") | {"output_index": "0"}], "output_index is a string"),
+    ([text_delta("a") | {"output_index": [0]}], "output_index is an array"),
+    ([text_delta("a", ci="1")], "content_index is a string"),  # type: ignore[arg-type]
+    ([text_delta("a", logprobs="x")], "logprobs is a string"),
+    ([text_delta("a", logprobs=[5])], "logprobs[0] is an integer"),
+    ([text_delta("a", logprobs=[{"token": "a", "logprob": "low"}])], "logprob is a string"),
+    ([ev("output_text.done", text=5)], "text is an integer"),
+    ([ev("refusal.done", refusal=[])], "refusal is an array"),
+    ([ev("reasoning_summary_text.done", text={})], "text is an object"),
+    ([ev("reasoning_summary_part.done", part="x")], "part is a string"),
+    ([ev("content_part.done", part={"type": "output_text", "text": 1})], "text is an integer"),
+    ([ev("output_text.annotation.added", annotation="cite")], "annotation is a string"),
+    ([added(0, fc()), ev("function_call_arguments.done", arguments={"a": 1})], "arguments is an object"),
+    ([added(0, "item")], "item is a string"),
+    ([added(0, {"id": "x"})], "item.type is null"),
+    ([added(0, fc(name=None))], "without a name"),  # type: ignore[arg-type]
+    ([added(0, fc(name=""))], "without a name"),
+    ([added(0, fc() | {"call_id": 5})], "call_id is an integer"),
+    ([added(0, fc() | {"arguments": 5})], "arguments is an integer"),
+    ([item_done(0, {"type": "message", "content": "hi"})], "content is a string"),
+    ([item_done(0, {"type": "message", "content": [5]})], "content[0] is an integer"),
+    ([item_done(0, {"type": "reasoning", "summary": [{"type": "summary_text", "text": 5}]})], "text is an integer"),
+    ([{"type": "response.completed", "response": "done"}], "response is a string"),
+    ([completed(usage={"input_tokens": "11"})], "input_tokens is a string"),
+    ([completed(usage={"input_tokens": -1})], "input_tokens is an integer"),
+    ([completed(usage=[1])], "usage is an array"),
+    ([completed(output="x")], "output is a string"),
+    ([completed(output=[{"type": "message", "content": [{"type": "output_text", "text": 5}]}])], "text is an integer"),
+    ([incomplete(5)], "reason is an integer"),
+    ([{"type": "response.incomplete", "response": resp("incomplete", incomplete_details="x")}],
+     "incomplete_details is a string"),
+    ([{"type": 5}], "type is an integer"),
+]
+
+
+@pytest.mark.parametrize("events, words", MALFORMED, ids=[w for _, w in MALFORMED])
+def test_wrong_types_end_the_stream_with_a_protocol_error_never_a_success(events: list, words: str) -> None:
+    out, m = run([created(), *events, completed()])
+    validate_chat_chunks(out)
+    assert finish_of(out) is None and m.finish_reason is None
+    err = out[-1]["error"]
+    assert err["code"] == "upstream_protocol_error" and words in err["message"], err
+    assert m.error == out[-1] and m.diagnostics.get("malformed_event") == 1
+
+
+def test_wrong_first_event_sends_only_the_error() -> None:
+    out, _ = run([{"type": "response.created", "response": resp(created_at="yesterday")}])
+    assert out == [{"error": {"message": "malformed upstream event: response: created_at is a string, expected a "
+                                         "number", "type": "server_error", "param": None,
+                              "code": "upstream_protocol_error"}}]
+
+
+def test_usage_is_only_checked_when_the_client_asked_for_it() -> None:
+    out, m = run([created(), text_delta("x"), completed(usage="lots")], include_usage=False)
+    assert finish_of(out) == "stop" and not m.diagnostics
+
+
+def test_absent_optional_fields_are_not_errors() -> None:
+    """Absent or null means "not given": done events without their text, events keyed by item_id
+    only, null indexes and logprobs, a terminal event without a response."""
+    out, m = run([created(), {"type": "response.output_text.delta", "item_id": "m", "delta": "a",
+                              "content_index": None, "logprobs": None},
+                  {"type": "response.output_text.done", "item_id": "m"},
+                  ev("content_part.done"), {"type": "response.completed"}], include_usage=False)
+    validate_chat_chunks(out, expect_usage=False)
+    assert accumulate_chat(out)["content"] == "a" and finish_of(out) == "stop" and not m.diagnostics
 
 
 # ---------------------------------------------------------------- annotations
