@@ -22,32 +22,13 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .errors import TranslationError, UpstreamProtocolError
+from .errors import TranslationError, UpstreamProtocolError, json_kind
 from .ids import CHAT_COMPLETION, IdFactory
 from .options import MappingOptions
 
 SEPARATOR = "\n\n"  # between message items' text, and between reasoning segments
 
 _QUOTA_CODES = frozenset({"rate_limit_exceeded", "insufficient_quota"})
-
-
-def json_kind(value: Any) -> str:
-    """The JSON type of ``value``, as the error messages name it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def bad_field(where: str, key: str, value: Any, expected: str) -> UpstreamProtocolError:

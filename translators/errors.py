@@ -47,3 +47,22 @@ class UpstreamProtocolError(TranslationError):
 class StreamStateError(TranslationError):
     http_status = 500
     code = "internal_error"
+
+
+def json_kind(value: object, *, decimal: str = "a number") -> str:
+    """The JSON type of ``value`` as error messages name it (``decimal``: the word for floats)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return decimal
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__

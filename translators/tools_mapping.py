@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, json_kind
 from .options import ToolContext
 
 NAMESPACE_SEPARATOR = "__"
@@ -18,25 +18,9 @@ _MISSING = object()
 
 # ---------------------------------------------------------------- type checks (shared)
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
 def type_error(param: str, expected: str, value: Any) -> InvalidRequest:
     return InvalidRequest(
-        f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+        f"Invalid type for '{param}': expected {expected}, but got {json_kind(value, decimal='a decimal')} instead.",
         param=param, code="invalid_type")
 
 
