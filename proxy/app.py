@@ -49,6 +49,7 @@ from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from .observability import (
     METRICS,
     SUMMARY,
+    SUMMARY_LOG,
     Metrics,
     add_request_id_header,
     metrics_endpoint,
@@ -92,6 +93,7 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
     app[METRICS] = Metrics()
+    app[SUMMARY_LOG] = structlog.get_logger("crossfeed").bind()
     app[LIMITS] = StreamLimits()
     app[OPEN_STREAMS] = set()
     app[IDS] = ids or RandomIds()

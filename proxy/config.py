@@ -9,6 +9,7 @@ with its dotted path. Secrets are never written inline: the file names environme
 from __future__ import annotations
 
 import fnmatch
+from functools import cached_property
 import json
 import tomllib
 from collections.abc import Mapping
@@ -64,7 +65,7 @@ class Upstream(_Model):
             raise ValueError("must start with http:// or https://")
         return v.rstrip("/")
 
-    @property
+    @cached_property
     def mapping(self) -> MappingOptions:
         return MappingOptions(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
                               system_role=self.system_role)
@@ -111,14 +112,22 @@ class Config(_Model):
             raise ValueError("at most one upstream may be marked default = true")
         return self
 
+    @cached_property
+    def _routes(self) -> dict[str, Upstream | None]:
+        return {}
+
     def route(self, model: str) -> Upstream | None:
-        for u in self.upstreams:
-            if u.serves(model):
-                return u
-        for u in self.upstreams:
-            if u.default:
-                return u
-        return None
+        """The upstream serving ``model``: first match (exact or glob), else the default.
+        Memoised (bounded): glob matching runs once per distinct model name."""
+        routes = self._routes
+        if model in routes:
+            return routes[model]
+        found = next((u for u in self.upstreams if u.serves(model)), None)
+        if found is None:
+            found = next((u for u in self.upstreams if u.default), None)
+        if len(routes) < 1024:
+            routes[model] = found
+        return found
 
 
 def load_config(path: Path | None, environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None) -> Config:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import orjson
 import structlog
@@ -18,6 +19,26 @@ def _redact(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
         if key in event:
             event[key] = "[redacted]"
     return event
+
+
+class _Stamp:
+    """ISO-8601 UTC timestamps (``2026-11-30T12:30:23.146554Z``), the date part formatted once a
+    second: a log line is written per request, so the stamp is on the per-request path."""
+
+    __slots__ = ("_second", "_prefix")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, _: object, __: str, event: dict[str, object]) -> dict[str, object]:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        event["timestamp"] = f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        return event
 
 
 def _dumps(obj: object, **_: object) -> bytes:
@@ -41,7 +62,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: object | N
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _Stamp(),
             _redact,
             renderer,
         ],

@@ -74,6 +74,9 @@ class Metrics:
 
 
 METRICS = web.AppKey("metrics", Metrics)
+# The summary line's logger, bound once when the app is made (with the logging configured then):
+# a lazy module-level logger would rebuild itself on every call, and this line runs per request.
+SUMMARY_LOG = web.AppKey("summary_log", object)
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
@@ -123,7 +126,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
             fields = {k: v for k, v in summary.items() if k not in ("ttfb",)}
             if "ttfb" in summary:
                 fields["ttfb_ms"] = round(summary["ttfb"] * 1000, 1)
-            log.info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **fields)
+            request.app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **fields)
         structlog.contextvars.clear_contextvars()
 
 
