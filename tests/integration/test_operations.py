@@ -255,3 +255,25 @@ async def test_connect_timeout_is_504_naming_it(tmp_path) -> None:
         for c in fillers:
             c.close()
         srv.close()
+
+
+async def test_keepalive_comments_during_upstream_silence(upstream: FakeUpstream, tmp_path, captured) -> None:
+    """A long silent phase (a reasoning model thinking) sends SSE comments; clients ignore them."""
+    import httpx2
+
+    from tests.conftest import TeeTransport
+
+    cfg = config_for(upstream, tmp_path, **{"server.keepalive_seconds": 0.2})
+    handle = await start_proxy(cfg)
+    first = chunk({"reasoning_content": "thinking"})
+    upstream.reply(SSEReply(first + chunk({"content": "done"}, "stop") + DONE, max_piece=len(first), delay=0.9))
+    try:
+        http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
+        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", http_client=http, max_retries=0) as c:
+            stream = await c.responses.create(model="m", input="x", stream=True)
+            events = [e async for e in stream]
+        assert events[-1].type == "response.completed" and events[-1].response.output_text == "done"
+    finally:
+        await handle.runner.cleanup()
+    raw = b"".join(c.raw for c in captured)
+    assert raw.count(b": keepalive\n\n") >= 2
