@@ -248,7 +248,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         summary["ttfb"] = time.monotonic() - started
         completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                             seal_reasoning=sealer)
+                                             seal_reasoning=sealer, think_tags=up.think_tags)
         schedule_save(app, body, result, history, app[IDS])
         summary.update(terminal=result.get("status"), usage=usage_summary(result))
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
@@ -262,7 +262,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers, secrets=secrets(request, up))
         summary["ttfb"] = time.monotonic() - started
         machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                        seal_reasoning=sealer)
+                                        seal_reasoning=sealer, think_tags=up.think_tags)
         response = web.StreamResponse(headers=SSE_HEADERS)
         try:
             await response.prepare(request)

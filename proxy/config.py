@@ -57,6 +57,7 @@ class Upstream(_Model):
     max_tokens_field: Literal["max_tokens", "max_completion_tokens", "both"] = "both"
     system_role: Literal["system", "developer"] = "system"
     max_concurrent_streams: int = Field(0, ge=0, description="0 = unlimited")
+    think_tags: bool = Field(False, description="content may open with <think>...</think> reasoning")
 
     @field_validator("base_url")
     @classmethod

@@ -56,6 +56,7 @@ from .errors import StreamStateError, UpstreamProtocolError
 from .ids import IdFactory
 from .json_string_stream import JsonStringField
 from .options import NO_TOOLS, ToolContext
+from .think_tags import ThinkSplitter
 from .response_object import map_usage, new_response
 
 Event = dict[str, Any]
@@ -102,6 +103,7 @@ class ChatToResponsesStream:
         now: Callable[[], int],
         tools: ToolContext = NO_TOOLS,
         seal_reasoning: Callable[[str], str] | None = None,
+        think_tags: bool = False,
     ) -> None:
         """Args:
         request: the client's Responses request (echoed on the Response object).
@@ -109,6 +111,7 @@ class ChatToResponsesStream:
         tools: custom-tool and namespace names from the request mapping.
         seal_reasoning: when the client asked for ``reasoning.encrypted_content``, turns the
             reasoning text into the opaque ``encrypted_content`` put on reasoning items.
+        think_tags: the content may open with ``<think>...</think>`` reasoning (think_tags.py).
         """
         self._ids = ids
         self._tools = tools
@@ -126,6 +129,7 @@ class ChatToResponsesStream:
         self._calls: dict[Any, _Item] = {}  # upstream tool index -> open call
         self._open_calls: list[_Item] = []
         self._held_space = ""
+        self._think = ThinkSplitter() if think_tags else None
         self._call_ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
@@ -213,6 +217,7 @@ class ChatToResponsesStream:
         if reason is not None and reason not in _KNOWN_FINISH:
             self._note("unknown_finish_reason")
         out = self._out = []
+        self._flush_think()
         incomplete = _INCOMPLETE_REASONS.get(reason or "")
         self._close_all("incomplete" if incomplete else "completed")
         resp = self._resp
@@ -238,6 +243,7 @@ class ChatToResponsesStream:
         if self.phase is Phase.IDLE:
             self.start()
             out = self._out
+        self._flush_think()
         self._close_all("incomplete")
         self.phase = Phase.FAILED
         self._done = True
@@ -261,7 +267,7 @@ class ChatToResponsesStream:
     # -- delta classification ---------------------------------------------------------------
 
     def _delta(self, delta: dict[str, Any], choice: dict[str, Any]) -> None:
-        if len(delta) == 1:  # the hot case: {"content": "..."} alone
+        if len(delta) == 1 and self._think is None:  # the hot case: {"content": "..."} alone
             content = delta.get("content")
             if content.__class__ is str:
                 if content:
@@ -277,7 +283,9 @@ class ChatToResponsesStream:
                 self._reasoning(text)
         content = delta.get("content")
         if content:
-            if isinstance(content, str):
+            if isinstance(content, str) and self._think is not None:
+                self._split_think(self._think.feed(content))
+            elif isinstance(content, str):
                 self._text("output_text", content, _logprobs(choice))
             elif isinstance(content, list):
                 self._content_parts(content)
@@ -301,6 +309,17 @@ class ChatToResponsesStream:
         function_call = delta.get("function_call")
         if function_call:  # legacy single-function streaming
             self._tool_fragment({"index": "legacy", "id": None, "function": function_call})
+
+    def _split_think(self, pieces: list[tuple[str, str]]) -> None:
+        for kind, text in pieces:
+            if kind == "reasoning":
+                self._reasoning(text)
+            else:
+                self._text("output_text", text, None)
+
+    def _flush_think(self) -> None:
+        if self._think is not None:
+            self._split_think(self._think.finish())
 
     def _content_parts(self, parts: list[Any]) -> None:
         for kind, text in mistral_parts(parts):

@@ -27,6 +27,7 @@ def chat_completion_to_response(
     now: Callable[[], int],
     tools: ToolContext = NO_TOOLS,
     seal_reasoning: Callable[[str], str] | None = None,
+    think_tags: bool = False,
 ) -> dict[str, Any]:
     if isinstance(completion, dict) and completion.get("error"):
         machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning)
@@ -46,7 +47,8 @@ def chat_completion_to_response(
                      "logprobs": choice.get("logprobs")}],
         "usage": completion.get("usage"),
     }
-    machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning)
+    machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning,
+                                    think_tags=think_tags)
     machine.start()
     machine.feed(chunk)
     if not machine.done:

@@ -3,7 +3,8 @@
 Each case directory under ``cases/chat_to_responses/`` holds ``request.json`` (the client's
 Responses request), either ``source.txt`` (a capture under ../shared/captures) or ``upstream.sse``
 (a hand-made stream for a case no capture covers), optional ``tools.json`` (the ToolContext the
-request mapping would produce), and ``expected.jsonl`` (one event per line). Each case is fed whole,
+request mapping would produce), an empty ``think_tags`` file (the upstream option is on),
+and ``expected.jsonl`` (one event per line). Each case is fed whole,
 byte by byte, and at 20 seeded random split points: the outputs must be identical, match the
 expected file, and pass the strict validator. ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the
 expected files for review in the diff.
@@ -44,7 +45,7 @@ def translate(case: Path, pieces: list[bytes]) -> list[dict]:
                             namespaced={k: tuple(v) for k, v in t.get("namespaced", {}).items()})
     sealer = (lambda text: f"sealed:{len(text)}") if (case / "seal").exists() else None
     machine = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=tools,
-                                    seal_reasoning=sealer)
+                                    seal_reasoning=sealer, think_tags=(case / "think_tags").exists())
     pump = Pump(machine)
     out = machine.start()
     for piece in pieces:
