@@ -185,10 +185,10 @@ async def _aiohttp_events(base_url: str, request: dict[str, Any]) -> AsyncIterat
             raise RuntimeError(f"crossfeed answered {resp.status}: {(await resp.text())[:300]}")
         decoder = SSEDecoder()
         async for chunk in resp.content.iter_any():
-            for ev in decoder.feed(chunk):
-                yield orjson.loads(ev.data)
-        for ev in decoder.finish():
-            yield orjson.loads(ev.data)
+            for _, data in decoder.feed(chunk):
+                yield orjson.loads(data)
+        for _, data in decoder.finish():
+            yield orjson.loads(data)
 
 
 # -- printing -------------------------------------------------------------------------------------

@@ -103,11 +103,11 @@ class ForwardTranslator:
             events = decoder.feed(self._buf)
         except TranslationError:
             return True, None, None
-        for ev in events:
-            if ev.data == b"[DONE]":
+        for _, data in events:
+            if data == b"[DONE]":
                 return True, None, None
             try:
-                obj = orjson.loads(ev.data)
+                obj = orjson.loads(data)
             except orjson.JSONDecodeError:
                 return True, None, None
             if isinstance(obj, dict):

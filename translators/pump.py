@@ -51,22 +51,28 @@ class Pump:
             return []
         try:
             events = self._decoder.feed(chunk)
-            if len(events) == 1 and events[0].data != _DONE:  # the common case: one frame per read
-                self.events_in += 1
-                ev = events[0]
-                return machine.feed(_parse(ev.event, ev.data))
+            if len(events) == 1:  # the common case: one frame per read
+                event, data = events[0]
+                if data != _DONE:
+                    self.events_in += 1
+                    return machine.feed(_parse(event, data))
         except UpstreamProtocolError as exc:
             return machine.fail("upstream_protocol_error", exc.message)
         out: list[Out] = []
+        feed = machine.feed
         try:
-            for ev in events:
-                data = ev.data
+            for event, data in events:
                 if data == _DONE:
                     self._clean = True
                     out += machine.finish(clean=True)
                     return out
                 self.events_in += 1
-                out += machine.feed(_parse(ev.event, data))
+                # _parse inlined for the common shape: this loop runs per upstream frame.
+                try:
+                    obj = _loads(data)
+                except _JSONDecodeError:
+                    raise UpstreamProtocolError(_NOT_JSON) from None
+                out += feed(obj if obj.__class__ is dict and event is None else _parse(event, data))
                 if machine.done:
                     return out
         except UpstreamProtocolError as exc:
@@ -80,12 +86,12 @@ class Pump:
             return []
         out: list[Out] = []
         try:
-            for ev in self._decoder.finish():
-                if ev.data == _DONE:
+            for event, data in self._decoder.finish():
+                if data == _DONE:
                     self._clean = True
                     return out + machine.finish(clean=True)
                 self.events_in += 1
-                out += machine.feed(_parse(ev.event, ev.data))
+                out += machine.feed(_parse(event, data))
                 if machine.done:
                     return out
         except UpstreamProtocolError as exc:
@@ -98,11 +104,16 @@ class Pump:
         return self.machine.fail(code, message)
 
 
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_NOT_JSON = "the upstream sent an event that is not valid JSON"
+
+
 def _parse(event: str | None, data: bytes) -> dict[str, Any]:
     try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise UpstreamProtocolError("the upstream sent an event that is not valid JSON") from None
+        obj = _loads(data)
+    except _JSONDecodeError:
+        raise UpstreamProtocolError(_NOT_JSON) from None
     if not isinstance(obj, dict):
         raise UpstreamProtocolError("the upstream sent an event that is not a JSON object")
     if event == "error" and "error" not in obj and "type" not in obj:

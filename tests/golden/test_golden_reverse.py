@@ -100,9 +100,9 @@ def test_assumed_request_is_valid(case: Path) -> None:
 
 def _terminal_response(data: bytes) -> dict | None:
     decoder = SSEDecoder()
-    for ev in [*decoder.feed(data), *decoder.finish()]:
-        if ev.data != b"[DONE]":
-            obj = orjson.loads(ev.data)
+    for _, payload in [*decoder.feed(data), *decoder.finish()]:
+        if payload != b"[DONE]":
+            obj = orjson.loads(payload)
             if obj.get("type") in ("response.completed", "response.incomplete", "response.failed"):
                 return obj["response"]
     return None

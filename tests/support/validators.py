@@ -558,7 +558,7 @@ def validate_responses_events(events: list[dict], *, require_terminal: bool = Tr
 
 def _frames(raw: bytes) -> list[tuple[str | None, bytes]]:
     decoder = SSEDecoder()
-    return [(f.event, f.data) for f in (*decoder.feed(raw), *decoder.finish())]
+    return [*decoder.feed(raw), *decoder.finish()]
 
 
 def _parse(data: bytes, where: str) -> dict:

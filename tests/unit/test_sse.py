@@ -18,17 +18,17 @@ def decode(pieces: list[bytes], **kw: int) -> list[SSEEvent]:
 
 
 CASES = [
-    (b"data: a\n\n", [SSEEvent(None, b"a")]),
-    (b"data:a\n\n", [SSEEvent(None, b"a")]),
-    (b"data:  two spaces\n\n", [SSEEvent(None, b" two spaces")]),
-    (b"event: error\ndata: {}\n\n", [SSEEvent("error", b"{}")]),
-    (b"data: 1\ndata: 2\n\n", [SSEEvent(None, b"1\n2")]),
-    (b": comment\n\ndata: x\n\n", [SSEEvent(None, b"x")]),
-    (b"data: a\r\n\r\ndata: b\r\rdata: c\n\n", [SSEEvent(None, b"a"), SSEEvent(None, b"b"), SSEEvent(None, b"c")]),
-    (b"event: x\n\ndata: y\n\n", [SSEEvent(None, b"y")]),  # an event with no data dispatches nothing
-    (b"data: unterminated", [SSEEvent(None, b"unterminated")]),
-    (b"id: 5\nretry: 10\ndata: z\n\n", [SSEEvent(None, b"z")]),
-    ("data: h\u00e9 \U0001F600\n\n".encode(), [SSEEvent(None, "h\u00e9 \U0001F600".encode())]),
+    (b"data: a\n\n", [(None, b"a")]),
+    (b"data:a\n\n", [(None, b"a")]),
+    (b"data:  two spaces\n\n", [(None, b" two spaces")]),
+    (b"event: error\ndata: {}\n\n", [("error", b"{}")]),
+    (b"data: 1\ndata: 2\n\n", [(None, b"1\n2")]),
+    (b": comment\n\ndata: x\n\n", [(None, b"x")]),
+    (b"data: a\r\n\r\ndata: b\r\rdata: c\n\n", [(None, b"a"), (None, b"b"), (None, b"c")]),
+    (b"event: x\n\ndata: y\n\n", [(None, b"y")]),  # an event with no data dispatches nothing
+    (b"data: unterminated", [(None, b"unterminated")]),
+    (b"id: 5\nretry: 10\ndata: z\n\n", [(None, b"z")]),
+    ("data: h\u00e9 \U0001F600\n\n".encode(), [(None, "h\u00e9 \U0001F600".encode())]),
 ]
 
 
@@ -41,7 +41,7 @@ def test_vectors_any_split(raw: bytes, expected: list[SSEEvent]) -> None:
 
 
 def test_cr_at_chunk_end_then_lf() -> None:
-    assert decode([b"data: a\r", b"\n\r", b"\ndata: b\n\n"]) == [SSEEvent(None, b"a"), SSEEvent(None, b"b")]
+    assert decode([b"data: a\r", b"\n\r", b"\ndata: b\n\n"]) == [(None, b"a"), (None, b"b")]
 
 
 def test_line_cap() -> None:
@@ -59,3 +59,37 @@ def test_any_bytes_any_split_same_events(raw: bytes, seed: int) -> None:
     except UpstreamProtocolError:
         return
     assert decode(split_points(raw, seed, 1 + seed % 17)) == whole
+
+
+# Event streams built from realistic lines, so the whole-chunk fast paths (data-only frames,
+# `event:` + `data:` frames) meet near-misses: comments, several data lines, CRLF, blank runs.
+_LINES = st.sampled_from([
+    b"data: {\"a\":1}", b"data: x", b"data:", b"data:  y", b"event: response.output_text.delta",
+    b"event: error", b": keepalive", b"id: 3", b"data: [DONE]", b"", b"event:x",
+])
+_STREAMS = st.lists(st.lists(_LINES, min_size=1, max_size=4), max_size=8).flatmap(
+    lambda blocks: st.sampled_from([b"\n", b"\r\n"]).map(
+        lambda nl: b"".join(nl.join(block) + nl + nl for block in blocks)))
+
+
+def _by_lines(raw: bytes) -> list[SSEEvent]:
+    """The reference: the general line-by-line rules only, one byte per feed (no fast path)."""
+    return decode(byte_by_byte(raw))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_STREAMS, st.integers(0, 2**16))
+def test_structured_streams_fast_paths_agree(raw: bytes, seed: int) -> None:
+    expected = _by_lines(raw)
+    assert decode([raw]) == expected
+    assert decode(split_points(raw, seed, 1 + seed % 5)) == expected
+
+
+def test_fast_path_shapes() -> None:
+    assert SSEDecoder().feed(b"data: a\n\ndata: b\n\n") == [(None, b"a"), (None, b"b")]
+    assert SSEDecoder().feed(b"event: t\ndata: a\n\nevent: u\ndata: b\n\n") == [("t", b"a"), ("u", b"b")]
+    # near misses take the general rules and still decode right
+    assert SSEDecoder().feed(b"data: a\ndata: b\n\n") == [(None, b"a\nb")]
+    assert SSEDecoder().feed(b"event: t\ndata: a\ndata: b\n\n") == [("t", b"a\nb")]
+    assert SSEDecoder().feed(b"data: a\n\n: c\n\n") == [(None, b"a")]
+    assert SSEDecoder().feed(b"event: t\n\ndata: b\n\n") == [(None, b"b")]

@@ -36,7 +36,7 @@ def _read(path: Path) -> bytes:
 def _data_frames(raw: bytes) -> list[dict]:
     decoder = SSEDecoder()
     frames = [*decoder.feed(raw), *decoder.finish()]
-    return [orjson.loads(f.data) for f in frames if f.data != b"[DONE]"]
+    return [orjson.loads(data) for _, data in frames if data != b"[DONE]"]
 
 
 # ---------------------------------------------------------------------------------------------
