@@ -57,7 +57,7 @@ from .observability import (
     usage_summary,
 )
 from .reasoning_seal import ReasoningSeal
-from .relay import render_responses
+from .relay import EventStreamResponse, render_responses
 from .responses_api import (
     PENDING,
     SAVING,
@@ -263,7 +263,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         summary["ttfb"] = time.monotonic() - started
         machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
                                         seal_reasoning=sealer, think_tags=up.think_tags)
-        response = web.StreamResponse(headers=SSE_HEADERS)
+        response = EventStreamResponse(headers=SSE_HEADERS)
         try:
             await response.prepare(request)
         except ConnectionResetError:

@@ -34,6 +34,16 @@ KEEPALIVE_FRAME = b": keepalive\n\n"
 FIRST_FLUSH = 0.05
 
 
+class EventStreamResponse(web.StreamResponse):
+    """A streamed answer whose status line and headers wait for the first body write and go out
+    in the same socket write: one system call less per stream. The relay writes within
+    ``FIRST_FLUSH`` of starting (the start events, or the headers alone), so a client never
+    waits longer than that for the headers. (aiohttp's own switch for this, the one its
+    ``web.Response`` uses; on a version without it the headers simply go out at ``prepare``.)"""
+
+    _send_headers_immediately = False
+
+
 class Draining(Exception):
     """Raised into a relay's upstream read when the server's drain period is over."""
 
@@ -78,7 +88,8 @@ async def relay(
     """Pump one upstream stream into ``response`` (prepared, nothing written yet).
 
     ``initial`` (the start events) goes out with the first upstream data, or alone after
-    ``FIRST_FLUSH`` seconds of upstream silence, so a fast answer costs one write, not two. The last
+    ``FIRST_FLUSH`` seconds of upstream silence, so a fast answer costs one write, not two (three
+    with the headers of a plain ``StreamResponse``; see ``EventStreamResponse``). The last
     write carries the end of the chunked body too (``write_eof(data)``), and ``done_frame``
     (``data: [DONE]`` for chat clients) is appended to it.
     """
@@ -91,7 +102,7 @@ async def relay(
     pending = initial
     ended = False  # the chunked body is closed
 
-    async def write(data: bytes, *, last: bool = False) -> None:
+    async def write(data: bytes, *, last: bool = False, flush: bool = False) -> None:
         nonlocal pending, ended
         if pending:
             data, pending = pending + data, b""
@@ -99,7 +110,7 @@ async def relay(
             if last:
                 ended = True
                 await response.write_eof(data + done_frame)
-            elif data:
+            elif data or flush:  # an empty write sends headers still held by an EventStreamResponse
                 await raw_write(data)
         except ConnectionResetError:
             raise _ClientGone from None
@@ -110,15 +121,14 @@ async def relay(
     last_data = loop.time()
     end = last_data + total
     try:
-        if pending:
-            try:
-                async with asyncio.timeout(FIRST_FLUSH):
-                    first = await readany()
-            except TimeoutError:
-                first = None
-                await write(b"")
-            if first is not None:
-                await _first(first, pump, stats, render, write)
+        try:
+            async with asyncio.timeout(FIRST_FLUSH):
+                first = await readany()
+        except TimeoutError:
+            first = None
+            await write(b"", flush=True)  # the start events, or the headers alone
+        if first is not None:
+            await _first(first, pump, stats, render, write)
         while not pump.done:
             try:
                 async with asyncio.timeout_at(min(loop.time() + tick, end)) as deadline:

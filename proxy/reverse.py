@@ -25,7 +25,7 @@ from .errors import ClientRequestError
 from .guard import LIMITS
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SESSION
 from .observability import SUMMARY, usage_summary
-from .relay import render_chat
+from .relay import EventStreamResponse, render_chat
 from .streams import api_key, log, note_anomalies, secrets, stream_through
 from .upstream import open_upstream, read_json, upstream_headers
 
@@ -62,7 +62,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         summary["ttfb"] = time.monotonic() - started
         machine = ResponsesToChatStream(include_usage=include_usage(body), options=up.mapping, ids=app[IDS],
                                         now=app[CLOCK], model=str(body.get("model")))
-        response = web.StreamResponse(headers=CHAT_SSE_HEADERS)
+        response = EventStreamResponse(headers=CHAT_SSE_HEADERS)
         try:
             await response.prepare(request)
         except ConnectionResetError:

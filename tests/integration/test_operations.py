@@ -277,3 +277,28 @@ async def test_keepalive_comments_during_upstream_silence(upstream: FakeUpstream
         await handle.runner.cleanup()
     raw = b"".join(c.raw for c in captured)
     assert raw.count(b": keepalive\n\n") >= 2
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+async def test_headers_arrive_while_the_upstream_is_silent(upstream: FakeUpstream, tmp_path, direction) -> None:
+    """Headers of a stream share the first body write; a silent upstream must not hold them back:
+    the client gets them (and, forward, `response.created`) before the upstream sends a byte."""
+    over = {"server.keepalive_seconds": 120, **({"upstream.api": "responses"} if direction == "reverse" else {})}
+    handle = await start_proxy(config_for(upstream, tmp_path, **over))
+    upstream.reply(SSEReply(b"data: never sent\n\n", stall_after=0))
+    path, body = (("/v1/responses", {"model": "m", "input": "x", "stream": True}) if direction == "forward"
+                  else ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                                  "stream": True}))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with asyncio.timeout(20):
+                async with s.post(handle.url + path, json=body) as r:
+                    assert r.status == 200
+                    assert r.headers["Content-Type"].startswith("text/event-stream")
+                    assert r.headers["X-Request-ID"]
+                    if direction == "forward":
+                        line = await r.content.readline()
+                        assert line == b"event: response.created\n"
+        assert upstream.requests  # the upstream was called and never answered
+    finally:
+        await handle.runner.cleanup()
