@@ -5,12 +5,28 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from contextvars import ContextVar
+from typing import Any
 
 import orjson
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 _REDACT = ("authorization", "Authorization", "api_key", "x-api-key", "proxy-authorization", "headers")
+
+
+# The fields of the request being handled (request id, route, method), added to every log line
+# written while handling it. One variable set once per request: structlog's per-key context
+# variables cost a context copy and a scan on every bind, clear and log call.
+REQUEST_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("crossfeed_request_fields", default=None)
+
+
+def _merge_request(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
+    fields = REQUEST_FIELDS.get()
+    if fields:
+        for key, value in fields.items():
+            event.setdefault(key, value)
+    return event
 
 
 def _redact(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
@@ -60,7 +76,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: object | N
         factory = structlog.PrintLoggerFactory(file=out)  # type: ignore[arg-type]
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
+            _merge_request,
             structlog.processors.add_log_level,
             _Stamp(),
             _redact,

@@ -1,7 +1,7 @@
 """Metrics, request ids and the one summary log line per request.
 
 - Every request gets an id: the client's ``X-Request-ID`` when it sends a sane one, else a new
-  one. It is bound to every log line of the request (structlog contextvars) and returned in the
+  one. It is bound to every log line of the request (``logs.REQUEST_FIELDS``) and returned in the
   ``X-Request-ID`` response header, streams included.
 - Handlers describe their work in ``request[SUMMARY]`` (a plain dict); the middleware adds
   status and timings and writes ``request.completed`` once, and feeds the Prometheus metrics.
@@ -21,6 +21,8 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from .logs import REQUEST_FIELDS
 
 log = structlog.get_logger("crossfeed")
 
@@ -97,8 +99,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
     summary: dict[str, Any] = {}
     request[SUMMARY] = summary
     route = _route_of(request)
-    structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(request_id=request_id, route=route, method=request.method)
+    token = REQUEST_FIELDS.set({"request_id": request_id, "route": route, "method": request.method})
     start = time.monotonic()
     status = 500
     try:
@@ -127,7 +128,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
             if "ttfb" in summary:
                 fields["ttfb_ms"] = round(summary["ttfb"] * 1000, 1)
             request.app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **fields)
-        structlog.contextvars.clear_contextvars()
+        REQUEST_FIELDS.reset(token)
 
 
 async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:
