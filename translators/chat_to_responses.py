@@ -195,7 +195,12 @@ class ChatToResponsesStream:
                 if delta:
                     if delta.__class__ is not dict:
                         raise UpstreamProtocolError("a delta that is not an object")
-                    self._delta(delta, choice)
+                    text = delta.get("content") if len(delta) == 1 else None
+                    if text.__class__ is str and self._think is None:  # the hot case: text alone
+                        if text:
+                            self._more_text(text, choice)
+                    else:
+                        self._delta(delta, choice)
                 reason = choice.get("finish_reason")
                 if reason:
                     self._finish_reason = reason
@@ -267,12 +272,6 @@ class ChatToResponsesStream:
     # -- delta classification ---------------------------------------------------------------
 
     def _delta(self, delta: dict[str, Any], choice: dict[str, Any]) -> None:
-        if len(delta) == 1 and self._think is None:  # the hot case: {"content": "..."} alone
-            content = delta.get("content")
-            if content.__class__ is str:
-                if content:
-                    self._text("output_text", content, _logprobs(choice))
-                return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
             if isinstance(reasoning, str):
@@ -352,6 +351,23 @@ class ChatToResponsesStream:
         )
 
     # -- message text and refusal ------------------------------------------------------------
+
+    def _more_text(self, text: str, choice: dict[str, Any]) -> None:
+        """A delta of text alone, most often more text for the open text part: that case is
+        handled here in full (the per-chunk path), every other one by ``_text``."""
+        item = self._open
+        lp = choice.get("logprobs")
+        if item is not None and item.kind is MESSAGE and not (lp.__class__ is dict and lp):
+            part = item.parts[-1]
+            if part[0] == "output_text":
+                part[1].append(text)
+                seq = self._seq
+                self._seq = seq + 1
+                self._out.append({"type": "response.output_text.delta", "item_id": item.id, "output_index": item.index,
+                                  "content_index": len(item.parts) - 1, "delta": text, "logprobs": [],
+                                  "sequence_number": seq})
+                return
+        self._text("output_text", text, lp if lp.__class__ is dict else None)
 
     def _text(self, kind: str, text: str, logprobs: dict[str, Any] | None) -> None:
         item = self._open
