@@ -121,12 +121,14 @@ async def relay(
     last_data = loop.time()
     end = last_data + total
     try:
-        try:
-            async with asyncio.timeout(FIRST_FLUSH):
-                first = await readany()
-        except TimeoutError:
-            first = None
-            await write(b"", flush=True)  # the start events, or the headers alone
+        first: bytes | None = upstream.content.read_nowait()  # a fast answer is often in already
+        if not first:
+            try:
+                async with asyncio.timeout(FIRST_FLUSH):
+                    first = await readany()
+            except TimeoutError:
+                first = None
+                await write(b"", flush=True)  # the start events, or the headers alone
         if first is not None:
             await _first(first, pump, stats, render, write)
         while not pump.done:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ import aiohttp
 import orjson
 import structlog
 
-from .config import Upstream
+from .config import Timeouts, Upstream
 from .errors import (
     ClientRequestError,
     UpstreamError,
@@ -57,7 +58,11 @@ def client_timeout(up: Upstream) -> aiohttp.ClientTimeout:
     """aiohttp's part of the timeouts: connect, and the wait for the response headers. The idle
     and total timeouts of the body are enforced by the relay and ``read_body`` themselves, so that
     each expiry ends the answer properly and names itself."""
-    t = up.timeouts
+    return _client_timeout(up.timeouts)
+
+
+@functools.lru_cache(maxsize=256)
+def _client_timeout(t: Timeouts) -> aiohttp.ClientTimeout:  # one per upstream, not one per request
     return aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
 
 
