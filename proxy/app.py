@@ -89,7 +89,8 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
 
 def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None,
                clock: Callable[[], int] | None = None) -> web.Application:
-    middlewares = [observe_middleware, error_middleware, auth_middleware(inbound_keys(config, environ))]
+    keys = inbound_keys(config, environ)
+    middlewares = [observe_middleware, error_middleware, *([auth_middleware(keys)] if keys else [])]
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
     app[METRICS] = Metrics()

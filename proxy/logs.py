@@ -21,44 +21,48 @@ _REDACT = ("authorization", "Authorization", "api_key", "x-api-key", "proxy-auth
 REQUEST_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("crossfeed_request_fields", default=None)
 
 
-def _merge_request(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
-    fields = REQUEST_FIELDS.get()
-    if fields:
-        for key, value in fields.items():
-            event.setdefault(key, value)
-    return event
+_LEVEL_NAMES = {"warn": "warning", "exception": "error"}
 
 
-def _redact(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
-    """A safety net: fields that could carry credentials never reach a log line."""
-    for key in _REDACT:  # a few lookups, not a pass over every field: this runs per request
-        if key in event:
-            event[key] = "[redacted]"
-    return event
+class _Enrich:
+    """One processor for what every line gets (a line is written per request, so each processor
+    call counts): the request's fields, the level, an ISO-8601 UTC timestamp
+    (``2026-11-30T12:30:23.146554Z``, the date part formatted once a second), and a safety net
+    that keeps fields which could carry credentials out of every line. ``log.exception`` lines
+    carry the traceback (operators need it; clients never see it)."""
 
-
-class _Stamp:
-    """ISO-8601 UTC timestamps (``2026-11-30T12:30:23.146554Z``), the date part formatted once a
-    second: a log line is written per request, so the stamp is on the per-request path."""
-
-    __slots__ = ("_second", "_prefix")
+    __slots__ = ("_prefix", "_second")
 
     def __init__(self) -> None:
         self._second = -1
         self._prefix = ""
 
-    def __call__(self, _: object, __: str, event: dict[str, object]) -> dict[str, object]:
+    def __call__(self, _: object, method_name: str, event: dict[str, object]) -> dict[str, object]:
+        fields = REQUEST_FIELDS.get()
+        if fields:
+            for key, value in fields.items():
+                event.setdefault(key, value)
+        event["level"] = _LEVEL_NAMES.get(method_name, method_name)
         now = time.time()
         second = int(now)
         if second != self._second:
             self._second = second
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         event["timestamp"] = f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        for key in _REDACT:  # a few lookups, not a pass over every field
+            if key in event:
+                event[key] = "[redacted]"
+        if "exc_info" in event:  # log.exception(): the traceback as text, for the operator
+            event = structlog.processors.format_exc_info(_, method_name, event)
         return event
 
 
-def _dumps(obj: object, **_: object) -> bytes:
-    return orjson.dumps(obj, default=str)
+def _json_bytes(_: object, __: str, event: dict[str, object]) -> bytes:
+    return orjson.dumps(event, default=str)
+
+
+def _json_text(_: object, __: str, event: dict[str, object]) -> str:
+    return orjson.dumps(event, default=str).decode()
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", stream: object | None = None) -> None:
@@ -68,20 +72,13 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: object | N
     # every request, so this is on the per-request path.
     binary = getattr(out, "buffer", None)
     if use_json and binary is not None:  # bytes straight to the file: no decode, no print()
-        renderer: structlog.types.Processor = structlog.processors.JSONRenderer(serializer=_dumps)
+        renderer: structlog.types.Processor = _json_bytes
         factory: object = structlog.BytesLoggerFactory(file=binary)
     else:
-        renderer = (structlog.processors.JSONRenderer(serializer=lambda o, **_: _dumps(o).decode()) if use_json
-                    else structlog.dev.ConsoleRenderer(colors=False))
+        renderer = _json_text if use_json else structlog.dev.ConsoleRenderer(colors=False)
         factory = structlog.PrintLoggerFactory(file=out)  # type: ignore[arg-type]
     structlog.configure(
-        processors=[
-            _merge_request,
-            structlog.processors.add_log_level,
-            _Stamp(),
-            _redact,
-            renderer,
-        ],
+        processors=[_Enrich(), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=factory,  # type: ignore[arg-type]
         cache_logger_on_first_use=False,

@@ -55,6 +55,7 @@ class Metrics:
         self.anomalies = Counter("crossfeed_translation_anomalies", "Upstream quirks absorbed by translation",
                                  ["kind"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._models: set[str] = set()
 
     def model_label(self, model: str) -> str:
@@ -65,6 +66,16 @@ class Metrics:
             return "other"
         self._models.add(model)
         return model
+
+    def request_children(self, route: str, model: str, status: int) -> tuple[Any, Any]:
+        """The request counter and duration series of one (route, model, status): found with one
+        lookup, since every request records both."""
+        key = (route, model, status)
+        found = self._request_children.get(key)
+        if found is None:
+            found = self._request_children[key] = (self.requests.labels(route, model, str(status)),
+                                                   self.duration.labels(route))
+        return found
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached: labels() takes a lock and builds a key every call."""
@@ -112,22 +123,24 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
         duration = time.monotonic() - start
         metrics = request.app[METRICS]
         model = metrics.model_label(str(summary.get("model") or ""))
-        child = metrics.child
-        child(metrics.requests, route, model, str(status)).inc()
-        child(metrics.duration, route).observe(duration)
-        if "ttfb" in summary:
-            child(metrics.ttfb, route).observe(summary["ttfb"])
+        count, durations = metrics.request_children(route, model, status)
+        count.inc()
+        durations.observe(duration)
+        ttfb = summary.pop("ttfb", None)
+        if ttfb is not None:
+            metrics.child(metrics.ttfb, route).observe(ttfb)
+            summary["ttfb_ms"] = round(ttfb * 1000, 1)
         usage = summary.get("usage")
         if usage:
+            child = metrics.child
             child(metrics.tokens, model, "in").inc(usage.get("in", 0))
             child(metrics.tokens, model, "out").inc(usage.get("out", 0))
-        if summary.get("terminal"):
-            child(metrics.terminals, route, summary["terminal"]).inc()
+        terminal = summary.get("terminal")
+        if terminal:
+            metrics.child(metrics.terminals, route, terminal).inc()
         if route != "/metrics":
-            fields = {k: v for k, v in summary.items() if k not in ("ttfb",)}
-            if "ttfb" in summary:
-                fields["ttfb_ms"] = round(summary["ttfb"] * 1000, 1)
-            request.app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **fields)
+            request.app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1),
+                                          **summary)
         REQUEST_FIELDS.reset(token)
 
 
