@@ -120,7 +120,10 @@ class ChatToResponsesStream:
             request, response_id=ids.new(idp.RESPONSE), created_at=now(), model=str(request.get("model") or "")
         )
         self.phase = Phase.IDLE
-        self._done = False  # phase is terminal; a plain bool because it is read per chunk
+        # Plain bools mirror the phase for the per-chunk checks (an enum member lookup costs
+        # several times a bool): `done` = the phase is terminal, `_live` = feed() is allowed.
+        self.done = False
+        self._live = False
         self._seq = 0
         self._out: list[Event] = []
         self._output: list[dict[str, Any]] = []  # done items, in output_index order
@@ -142,10 +145,6 @@ class ChatToResponsesStream:
         return str(self._resp["id"])
 
     @property
-    def done(self) -> bool:
-        return self._done
-
-    @property
     def final_response(self) -> dict[str, Any] | None:
         """The Response carried by the terminal event, once there is one."""
         return self._resp if self.done else None
@@ -155,60 +154,58 @@ class ChatToResponsesStream:
         if self.phase is not Phase.IDLE:
             raise StreamStateError("start() called twice")
         self.phase = Phase.STREAMING
+        self._live = True
         out = self._out = []
         self._emit({"type": "response.created", "response": self._snapshot()})
         self._emit({"type": "response.in_progress", "response": self._snapshot()})
         return out
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        if self._done or self.phase is Phase.IDLE:
+        if not self._live:
             raise StreamStateError(f"feed() in phase {self.phase.value}")
         out = self._out = []
         try:
-            return self._chunk(chunk, out)
+            error = chunk.get("error")
+            if error:
+                return self._fail_upstream(error)
+            usage = chunk.get("usage")
+            if usage:
+                if usage.__class__ is not dict:
+                    raise UpstreamProtocolError("a usage that is not an object")
+                self._usage = usage
+            choices = chunk.get("choices")
+            if choices:
+                if choices.__class__ is not list:
+                    raise UpstreamProtocolError("choices that are not a list")
+                for choice in choices:
+                    if choice.__class__ is not dict:
+                        raise UpstreamProtocolError("a choice that is not an object")
+                    if choice.get("index", 0):
+                        self._note("extra_choice_ignored")
+                        continue
+                    delta = choice.get("delta")
+                    if delta:
+                        if delta.__class__ is not dict:
+                            raise UpstreamProtocolError("a delta that is not an object")
+                        text = delta.get("content") if len(delta) == 1 else None
+                        if text.__class__ is str and self._think is None:  # the hot case: text alone
+                            if text:
+                                self._more_text(text, choice)
+                        else:
+                            self._delta(delta, choice)
+                    reason = choice.get("finish_reason")
+                    if reason:
+                        self._finish_reason = reason
+            if usage is None and "x_groq" in chunk:  # Groq reports usage only here
+                x_groq = chunk["x_groq"]
+                if isinstance(x_groq, dict) and x_groq.get("usage"):
+                    self._usage = x_groq["usage"]
+            return out
         except (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError) as exc:
             # Valid JSON of the wrong shape. Values are checked before they are stored, so the
             # state is consistent: keep what this chunk already produced, then fail.
             what = exc.message if isinstance(exc, UpstreamProtocolError) else "a chunk of an unexpected shape"
             return out + self.fail("upstream_protocol_error", f"the upstream sent {what}")
-
-    def _chunk(self, chunk: dict[str, Any], out: list[Event]) -> list[Event]:
-        error = chunk.get("error")
-        if error:
-            return self._fail_upstream(error)
-        usage = chunk.get("usage")
-        if usage:
-            if usage.__class__ is not dict:
-                raise UpstreamProtocolError("a usage that is not an object")
-            self._usage = usage
-        choices = chunk.get("choices")
-        if choices:
-            if choices.__class__ is not list:
-                raise UpstreamProtocolError("choices that are not a list")
-            for choice in choices:
-                if choice.__class__ is not dict:
-                    raise UpstreamProtocolError("a choice that is not an object")
-                if choice.get("index", 0):
-                    self._note("extra_choice_ignored")
-                    continue
-                delta = choice.get("delta")
-                if delta:
-                    if delta.__class__ is not dict:
-                        raise UpstreamProtocolError("a delta that is not an object")
-                    text = delta.get("content") if len(delta) == 1 else None
-                    if text.__class__ is str and self._think is None:  # the hot case: text alone
-                        if text:
-                            self._more_text(text, choice)
-                    else:
-                        self._delta(delta, choice)
-                reason = choice.get("finish_reason")
-                if reason:
-                    self._finish_reason = reason
-        if usage is None and "x_groq" in chunk:  # Groq reports usage only here
-            x_groq = chunk["x_groq"]
-            if isinstance(x_groq, dict) and x_groq.get("usage"):
-                self._usage = x_groq["usage"]
-        return out
 
     def finish(self, *, clean: bool = True) -> list[Event]:
         """The upstream ended. ``clean``: it sent ``[DONE]``; without it, no finish_reason = cut."""
@@ -228,7 +225,7 @@ class ChatToResponsesStream:
         resp = self._resp
         resp["output"] = self._output
         resp["usage"] = map_usage(self._usage)
-        self._done = True
+        self.done, self._live = True, False
         if incomplete:
             self.phase = Phase.INCOMPLETE
             resp["status"] = "incomplete"
@@ -251,7 +248,7 @@ class ChatToResponsesStream:
         self._flush_think()
         self._close_all("incomplete")
         self.phase = Phase.FAILED
-        self._done = True
+        self.done, self._live = True, False
         resp = self._resp
         resp["status"] = "failed"
         resp["output"] = self._output

@@ -164,7 +164,7 @@ class ResponsesToChatStream:
 
     __slots__ = ("_usage_on", "_rfield", "_ids", "_now", "_fallback_model", "_phase", "_id", "_model",
                  "_created", "_parts", "_calls", "_held", "_anns", "_last_msg", "_last_seg", "_content_len",
-                 "_streamed", "finish_reason", "error", "diagnostics")
+                 "_streamed", "done", "finish_reason", "error", "diagnostics")
 
     def __init__(self, *, include_usage: bool, options: MappingOptions, ids: IdFactory,
                  now: Callable[[], int], model: str | None = None) -> None:
@@ -175,6 +175,7 @@ class ResponsesToChatStream:
         self._now = now
         self._fallback_model = model or "unknown"
         self._phase = _WAITING
+        self.done = False  # mirrors phase == done: read per upstream event by the pump
         self._id = ""
         self._model = ""
         self._created = 0
@@ -196,10 +197,6 @@ class ResponsesToChatStream:
     def phase(self) -> str:
         """``waiting`` (nothing sent yet), ``streaming``, or ``done``."""
         return self._phase
-
-    @property
-    def done(self) -> bool:
-        return self._phase is _DONE
 
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         phase = self._phase
@@ -284,6 +281,7 @@ class ResponsesToChatStream:
 
     def _error(self, err: Any) -> list[dict[str, Any]]:
         self._phase = _DONE
+        self.done = True
         self.error = error_body(err)
         return [self.error]
 
@@ -627,6 +625,7 @@ class ResponsesToChatStream:
                 self._count("usage_missing")
         self.finish_reason = finish
         self._phase = _DONE
+        self.done = True
         return out
 
     def _on_failed(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
