@@ -31,6 +31,13 @@ _HANDLED_FIELDS = frozenset({"store", "previous_response_id", "metadata", "model
                              "max_output_tokens", "temperature", "top_p", "top_logprobs", "text",
                              "reasoning", "include", "user", "stream", "background", "prompt",
                              "conversation", "truncation", "service_tier"})
+# The fields each group of checks reads: a group whose fields are all absent (the usual request
+# sends a handful of fields) is skipped with one set test instead of a lookup per field.
+_UNSUPPORTED_KEYS = frozenset({"conversation", "prompt", "background"})
+_SAMPLING_KEYS = frozenset({"max_output_tokens", "temperature", "top_p"})
+_INCLUDE_KEYS = frozenset({"include", "top_logprobs"})
+_CHECKED_IGNORED_KEYS = frozenset({"max_tool_calls", "service_tier", "prompt_cache_key", "prompt_cache_retention",
+                                   "safety_identifier", "stream_options", "moderation", "context_management"})
 _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _HANDLED_INCLUDES = frozenset({_LOGPROBS_INCLUDE, "reasoning.encrypted_content"})
 # Responses input item types with no chat equivalent that only record hosted-tool activity.
@@ -87,7 +94,9 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
         raise missing("model")
     if not isinstance(model, str):
         raise type_error("model", "a string", model)
-    _reject_unsupported(body)
+    keys = body.keys()
+    if not keys.isdisjoint(_UNSUPPORTED_KEYS):
+        _reject_unsupported(body)
     ignored: list[str] = []
     chat: dict[str, Any] = {"model": model}
 
@@ -125,10 +134,12 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
     elif choice not in (None, "none", "auto"):
         ignored.append(f"tool_choice {choice} (no function tools to call)")
 
-    _map_sampling(body, options, chat)
+    if not keys.isdisjoint(_SAMPLING_KEYS):
+        _map_sampling(body, options, chat)
     map_text(body.get("text"), chat, ignored)
     _map_reasoning(body.get("reasoning"), chat, ignored)
-    _map_include(body, chat, ignored)
+    if not keys.isdisjoint(_INCLUDE_KEYS):
+        _map_include(body, chat, ignored)
     _map_misc(body, chat, ignored)
     return MappedRequest(chat=chat, tools=table.context(arg), ignored=tuple(ignored), model=model)
 
@@ -211,7 +222,8 @@ def _map_misc(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) ->
         raise value_error("truncation", f"expected 'auto' or 'disabled', got {truncation!r}.")
     if truncation == "auto":
         ignored.append("truncation auto")
-    _check_ignored(body)
+    if not body.keys().isdisjoint(_CHECKED_IGNORED_KEYS):
+        _check_ignored(body)
     if body.get("service_tier") not in (None, "auto", "default"):
         ignored.append(f"service_tier {body['service_tier']}")
     ignored.extend(key for key in _IGNORED_FIELDS if body.get(key) is not None)

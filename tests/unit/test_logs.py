@@ -58,3 +58,4 @@ def test_exception_lines_carry_the_traceback(lines: io.StringIO) -> None:
     (line,) = parsed(lines)
     assert line["level"] == "error" and "exc_info" not in line
     assert "Traceback" in line["exception"] and "KeyError: 'missing'" in line["exception"]
+
