@@ -54,7 +54,11 @@ class Pump:
                 event, data = events[0]
                 if data != _DONE:
                     self.events_in += 1
-                    return machine.feed(_parse(event, data))
+                    try:
+                        obj = _loads(data)
+                    except _JSONDecodeError:
+                        raise UpstreamProtocolError(_NOT_JSON) from None
+                    return machine.feed(obj if obj.__class__ is dict and event != "error" else _shape(event, obj))
         except UpstreamProtocolError as exc:
             return machine.fail("upstream_protocol_error", exc.message)
         out: list[Out] = []
@@ -71,7 +75,7 @@ class Pump:
                     obj = _loads(data)
                 except _JSONDecodeError:
                     raise UpstreamProtocolError(_NOT_JSON) from None
-                out += feed(obj if obj.__class__ is dict and event is None else _parse(event, data))
+                out += feed(obj if obj.__class__ is dict and event != "error" else _shape(event, obj))
                 if machine.done:
                     return out
         except UpstreamProtocolError as exc:
@@ -113,6 +117,11 @@ def _parse(event: str | None, data: bytes) -> dict[str, Any]:
         obj = _loads(data)
     except _JSONDecodeError:
         raise UpstreamProtocolError(_NOT_JSON) from None
+    return _shape(event, obj)
+
+
+def _shape(event: str | None, obj: Any) -> dict[str, Any]:
+    """A parsed event that is not a plain object, or that came as ``event: error``."""
     if not isinstance(obj, dict):
         raise UpstreamProtocolError("the upstream sent an event that is not a JSON object")
     if event == "error" and "error" not in obj and "type" not in obj:
