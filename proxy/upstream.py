@@ -36,8 +36,12 @@ FORWARDED_HEADERS = ("openai-organization", "openai-project", "x-request-id", "u
 
 
 def new_session() -> aiohttp.ClientSession:
+    """One pooled session for every client. Its cookie jar keeps nothing: the session is shared,
+    so a cookie one upstream answer set (a load balancer's, say) would otherwise ride along on
+    every later request, whoever sent it."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-    return aiohttp.ClientSession(connector=connector, auto_decompress=True, json_serialize=lambda o: orjson.dumps(o).decode())
+    return aiohttp.ClientSession(connector=connector, auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar(),
+                                 json_serialize=lambda o: orjson.dumps(o).decode())
 
 
 def upstream_headers(up: Upstream, client_headers: Mapping[str, str], api_key: str | None) -> dict[str, str]:

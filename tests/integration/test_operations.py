@@ -302,3 +302,26 @@ async def test_headers_arrive_while_the_upstream_is_silent(upstream: FakeUpstrea
         assert upstream.requests  # the upstream was called and never answered
     finally:
         await handle.runner.cleanup()
+
+
+async def test_upstream_cookies_are_not_kept_between_requests(upstream: FakeUpstream, tmp_path) -> None:
+    """The upstream session is shared by every client: a Set-Cookie from one answer must not be
+    sent on the next request (nor reach the client of a translated answer). The upstream is
+    named `localhost`: a cookie jar ignores cookies from bare IP addresses."""
+    from tests.fakes.upstream import JSONReply
+
+    completion = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}]}
+    cfg = config_for(upstream, tmp_path, **{"upstream.base_url": f"http://localhost:{upstream.port}/v1"})
+    handle = await start_proxy(cfg)
+    upstream.reply(JSONReply(completion, headers={"Set-Cookie": "sticky=user-a; Path=/"}), JSONReply(completion))
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(2):
+                async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "x"}) as r:
+                    assert r.status == 200 and "Set-Cookie" not in r.headers
+                    assert (await r.json())["status"] == "completed"
+    finally:
+        await handle.runner.cleanup()
+    assert len(upstream.requests) == 2
+    assert "Cookie" not in upstream.requests[1].headers
