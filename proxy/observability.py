@@ -17,14 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from .logs import REQUEST_FIELDS
-
-log = structlog.get_logger("crossfeed")
 
 # Request ids: a random per-process prefix and a counter: unique across replicas and restarts,
 # and far cheaper than a uuid per request.
