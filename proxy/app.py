@@ -73,11 +73,12 @@ from .reverse import reverse_chat
 from .store import open_store
 from .streams import api_key, note_anomalies, secrets, stream_through
 from .upstream import (
+    CLIENT_ERRORS,
     encode_body,
-    map_client_errors,
     new_session,
     open_upstream,
     read_json,
+    upstream_failure,
     upstream_headers,
 )
 
@@ -93,9 +94,9 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     middlewares = [observe_middleware, error_middleware, *([auth_middleware(keys)] if keys else [])]
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
-    app[METRICS] = Metrics()
+    limits = app[LIMITS] = StreamLimits()
+    app[METRICS] = Metrics(open_streams=limits.counts)
     app[SUMMARY_LOG] = structlog.get_logger("crossfeed").bind()
-    app[LIMITS] = StreamLimits()
     app[OPEN_STREAMS] = set()
     app[IDS] = ids or RandomIds()
     app[CLOCK] = clock or (lambda: int(time.time()))
@@ -289,14 +290,16 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
     path = request.path[len("/v1"):] if request.path.startswith("/v1") else request.path
     session = app[SESSION]
     timeout = upstream_client.client_timeout(up)
-    async with map_client_errors(up):
+    if body is not None and up.model_map and isinstance(body.get("model"), str):
+        body = {**body, "model": up.model_map.get(body["model"], body["model"])}
+    try:
         if body is None:
             resp = await session.request(request.method, up.base_url + path, headers=headers, timeout=timeout,
                                          params=request.query)
         else:
-            if up.model_map and isinstance(body.get("model"), str):
-                body = {**body, "model": up.model_map.get(body["model"], body["model"])}
             resp = await session.post(up.base_url + path, data=encode_body(body), headers=headers, timeout=timeout)
+    except CLIENT_ERRORS as exc:
+        raise upstream_failure(exc, up) from None
     if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
         raw = await upstream_client.read_body(resp, up, 64 * 1024, truncate=True)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}

@@ -11,8 +11,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -60,21 +59,39 @@ class StreamLimits:
     def __init__(self) -> None:
         self._open: dict[str, int] = {}
 
-    @contextmanager
-    def admit(self, up: Upstream) -> Iterator[None]:
+    def admit(self, up: Upstream) -> _Admitted:
+        """Count one more open stream to ``up`` (429 past its cap), until the ``with`` block ends."""
         n = self._open.get(up.name, 0)
         if up.max_concurrent_streams and n >= up.max_concurrent_streams:
             raise ClientRequestError(
                 f"too many concurrent streams to upstream '{up.name}' (limit {up.max_concurrent_streams}); "
                 "retry shortly", status=429, code="rate_limit_exceeded", headers={"Retry-After": "1"})
         self._open[up.name] = n + 1
-        try:
-            yield
-        finally:
-            self._open[up.name] -= 1
+        return _Admitted(self._open, up.name)
+
+    def counts(self) -> dict[str, int]:
+        """Open streams per upstream (every upstream that had one, 0 when none is open now)."""
+        return dict(self._open)
 
     def open_count(self, name: str) -> int:
         return self._open.get(name, 0)
+
+
+class _Admitted:
+    """One admitted stream: leaving the ``with`` block gives its place back. A plain class, not a
+    generator context manager: this runs for every stream."""
+
+    __slots__ = ("_open", "_name")
+
+    def __init__(self, open_: dict[str, int], name: str) -> None:
+        self._open = open_
+        self._name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._open[self._name] -= 1
 
 
 LIMITS = web.AppKey("limits", StreamLimits)

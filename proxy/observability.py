@@ -14,11 +14,13 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from .logs import REQUEST_FIELDS
@@ -34,11 +36,26 @@ MAX_MODEL_LABELS = 200
 _TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
+class _OpenStreams(Collector):
+    """``crossfeed_active_streams``, read at scrape time from the per-upstream counts the stream
+    limits keep anyway: no second counter to update on every stream."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("crossfeed_active_streams", "Streams open right now", labels=["upstream"])
+        for name, n in sorted(self._counts().items()):
+            family.add_metric([name], n)
+        yield family
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, open_streams: Callable[[], Mapping[str, int]] = dict) -> None:
+        """``open_streams``: the number of streams open per upstream, read at each scrape."""
         self.registry = r = CollectorRegistry()
         self.requests = Counter("crossfeed_requests", "Requests handled", ["route", "model", "status"], registry=r)
-        self.active_streams = Gauge("crossfeed_active_streams", "Streams open right now", ["upstream"], registry=r)
+        r.register(_OpenStreams(open_streams))
         self.ttfb = Histogram("crossfeed_time_to_first_byte_seconds", "Time until the upstream answered",
                               ["route"], buckets=_TIME_BUCKETS, registry=r)
         self.duration = Histogram("crossfeed_request_duration_seconds", "Whole request duration", ["route"],

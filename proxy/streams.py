@@ -33,17 +33,12 @@ def secrets(request: web.Request, up: Upstream) -> tuple[str, ...]:
 async def stream_through(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump,
                          response: web.StreamResponse, render: Callable[[list[dict[str, Any]]], bytes],
                          done_frame: bytes = b"", initial: bytes = b"") -> RelayStats:
-    """Run the relay for one stream, counted as open for metrics and shutdown."""
+    """Run the relay for one stream, registered as open for shutdown (the caller holds its place
+    in the stream limits, which the active-streams metric reads)."""
     app = request.app
-    metrics = app[METRICS]
-    gauge = metrics.child(metrics.active_streams, up.name)
-    gauge.inc()
-    try:
-        stats = await relay(upstream, pump, response, render, idle=up.timeouts.idle,
-                            keepalive=app[CONFIG].server.keepalive_seconds, total=up.timeouts.total,
-                            done_frame=done_frame, initial=initial, registry=app[OPEN_STREAMS])
-    finally:
-        gauge.dec()
+    stats = await relay(upstream, pump, response, render, idle=up.timeouts.idle,
+                        keepalive=app[CONFIG].server.keepalive_seconds, total=up.timeouts.total,
+                        done_frame=done_frame, initial=initial, registry=app[OPEN_STREAMS])
     summary = request[SUMMARY]
     summary.update(ending=stats.ending, events_in=stats.events_in, events_out=stats.events_out)
     if stats.error:

@@ -9,9 +9,8 @@ a foreign exception.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -70,20 +69,23 @@ def _client_timeout(t: Timeouts) -> aiohttp.ClientTimeout:  # one per upstream, 
     return aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
 
 
-@contextlib.asynccontextmanager
-async def map_client_errors(up: Upstream) -> AsyncIterator[None]:
-    """The one place where aiohttp/asyncio exceptions become ``UpstreamError`` subclasses."""
+# What a failed upstream call raises: aiohttp's errors and asyncio's timeouts.
+CLIENT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def upstream_failure(exc: BaseException, up: Upstream) -> UpstreamError:
+    """The one place where aiohttp/asyncio exceptions become ``UpstreamError`` subclasses.
+
+    Callers catch ``CLIENT_ERRORS`` around the call and raise what this returns: a plain
+    ``except`` costs nothing when nothing fails, unlike an async context manager per request."""
     t = up.timeouts
-    try:
-        yield
-    except aiohttp.ConnectionTimeoutError:
-        raise UpstreamTimeout("connect", t.connect) from None
-    except (aiohttp.ServerTimeoutError, asyncio.TimeoutError):
-        raise UpstreamTimeout("first_byte", t.first_byte) from None
-    except aiohttp.ClientConnectorError as exc:
-        raise UpstreamUnavailable(f"cannot connect to the upstream at {up.base_url} ({exc.strerror or 'refused'})") from None
-    except aiohttp.ClientError as exc:
-        raise UpstreamUnavailable(f"the upstream connection failed: {_describe(exc)}") from None
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return UpstreamTimeout("connect", t.connect)
+    if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
+        return UpstreamTimeout("first_byte", t.first_byte)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return UpstreamUnavailable(f"cannot connect to the upstream at {up.base_url} ({exc.strerror or 'refused'})")
+    return UpstreamUnavailable(f"the upstream connection failed: {_describe(exc)}")
 
 
 async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str, body: dict[str, Any],
@@ -95,8 +97,10 @@ async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str,
     """
     timeout = client_timeout(up)
     data = encode_body(body)
-    async with map_client_errors(up):
+    try:
         resp = await session.post(up.base_url + path, data=data, headers=headers, timeout=timeout)
+    except CLIENT_ERRORS as exc:
+        raise upstream_failure(exc, up) from None
     if resp.status >= 400 or resp.status < 200:
         try:
             raw = await read_body(resp, up, MAX_ERROR_BODY, truncate=True)

@@ -156,8 +156,9 @@ class ChatToResponsesStream:
         self.phase = Phase.STREAMING
         self._live = True
         out = self._out = []
-        self._emit({"type": "response.created", "response": self._snapshot()})
-        self._emit({"type": "response.in_progress", "response": self._snapshot()})
+        snapshot = self._snapshot()  # the same state in both events: one copy will do
+        self._emit({"type": "response.created", "response": snapshot})
+        self._emit({"type": "response.in_progress", "response": snapshot})
         return out
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:

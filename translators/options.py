@@ -26,6 +26,10 @@ class MappingOptions:
     system_role: str = "system"
 
 
+# The single string argument of the chat function that stands for a ``custom`` tool.
+CUSTOM_ARG = "input"
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What the stream machine must know about the tools declared in the request.
@@ -38,7 +42,7 @@ class ToolContext:
 
     custom_tools: frozenset[str] = frozenset()
     namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    custom_arg: str = "input"
+    custom_arg: str = CUSTOM_ARG
 
 
 NO_TOOLS = ToolContext()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidRequest, UnsupportedFeature
-from .options import MappingOptions, ToolContext
+from .options import CUSTOM_ARG, MappingOptions, ToolContext
 from .tools_mapping import (
     expect_dict, expect_list, flat_name, map_text, map_tool_choice, map_tools, missing, opt_bool,
     opt_number, opt_str, req_str, type_error, value_error,
@@ -120,7 +120,7 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
     if not chat["messages"]:
         raise missing("input")
 
-    arg = ToolContext().custom_arg
+    arg = CUSTOM_ARG
     table = map_tools(body.get("tools"), ignored, arg, msgs.extra_tools)
     choice, allowed = map_tool_choice(body.get("tool_choice"), table, ignored)
     tools = [t for t in table.chat if allowed is None or t["function"]["name"] in allowed]
@@ -307,7 +307,7 @@ class _Messages:
             name = req_str(item, "name", p)
             ns = opt_str(item, "namespace", p)
             args = (req_str(item, "arguments", p) if kind == "function_call" else
-                    json.dumps({ToolContext().custom_arg: req_str(item, "input", p)}, ensure_ascii=False))
+                    json.dumps({CUSTOM_ARG: req_str(item, "input", p)}, ensure_ascii=False))
             self._call(item, p, flat_name(ns, name) if ns else name, args)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             self._tool_output(item, p)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import InvalidRequest, json_kind
-from .options import ToolContext
+from .options import CUSTOM_ARG, NO_TOOLS, ToolContext
 
 NAMESPACE_SEPARATOR = "__"
 _MISSING = object()
@@ -222,6 +222,8 @@ class ToolTable:
         self.by_choice.setdefault((name, None), name)
 
     def context(self, arg: str) -> ToolContext:
+        if not self.custom and not self.namespaced and arg == CUSTOM_ARG:
+            return NO_TOOLS  # the usual request: shared, not built anew
         return ToolContext(custom_tools=frozenset(self.custom), namespaced=dict(self.namespaced),
                            custom_arg=arg)
 

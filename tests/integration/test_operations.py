@@ -104,6 +104,28 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
     assert "crossfeed_active_streams" in text and "crossfeed_time_to_first_byte_seconds_bucket" in text
 
 
+async def test_active_streams_gauge_counts_open_streams(upstream: FakeUpstream, tmp_path) -> None:
+    """The gauge is read from the stream limits at scrape time: 1 while a stream is open, 0 after."""
+    handle = await start_proxy(config_for(upstream, tmp_path))
+    upstream.reply(SSEReply(SLOW, delay=0.01))
+    series = 'crossfeed_active_streams{upstream="default"}'
+
+    async def gauge(s: aiohttp.ClientSession) -> str:
+        async with s.get(handle.url + "/metrics") as r:
+            return next((line for line in (await r.text()).splitlines() if line.startswith(series)), "")
+
+    try:
+        async with aiohttp.ClientSession() as s:
+            assert await gauge(s) == ""  # no stream yet: the family has no series
+            async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
+                head = await r.content.readany()
+                assert await gauge(s) == series + " 1.0"
+                validate_responses_sse(head + await r.read())
+            assert await gauge(s) == series + " 0.0"
+    finally:
+        await handle.runner.cleanup()
+
+
 async def test_readyz_follows_upstream_probe(upstream: FakeUpstream, tmp_path) -> None:
     handle = await start_proxy(config_for(upstream, tmp_path))
     try:
