@@ -73,12 +73,11 @@ from .reverse import reverse_chat
 from .store import open_store
 from .streams import api_key, note_anomalies, secrets, stream_through
 from .upstream import (
-    CLIENT_ERRORS,
     encode_body,
     new_session,
     open_upstream,
     read_json,
-    upstream_failure,
+    send,
     upstream_headers,
 )
 
@@ -288,18 +287,13 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
     up = upstream or _default_upstream(app[CONFIG])
     headers = upstream_headers(up, request.headers, api_key(request, up))
     path = request.path[len("/v1"):] if request.path.startswith("/v1") else request.path
-    session = app[SESSION]
-    timeout = upstream_client.client_timeout(up)
     if body is not None and up.model_map and isinstance(body.get("model"), str):
         body = {**body, "model": up.model_map.get(body["model"], body["model"])}
-    try:
-        if body is None:
-            resp = await session.request(request.method, up.base_url + path, headers=headers, timeout=timeout,
-                                         params=request.query)
-        else:
-            resp = await session.post(up.base_url + path, data=encode_body(body), headers=headers, timeout=timeout)
-    except CLIENT_ERRORS as exc:
-        raise upstream_failure(exc, up) from None
+    url = up.base_url + path
+    if body is None:
+        resp = await send(app[SESSION], up, request.method, url, headers=headers, params=request.query)
+    else:
+        resp = await send(app[SESSION], up, "POST", url, data=encode_body(body), headers=headers)
     if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
         raw = await upstream_client.read_body(resp, up, 64 * 1024, truncate=True)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
@@ -309,11 +303,16 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:
             out.headers[name] = resp.headers[name]
+    t = up.timeouts
+    loop = asyncio.get_running_loop()
+    end = loop.time() + t.total
     try:
         await out.prepare(request)
-        async with asyncio.timeout(up.timeouts.total):
+        # Idle and total bound the body: the deadline moves with each chunk, never past the end.
+        async with asyncio.timeout_at(min(loop.time() + t.idle, end)) as deadline:
             async for chunk in resp.content.iter_any():
                 await out.write(chunk)
+                deadline.reschedule(min(loop.time() + t.idle, end))
     except (ConnectionResetError, aiohttp.ClientError, TimeoutError) as exc:
         # Headers are sent: a pass-through can only end the body here, as the upstream did.
         log.info("passthrough.ended_early", path=request.path, reason=type(exc).__name__)

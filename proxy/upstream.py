@@ -58,15 +58,19 @@ def upstream_headers(up: Upstream, client_headers: Mapping[str, str], api_key: s
 
 
 def client_timeout(up: Upstream) -> aiohttp.ClientTimeout:
-    """aiohttp's part of the timeouts: connect, and the wait for the response headers. The idle
-    and total timeouts of the body are enforced by the relay and ``read_body`` themselves, so that
-    each expiry ends the answer properly and names itself."""
+    """aiohttp's part of the timeouts: the connect timeout only.
+
+    The wait for the response headers (``first_byte``) is an ``asyncio.timeout`` around the
+    request (``send``), and the body's idle and total timeouts are enforced by the relay,
+    ``read_body`` and the pass-through, so that each expiry ends the answer properly and names
+    itself. aiohttp's ``sock_read`` is not used: it applies to every read of the body too, so a
+    pause in a stream longer than ``first_byte`` (when that is set below ``idle``) would end it."""
     return _client_timeout(up.timeouts)
 
 
 @functools.lru_cache(maxsize=256)
 def _client_timeout(t: Timeouts) -> aiohttp.ClientTimeout:  # one per upstream, not one per request
-    return aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.first_byte)
+    return aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect)
 
 
 # What a failed upstream call raises: aiohttp's errors and asyncio's timeouts.
@@ -76,7 +80,7 @@ CLIENT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 def upstream_failure(exc: BaseException, up: Upstream) -> UpstreamError:
     """The one place where aiohttp/asyncio exceptions become ``UpstreamError`` subclasses.
 
-    Callers catch ``CLIENT_ERRORS`` around the call and raise what this returns: a plain
+    ``send`` catches ``CLIENT_ERRORS`` around the request and raises what this returns: a plain
     ``except`` costs nothing when nothing fails, unlike an async context manager per request."""
     t = up.timeouts
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
@@ -88,6 +92,16 @@ def upstream_failure(exc: BaseException, up: Upstream) -> UpstreamError:
     return UpstreamUnavailable(f"the upstream connection failed: {_describe(exc)}")
 
 
+async def send(session: aiohttp.ClientSession, up: Upstream, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
+    """Make the request and return once the response headers are in, within ``first_byte``
+    seconds; every failure is raised as an ``UpstreamError`` (see ``upstream_failure``)."""
+    try:
+        async with asyncio.timeout(up.timeouts.first_byte):
+            return await session.request(method, url, timeout=client_timeout(up), **kwargs)
+    except CLIENT_ERRORS as exc:
+        raise upstream_failure(exc, up) from None
+
+
 async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str, body: dict[str, Any],
                         headers: dict[str, str], *, secrets: tuple[str, ...] = ()) -> aiohttp.ClientResponse:
     """POST ``body`` and return the response once its headers are in (2xx only).
@@ -95,12 +109,7 @@ async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str,
     A non-2xx answer is read whole (bounded) and raised as ``UpstreamHTTPError``; ``secrets``
     (the upstream key) are cut out of its message, since some servers quote the key they got.
     """
-    timeout = client_timeout(up)
-    data = encode_body(body)
-    try:
-        resp = await session.post(up.base_url + path, data=data, headers=headers, timeout=timeout)
-    except CLIENT_ERRORS as exc:
-        raise upstream_failure(exc, up) from None
+    resp = await send(session, up, "POST", up.base_url + path, data=encode_body(body), headers=headers)
     if resp.status >= 400 or resp.status < 200:
         try:
             raw = await read_body(resp, up, MAX_ERROR_BODY, truncate=True)
@@ -145,8 +154,6 @@ async def read_body(resp: aiohttp.ClientResponse, up: Upstream, limit: int, *, t
                 if truncate:
                     break
                 raise UpstreamUnavailable("the upstream answer is larger than the configured limit")
-    except aiohttp.ServerTimeoutError:
-        raise UpstreamTimeout("first_byte", up.timeouts.first_byte) from None
     except aiohttp.ClientError as exc:
         raise UpstreamUnavailable(f"the upstream connection failed mid-answer ({_describe(exc)})") from None
     finally:

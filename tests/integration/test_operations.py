@@ -248,6 +248,55 @@ async def test_total_timeout_ends_stream_naming_it(upstream: FakeUpstream, tmp_p
     assert "total timeout of 1s" in events[-1]["response"]["error"]["message"]
 
 
+@pytest.mark.parametrize("route", ["translated", "passthrough"])
+async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(upstream: FakeUpstream, tmp_path,
+                                                                      route: str) -> None:
+    """`first_byte` bounds the wait for the response headers only: with it set below `idle`, a
+    stream whose chunks come 0.4 s apart (longer than first_byte, shorter than idle) completes."""
+    cfg = _with_timeouts(config_for(upstream, tmp_path), first_byte=0.2, idle=5.0)
+    handle = await start_proxy(cfg)
+    data = chunk({"content": "slow "}) + chunk({"content": "answer"}, "stop") + DONE
+    upstream.reply(SSEReply(data, max_piece=len(data) // 2, delay=0.4))
+    path, body = (("/responses", {"model": "m", "input": "a", "stream": True}) if route == "translated" else
+                  ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + path, json=body) as r:
+                assert r.status == 200
+                got = await asyncio.wait_for(r.read(), 10)
+    finally:
+        await handle.runner.cleanup()
+    if route == "translated":
+        events = validate_responses_sse(got)
+        assert events[-1]["type"] == "response.completed"
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "slow answer"
+    else:
+        assert got == data  # byte for byte
+
+
+async def test_passthrough_stream_ends_after_idle_silence(upstream: FakeUpstream, tmp_path) -> None:
+    """A passed-through stream whose upstream goes silent is ended after `idle` seconds, with what
+    had arrived delivered, and the reason logged."""
+    buf = io.StringIO()
+    configure_logging("info", "json", stream=buf)
+    cfg = _with_timeouts(config_for(upstream, tmp_path), idle=0.5)
+    handle = await start_proxy(cfg)
+    data = chunk({"content": "partial"}) + chunk({"content": " never"}, "stop") + DONE
+    upstream.reply(SSEReply(data, max_piece=len(data), seed=1, stall_after=1))
+    body = {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + "/chat/completions", json=body) as r:
+                assert r.status == 200
+                got = await asyncio.wait_for(r.read(), 10)
+    finally:
+        await handle.runner.cleanup()
+        structlog.reset_defaults()
+    assert got and data.startswith(got) and got != data
+    lines = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+    assert any(e.get("event") == "passthrough.ended_early" and e.get("reason") == "TimeoutError" for e in lines)
+
+
 async def test_connect_timeout_is_504_naming_it(tmp_path) -> None:
     import socket
 
