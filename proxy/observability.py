@@ -20,8 +20,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 from .logs import REQUEST_FIELDS
 
