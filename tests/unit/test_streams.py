@@ -1,0 +1,65 @@
+"""``stream_through``: the relay runs in a task of its own, and no exit path leaves the upstream
+response open."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from proxy.keys import CONFIG
+from proxy.lifecycle import OPEN_STREAMS
+from proxy.observability import SUMMARY
+from proxy.streams import stream_through
+
+
+class _Upstream:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class _Request:
+    def __init__(self) -> None:
+        self.app: dict[Any, Any] = {CONFIG: SimpleNamespace(server=SimpleNamespace(keepalive_seconds=15.0)),
+                                    OPEN_STREAMS: set()}
+        self._items: dict[Any, Any] = {SUMMARY: {}}
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._items[key]
+
+
+UP = SimpleNamespace(name="u", timeouts=SimpleNamespace(idle=5.0, total=60.0))
+
+
+async def test_handler_cancelled_before_the_relay_ran_still_closes_the_upstream() -> None:
+    upstream = _Upstream()
+    handler = asyncio.create_task(stream_through(_Request(), UP, upstream, None, None, bytes))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # the handler made the relay task and waits for it; the relay has not run
+    handler.cancel()
+    try:
+        await handler
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("the handler was not cancelled")
+    assert upstream.closed >= 1
+
+
+async def test_the_relay_runs_in_a_task_of_its_own(monkeypatch: Any) -> None:
+    import proxy.streams as streams
+
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def fake_relay(*args: Any, **kwargs: Any) -> Any:
+        seen.append(asyncio.current_task())
+        return SimpleNamespace(ending="ok", events_in=0, events_out=0, error=None, extra={})
+
+    monkeypatch.setattr(streams, "relay", fake_relay)
+    request = _Request()
+    stats = await stream_through(request, UP, _Upstream(), None, None, bytes)  # type: ignore[arg-type]
+    assert stats.ending == "ok"
+    assert seen and seen[0] is not asyncio.current_task()
+    assert request[SUMMARY]["ending"] == "ok"
