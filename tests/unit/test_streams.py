@@ -7,6 +7,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from proxy.keys import CONFIG
 from proxy.lifecycle import OPEN_STREAMS
 from proxy.observability import SUMMARY
@@ -39,17 +41,13 @@ async def test_handler_cancelled_before_the_relay_ran_still_closes_the_upstream(
     handler = asyncio.create_task(stream_through(_Request(), UP, upstream, None, None, bytes))  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the handler made the relay task and waits for it; the relay has not run
     handler.cancel()
-    try:
+    with pytest.raises(asyncio.CancelledError):
         await handler
-    except asyncio.CancelledError:
-        pass
-    else:
-        raise AssertionError("the handler was not cancelled")
     assert upstream.closed >= 1
 
 
 async def test_the_relay_runs_in_a_task_of_its_own(monkeypatch: Any) -> None:
-    import proxy.streams as streams
+    from proxy import streams
 
     seen: list[asyncio.Task[Any] | None] = []
 
