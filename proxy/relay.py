@@ -178,7 +178,7 @@ async def relay(
     except _IdleTimeout as exc:
         await _fail(pump, write, render, stats, "upstream_idle_timeout",
                     f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
-    except (_TotalTimeout, aiohttp.ServerTimeoutError, asyncio.TimeoutError):
+    except (_TotalTimeout, TimeoutError):  # asyncio.TimeoutError is TimeoutError (3.11)
         await _fail(pump, write, render, stats, "upstream_timeout",
                     f"the upstream did not finish within the total timeout of {total:g}s")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):

@@ -85,7 +85,7 @@ def upstream_failure(exc: BaseException, up: Upstream) -> UpstreamError:
     t = up.timeouts
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return UpstreamTimeout("connect", t.connect)
-    if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
+    if isinstance(exc, TimeoutError):  # asyncio.timeout around the request (first_byte)
         return UpstreamTimeout("first_byte", t.first_byte)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamUnavailable(f"cannot connect to the upstream at {up.base_url} ({exc.strerror or 'refused'})")
