@@ -71,8 +71,9 @@ class Upstream(_Model):
         return MappingOptions(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
                               system_role=self.system_role)
 
-    def serves(self, model: str) -> bool:
-        return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
+    def matches_pattern(self, model: str) -> bool:
+        """``model`` matches one of the glob patterns listed here, the bare ``*`` aside."""
+        return any(p != "*" and fnmatch.fnmatchcase(model, p) for p in self.models if any(c in p for c in "*?["))
 
 
 class Server(_Model):
@@ -118,14 +119,19 @@ class Config(_Model):
         return {}
 
     def route(self, model: str) -> Upstream | None:
-        """The upstream serving ``model``: first match (exact or glob), else the default.
-        Memoised (bounded): glob matching runs once per distinct model name."""
+        """The upstream serving ``model``, most specific first: an upstream that lists the exact
+        name, then one with a matching pattern (``deepseek-*``), then the one marked default,
+        then one that lists ``*`` (every upstream does unless it names its models). Within each
+        step the first upstream in the file wins. So a catch-all upstream listed first never
+        hides a narrower one listed after it. Memoised (bounded): the matching runs once per
+        distinct model name."""
         routes = self._routes
         if model in routes:
             return routes[model]
-        found = next((u for u in self.upstreams if u.serves(model)), None)
-        if found is None:
-            found = next((u for u in self.upstreams if u.default), None)
+        found = (next((u for u in self.upstreams if model in u.models), None)
+                 or next((u for u in self.upstreams if u.matches_pattern(model)), None)
+                 or next((u for u in self.upstreams if u.default), None)
+                 or next((u for u in self.upstreams if "*" in u.models), None))
         if len(routes) < 1024:
             routes[model] = found
         return found

@@ -51,3 +51,78 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_routing_exact_glob_default() -> None:
     cfg = load_config(None, {}, {})
     assert cfg.route("anything").name == "default"
+
+
+def _upstreams(tmp_path: Path, text: str) -> Config:
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    return load_config(f, {})
+
+
+def test_routing_most_specific_wins_whatever_the_order(tmp_path: Path) -> None:
+    # The catch-all comes first, as in config.example.toml: the narrower upstreams after it
+    # must still get their models.
+    cfg = _upstreams(tmp_path, """
+[[upstreams]]
+name = "local"
+models = ["*"]
+default = true
+[[upstreams]]
+name = "deepseek"
+base_url = "https://api.deepseek.com/v1"
+models = ["deepseek-*", "exact-model"]
+[[upstreams]]
+name = "other"
+base_url = "http://127.0.0.1:9/v1"
+models = ["deepseek-reasoner", "deep*"]
+""")
+    assert cfg.route("deepseek-chat").name == "deepseek"       # pattern beats the catch-all
+    assert cfg.route("exact-model").name == "deepseek"         # exact name
+    assert cfg.route("deepseek-reasoner").name == "other"      # exact beats an earlier pattern
+    assert cfg.route("deepest").name == "other"                # only the later pattern matches
+    assert cfg.route("qwen3").name == "local"                  # nothing narrower: the default
+
+
+def test_routing_default_before_a_bare_star_then_404(tmp_path: Path) -> None:
+    cfg = _upstreams(tmp_path, """
+[[upstreams]]
+name = "unnamed-models"
+[[upstreams]]
+name = "fallback"
+base_url = "http://127.0.0.1:9/v1"
+models = ["x-*"]
+default = true
+""")
+    assert cfg.route("x-1").name == "fallback"
+    assert cfg.route("y").name == "fallback"  # marked default beats an upstream listing only "*"
+    cfg = _upstreams(tmp_path, """
+[[upstreams]]
+name = "a"
+models = ["a-*"]
+[[upstreams]]
+name = "b"
+base_url = "http://127.0.0.1:9/v1"
+""")
+    assert cfg.route("a-1").name == "a"
+    assert cfg.route("z").name == "b"  # no default: the upstream that lists "*"
+    cfg = _upstreams(tmp_path, """
+[[upstreams]]
+name = "a"
+models = ["a-*", "a?c", "[xy]z"]
+""")
+    assert cfg.route("abc").name == "a" and cfg.route("yz").name == "a"
+    assert cfg.route("b") is None  # 404 model_not_found
+
+
+def test_example_config_routes_the_commented_second_upstream(tmp_path: Path) -> None:
+    """config.example.toml's commented second upstream, uncommented, gets its models."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "config.example.toml").read_text()
+    block = text.split("# A second backend", 1)[1].split("\n\n", 1)[0]
+    uncommented = "\n".join(line[2:] for line in block.splitlines()[1:] if line.startswith("# "))
+    assert "models" in uncommented
+    head, store = text.split("\n[store]", 1)
+    cfg = _upstreams(tmp_path, head + "\n" + uncommented + "\n\n[store]" + store)
+    assert [u.name for u in cfg.upstreams] == ["local", "deepseek"]
+    assert cfg.route("deepseek-chat").name == "deepseek"
+    assert cfg.route("qwen3-8b").name == "local"
