@@ -15,6 +15,7 @@ page or a traceback (``error_middleware``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -71,14 +72,13 @@ from .responses_api import (
 )
 from .reverse import reverse_chat
 from .store import open_store
-from .streams import api_key, note_anomalies, secrets, stream_through
+from .streams import note_anomalies, outbound_headers, secrets, stream_through
 from .upstream import (
     encode_body,
     new_session,
     open_upstream,
     read_json,
     send,
-    upstream_headers,
 )
 
 log = structlog.get_logger("crossfeed")
@@ -121,13 +121,28 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
 
 
 def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
-    """Stored-response endpoints: served from crossfeed's store, or passed through unchanged when
-    the default upstream itself speaks the Responses API (it keeps its own state)."""
+    """Stored-response endpoints. A response made through a chat upstream is in crossfeed's store;
+    one made through a Responses upstream is kept by that upstream. Where the id lives is not
+    known, so the places are asked in turn until one knows it: first the default upstream's
+    (crossfeed's store for a chat upstream, else that upstream), then the store if any upstream
+    speaks chat, then every other Responses upstream. The last "not found" is the answer."""
 
     async def route(request: web.Request) -> web.StreamResponse:
-        if _default_upstream(request.app[CONFIG]).api == "responses":
-            return await passthrough(request)
-        return await handler(request)  # type: ignore[no-any-return]
+        config = request.app[CONFIG]
+        default = _default_upstream(config)
+        places: list[Upstream | None] = [None if default.api == "chat" else default]
+        if None not in places and any(u.api == "chat" for u in config.upstreams):
+            places.append(None)
+        places += [u for u in config.upstreams if u.api == "responses" and u is not default]
+        for n, up in enumerate(places, 1):
+            try:
+                if up is None:
+                    return await handler(request)  # type: ignore[no-any-return]
+                return await passthrough(request, upstream=up)
+            except (ClientRequestError, UpstreamHTTPError) as exc:
+                if exc.status != 404 or n == len(places):
+                    raise
+        raise AssertionError("unreachable: the places are never empty")
 
     return route
 
@@ -240,7 +255,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         log.info("request.ignored_fields", model=mapped.model, ignored=list(mapped.ignored))
     include = body.get("include") or ()
     sealer = seal.seal if isinstance(include, list) and "reasoning.encrypted_content" in include else None
-    headers = upstream_headers(up, request.headers, api_key(request, up))
+    headers = outbound_headers(request, up)
     summary = request[SUMMARY]
     summary["stream"] = stream
     if not stream:
@@ -285,11 +300,21 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
     """Forward a request unchanged and stream the answer back as it arrives."""
     app = request.app
     up = upstream or _default_upstream(app[CONFIG])
-    headers = upstream_headers(up, request.headers, api_key(request, up))
+    headers = outbound_headers(request, up)
     path = request.path[len("/v1"):] if request.path.startswith("/v1") else request.path
     if body is not None and up.model_map and isinstance(body.get("model"), str):
         body = {**body, "model": up.model_map.get(body["model"], body["model"])}
     url = up.base_url + path
+    # A streamed answer takes a place in the upstream's max_concurrent_streams, as a translated
+    # stream does; a non-streaming request is not a stream and is not counted.
+    streaming = body is not None and body.get("stream") is True
+    with app[LIMITS].admit(up) if streaming else contextlib.nullcontext():
+        return await _relay_unchanged(request, up, url, body, headers)
+
+
+async def _relay_unchanged(request: web.Request, up: Upstream, url: str, body: dict[str, Any] | None,
+                           headers: dict[str, str]) -> web.StreamResponse:
+    app = request.app
     if body is None:
         resp = await send(app[SESSION], up, request.method, url, headers=headers, params=request.query)
     else:
@@ -328,7 +353,7 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
     if len(config.upstreams) == 1:
         return await passthrough(request)
     async def fetch(up: Upstream) -> list[dict[str, Any]]:
-        headers = upstream_headers(up, request.headers, api_key(request, up))
+        headers = outbound_headers(request, up)
         try:
             async with request.app[SESSION].get(up.base_url + "/models", headers=headers,
                                                 timeout=aiohttp.ClientTimeout(total=10)) as r:

@@ -26,8 +26,8 @@ from .guard import LIMITS
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SESSION
 from .observability import SUMMARY, usage_summary
 from .relay import EventStreamResponse, render_chat
-from .streams import api_key, log, note_anomalies, secrets, stream_through
-from .upstream import open_upstream, read_json, upstream_headers
+from .streams import log, note_anomalies, outbound_headers, secrets, stream_through
+from .upstream import open_upstream, read_json
 
 CHAT_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                     "X-Accel-Buffering": "no"}
@@ -44,7 +44,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
     rbody["stream"] = bool(stream)
     if ignored:
         log.info("request.ignored_fields", ignored=ignored)
-    headers = upstream_headers(up, request.headers, api_key(request, up))
+    headers = outbound_headers(request, up)
     summary = request[SUMMARY]
     summary["stream"] = bool(stream)
     started = time.monotonic()

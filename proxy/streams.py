@@ -17,12 +17,20 @@ from .keys import CONFIG, ENV
 from .lifecycle import OPEN_STREAMS
 from .observability import METRICS, SUMMARY
 from .relay import RelayStats, relay
+from .upstream import upstream_headers
 
 log = structlog.get_logger("crossfeed")
 
 
 def api_key(request: web.Request, up: Upstream) -> str | None:
     return request.app[ENV].get(up.api_key_env) if up.api_key_env else None
+
+
+def outbound_headers(request: web.Request, up: Upstream) -> dict[str, str]:
+    """The upstream request's headers for this client request. With inbound keys configured,
+    the client's key is crossfeed's own: it is checked here and never passed to a backend."""
+    return upstream_headers(up, request.headers, api_key(request, up),
+                            client_key_is_ours=bool(request.app[CONFIG].server.inbound_keys_env))
 
 
 def secrets(request: web.Request, up: Upstream) -> tuple[str, ...]:

@@ -43,7 +43,11 @@ def new_session() -> aiohttp.ClientSession:
                                  json_serialize=lambda o: orjson.dumps(o).decode())
 
 
-def upstream_headers(up: Upstream, client_headers: Mapping[str, str], api_key: str | None) -> dict[str, str]:
+def upstream_headers(up: Upstream, client_headers: Mapping[str, str], api_key: str | None,
+                     *, client_key_is_ours: bool = False) -> dict[str, str]:
+    """The headers of an upstream request. The backend key is the configured one; without one,
+    the client's ``Authorization`` is passed on (``pass_client_key``), unless the client's key
+    is crossfeed's own inbound key (``client_key_is_ours``), which never leaves crossfeed."""
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     for name in FORWARDED_HEADERS:
         value = client_headers.get(name)
@@ -51,7 +55,7 @@ def upstream_headers(up: Upstream, client_headers: Mapping[str, str], api_key: s
             headers[name] = value
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    elif up.pass_client_key and client_headers.get("authorization"):
+    elif up.pass_client_key and not client_key_is_ours and client_headers.get("authorization"):
         headers["Authorization"] = client_headers["authorization"]
     headers.update(up.headers)
     return headers
