@@ -38,7 +38,10 @@ def chat_completion_to_response(
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise UpstreamProtocolError("the upstream answered without any choices")
     choice = choices[0]
-    message = dict(choice.get("message") or {})
+    message = choice.get("message")
+    if message is not None and not isinstance(message, dict):
+        raise UpstreamProtocolError("the upstream answered with a message that is not an object")
+    message = dict(message or {})
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         message["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, dict)]

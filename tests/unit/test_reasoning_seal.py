@@ -1,0 +1,315 @@
+"""Sealed reasoning (proxy/reasoning_seal.py) and its replay by the request mapping.
+
+The contract under test, from the module's docstring:
+  - token = ``cf1.`` + urlsafe-base64(12-byte nonce + AES-256-GCM ciphertext and tag);
+  - the key is SHA-256 of the configured secret, so replicas with one secret read each other's
+    tokens; without a secret every instance makes its own random key;
+  - ``reveal`` gives the text back, or ``None`` for anything that is not a token sealed with the
+    same key (altered, truncated, foreign, not a string). It never raises.
+And from translators/responses_request.py: a reasoning input item whose only text is its
+``encrypted_content`` is replayed, once revealed, as ``options.reasoning_field`` on the assistant
+message of its turn; a token that does not reveal is skipped and listed in ``ignored``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.reasoning_seal import ReasoningSeal
+from translators.ids import SequentialIds
+from translators.options import MappingOptions
+from translators.response_bodies import chat_completion_to_response
+from translators.responses_request import responses_request_to_chat
+
+SECRET = "correct horse battery staple"
+PREFIX = "cf1."
+NONCE, TAG = 12, 16
+# Part of the token format: tokens already in clients' histories (and those of replicas still on
+# the previous release) must stay readable, so a change here has to be deliberate.
+AAD = b"crossfeed-reasoning-v1"
+B64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_="
+
+TEXTS = {
+    "ascii": "I should list the files first.",
+    "empty": "",
+    "unicode": "思考中… ∑ x² — naïve café 🙂👩‍💻 \u200d\u0301 \U0001f9e0",
+    "control": "line one\nline two\ttab \"quoted\" \\ back\x00nul",
+    "long": "".join(f"step {i}: consider option {i % 7} ✓\n" for i in range(20_000)),
+}
+
+
+def blob_of(token: str) -> bytes:
+    assert token.startswith(PREFIX)
+    return base64.urlsafe_b64decode(token[len(PREFIX):])
+
+
+def token_of(blob: bytes, prefix: str = PREFIX) -> str:
+    return prefix + base64.urlsafe_b64encode(blob).decode("ascii")
+
+
+def independent_token(secret: str, plaintext: bytes) -> str:
+    """A token built from the documented format alone, not with ReasoningSeal."""
+    nonce = os.urandom(NONCE)
+    return token_of(nonce + AESGCM(hashlib.sha256(secret.encode()).digest()).encrypt(nonce, plaintext, AAD))
+
+
+def flip(token: str, at: int) -> str:
+    """The token with one bit of its blob flipped (negative ``at`` counts from the end)."""
+    blob = bytearray(blob_of(token))
+    blob[at] ^= 0x01
+    return token_of(bytes(blob))
+
+
+@pytest.fixture
+def seal() -> ReasoningSeal:
+    return ReasoningSeal(SECRET)
+
+
+# -- sealing and revealing ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", list(TEXTS.values()), ids=list(TEXTS))
+def test_round_trip(seal: ReasoningSeal, text: str) -> None:
+    token = seal.seal(text)
+    assert isinstance(token, str)
+    assert seal.reveal(token) == text
+
+
+@pytest.mark.parametrize("text", list(TEXTS.values()), ids=list(TEXTS))
+def test_token_format(seal: ReasoningSeal, text: str) -> None:
+    token = seal.seal(text)
+    assert token.startswith(PREFIX)
+    assert set(token[len(PREFIX):]) <= set(B64_ALPHABET)  # urlsafe: safe in JSON, headers, URLs
+    assert len(blob_of(token)) == NONCE + len(text.encode("utf-8")) + TAG
+
+
+def test_key_is_sha256_of_the_secret(seal: ReasoningSeal) -> None:
+    # A token made from the documented format by other code is readable...
+    assert seal.reveal(independent_token(SECRET, b"made elsewhere")) == "made elsewhere"
+    # ...and a sealed token opens with the documented key and nonce layout.
+    blob = blob_of(seal.seal("opened elsewhere"))
+    key = hashlib.sha256(SECRET.encode()).digest()
+    assert AESGCM(key).decrypt(blob[:NONCE], blob[NONCE:], AAD) == b"opened elsewhere"
+
+
+def test_each_seal_uses_a_fresh_nonce(seal: ReasoningSeal) -> None:
+    tokens = {seal.seal("same text") for _ in range(20)}
+    assert len(tokens) == 20
+    assert len({blob_of(t)[:NONCE] for t in tokens}) == 20
+    assert {seal.reveal(t) for t in tokens} == {"same text"}
+
+
+@pytest.mark.parametrize("text", ["the password is hunter2", TEXTS["unicode"], "a" * 300])
+def test_token_does_not_contain_the_plaintext(seal: ReasoningSeal, text: str) -> None:
+    token = seal.seal(text)
+    raw = text.encode("utf-8")
+    assert text not in token
+    assert raw not in blob_of(token)
+    # The nonce is 12 bytes (a multiple of 3), so base64 of an unencrypted plaintext would appear
+    # aligned in the token: rule that out too.
+    assert base64.urlsafe_b64encode(raw).decode().rstrip("=")[:-4] not in token
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+
+def test_replicas_with_the_same_secret_read_each_other() -> None:
+    a, b = ReasoningSeal(SECRET), ReasoningSeal(SECRET)
+    assert a.from_env and b.from_env
+    assert b.reveal(a.seal("from replica a")) == "from replica a"
+    assert a.reveal(b.seal("from replica b")) == "from replica b"
+
+
+@pytest.mark.parametrize("other", [SECRET + " ", SECRET.upper(), "x", None])
+def test_another_key_cannot_reveal(seal: ReasoningSeal, other: str | None) -> None:
+    foreign = ReasoningSeal(other)
+    assert foreign.reveal(seal.seal("private")) is None
+    assert seal.reveal(foreign.seal("private")) is None
+
+
+@pytest.mark.parametrize("secret", [None, ""], ids=["unset", "empty"])
+def test_without_a_secret_each_instance_has_its_own_random_key(secret: str | None) -> None:
+    one, two = ReasoningSeal(secret), ReasoningSeal(secret)
+    assert not one.from_env and not two.from_env
+    token = one.seal("only mine")
+    assert one.reveal(token) == "only mine"
+    assert two.reveal(token) is None
+    assert one.reveal(two.seal("only theirs")) is None
+    assert ReasoningSeal(SECRET).reveal(token) is None
+    # The random key is not the key of the empty secret either.
+    assert one.reveal(independent_token("", b"guess")) is None
+
+
+# -- rejected tokens ------------------------------------------------------------------------------
+
+TAMPER: dict[str, Callable[[str], str]] = {
+    "flip nonce": lambda t: flip(t, 0),
+    "flip ciphertext": lambda t: flip(t, NONCE + 1),
+    "flip tag": lambda t: flip(t, -1),
+    "drop last 4 chars": lambda t: t[:-4],
+    "drop last char": lambda t: t[:-1],
+    "only the nonce": lambda t: token_of(blob_of(t)[:NONCE]),
+    "27 bytes": lambda t: token_of(blob_of(t)[:NONCE + TAG - 1]),
+    "extra byte": lambda t: token_of(blob_of(t) + b"\x00"),
+    "blob swapped for zeros": lambda t: token_of(bytes(len(blob_of(t)))),
+    "nonce of another token": lambda t: token_of(os.urandom(NONCE) + blob_of(t)[NONCE:]),
+    "prefix cf2": lambda t: "cf2." + t[len(PREFIX):],
+    "prefix upper case": lambda t: "CF1." + t[len(PREFIX):],
+    "no prefix": lambda t: t[len(PREFIX):],
+    "prefix doubled": lambda t: PREFIX + t,
+    "leading space": lambda t: " " + t,
+    "standard base64 of another blob": lambda t: PREFIX + base64.b64encode(b"\xfb\xff" * 20).decode(),
+    "not base64": lambda t: PREFIX + "!!!!not*base64$$$$",
+    "bad padding": lambda t: PREFIX + "A",
+    "non-ascii": lambda t: PREFIX + "é" * 40,
+    "prefix alone": lambda t: PREFIX,
+    "empty": lambda t: "",
+    "plaintext": lambda t: "secret reasoning",
+}
+
+
+@pytest.mark.parametrize("tamper", list(TAMPER.values()), ids=list(TAMPER))
+def test_altered_tokens_do_not_reveal(seal: ReasoningSeal, tamper: Callable[[str], str]) -> None:
+    token = seal.seal("secret reasoning")
+    bad = tamper(token)
+    assert bad != token
+    assert seal.reveal(bad) is None
+
+
+@pytest.mark.parametrize("value", [None, 0, 12.5, True, b"cf1.AAAA", ["cf1."], {"token": "cf1."}],
+                         ids=["None", "int", "float", "bool", "bytes", "list", "dict"])
+def test_non_strings_do_not_reveal(seal: ReasoningSeal, value: Any) -> None:
+    assert seal.reveal(value) is None
+
+
+def test_bytes_of_a_real_token_do_not_reveal(seal: ReasoningSeal) -> None:
+    assert seal.reveal(seal.seal("x").encode("ascii")) is None  # type: ignore[arg-type]
+
+
+def test_authentic_but_not_utf8_does_not_reveal(seal: ReasoningSeal) -> None:
+    # Only reachable with the key, but reveal promises None, never an exception.
+    assert seal.reveal(independent_token(SECRET, b"\xff\xfe not utf-8 \xc3")) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_reveal_never_raises_on_any_text(text: str) -> None:
+    assert ReasoningSeal(SECRET).reveal(text) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=B64_ALPHABET + "+/ \n."))
+def test_reveal_never_raises_on_prefixed_text(body: str) -> None:
+    assert ReasoningSeal(SECRET).reveal(PREFIX + body) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_reveal_never_raises_on_forged_blobs(blob: bytes) -> None:
+    assert ReasoningSeal(SECRET).reveal(token_of(blob)) is None
+
+
+# -- replay through the request mapping (translators/responses_request.py) ------------------------
+
+USER = {"role": "user", "content": "list the files"}
+NEXT = {"role": "user", "content": "and now?"}
+
+
+def assistant_item(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def sealed_item(token: str) -> dict[str, Any]:
+    """A reasoning item as Codex replays it when the reasoning had no visible text."""
+    return {"type": "reasoning", "id": "rs_1", "summary": [], "content": None, "encrypted_content": token}
+
+
+def replay(items: list[dict[str, Any]], reveal: Callable[[str], str | None] | None,
+           options: MappingOptions | None = None) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    mapped = responses_request_to_chat({"model": "m", "input": items}, options or MappingOptions(),
+                                       reveal_reasoning=reveal)
+    return mapped.chat["messages"], mapped.ignored
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_revealed_reasoning_goes_on_the_assistant_message(field: str) -> None:
+    token = ReasoningSeal(SECRET).seal("I should list files.")
+    messages, ignored = replay([USER, sealed_item(token), assistant_item("Done."), NEXT],
+                               ReasoningSeal(SECRET).reveal, MappingOptions(reasoning_field=field))
+    assert messages == [USER, {"role": "assistant", "content": "Done.", field: "I should list files."}, NEXT]
+    assert ignored == ()
+
+
+def test_revealed_reasoning_goes_on_the_tool_call_turn() -> None:
+    # DeepSeek thinking mode rejects a tool-call turn whose reasoning was not sent back (wire-spec 2.7).
+    token = ReasoningSeal(SECRET).seal("Run ls.")
+    items = [USER, sealed_item(token),
+             {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"}]
+    messages, ignored = replay(items, ReasoningSeal(SECRET).reveal)
+    assert messages == [
+        USER,
+        {"role": "assistant", "content": None, "reasoning_content": "Run ls.",
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
+    ]
+    assert ignored == ()
+
+
+UNREADABLE: dict[str, Callable[[], str]] = {
+    "other key": lambda: ReasoningSeal("another secret").seal("theirs"),
+    "keyless process": lambda: ReasoningSeal(None).seal("theirs"),
+    "tampered": lambda: flip(ReasoningSeal(SECRET).seal("ours"), -1),
+    "openai's own": lambda: "gAAAAABo" + "x" * 60,
+}
+
+
+@pytest.mark.parametrize("make", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_unreadable_token_is_skipped_and_reported(make: Callable[[], str]) -> None:
+    messages, ignored = replay([USER, sealed_item(make()), assistant_item("Done."), NEXT], ReasoningSeal(SECRET).reveal)
+    assert messages == [USER, {"role": "assistant", "content": "Done."}, NEXT]
+    assert ignored == ("input[1].encrypted_content",)
+
+
+def test_visible_reasoning_text_is_used_before_the_token() -> None:
+    asked: list[str] = []
+
+    def reveal(token: str) -> str | None:
+        asked.append(token)
+        return "from the token"
+
+    item = {**sealed_item(ReasoningSeal(SECRET).seal("from the token")),
+            "content": [{"type": "reasoning_text", "text": "visible"}]}
+    messages, _ = replay([USER, item, assistant_item("Done.")], reveal)
+    assert messages[1]["reasoning_content"] == "visible"
+    assert asked == []
+
+
+def test_reasoning_sealed_on_one_replica_is_replayed_by_another() -> None:
+    """The whole trip: a non-streaming answer sealed by replica A, the client keeps only the opaque
+    token, replica B turns it back into the backend's reasoning field."""
+    replica_a, replica_b = ReasoningSeal(SECRET), ReasoningSeal(SECRET)
+    completion = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "There are two files.", "reasoning_content": "Count the files."}}]}
+    response = chat_completion_to_response(completion, {"model": "m"}, ids=SequentialIds(), now=lambda: 1,
+                                           seal_reasoning=replica_a.seal)
+    reasoning, message = response["output"]
+    assert reasoning["type"] == "reasoning" and message["type"] == "message"
+    token = reasoning["encrypted_content"]
+    assert isinstance(token, str) and "Count the files." not in token
+
+    replayed = {**reasoning, "content": None}  # only the token carries the text now
+    messages, ignored = replay([USER, replayed, message, NEXT], replica_b.reveal)
+    assert messages == [USER, {"role": "assistant", "content": "There are two files.",
+                               "reasoning_content": "Count the files."}, NEXT]
+    assert ignored == ()
