@@ -12,6 +12,10 @@ Public interface::
     validate_chat_chunks(chunks, *, expect_usage=None)         -> None
     validate_chat_sse(raw, *, expect_usage=None)               -> list[dict]  (chunks, no [DONE])
     accumulate_chat(chunks, *, reasoning_field="reasoning_content") -> dict
+    sse_frames(raw, *, complete=True)                          -> list[(event name | None, data)]
+
+SSE framing is parsed here by ``sse_frames``, a small strict parser that shares no code with
+``translators.sse``, so a bug in crossfeed's own decoder cannot hide itself in the tests.
 
 Deliberate limits: Chat streams are checked for ``n=1`` only (crossfeed rejects ``n>1``);
 ``input_tokens_details.cache_write_tokens`` is not required (real OpenAI captures lack it).
@@ -19,15 +23,15 @@ Deliberate limits: Chat streams are checked for ``n=1`` only (crossfeed rejects 
 
 from __future__ import annotations
 
+import re
 from typing import Any, NoReturn
 
 import orjson
 
-from translators.sse import SSEDecoder
-
 __all__ = [
     "StreamViolation",
     "accumulate_chat",
+    "sse_frames",
     "validate_chat_chunks",
     "validate_chat_sse",
     "validate_responses_events",
@@ -131,6 +135,14 @@ _ITEM_TEXT = {
 _REQUIRED_ITEM_TEXT = {"function_call": "response.function_call_arguments",
                        "custom_tool_call": "response.custom_tool_call_input"}
 _CALL_ID_TYPES = {"function_call", "custom_tool_call", "shell_call", "shell_call_output"}
+# Item `status` (wire-spec 1.4, 1.9; pitfalls.md: a missing item status breaks strict clients).
+# Required on these types in output_item.added / .done and in the terminal response.output;
+# real OpenAI reasoning items carry none, so there it is optional (O in wire-spec 1.9) but, when
+# present, held to the same values. Added items are always in_progress.
+_STATUS_REQUIRED = frozenset({"message", "function_call", "custom_tool_call", "web_search_call"})
+_DONE_STATUSES = {"message": ("completed", "incomplete"), "function_call": ("completed", "incomplete"),
+                  "custom_tool_call": ("completed", "incomplete"), "reasoning": ("completed", "incomplete")}
+_DONE_STATUSES_OTHER = ("completed", "incomplete", "failed")  # hosted calls (web_search_call, mcp_call...)
 
 
 def _comparable(item: Any) -> Any:
@@ -305,6 +317,8 @@ class _ResponsesChecker:
             if not isinstance(sent, dict) or sent.get("id") != streamed.get("id"):
                 got = sent.get("id") if isinstance(sent, dict) else sent
                 self.fail(f"response.output[{index}] id {got!r} != streamed id {streamed.get('id')!r}")
+            self.item_status(sent, f"response.output[{index}]",
+                             _DONE_STATUSES.get(sent.get("type"), _DONE_STATUSES_OTHER))
             if _comparable(sent) != _comparable(streamed):
                 self.fail(f"response.output[{index}] differs from its output_item.done item")
         if status == "failed":
@@ -355,8 +369,7 @@ class _ResponsesChecker:
             if item["call_id"] in self.call_ids:
                 self.fail(f"duplicate call_id {item['call_id']!r}")
             self.call_ids.add(item["call_id"])
-        if item.get("status", "in_progress") != "in_progress":
-            self.fail(f"added item has status {item.get('status')!r}, expected 'in_progress'")
+        self.item_status(item, "added item", ("in_progress",))
         empty = {"message": {"content": []}, "reasoning": {"summary": []},
                  "function_call": {"arguments": ""}, "custom_tool_call": {"input": ""}}
         for key, value in empty.get(item["type"], {}).items():
@@ -377,6 +390,7 @@ class _ResponsesChecker:
                 self.fail(f"done item {key} {item.get(key)!r} != added {added.get(key)!r}")
         if item.get("status") == "in_progress":
             self.fail("done item still has status 'in_progress'")
+        self.item_status(item, "done item", _DONE_STATUSES.get(slot.type, _DONE_STATUSES_OTHER))
         self.check_parts_closed(slot)
         required = _REQUIRED_ITEM_TEXT.get(slot.type)
         if required and required not in slot.streams_done:
@@ -393,6 +407,17 @@ class _ResponsesChecker:
             if item.get("content", []) != [p.final for p in slot.parts]:
                 self.fail("done reasoning content differs from the content_part.done parts")
         slot.final = item
+
+    def item_status(self, item: dict, label: str, allowed: tuple[str, ...]) -> None:
+        """``status`` must be present on the types that require it and, if present, allowed."""
+        status = item.get("status")
+        if status is None:
+            if item.get("type") in _STATUS_REQUIRED:
+                self.fail(f"{label} ({item.get('type')}) has no `status` (strict clients need it)")
+            return
+        if status not in allowed:
+            self.fail(f"{label} has status {status!r}, expected "
+                      + " or ".join(repr(a) for a in allowed))
 
     def check_parts_closed(self, slot: _Item) -> None:
         for label, parts in (("content part", slot.parts), ("summary part", slot.summary)):
@@ -556,9 +581,63 @@ def validate_responses_events(events: list[dict], *, require_terminal: bool = Tr
     _ResponsesChecker().run(events, require_terminal)
 
 
-def _frames(raw: bytes) -> list[tuple[str | None, bytes]]:
-    decoder = SSEDecoder()
-    return [*decoder.feed(raw), *decoder.finish()]
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def sse_frames(raw: bytes, *, complete: bool = True) -> list[tuple[str | None, bytes]]:
+    """Split an SSE body into ``(event name or None, data)`` frames, strictly.
+
+    Lines end in ``\\n``, ``\\r\\n`` or ``\\r``; ``data:`` and ``event:`` lose one optional space
+    after the colon; several ``data:`` lines of a frame are joined with ``\\n``; lines starting
+    with ``:`` are comments; a blank line ends a frame. Anything crossfeed never sends is a
+    violation: other fields (``id:``, ``retry:``, lines without a colon), a second ``event:``
+    line in a frame, an ``event:`` line without data, an empty or non-UTF-8 event name, a
+    leading byte-order mark. A frame (or line) left open at the end is a violation when
+    ``complete``; otherwise it is dropped, as a client drops it when the connection ends.
+    """
+    if not isinstance(raw, (bytes, bytearray)):
+        raise StreamViolation(f"SSE body must be bytes, got {type(raw).__name__}")
+    raw = bytes(raw)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise StreamViolation("line 1: SSE body starts with a byte-order mark")
+    lines = _LINE_END.split(raw)
+    tail = lines.pop()  # after the last line end: b"" when the body ends with one
+    frames: list[tuple[str | None, bytes]] = []
+    data: list[bytes] = []
+    name: str | None = None
+    named = False  # an `event:` line was seen in the open frame
+    for number, line in enumerate(lines, 1):
+        if not line:
+            if data:
+                frames.append((name, b"\n".join(data)))
+            elif named:
+                raise StreamViolation(f"line {number}: frame with an `event:` line but no `data:` line")
+            data, name, named = [], None, False
+        elif line[:1] == b":":
+            continue
+        elif line[:5] == b"data:":
+            data.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif line[:6] == b"event:":
+            if named:
+                raise StreamViolation(f"line {number}: second `event:` line in one frame")
+            value = line[7:] if line[6:7] == b" " else line[6:]
+            try:
+                name = value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise StreamViolation(f"line {number}: event name is not UTF-8") from None
+            if not name:
+                raise StreamViolation(f"line {number}: empty event name")
+            named = True
+        else:
+            field = line.partition(b":")[0][:40]
+            raise StreamViolation(f"line {number}: unexpected SSE line (field {field!r}); "
+                                  "only `event:`, `data:` and `:` comments are sent")
+    if complete:
+        if tail:
+            raise StreamViolation(f"line {len(lines) + 1}: stream ends in the middle of a line {tail[:40]!r}")
+        if data or named:
+            raise StreamViolation("stream ends inside a frame (no blank line after its last line)")
+    return frames
 
 
 def _parse(data: bytes, where: str) -> dict:
@@ -574,10 +653,12 @@ def _parse(data: bytes, where: str) -> dict:
 def validate_responses_sse(raw: bytes, *, require_terminal: bool = True) -> list[dict]:
     """Parse a Responses SSE body, check its framing and events, return the events.
 
-    Framing: every frame has an ``event:`` line equal to its data's ``type``; no ``[DONE]``.
+    Framing (``sse_frames``): every frame has an ``event:`` line equal to its data's ``type``;
+    no ``[DONE]``. A frame left open at the end is a violation, unless ``require_terminal=False``
+    accepts a cut stream (then the open frame is dropped, as a client drops it).
     """
     events = []
-    for pos, (name, data) in enumerate(_frames(raw)):
+    for pos, (name, data) in enumerate(sse_frames(raw, complete=require_terminal)):
         if data == b"[DONE]":
             raise StreamViolation(f"frame #{pos}: `data: [DONE]` is not sent on Responses streams")
         event = _parse(data, f"frame #{pos}")
@@ -770,11 +851,12 @@ def validate_chat_chunks(chunks: list[dict], *, expect_usage: bool | None = None
 def validate_chat_sse(raw: bytes, *, expect_usage: bool | None = None) -> list[dict]:
     """Parse a Chat SSE body, check framing and chunks, return the chunks (without [DONE]).
 
-    Framing: ``data:`` frames only (an ``event: error`` line is tolerated on an error frame),
-    ``data: [DONE]`` exactly once and last; it may be omitted only after an error frame.
+    Framing (``sse_frames``, complete stream): ``data:`` frames only (an ``event: error`` line
+    is tolerated on an error frame), ``data: [DONE]`` exactly once and last; it may be omitted
+    only after an error frame.
     """
     chunks: list[dict] = []
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     done_at = None
     for pos, (name, data) in enumerate(frames):
         if done_at is not None:

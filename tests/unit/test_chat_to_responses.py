@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.validators import validate_responses_events
+from tests.support.validators import validate_responses_events, validate_responses_sse
 from translators.chat_to_responses import ChatToResponsesStream, Phase
 from translators.errors import StreamStateError
 from translators.ids import SequentialIds
@@ -22,16 +23,28 @@ def ch(delta: dict, finish: str | None = None, **extra: object) -> dict:
     return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
 
 
+TERMINALS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def check(out: list[dict]) -> list[dict]:
+    """A finished stream: valid for the strict validator (as events and as the SSE bytes the
+    proxy writes), with exactly one terminal event, the last one."""
+    validate_responses_events(out)
+    body = b"".join(b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in out)
+    assert validate_responses_sse(body) == out
+    assert [e["type"] for e in out if e["type"] in TERMINALS] == [out[-1]["type"]]
+    return out
+
+
 def run(chunks: list[dict], clean: bool = True, **kw: object) -> list[dict]:
     m = machine(**kw)
     out = m.start()
     for c in chunks:
         out += m.feed(c)
-        if m.done:
-            return out
+        if m.done:  # an error chunk (or a terminal state) ends the stream early
+            return check(out)
     out += m.finish(clean=clean)
-    validate_responses_events(out)
-    return out
+    return check(out)
 
 
 def types(out: list[dict]) -> list[str]:
@@ -107,16 +120,35 @@ def test_legacy_function_call_delta() -> None:
 def test_upstream_error_chunk_fails_with_its_message() -> None:
     m = machine()
     out = m.start() + m.feed(ch({"content": "x"})) + m.feed({"error": {"message": "boom", "code": "overloaded"}})
-    validate_responses_events(out)
+    check(out)
     assert out[-2]["type"] == "error" and out[-2]["error"]["message"] == "boom"
     assert out[-1]["response"]["error"] == {"code": "overloaded", "message": "boom"}
     assert m.phase is Phase.FAILED
 
 
+def test_error_chunk_ends_the_run_early_with_a_valid_failed_stream() -> None:
+    """run() returns as soon as the machine is done; that stream is validated too."""
+    out = run([ch({"content": "x"}), {"error": {"message": "boom", "code": "overloaded"}}, ch({"content": "late"})])
+    assert types(out)[-2:] == ["error", "response.failed"]
+    assert out[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+@pytest.mark.parametrize("last", [
+    ch({"content": "x"}),
+    ch({"reasoning_content": "r"}),
+    ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{"}}]}),
+    ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "g", "arguments": "{"}}]}),
+], ids=["text", "reasoning", "function", "custom"])
+def test_unclean_end_is_a_valid_failed_stream(last: dict) -> None:
+    out = run([ch({"content": "a"}), last], clean=False, tools=ToolContext(custom_tools=frozenset({"g"})))
+    assert types(out)[-2:] == ["error", "response.failed"]
+    statuses = [item.get("status") for item in out[-1]["response"]["output"]]
+    assert statuses[-1] in ("incomplete", None)  # the cut item (reasoning carries no status)
+
+
 def test_calls_after_terminal_are_our_bug() -> None:
     m = machine()
-    m.start()
-    m.finish()
+    check(m.start() + m.finish())
     with pytest.raises(StreamStateError):
         m.feed(ch({"content": "x"}))
     with pytest.raises(StreamStateError):
@@ -128,13 +160,15 @@ def test_calls_after_terminal_are_our_bug() -> None:
 def test_fail_before_start_still_well_formed() -> None:
     m = machine()
     out = m.fail("upstream_idle_timeout", "silence")
-    validate_responses_events(out)
+    check(out)
+    assert out[-1]["type"] == "response.failed"
 
 
 def test_extra_choices_counted_not_mixed() -> None:
     m = machine()
     out = m.start() + m.feed({"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]})
     out += m.finish()
+    check(out)
     assert out[-1]["response"]["output"][0]["content"][0]["text"] == "a"
     assert m.diagnostics == {"extra_choice_ignored": 1}
 
@@ -163,8 +197,6 @@ delta_st = st.one_of(
 @given(st.lists(delta_st, max_size=12), st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"]),
        st.booleans(), st.integers(0, 1000))
 def test_random_streams_always_valid(deltas: list[dict], finish: str | None, clean: bool, seed: int) -> None:
-    import orjson
-
     from tests.support.splitting import split_points
 
     body = b"".join(b"data: " + orjson.dumps(ch(d)) + b"\n\n" for d in deltas)
@@ -179,6 +211,6 @@ def test_random_streams_always_valid(deltas: list[dict], finish: str | None, cle
         for p in pieces:
             out += pump.feed(p)
         out += pump.finish()
-        validate_responses_events(out)
+        check(out)
         results.append(out)
     assert results[0] == results[1]

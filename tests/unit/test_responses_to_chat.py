@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.validators import accumulate_chat, validate_chat_chunks
+from tests.support.validators import (
+    accumulate_chat,
+    validate_chat_chunks,
+    validate_chat_sse,
+)
 from translators.ids import SequentialIds
 from translators.options import MappingOptions
 from translators.responses_to_chat import ResponsesToChatStream
@@ -73,14 +78,33 @@ def machine(include_usage: bool = True, **opts: Any) -> ResponsesToChatStream:
                                  now=lambda: NOW, model="req-model")
 
 
-def run(events: list, *, include_usage: bool = True, finish: bool = True, **opts: Any
-        ) -> tuple[list[dict], ResponsesToChatStream]:
+def render_sse(chunks: list[dict]) -> bytes:
+    """The client body, as proxy/relay.py ``render_chat`` writes it: one ``data:`` frame per
+    chunk, then ``data: [DONE]`` when the stream ended cleanly. A stream that ends in an error
+    frame stops there (the validator accepts it with or without a following [DONE])."""
+    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
+    if chunks and not chunks[-1].get("error"):
+        body += b"data: [DONE]\n\n"
+    return body
+
+
+_FROM_INCLUDE_USAGE = object()
+
+
+def run(events: list, *, include_usage: bool = True, finish: bool = True,
+        expect_usage: Any = _FROM_INCLUDE_USAGE, **opts: Any) -> tuple[list[dict], ResponsesToChatStream]:
+    """Feed ``events``, finish the machine and check the whole client stream with the strict
+    chat validator (as SSE bytes). ``expect_usage`` defaults to ``include_usage``; pass None
+    where the upstream itself may lack usage (then no usage chunk can be sent)."""
     m = machine(include_usage, **opts)
     out: list[dict] = []
     for e in events:
         out += m.feed(e)
     if finish:
         out += m.finish()
+        assert m.done
+        usage = include_usage if expect_usage is _FROM_INCLUDE_USAGE else expect_usage
+        assert validate_chat_sse(render_sse(out), expect_usage=usage) == out
     return out, m
 
 
@@ -349,11 +373,14 @@ def test_custom_tool_call_input_only_in_the_done_item() -> None:
 ])
 def test_hosted_and_unknown_events_produce_nothing_and_are_counted(event: dict, key: str) -> None:
     m = machine()
-    m.feed(created())
+    out = m.feed(created())
     assert m.feed(event) == []
     assert m.feed(event) == []
     assert m.diagnostics == {key: 2}
-    assert not m.done and m.feed(completed())[-2]["choices"][0]["finish_reason"] == "stop"
+    assert not m.done
+    out += m.feed(completed())
+    assert out[-2]["choices"][0]["finish_reason"] == "stop"
+    validate_chat_sse(render_sse(out), expect_usage=True)
 
 
 def test_keepalive_is_harmless_and_a_non_object_event_is_a_protocol_error() -> None:
@@ -362,6 +389,7 @@ def test_keepalive_is_harmless_and_a_non_object_event_is_a_protocol_error() -> N
     out = m.feed(["not", "an", "object"])  # type: ignore[arg-type]
     assert out == [m.error] and out[0]["error"]["code"] == "upstream_protocol_error"
     assert m.done and m.diagnostics == {"malformed_event": 1}
+    validate_chat_sse(render_sse(out), expect_usage=True)
 
 
 # ---------------------------------------------------------------- wrong shapes end the stream as a failure
@@ -503,7 +531,7 @@ def test_no_usage_chunk_and_no_usage_key_unless_requested() -> None:
 
 
 def test_missing_upstream_usage_skips_the_usage_chunk_and_is_counted() -> None:
-    out, m = run([created(), completed(usage=None)])
+    out, m = run([created(), completed(usage=None)], expect_usage=None)  # nothing to report
     assert out[-1]["choices"][0]["finish_reason"] == "stop"
     assert m.diagnostics == {"usage_missing": 1}
 
@@ -549,20 +577,24 @@ def test_stream_ending_without_terminal_event_is_a_failure() -> None:
 
 def test_finish_after_done_and_clean_done_marker() -> None:
     m = machine()
-    m.feed(created())
-    assert m.finish(clean=True)[0]["error"]["code"] == "upstream_protocol_error"
+    out = m.feed(created())
+    tail = m.finish(clean=True)
+    assert tail[0]["error"]["code"] == "upstream_protocol_error"
+    validate_chat_sse(render_sse(out + tail), expect_usage=True)
     m2 = machine()
-    m2.feed(created())
-    m2.feed(completed())
+    out = m2.feed(created()) + m2.feed(completed())
     assert m2.finish() == [] and m2.finish(clean=False) == []
+    validate_chat_sse(render_sse(out), expect_usage=True)
 
 
 def test_fail_reports_the_driver_code_and_message() -> None:
     m = machine()
-    m.feed(created())
-    assert m.fail("upstream_timeout", "no data for 60s") == [{"error": {
+    out = m.feed(created())
+    tail = m.fail("upstream_timeout", "no data for 60s")
+    assert tail == [{"error": {
         "message": "no data for 60s", "type": "server_error", "param": None, "code": "upstream_timeout"}}]
     assert m.done and m.feed(text_delta("x")) == []
+    validate_chat_sse(render_sse(out + tail), expect_usage=True)
 
 
 # ---------------------------------------------------------------- property: chat -> Responses -> chat
@@ -677,7 +709,7 @@ def junk_events(draw: Any) -> Any:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(junk_events(), max_size=12))
 def test_junk_events_never_raise_and_the_stream_always_ends(events: list) -> None:
-    out, m = run(events)
+    out, m = run(events, expect_usage=None)  # junk terminal events may carry no usage
     assert m.done and out
     last = out[-1]
     assert "error" in last or last["choices"] == [] or last["choices"][0]["finish_reason"] is not None

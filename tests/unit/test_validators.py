@@ -4,17 +4,21 @@ breaks it and must be reported with a precise message."""
 from __future__ import annotations
 
 import copy
+import inspect
 import json
+import re
 from pathlib import Path
 from typing import Callable
 
 import orjson
 import pytest
 
+from tests.support.captures import CAPTURES, capture_path, captures_dir
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import (
     StreamViolation,
     accumulate_chat,
+    sse_frames,
     validate_chat_chunks,
     validate_chat_sse,
     validate_responses_events,
@@ -22,15 +26,12 @@ from tests.support.validators import (
 )
 from translators.sse import DONE_FRAME, SSEDecoder, encode_data, encode_named
 
-CAPTURES = Path("/work/shared/captures")
 RESP = CAPTURES / "responses"
 CHAT = CAPTURES / "chat"
 
 
 def _read(path: Path) -> bytes:
-    if not path.exists():
-        pytest.skip(f"capture {path} not available")
-    return path.read_bytes()
+    return capture_path(path).read_bytes()
 
 
 def _data_frames(raw: bytes) -> list[dict]:
@@ -592,6 +593,251 @@ def test_responses_sse_framing(raw: Callable[[list[dict]], bytes], fragment: str
 def test_responses_sse_allows_cut_stream_when_asked() -> None:
     events = build_responses()[:-3]
     assert validate_responses_sse(_named(events), require_terminal=False) == events
+
+
+# ---------------------------------------------------------------------------------------------
+# Item status (wire-spec 1.4 / 1.9; pitfalls.md: a missing item status breaks strict clients)
+# ---------------------------------------------------------------------------------------------
+
+def _status_everywhere(done_nth: int, value: object) -> Callable[[list[dict]], None]:
+    """Set (or, with None, delete) the status of the nth item on its done event and in the
+    terminal output, so only the check under test can fire."""
+    def mutate(ev: list[dict]) -> None:
+        for item in (ev[_find(ev, "response.output_item.done", done_nth)]["item"],
+                     ev[-1]["response"]["output"][done_nth]):
+            if value is None:
+                item.pop("status", None)
+            else:
+                item["status"] = value
+    return mutate
+
+
+STATUS_MUTATIONS: dict[str, tuple[Callable[[list[dict]], None], str]] = {
+    # missing on output_item.added
+    "added message without status": (_delete_key("response.output_item.added", "item.status", nth=1),
+                                     "added item (message) has no `status`"),
+    "added function_call without status": (_delete_key("response.output_item.added", "item.status", nth=2),
+                                           "added item (function_call) has no `status`"),
+    "added custom_tool_call without status": (_delete_key("response.output_item.added", "item.status", nth=3),
+                                              "added item (custom_tool_call) has no `status`"),
+    "added status null": (_set("response.output_item.added", "item.status", None, nth=2),
+                          "added item (function_call) has no `status`"),
+    # missing on output_item.done
+    "done message without status": (_status_everywhere(1, None), "done item (message) has no `status`"),
+    "done function_call without status": (_status_everywhere(2, None),
+                                          "done item (function_call) has no `status`"),
+    "done custom_tool_call without status": (_status_everywhere(3, None),
+                                             "done item (custom_tool_call) has no `status`"),
+    # missing in the terminal response.output only
+    "terminal message without status": (lambda ev: ev[-1]["response"]["output"][1].pop("status"),
+                                        "response.output[1] (message) has no `status`"),
+    "terminal function_call without status": (lambda ev: ev[-1]["response"]["output"][2].pop("status"),
+                                              "response.output[2] (function_call) has no `status`"),
+    "terminal custom_tool_call without status": (lambda ev: ev[-1]["response"]["output"][3].pop("status"),
+                                                 "response.output[3] (custom_tool_call) has no `status`"),
+    # values outside the allowed set
+    "added status queued": (_set("response.output_item.added", "item.status", "queued", nth=2),
+                            "added item has status 'queued', expected 'in_progress'"),
+    "added status incomplete": (_set("response.output_item.added", "item.status", "incomplete", nth=1),
+                                "added item has status 'incomplete', expected 'in_progress'"),
+    "done status failed": (_status_everywhere(1, "failed"),
+                           "done item has status 'failed', expected 'completed' or 'incomplete'"),
+    "done status searching": (_status_everywhere(3, "searching"),
+                              "done item has status 'searching', expected 'completed' or 'incomplete'"),
+    "done status wrong case": (_status_everywhere(2, "Completed"),
+                               "done item has status 'Completed'"),
+    "terminal status in_progress": (_terminal_output(2, "status", "in_progress"),
+                                    "response.output[2] has status 'in_progress'"),
+    # reasoning: status optional (real OpenAI items have none), but when sent it must be valid
+    "reasoning added completed": (_set("response.output_item.added", "item.status", "completed"),
+                                  "added item has status 'completed', expected 'in_progress'"),
+    "reasoning done in_progress": (_status_everywhere(0, "in_progress"), "done item still has status 'in_progress'"),
+    "reasoning done failed": (_status_everywhere(0, "failed"),
+                              "done item has status 'failed', expected 'completed' or 'incomplete'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATUS_MUTATIONS))
+def test_item_status_violation_is_reported(name: str) -> None:
+    mutate, fragment = STATUS_MUTATIONS[name]
+    events = build_responses()
+    mutate(events)
+    with pytest.raises(StreamViolation) as info:
+        validate_responses_events(events)
+    assert fragment in str(info.value), str(info.value)
+
+
+def test_item_status_good_values_pass() -> None:
+    # reasoning without status (as OpenAI sends it) is what build_responses emits
+    validate_responses_events(build_responses())
+    # reasoning with status, as DeepSeek / LM Studio send it
+    events = build_responses()
+    events[_find(events, "response.output_item.added")]["item"]["status"] = "in_progress"
+    _status_everywhere(0, "completed")(events)
+    validate_responses_events(events)
+    # items cut by a length limit or a failure are 'incomplete'
+    for terminal in ("incomplete", "failed"):
+        events = build_responses(terminal)
+        for nth in range(4):
+            _status_everywhere(nth, "incomplete")(events)
+        validate_responses_events(events)
+
+
+def _web_search_stream(added_item: dict, done_item: dict) -> list[dict]:
+    events = [
+        {"type": "response.created", "response": _response("in_progress", [])},
+        {"type": "response.in_progress", "response": _response("in_progress", [])},
+        {"type": "response.output_item.added", "output_index": 0, "item": added_item},
+        {"type": "response.output_item.done", "output_index": 0, "item": done_item},
+        {"type": "response.completed",
+         "response": _response("completed", [copy.deepcopy(done_item)], usage=copy.deepcopy(USAGE))},
+    ]
+    return _renumber(events)
+
+
+def test_web_search_call_status_is_required_and_may_be_failed() -> None:
+    base = {"id": "ws_1", "type": "web_search_call"}
+    action = {"action": {"type": "search", "query": "q"}}
+    validate_responses_events(_web_search_stream({**base, "status": "in_progress"},
+                                                 {**base, "status": "completed", **action}))
+    validate_responses_events(_web_search_stream({**base, "status": "in_progress"},
+                                                 {**base, "status": "failed", **action}))
+    with pytest.raises(StreamViolation, match=r"added item \(web_search_call\) has no `status`"):
+        validate_responses_events(_web_search_stream(dict(base), {**base, "status": "completed", **action}))
+    with pytest.raises(StreamViolation, match=r"done item \(web_search_call\) has no `status`"):
+        validate_responses_events(_web_search_stream({**base, "status": "in_progress"}, {**base, **action}))
+
+
+# ---------------------------------------------------------------------------------------------
+# The validator's own SSE frame parser
+# ---------------------------------------------------------------------------------------------
+
+def test_validator_does_not_use_the_project_sse_decoder() -> None:
+    from tests.support import validators
+    source = inspect.getsource(validators)
+    assert not re.search(r"^\s*(from|import)\s+translators", source, re.MULTILINE)
+
+
+def _with_line_ends(raw: bytes, end: bytes) -> bytes:
+    return raw.replace(b"\n", end)
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_sse_line_endings_are_equivalent(end: bytes) -> None:
+    events = build_responses()
+    assert validate_responses_sse(_with_line_ends(_named(events), end)) == events
+    chunks = build_chat()
+    assert validate_chat_sse(_with_line_ends(_data(chunks) + DONE_FRAME, end), expect_usage=True) == chunks
+
+
+def test_sse_mixed_line_endings() -> None:
+    events = build_responses()
+    frames = [encode_named(e["type"].encode(), orjson.dumps(e)) for e in events]
+    ends = [b"\n", b"\r\n", b"\r"]
+    raw = b"".join(f.replace(b"\n", ends[pos % 3]) for pos, f in enumerate(frames))
+    assert validate_responses_sse(raw) == events
+    # a CR and an LF that are not adjacent are two line ends: the frame ends at the blank line
+    assert sse_frames(b"data: a\r\n\rdata: b\n\r") == [(None, b"a"), (None, b"b")]
+
+
+@pytest.mark.parametrize("raw, frames", [
+    (b"data: x\n\n", [(None, b"x")]),
+    (b"data:x\n\n", [(None, b"x")]),  # the space is optional
+    (b"data:  x\n\n", [(None, b" x")]),  # only one space is removed
+    (b"data: x \n\n", [(None, b"x ")]),  # trailing space is kept
+    (b"event:e\ndata:x\n\n", [("e", b"x")]),
+    (b"event: e \ndata: x\n\n", [("e ", b"x")]),
+    (b"data: a\ndata: b\ndata:\n\n", [(None, b"a\nb\n")]),  # multi-line data joined with \n
+    (b"data:\n\n", [(None, b"")]),
+    (b": comment\n\n: another\ndata: x\n: inside a frame\n\n", [(None, b"x")]),
+    (b"\n\n\ndata: x\n\n\n\ndata: y\n\n", [(None, b"x"), (None, b"y")]),  # extra blank lines
+    (b"data: x\n\n: trailing comment\n", [(None, b"x")]),
+    (b"", []),
+])
+def test_sse_frames_accepts(raw: bytes, frames: list) -> None:
+    assert sse_frames(raw) == frames
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    # a trailing partial frame or line at the end of a complete stream
+    (b"data: x\n\ndata: y\n", "stream ends inside a frame"),
+    (b"data: x\n\ndata: y", "stream ends in the middle of a line"),
+    (b"data: x\n\nevent: e\n", "stream ends inside a frame"),
+    (b"data: x\n\n: keepalive", "stream ends in the middle of a line"),
+    (b"data: x\r\n\r\ndata: y\r\n", "stream ends inside a frame"),
+    # lines crossfeed never sends
+    (b"id: 1\ndata: x\n\n", "unexpected SSE line (field b'id')"),
+    (b"retry: 100\n\n", "unexpected SSE line (field b'retry')"),
+    (b"data x\n\n", "unexpected SSE line (field b'data x')"),
+    (b"Data: x\n\n", "unexpected SSE line (field b'Data')"),
+    (b" data: x\n\n", "unexpected SSE line"),
+    (b"event: a\nevent: b\ndata: x\n\n", "line 2: second `event:` line in one frame"),
+    (b"event: a\n\n", "line 2: frame with an `event:` line but no `data:` line"),
+    (b"event:\ndata: x\n\n", "line 1: empty event name"),
+    (b"event: \xff\ndata: x\n\n", "line 1: event name is not UTF-8"),
+    (b"\xef\xbb\xbfdata: x\n\n", "byte-order mark"),
+])
+def test_sse_frames_rejects(raw: bytes, fragment: str) -> None:
+    with pytest.raises(StreamViolation) as info:
+        sse_frames(raw)
+    assert fragment in str(info.value), str(info.value)
+
+
+def test_sse_frames_rejects_non_bytes() -> None:
+    with pytest.raises(StreamViolation, match="must be bytes"):
+        sse_frames("data: x\n\n")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 9], ids=["no final LF", "no blank line", "mid data"])
+def test_trailing_partial_frame_fails_a_complete_stream(cut: int) -> None:
+    events = build_responses()
+    raw = _named(events)[:-cut]
+    with pytest.raises(StreamViolation, match="stream ends in"):
+        validate_responses_sse(raw)
+    # a stream accepted as cut drops the open frame, as a client does when the connection ends
+    assert validate_responses_sse(raw, require_terminal=False) == events[:-1]
+    chunks = build_chat()
+    with pytest.raises(StreamViolation, match="stream ends in"):
+        validate_chat_sse((_data(chunks) + DONE_FRAME)[:-cut])
+
+
+def test_multiline_data_frames_validate() -> None:
+    """JSON split over several `data:` lines (newlines are JSON whitespace) is one event."""
+    events = build_responses()
+    raw = b"".join(b"event: " + e["type"].encode() + b"\ndata: "
+                   + orjson.dumps(e).replace(b",", b",\ndata: ", 1) + b"\n\n" for e in events)
+    assert validate_responses_sse(raw) == events
+
+
+def test_comments_and_keepalives_between_frames_validate() -> None:
+    events = build_responses()
+    raw = b": keepalive\n\n" + b": keepalive\n\n".join(
+        encode_named(e["type"].encode(), orjson.dumps(e)) for e in events)
+    assert validate_responses_sse(raw) == events
+    chunks = build_chat()
+    assert validate_chat_sse(b": hi\n\n" + _data(chunks) + b": bye\n\n" + DONE_FRAME) == chunks
+
+
+def test_framing_rule_violations_surface_through_the_public_functions() -> None:
+    events = build_responses()
+    raw = _named(events)
+    with pytest.raises(StreamViolation, match="second `event:` line"):
+        validate_responses_sse(b"event: response.created\n" + raw)
+    with pytest.raises(StreamViolation, match=r"field b'id'"):
+        validate_chat_sse(b"id: 7\n" + _data(build_chat()) + DONE_FRAME)
+
+
+def test_sse_frames_agree_with_a_whatwg_decoder_on_every_capture() -> None:
+    """Differential check on real bodies: the validator's parser and crossfeed's decoder (which
+    follows the WHATWG rules) must see the same frames; a disagreement is a bug in one of them."""
+    paths = sorted(captures_dir().glob("*/*.sse"))
+    assert paths, f"no captures under {CAPTURES}"
+    for path in paths:
+        raw = path.read_bytes()
+        decoder = SSEDecoder()
+        assert sse_frames(raw) == [*decoder.feed(raw), *decoder.finish()], path.name
+        for end in (b"\r\n", b"\r"):
+            assert sse_frames(_with_line_ends(raw, end)) == sse_frames(raw), (path.name, end)
 
 
 # ---------------------------------------------------------------------------------------------

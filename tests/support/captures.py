@@ -1,0 +1,55 @@
+"""The recorded provider streams: ``../shared/captures`` beside the repository (not part of it).
+
+Same rule as every other external resource (``require_service`` in ``tests/conftest.py``): when the
+directory is missing, a test that needs it is skipped locally with a hint and fails in CI (``CI``
+set). A file missing from a directory that is there is always a failure (a broken reference).
+
+Parametrizing over capture files happens at collection time, where a test cannot fail yet:
+``capture_files`` then returns one placeholder path, and the test fails or skips when it reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import require_service
+
+CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures"
+HINT = f"put the captures at {CAPTURES} (a sibling of the repository: ../shared/captures)"
+
+
+def captures_dir() -> Path:
+    """The captures directory; skips (locally) or fails (CI) when it is missing."""
+    if not CAPTURES.is_dir():
+        require_service("captures", HINT)
+    return CAPTURES
+
+
+def capture_path(relative: str | Path) -> Path:
+    """One capture file, e.g. ``capture_path("chat/deepseek-chat-length.sse")``."""
+    path = captures_dir() / relative
+    if not path.is_file():
+        pytest.fail(f"capture {path} is missing from {CAPTURES}")
+    return path
+
+
+def read_capture(relative: str | Path) -> bytes:
+    return capture_path(relative).read_bytes()
+
+
+def capture_files(pattern: str) -> list[Path]:
+    """Capture files matching a glob, for ``parametrize``. Never an empty list: without the
+    directory, or without a match, it is one placeholder that ``capture_path`` rejects at run time."""
+    found = sorted(CAPTURES.glob(pattern)) if CAPTURES.is_dir() else []
+    return found or [CAPTURES / pattern]
+
+
+def data_objects(raw: bytes) -> list[Any]:
+    """The JSON payloads of an SSE body's ``data:`` lines, ``[DONE]`` left out, read without
+    crossfeed's decoder (captures carry one ``data:`` line per frame)."""
+    payloads = [line[5:].strip() for line in raw.splitlines() if line.startswith(b"data:")]
+    return [orjson.loads(p) for p in payloads if p != b"[DONE]"]
