@@ -41,6 +41,7 @@ def test_bench_quick_run_completes_without_errors(tmp_path: Path) -> None:
         assert row["completed"] > 0, row
         assert row["cpu_us_per_chunk"] is not None, row
     # every paced stream was read to its end and carried timestamps for the latency figures
-    for row in rows:
-        if row["group"] == "paced":
-            assert row["lat_p50_ms"] is not None, row
+    paced = [row for row in rows if row["group"] == "paced"]
+    assert {(r["direction"], r["target"]) for r in paced} == seen, paced  # --quick has a paced cell
+    for row in paced:
+        assert row["lat_p50_ms"] is not None, row

@@ -166,14 +166,14 @@ class ChatToResponsesStream:
             raise StreamStateError(f"feed() in phase {self.phase.value}")
         out = self._out = []
         try:
-            error = chunk.get("error")
-            if error:
-                return self._fail_upstream(error)
             usage = chunk.get("usage")
             if usage:
                 if usage.__class__ is not dict:
                     raise UpstreamProtocolError("a usage that is not an object")
                 self._usage = usage
+            error = chunk.get("error")
+            if error:  # after the usage: a failing chunk may still say what was spent (OpenRouter)
+                return self._fail_upstream(error)
             choices = chunk.get("choices")
             if choices:
                 if choices.__class__ is not list:

@@ -36,7 +36,7 @@ class ThinkSplitter:
         out: list[tuple[str, str]] = []
         if state == _START:
             stripped = held.lstrip()
-            if not stripped or OPEN.startswith(stripped):
+            if not stripped or (len(stripped) < len(OPEN) and OPEN.startswith(stripped)):
                 self._held = held  # too short to decide
                 return out
             if not stripped.startswith(OPEN):

@@ -156,7 +156,7 @@ async def test_fault(fault: str, direction: str, stream: bool, fault_upstream: F
     config = fault_config(fault_upstream.base_url, direction)
     bound = BIG_BOUND if fault in ("huge_line", "tiny_chunks") else BOUND
     async with running_proxy(config) as proxy, aiohttp.ClientSession() as session:
-        out, took = await call(session, proxy.url, direction, f"fault:{fault}", stream, bound)
+        out, _ = await call(session, proxy.url, direction, f"fault:{fault}", stream, bound)  # fails past `bound`
         assert_expected(fault, direction, stream, out)
         # the upstream request is closed within seconds once the client has its answer
         assert await fault_upstream.wait_idle(UPSTREAM_CLOSED_WITHIN), \
@@ -168,7 +168,6 @@ async def test_fault(fault: str, direction: str, stream: bool, fault_upstream: F
         assert nxt.kind == "success" and nxt.text == TEXT, f"next normal request: {nxt.kind} {nxt.status} " \
                                                            f"{nxt.error or nxt.raw[:200]!r}"
         assert await fault_upstream.wait_idle(UPSTREAM_CLOSED_WITHIN)
-    assert took < bound
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)

@@ -8,32 +8,37 @@ and ``expected.jsonl`` (one event per line). Each case is fed whole,
 byte by byte, and at 20 seeded random split points: the outputs must be identical, match the
 expected file, and pass the strict validator. ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the
 expected files for review in the diff.
+
+The expected files are the code's own output, reviewed once; so each capture is also checked
+against what a client would accumulate from the upstream chunks directly (``test_agrees_with_upstream``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
+from tests.support.captures import data_objects, read_capture
 from tests.support.splitting import byte_by_byte, split_points
-from tests.support.validators import validate_responses_events
+from tests.support.validators import accumulate_chat, validate_responses_events
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.ids import SequentialIds
 from translators.options import ToolContext
 from translators.pump import Pump
 
 CASES = Path(__file__).parent / "cases" / "chat_to_responses"
-CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures"
 UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
 
 
 def upstream_bytes(case: Path) -> bytes:
     if (case / "upstream.sse").exists():
         return (case / "upstream.sse").read_bytes()
-    return (CAPTURES / (case / "source.txt").read_text().strip()).read_bytes()
+    return read_capture((case / "source.txt").read_text().strip())
 
 
 def translate(case: Path, pieces: list[bytes]) -> list[dict]:
@@ -74,3 +79,107 @@ def test_golden(case: Path) -> None:
     assert translate(case, byte_by_byte(data)) == whole
     for seed in range(20):
         assert translate(case, split_points(data, seed, 1 + seed * 3)) == whole, f"split seed {seed}"
+
+
+# -- independent check: the upstream chunks accumulated directly, against the final Response ---------
+
+# kimi-k2 on Avian sends whitespace-only content between its parallel tool calls; the translator
+# drops it on purpose rather than open an empty-looking message between the calls
+# (translators/chat_to_responses.py, ``_text``).
+WHITESPACE_AFTER_CALLS_DROPPED = {"avian-kimik25-reasoning-details-parallel-tools"}
+RESPONSE_STATUS = {"stop": ("completed", None), "tool_calls": ("completed", None),
+                   "length": ("incomplete", "max_output_tokens"),
+                   "content_filter": ("incomplete", "content_filter")}
+
+
+def _details_text(details: Any) -> str | None:
+    """Readable text of ``reasoning_details`` entries; encrypted entries carry none."""
+    entries = [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
+    texts = [t for t in (d.get("text") or d.get("summary") for d in entries) if isinstance(t, str)]
+    return "".join(texts) if texts else None
+
+
+def _normalized(chunk: dict) -> dict:
+    """One upstream chunk in the plain shape ``accumulate_chat`` reads, each provider quirk (see
+    ../shared/captures/README.md) undone explicitly; reasoning goes to ``_reasoning``."""
+    if chunk.get("error"):
+        # An error chunk ends the answer; the usage it may carry (openrouter-minimax-error-midstream)
+        # is still reported on the failed Response.
+        return {"error": chunk["error"], "usage": chunk.get("usage")}
+    # Groq reports usage under x_groq (groq-compound-executed-tools, groq-r1distill-inline-think).
+    usage = chunk.get("usage") or (chunk.get("x_groq") or {}).get("usage")
+    choices = []
+    # One Response is one answer: choices other than index 0 are ignored
+    # (openai-gpt4o-n3-multiple-choices).
+    for choice in [c for c in chunk.get("choices") or [] if c.get("index", 0) == 0]:
+        delta = dict(choice.get("delta") or {})
+        content = delta.get("content")
+        if isinstance(content, list):  # Mistral: content parts; `thinking` parts are reasoning
+            delta["content"] = "".join(p["text"] for p in content if p.get("type") == "text")
+            delta["reasoning_content"] = "".join(t["text"] for p in content if p.get("type") == "thinking"
+                                                 for t in p["thinking"]) or None
+        # Reasoning: the first present of reasoning_content, reasoning, reasoning_details (providers
+        # that send the same text in two spellings, like Avian or OpenRouter, are not doubled).
+        for text in (delta.get("reasoning_content"), delta.get("reasoning"),
+                     _details_text(delta.get("reasoning_details"))):
+            if isinstance(text, str):
+                delta["_reasoning"] = text
+                break
+        # Mistral sends tool calls without `index`: their position in the list is the index.
+        delta["tool_calls"] = [{"index": i, **f} for i, f in enumerate(delta.get("tool_calls") or [])]
+        choices.append({**choice, "delta": delta})
+    return {"choices": choices, "usage": usage}
+
+
+def upstream_answer(case: Path, data: bytes) -> dict:
+    """What a client accumulates from the upstream chat stream, read without the translator."""
+    chunks = [_normalized(chunk) for chunk in data_objects(data)]
+    if case.name in WHITESPACE_AFTER_CALLS_DROPPED:
+        called = False
+        for chunk in chunks:
+            for delta in [choice["delta"] for choice in chunk["choices"]]:
+                called = called or bool(delta["tool_calls"])
+                if called and isinstance(delta.get("content"), str) and not delta["content"].strip():
+                    del delta["content"]
+    acc = accumulate_chat(chunks, reasoning_field="_reasoning")
+    text, reasoning = acc["content"] or "", acc["reasoning"]
+    if (case / "think_tags").exists():  # the upstream's think_tags option splits inline <think> off
+        think = re.fullmatch(r"\s*<think>(.*?)</think>\s*(.*)", text, re.DOTALL)
+        assert think, "a think_tags case whose content has no <think>...</think>"
+        reasoning, text = (reasoning or "") + think[1], think[2]
+    if acc["error"] is not None:
+        status = ("failed", None)
+    elif acc["finish_reason"] is None:  # no finish_reason (snowflake): completed if [DONE] came
+        status = ("completed", None) if b"data: [DONE]" in data else ("failed", None)
+    else:
+        status = RESPONSE_STATUS[acc["finish_reason"]]
+    usage = acc["usage"]
+    if usage is None:  # nothing reported upstream: a failed Response says so, the others count 0
+        tokens = None if status[0] == "failed" else (0, 0)
+    else:
+        tokens = (usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0)
+    return {"status": status, "text": text, "refusal": acc["refusal"] or "", "reasoning": reasoning,
+            "calls": [(c["name"], c["arguments"]) for c in acc["tool_calls"]], "tokens": tokens}
+
+
+def response_answer(response: dict) -> dict:
+    """The same fields, read from the translated final Response."""
+    output = response["output"]
+    parts = [p for item in output if item["type"] == "message" for p in item["content"]]
+    reasoning = [p["text"] for item in output if item["type"] == "reasoning" for p in item.get("content") or []]
+    usage = response.get("usage")
+    return {"status": (response["status"], (response.get("incomplete_details") or {}).get("reason")),
+            "text": "".join(p["text"] for p in parts if p["type"] == "output_text"),
+            "refusal": "".join(p["refusal"] for p in parts if p["type"] == "refusal"),
+            "reasoning": "".join(reasoning) if reasoning else None,
+            "calls": [(item["name"], item["arguments"]) for item in output if item["type"] == "function_call"],
+            "tokens": usage and (usage["input_tokens"], usage["output_tokens"])}
+
+
+@pytest.mark.parametrize("case", [c for c in case_dirs() if (c / "source.txt").exists()], ids=lambda p: p.name)
+def test_agrees_with_upstream(case: Path) -> None:
+    """The final Response holds what the upstream chunks say, accumulated independently."""
+    data = upstream_bytes(case)
+    final = translate(case, [data])[-1]
+    assert final["type"] in ("response.completed", "response.incomplete", "response.failed")
+    assert response_answer(final["response"]) == upstream_answer(case, data)

@@ -2,11 +2,12 @@
 
 Each case directory under ``cases/responses_to_chat/`` holds ``request.json`` (the chat client's
 request this stream answers; ``stream_options.include_usage`` decides the usage chunk), either
-``source.txt`` (a capture under ../shared/captures) or ``upstream.sse`` (a hand-made stream for a
-case no capture covers), and ``expected.jsonl`` (one chunk per line; the driver's ``data: [DONE]``
-is not part of it). Each case is fed whole, byte by byte and at 20 seeded random split points
-through the production ``Pump``: the outputs must be identical, match the expected file and pass
-the strict chat validator. ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the expected files for review.
+``source.txt`` (a capture under ../shared/captures, see ``tests/support/captures.py``) or
+``upstream.sse`` (a hand-made stream for a case no capture covers), and ``expected.jsonl`` (one
+chunk per line; the driver's ``data: [DONE]`` is not part of it). Each case is fed whole, byte by
+byte and at 20 seeded random split points through the production ``Pump``: the outputs must be
+identical, match the expected file and pass the strict chat validator.
+``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the expected files for review.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.support.captures import read_capture
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import accumulate_chat, validate_chat_chunks
 from translators.chat_bodies import ResponseFailed, response_to_chat_completion
@@ -29,7 +31,6 @@ from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import SSEDecoder
 
 CASES = Path(__file__).parent / "cases" / "responses_to_chat"
-CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures"
 UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
 OPTIONS = MappingOptions()
 
@@ -41,10 +42,7 @@ def case_dirs() -> list[Path]:
 def upstream_bytes(case: Path) -> bytes:
     if (case / "upstream.sse").exists():
         return (case / "upstream.sse").read_bytes()
-    path = CAPTURES / (case / "source.txt").read_text().strip()
-    if not path.exists():
-        pytest.skip(f"capture {path} not available")
-    return path.read_bytes()
+    return read_capture((case / "source.txt").read_text().strip())
 
 
 def request_of(case: Path) -> dict:
@@ -81,14 +79,37 @@ def test_golden(case: Path) -> None:
         assert translate(case, split_points(data, seed, 1 + seed * 3))[0] == whole, f"split seed {seed}"
 
 
+def expected_usage(case: Path, final: dict) -> dict | None:
+    """The usage chunk a chat client must get, decided from the request and the upstream's own
+    final Response alone: None unless the client asked and that Response carries usage; else the
+    documented mapping (docs/reverse-mapping.md), written out here independently of the translator."""
+    usage = final.get("usage")
+    if not include_usage(request_of(case)) or usage is None:
+        return None
+    idet = usage.get("input_tokens_details") or {}
+    prompt_details = {"cached_tokens": idet.get("cached_tokens") or 0}
+    if "cache_write_tokens" in idet:
+        prompt_details["cache_write_tokens"] = idet["cache_write_tokens"]
+    return {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["total_tokens"], "prompt_tokens_details": prompt_details,
+            "completion_tokens_details": {
+                "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0}}
+
+
 @pytest.mark.parametrize("case", case_dirs(), ids=lambda p: p.name)
 def test_usage_chunk_follows_the_request(case: Path) -> None:
-    """The usage chunk is there exactly when the client asked and the upstream reported usage."""
-    chunks, machine = translate(case, [upstream_bytes(case)])
-    if chunks[-1].get("error"):
+    """The usage chunk is there exactly when the client asked and the upstream reported usage,
+    and it carries the upstream's counts."""
+    data = upstream_bytes(case)
+    final = _terminal_response(data)
+    chunks, _ = translate(case, [data])
+    if final is None or final["status"] == "failed":
+        # No answer to count: the stream ends in an error frame and never in a usage chunk.
+        assert chunks[-1].get("error") and all(c.get("usage") is None for c in chunks)
         return
-    wanted = include_usage(request_of(case)) and "usage_missing" not in machine.diagnostics
-    validate_chat_chunks(chunks, expect_usage=wanted)
+    wanted = expected_usage(case, final)
+    validate_chat_chunks(chunks, expect_usage=wanted is not None)
+    assert accumulate_chat(chunks)["usage"] == wanted
 
 
 @pytest.mark.parametrize("case", case_dirs(), ids=lambda p: p.name)
@@ -137,4 +158,4 @@ def test_stream_agrees_with_final_response(case: Path) -> None:
     assert acc["tool_calls"] == calls
     annotations = [a for c in chunks for ch in c.get("choices", []) for a in ch["delta"].get("annotations", [])]
     assert annotations == message.get("annotations", [])
-    assert acc["usage"] is None or acc["usage"] == completion.get("usage")
+    assert acc["usage"] == expected_usage(case, final)

@@ -6,7 +6,6 @@ Every streamed body these tests receive is also checked by the strict validator 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import aiohttp
 import openai
@@ -14,12 +13,17 @@ import orjson
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
-
-CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures" / "chat"
+from tests.support.captures import data_objects, read_capture
+from tests.support.validators import accumulate_chat
 
 
 def capture(name: str, **kw: object) -> SSEReply:
-    return SSEReply((CAPTURES / name).read_bytes(), **kw)  # type: ignore[arg-type]
+    return SSEReply(read_capture(f"chat/{name}"), **kw)  # type: ignore[arg-type]
+
+
+def capture_text(name: str) -> str:
+    """The answer text of a chat capture, accumulated from its chunks without crossfeed."""
+    return accumulate_chat(data_objects(read_capture(f"chat/{name}")))["content"]
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
@@ -47,7 +51,8 @@ async def test_stream_text_create(client: openai.AsyncOpenAI, upstream: FakeUpst
             text.append(ev.delta)
     assert types[:2] == ["response.created", "response.in_progress"]
     assert types[-1] == "response.completed"
-    assert "".join(text) and types.count("response.output_item.added") == 1
+    assert "".join(text) == capture_text("openai-gpt4o-text-usage.sse")
+    assert types.count("response.output_item.added") == 1
     sent = upstream.requests[-1].body
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
     assert sent["messages"] == [{"role": "user", "content": "Say hello"}]
@@ -262,7 +267,7 @@ async def test_unknown_path_and_method_get_envelope(proxy) -> None:
 
 
 async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    raw = (CAPTURES / "openai-gpt4o-text-usage.sse").read_bytes()
+    raw = read_capture("chat/openai-gpt4o-text-usage.sse")
     upstream.reply(JSONReply({"object": "list", "data": [{"id": "m1", "object": "model", "created": 0, "owned_by": "x"}]}),
                    SSEReply(raw, seed=4))
     models = await client.models.list()
@@ -270,7 +275,7 @@ async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream
     stream = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
                                                   stream=True, stream_options={"include_usage": True})
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
-    assert text
+    assert text == capture_text("openai-gpt4o-text-usage.sse")
     assert upstream.requests[-1].path == "/v1/chat/completions"
     assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "hi"}]
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import openai
 import orjson
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
-
-CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures" / "responses"
+from tests.support.captures import data_objects, read_capture
 
 
 @pytest.fixture
@@ -19,7 +16,12 @@ def proxy_overrides() -> dict[str, object]:
 
 
 def capture(name: str, **kw: object) -> SSEReply:
-    return SSEReply((CAPTURES / name).read_bytes(), **kw)  # type: ignore[arg-type]
+    return SSEReply(read_capture(f"responses/{name}"), **kw)  # type: ignore[arg-type]
+
+
+def capture_deltas(name: str, event_type: str) -> str:
+    """The joined ``delta`` of one event type in a Responses capture, read without crossfeed."""
+    return "".join(e["delta"] for e in data_objects(read_capture(f"responses/{name}")) if e["type"] == event_type)
 
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Add 2 and 3, multiply 2 and 3"}]
@@ -33,7 +35,7 @@ async def test_stream_text_with_usage(client: openai.AsyncOpenAI, upstream: Fake
                                                   stream_options={"include_usage": True})
     chunks = [c async for c in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text
+    assert text == capture_deltas("openai-gpt4omini-text-logprobs.sse", "response.output_text.delta")
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finish == ["stop"]
@@ -65,7 +67,8 @@ async def test_reasoning_reaches_chat_clients(client: openai.AsyncOpenAI, upstre
         if c.choices:
             extra = c.choices[0].delta.model_extra or {}
             reasoning.append(extra.get("reasoning_content") or "")
-    assert "".join(reasoning)
+    assert "".join(reasoning) == capture_deltas("deepseek-v4flash-responses-reasoning-text.sse",
+                                                "response.reasoning_text.delta")
 
 
 async def test_non_streaming(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:

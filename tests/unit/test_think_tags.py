@@ -47,5 +47,16 @@ def test_nothing_lost_or_invented(text: str, seed: int) -> None:
     pieces = [p.decode() for p in split_points(text.encode(), seed, 1 + seed % 9)]
     assert split(text, pieces) == whole
     # every character is accounted for: the tags and the whitespace the rules drop, nothing else
-    rebuilt = whole["reasoning"] + whole["text"]
-    assert len(rebuilt) <= len(text)
+    assert whole == documented_split(text)
+
+
+def documented_split(text: str) -> dict[str, str]:
+    """The rules of translators/think_tags.py, applied to the whole text at once: only a
+    ``<think>`` that opens the content (after whitespace) starts reasoning; it ends at the first
+    ``</think>``, whitespace right after that is dropped and the rest is text; an unclosed
+    ``<think>`` is all reasoning."""
+    head = text.lstrip()
+    if not head.startswith("<think>"):
+        return {"reasoning": "", "text": text}
+    reasoning, closed, rest = head[len("<think>"):].partition("</think>")
+    return {"reasoning": reasoning, "text": rest.lstrip() if closed else ""}
