@@ -125,7 +125,9 @@ def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], An
     one made through a Responses upstream is kept by that upstream. Where the id lives is not
     known, so the places are asked in turn until one knows it: first the default upstream's
     (crossfeed's store for a chat upstream, else that upstream), then the store if any upstream
-    speaks chat, then every other Responses upstream. The last "not found" is the answer."""
+    speaks chat, then every other Responses upstream. The first place's answer stands unless it
+    is a 404; a later place that fails (unreachable, 5xx) is logged and skipped, so the answer
+    is then the first place's 404."""
 
     async def route(request: web.Request) -> web.StreamResponse:
         config = request.app[CONFIG]
@@ -134,15 +136,21 @@ def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], An
         if None not in places and any(u.api == "chat" for u in config.upstreams):
             places.append(None)
         places += [u for u in config.upstreams if u.api == "responses" and u is not default]
-        for n, up in enumerate(places, 1):
+        not_found: ProxyError | None = None
+        for up in places:
             try:
                 if up is None:
                     return await handler(request)  # type: ignore[no-any-return]
                 return await passthrough(request, upstream=up)
-            except (ClientRequestError, UpstreamHTTPError) as exc:
-                if exc.status != 404 or n == len(places):
-                    raise
-        raise AssertionError("unreachable: the places are never empty")
+            except ProxyError as exc:
+                if not_found is None and exc.status != 404:
+                    raise  # the first place's own answer
+                if exc.status == 404:
+                    not_found = not_found or exc
+                else:
+                    log.info("stored.lookup_failed", upstream=up.name if up else "store", status=exc.status)
+        assert not_found is not None
+        raise not_found
 
     return route
 

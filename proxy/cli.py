@@ -25,6 +25,7 @@ from typing import Any
 from .config import Config, load_config
 from .errors import ConfigError
 from .logs import configure_logging, log
+from .store import StoreError
 
 CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts its file there)
 
@@ -49,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file and print the resolved routing table",
                            description="Load FILE the way `serve --config FILE` does (CROSSFEED_* environment "
                            "variables applied), report the first problems by key path (exit 2), or print "
-                           "the resolved routing table (exit 0). Secrets are shown only by variable name.")
+                           "the resolved routing table: exit 0 when `serve` would start with it here, 1 when "
+                           "this environment lacks what the file names (inbound keys, a Redis URL). Secrets "
+                           "are shown only by variable name.")
     check.add_argument("file", type=Path, metavar="FILE")
 
     demo = sub.add_parser("demo", help="see crossfeed work: a scripted chat backend, crossfeed in front of it, "
@@ -137,7 +140,7 @@ def serve(args: argparse.Namespace) -> int:
         asyncio.run(_serve(config))
     except KeyboardInterrupt:
         pass
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:  # found at start-up: before or while opening the listener
         print(f"crossfeed: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -173,7 +176,11 @@ async def _serve(config: Config) -> None:
         loop.add_signal_handler(sig, stop.set)
     app = create_app(config, environ=os.environ)
     runner = make_runner(app, config)
-    await runner.setup()
+    try:
+        await runner.setup()  # opens the upstream session, then the store: may fail (StoreError)
+    except BaseException:
+        await runner.cleanup()  # closes whatever had been opened
+        raise
     site = web.TCPSite(runner, config.server.host, config.server.port)
     try:
         await site.start()
@@ -208,7 +215,31 @@ def check_config(path: Path, environ: Mapping[str, str], out: Any = None) -> int
         return 2
     for line in routing_table(config, path, environ):
         print(line, file=out)
+    problems = environment_problems(config, environ)
+    if problems:
+        print(f"crossfeed check-config: {path} is valid, but `crossfeed serve` would refuse to start "
+              "in this environment:", file=sys.stderr)
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
     return 0
+
+
+def environment_problems(config: Config, environ: Mapping[str, str]) -> list[str]:
+    """What in this environment stops ``serve`` with this config (the checks it makes at start)."""
+    from .guard import inbound_keys
+    from .store import open_store
+
+    problems = []
+    try:
+        inbound_keys(config, environ)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    try:
+        open_store(config.store, env=environ)  # builds the backend object only: opens nothing
+    except StoreError as exc:
+        problems.append(str(exc))
+    return problems
 
 
 def _secs(value: Any) -> str:
@@ -241,7 +272,7 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     elif environ.get(keys_env):
         auth = f"keys from ${keys_env} (set)"
     else:
-        auth = f"keys from ${keys_env}, NOT SET in this environment: requests would not be authenticated"
+        auth = f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them"
     lines.append(f"  inbound auth: {auth}")
     lg = config.logging
     lines.append(f"logging: level {lg.level}, format {lg.format}")
@@ -251,8 +282,8 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
         where = getattr(store, "data_dir", None) if backend == "sqlite" else None
         lines.append(f"response store: {backend}" + (f" in {where}" if where else ""))
     lines.append("")
-    lines.append("upstreams (a request's model goes to the first upstream that lists it; "
-                 "unlisted models go to the default):")
+    lines.append("upstreams (a model goes to the first upstream listing its exact name, else the first with a "
+                 "matching pattern, else the default, else the first listing *):")
     for n, u in enumerate(config.upstreams, 1):
         mark = "  [default]" if u.default else ""
         lines.append(f"  {n}. {u.name}{mark}")
@@ -264,7 +295,9 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             lines.append(f"       renames   {renames}")
         if u.api_key_env:
             key = f"from {_env_state(u.api_key_env, environ)}"
-        elif getattr(u, "pass_client_key", True):
+        elif keys_env and u.pass_client_key:
+            key = "none (clients send crossfeed's inbound keys, which are never passed on)"
+        elif u.pass_client_key:
             key = "the client's key is passed through"
         else:
             key = "none"
@@ -281,7 +314,9 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             extras.append("extra headers " + ", ".join(sorted(u.headers)))  # names only: values may be secret
         lines.append(f"       other     {'; '.join(extras)}")
     default = next((u for u in config.upstreams if u.default), None)
+    star = next((u for u in config.upstreams if "*" in u.models), None)
     lines.append("")
     lines.append("unknown models: " + (f"-> {default.name} (default)" if default
-                                       else "404 model_not_found (no upstream is marked default)"))
+                                       else f"-> {star.name} (lists *)" if star
+                                       else "404 model_not_found (no upstream is marked default or lists *)"))
     return lines

@@ -31,10 +31,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import require_service
+from tests.support.captures import capture_path
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURES = ROOT.parent / "shared" / "captures"
 SECRET = "sk-this-value-must-never-be-printed"
 
 
@@ -111,11 +112,13 @@ def test_check_config_environment_applies_and_unset_keys_are_flagged(tmp_path: P
     path = write(tmp_path, GOOD)
     env = base_env(tmp_path) | {"CROSSFEED_PORT": "7001"}
     r = cli("check-config", str(path), env=env)
-    assert r.returncode == 0, r.stderr.decode()
+    # The file is valid, but serve would refuse to start without the inbound keys it names: exit 1.
+    assert r.returncode == 1, r.stderr.decode()
     out = r.stdout.decode()
     assert "listen 127.0.0.1:7001" in out and "CROSSFEED_PORT" in out
-    assert "$TEST_HOSTED_KEY (NOT SET" in out
-    assert "requests would not be authenticated" in out
+    assert "$TEST_HOSTED_KEY (NOT SET" in out  # a backend key: reported, not a start-up problem
+    assert "NOT SET in this environment: serve refuses to start without them" in out
+    assert "TEST_INBOUND_KEYS" in r.stderr.decode() and "TEST_HOSTED_KEY" not in r.stderr.decode()
 
 
 def test_check_config_without_default_says_404(tmp_path: Path) -> None:
@@ -180,12 +183,16 @@ def test_check_config_missing_file(tmp_path: Path) -> None:
 
 
 def test_deploy_sample_configs_are_valid(tmp_path: Path) -> None:
-    r = cli("check-config", str(ROOT / "deploy" / "crossfeed.toml"), env=base_env(tmp_path))
+    # The samples name CROSSFEED_INBOUND_KEYS, which their deployments set (a Secret, `-e`).
+    env = base_env(tmp_path) | {"CROSSFEED_INBOUND_KEYS": "sk-sample"}
+    r = cli("check-config", str(ROOT / "deploy" / "crossfeed.toml"), env=env)
     assert r.returncode == 0, r.stderr.decode()
+    bare = cli("check-config", str(ROOT / "deploy" / "crossfeed.toml"), env=base_env(tmp_path))
+    assert bare.returncode == 1 and "CROSSFEED_INBOUND_KEYS" in bare.stderr.decode()
     # The TOML embedded in the Kubernetes ConfigMap (the block under `config.toml: |`).
     text = (ROOT / "deploy" / "kubernetes-sidecar.yaml").read_text()
     block = text.split("config.toml: |\n", 1)[1].split("\n---", 1)[0]
-    r = cli("check-config", str(write(tmp_path, block, "configmap.toml")), env=base_env(tmp_path))
+    r = cli("check-config", str(write(tmp_path, block, "configmap.toml")), env=env)
     assert r.returncode == 0, r.stderr.decode()
     assert "http://127.0.0.1:8000/v1" in r.stdout.decode()
 
@@ -261,10 +268,7 @@ RESPONSES_CASES = ["openai-gpt4o-function-call-no-seq", "azure-gpt5mini-reasonin
 
 
 def capture(kind: str, name: str) -> Path:
-    path = CAPTURES / kind / f"{name}.sse"
-    if not path.exists():
-        pytest.skip(f"capture {path} not present")
-    return path
+    return capture_path(f"{kind}/{name}.sse")
 
 
 @pytest.mark.parametrize("name", CHAT_CASES)
@@ -496,7 +500,7 @@ def test_deploy_examples_use_the_probes() -> None:
     try:
         import yaml
     except ImportError:
-        return
+        require_service("pyyaml", "pip install -e '.[test]' (pyyaml is in the test extra)")
     docs = list(yaml.safe_load_all(k8s))
     assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service"]
     assert set(yaml.safe_load(compose)["services"]) >= {"crossfeed", "ollama"}

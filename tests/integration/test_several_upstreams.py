@@ -176,3 +176,18 @@ async def test_inbound_key_never_reaches_a_backend(two, tmp_path: Path, backend_
     assert resp.requests[0].headers.get("Authorization") is None
     assert all("sk-crossfeed-own" not in str(r.headers) for r in chat.requests + resp.requests)
     validate_captured(captured)
+
+
+async def test_an_unreachable_second_place_does_not_hide_the_404(two, tmp_path: Path) -> None:
+    chat, resp = two
+    await resp.close()  # the Responses upstream is down
+    handle = await proxy_for(tmp_path, chat, resp, default="chat")
+    captured: list[Captured] = []
+    c = sdk(handle, captured)
+    try:
+        with pytest.raises(openai.NotFoundError) as info:
+            await c.responses.retrieve("resp_nowhere")
+        assert info.value.code == "not_found"
+    finally:
+        await c.close()
+        await handle.runner.cleanup()
