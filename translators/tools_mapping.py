@@ -7,6 +7,8 @@ Also holds the small type checks shared with ``responses_request``: each raises
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 from .errors import InvalidRequest, json_kind
@@ -127,11 +129,24 @@ def map_text(text: Any, chat: dict[str, Any], ignored: list[str]) -> None:
 
 # ---------------------------------------------------------------- tools
 
+_CHAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what Chat Completions accepts as a function name
+
+
 def flat_name(namespace: str, member: str) -> str:
     """Chat function name for a namespace member: ``ns__member`` (``mcp__demo__`` + ``x`` ->
-    ``mcp__demo__x``: a namespace already ending in the separator is not doubled)."""
+    ``mcp__demo__x``: a namespace already ending in the separator is not doubled).
+
+    Chat function names are at most 64 characters of ``[A-Za-z0-9_-]``, where each Responses
+    name may be that long on its own (``mcp__google_workspace__`` + a long member). A joined
+    name that does not fit is cut and made unique with a hash of the whole: the same pair
+    always gives the same name (history replay relies on it), and calls map back through the
+    request's tool table, never by splitting the name."""
     sep = "" if namespace.endswith(NAMESPACE_SEPARATOR) else NAMESPACE_SEPARATOR
-    return f"{namespace}{sep}{member}"
+    name = f"{namespace}{sep}{member}"
+    if _CHAT_NAME.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', name)[:55]}_{digest}"
 
 
 def strict_conformant(schema: Any) -> bool:

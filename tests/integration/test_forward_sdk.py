@@ -14,7 +14,9 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
-from tests.support.validators import accumulate_chat
+from tests.support.validators import accumulate_chat, validate_responses_sse
+
+TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 
 
 def capture(name: str, **kw: object) -> SSEReply:
@@ -116,13 +118,33 @@ async def test_tool_call_round_trip(client: openai.AsyncOpenAI, upstream: FakeUp
 
 
 async def test_midstream_error_raises_and_ends_with_failed(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                           captured: list) -> None:
-    upstream.reply(capture("groq-gptoss-error-event-after-text.sse", seed=2))
+                                                           proxy, captured: list) -> None:
+    upstream.reply(capture("groq-gptoss-error-event-after-text.sse", seed=2),
+                   capture("groq-gptoss-error-event-after-text.sse", seed=7))
     stream = await client.responses.create(model="m", input="x", stream=True)
     with pytest.raises(openai.APIError) as info:
         async for _ in stream:
             pass
     assert "Tool choice is required" in str(info.value)
+    # The SDK stops reading at the `error` event, so what follows it is read here, in full.
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.base_url + "/responses", json={"model": "m", "input": "x", "stream": True}) as r:
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            raw = await r.read()
+    events = validate_responses_sse(raw)
+    types = [e["type"] for e in events]
+    assert [t for t in types if t in TERMINAL] == ["response.failed"]  # exactly one terminal event
+    assert types.count("error") == 1
+    assert types[-2:] == ["error", "response.failed"]  # the failure comes after the error event, and ends it
+    # Byte level: the last frame of the body is that response.failed, nothing follows it.
+    last_frame = raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+    assert last_frame.startswith(b"event: response.failed\ndata: ") and raw.endswith(b"}\n\n")
+    error, failed = events[-2], events[-1]["response"]
+    assert "Tool choice is required" in error["message"] and error["code"] == "tool_use_failed"
+    assert failed["status"] == "failed" and "Tool choice is required" in failed["error"]["message"]
+    # The text that had arrived is kept, cut: the message item is incomplete, not completed.
+    message = [o for o in failed["output"] if o["type"] == "message"]
+    assert [(m["status"], m["content"][0]["text"]) for m in message] == [("incomplete", "maybe")]
 
 
 async def test_truncated_upstream_gives_failed(proxy, upstream: FakeUpstream, captured: list) -> None:
@@ -130,7 +152,6 @@ async def test_truncated_upstream_gives_failed(proxy, upstream: FakeUpstream, ca
     async with aiohttp.ClientSession() as s:
         async with s.post(proxy.base_url + "/responses", json={"model": "m", "input": "x", "stream": True}) as r:
             body = await r.read()
-    from tests.support.validators import validate_responses_sse
     events = validate_responses_sse(body)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "upstream_truncated"
@@ -266,10 +287,11 @@ async def test_unknown_path_and_method_get_envelope(proxy) -> None:
             assert r.status == 200
 
 
-async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream: FakeUpstream,
+                                           captured: list) -> None:
     raw = read_capture("chat/openai-gpt4o-text-usage.sse")
-    upstream.reply(JSONReply({"object": "list", "data": [{"id": "m1", "object": "model", "created": 0, "owned_by": "x"}]}),
-                   SSEReply(raw, seed=4))
+    models_body = {"object": "list", "data": [{"id": "m1", "object": "model", "created": 0, "owned_by": "x"}]}
+    upstream.reply(JSONReply(models_body), SSEReply(raw, seed=4))
     models = await client.models.list()
     assert [m.id for m in models.data] == ["m1"]
     stream = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
@@ -278,6 +300,11 @@ async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream
     assert text == capture_text("openai-gpt4o-text-usage.sse")
     assert upstream.requests[-1].path == "/v1/chat/completions"
     assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "hi"}]
+    # Passed through byte for byte: the bodies the SDK read are exactly what the fake upstream sent.
+    assert [c.path for c in captured] == ["/v1/models", "/v1/chat/completions"]
+    assert captured[0].raw == orjson.dumps(models_body)
+    assert "text/event-stream" in captured[1].content_type
+    assert captured[1].raw == raw
 
 
 async def test_client_key_passed_when_no_upstream_key(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:

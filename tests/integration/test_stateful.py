@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx2
 import openai
 import orjson
 import pytest
 
+from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.validators import validate_responses_sse
 
@@ -39,7 +41,8 @@ def json_text(text: str) -> JSONReply:
 TOOLS = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 
 
-async def test_multi_turn_with_tool_calls(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+async def test_multi_turn_with_tool_calls(client: openai.AsyncOpenAI, upstream: FakeUpstream,
+                                          captured: list[Captured]) -> None:
     upstream.reply(json_text("Hi Ann."), call_reply("call_9", "lookup", '{"q":"Ann"}'), text_reply("Ann is 30."))
     first = await client.responses.create(model="m", input="I am Ann.", instructions="Be brief.", stream=False)
     async with client.responses.stream(model="m", input="How old am I?", previous_response_id=first.id,
@@ -62,6 +65,8 @@ async def test_multi_turn_with_tool_calls(client: openai.AsyncOpenAI, upstream: 
     assert assistant["tool_calls"][0]["id"] == "call_9"
     assert assistant["tool_calls"][0]["function"] == {"name": "lookup", "arguments": '{"q":"Ann"}'}
     assert third_msgs[4] == {"role": "tool", "tool_call_id": "call_9", "content": "30"}
+    # Both streamed turns were read through the tee and pass the strict validator.
+    assert validate_captured(captured) == 2
 
 
 async def test_retrieve_list_delete(client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy) -> None:
@@ -100,7 +105,8 @@ async def test_store_false_saves_nothing(client: openai.AsyncOpenAI, upstream: F
 
 
 async def test_failed_response_is_stored_and_continues_without_its_output(client: openai.AsyncOpenAI,
-                                                                           upstream: FakeUpstream) -> None:
+                                                                           upstream: FakeUpstream,
+                                                                           captured: list[Captured]) -> None:
     upstream.reply(SSEReply(chunk({"content": "partial"})), json_text("retry ok"))
     stream = await client.responses.create(model="m", input="q", stream=True)
     events = []
@@ -112,6 +118,10 @@ async def test_failed_response_is_stored_and_continues_without_its_output(client
     await client.responses.create(model="m", input="again", previous_response_id=rid, stream=False)
     assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "q"},
                                                       {"role": "user", "content": "again"}]
+    # The failed stream the SDK read is itself valid: it ends with `response.failed`.
+    assert validate_captured(captured) == 1
+    failed = [c for c in captured if "text/event-stream" in c.content_type]
+    assert validate_responses_sse(failed[0].raw)[-1]["type"] == "response.failed"
 
 
 async def test_bad_pagination_param(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
@@ -134,8 +144,11 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
                                  "store.redis_url": "redis://127.0.0.1:9/0", "store.redis_timeout_seconds": 0.5})
     handle = await start_proxy(cfg)
     upstream.reply(text_reply("still delivered"))
+    captured: list[Captured] = []
+    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
     try:
-        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0) as c:
+        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0,
+                                      http_client=http) as c:
             stream = await c.responses.create(model="m", input="x", stream=True)
             events = [e async for e in stream]
             assert events[-1].type == "response.completed"
@@ -153,3 +166,5 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
             assert info.value.status_code == 503
     finally:
         await handle.runner.cleanup()
+    # The stream delivered while the store was down passes the strict validator.
+    assert validate_captured(captured) == 1

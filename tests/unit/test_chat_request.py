@@ -29,50 +29,74 @@ def msgs(*messages: dict, **opts: Any) -> dict:
 
 # ---------------------------------------------------------------- top-level fields
 
+# What every request below maps to when it adds nothing: exactly these keys, these values.
+BASE = {"model": "gpt-5", "input": [{"type": "message", "role": "user", "content": "Hi"}],
+        "store": False, "stream": False}
+# Chat-only request keys: never part of a Responses request, whatever the row.
+CHAT_ONLY = frozenset({
+    "messages", "max_tokens", "max_completion_tokens", "response_format", "reasoning_effort", "verbosity",
+    "logprobs", "n", "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias", "modalities",
+    "audio", "prediction", "moderation", "functions", "function_call", "web_search_options",
+    "prompt_cache_options",
+})
+
 FIELD_CASES = [
-    # (chat fields, expected subset of the Responses request)
-    ({}, {"model": "gpt-5", "input": [{"type": "message", "role": "user", "content": "Hi"}],
-          "store": False, "stream": False}),
-    ({"stream": True, "stream_options": {"include_usage": True}}, {"stream": True}),
+    # (chat fields, keys added to / changed in BASE (the whole request is BASE | this),
+    #  Responses keys that must be absent from the mapped request)
+    ({}, {}, {"instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature",
+              "top_p", "text", "reasoning", "include", "top_logprobs", "stream_options", "metadata", "user"}),
+    ({"stream": True, "stream_options": {"include_usage": True}}, {"stream": True},
+     {"stream_options"}),  # include_usage is for crossfeed's chunk writer; Responses has no such option
     ({"stream": True, "stream_options": {"include_obfuscation": False}},
-     {"stream_options": {"include_obfuscation": False}}),
-    ({"store": True}, {"store": True}),
-    ({"store": False}, {"store": False}),
-    ({"max_tokens": 100}, {"max_output_tokens": 100}),
-    ({"max_completion_tokens": 200, "max_tokens": 100}, {"max_output_tokens": 200}),
-    ({"max_completion_tokens": 1}, {"max_output_tokens": 16}),  # Responses rejects < 16: clamped
-    ({"temperature": 0.2, "top_p": 0.9}, {"temperature": 0.2, "top_p": 0.9}),
-    ({"temperature": None}, {}),
-    ({"parallel_tool_calls": False}, {"parallel_tool_calls": False}),
-    ({"reasoning_effort": "high"}, {"reasoning": {"effort": "high"}}),
-    ({"verbosity": "low"}, {"text": {"verbosity": "low"}}),
-    ({"response_format": {"type": "json_object"}}, {"text": {"format": {"type": "json_object"}}}),
+     {"stream": True, "stream_options": {"include_obfuscation": False}}, set()),
+    ({"stream": False}, {}, set()),
+    ({"store": True}, {"store": True}, set()),
+    ({"store": False}, {}, set()),
+    ({"max_tokens": 100}, {"max_output_tokens": 100}, set()),
+    ({"max_completion_tokens": 200, "max_tokens": 100}, {"max_output_tokens": 200}, set()),
+    ({"max_completion_tokens": 1}, {"max_output_tokens": 16}, set()),  # Responses rejects < 16: clamped
+    ({"temperature": 0.2, "top_p": 0.9}, {"temperature": 0.2, "top_p": 0.9}, set()),
+    ({"temperature": 0, "top_p": 0}, {"temperature": 0, "top_p": 0}, set()),  # zero is a value, not "unset"
+    ({"temperature": None}, {}, {"temperature"}),
+    ({"top_p": None, "parallel_tool_calls": None, "metadata": None}, {},
+     {"top_p", "parallel_tool_calls", "metadata"}),
+    ({"parallel_tool_calls": False}, {"parallel_tool_calls": False}, set()),
+    ({"reasoning_effort": "high"}, {"reasoning": {"effort": "high"}}, set()),
+    ({"verbosity": "low"}, {"text": {"verbosity": "low"}}, set()),
+    ({"response_format": {"type": "json_object"}}, {"text": {"format": {"type": "json_object"}}}, set()),
     ({"response_format": {"type": "text"}, "verbosity": "high"},
-     {"text": {"format": {"type": "text"}, "verbosity": "high"}}),
+     {"text": {"format": {"type": "text"}, "verbosity": "high"}}, set()),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"},
                                                                  "description": "d", "strict": True}}},
      {"text": {"format": {"type": "json_schema", "name": "r", "description": "d", "schema": {"type": "object"},
-                          "strict": True}}}),
+                          "strict": True}}}, set()),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {}}}},
-     {"text": {"format": {"type": "json_schema", "name": "r", "schema": {}, "strict": False}}}),
-    ({"logprobs": True}, {"include": ["message.output_text.logprobs"]}),
-    ({"logprobs": True, "top_logprobs": 3}, {"include": ["message.output_text.logprobs"], "top_logprobs": 3}),
+     {"text": {"format": {"type": "json_schema", "name": "r", "schema": {}, "strict": False}}}, set()),
+    ({"logprobs": True}, {"include": ["message.output_text.logprobs"]}, {"top_logprobs"}),
+    ({"logprobs": False}, {}, {"include", "top_logprobs"}),
+    ({"logprobs": True, "top_logprobs": 3}, {"include": ["message.output_text.logprobs"], "top_logprobs": 3},
+     set()),
     ({"user": "u1", "safety_identifier": "s", "prompt_cache_key": "k", "prompt_cache_retention": "24h",
       "service_tier": "flex"},
      {"user": "u1", "safety_identifier": "s", "prompt_cache_key": "k", "prompt_cache_retention": "24h",
-      "service_tier": "flex"}),
-    ({"metadata": {"a": "b"}}, {"metadata": {"a": "b"}}),
+      "service_tier": "flex"}, set()),
+    ({"metadata": {"a": "b"}}, {"metadata": {"a": "b"}}, set()),
+    # No-op values of the rejected fields are accepted, and none of them is sent on.
     ({"n": 1, "stop": None, "seed": None, "frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {},
-      "modalities": ["text"]}, {}),  # no-op values of the rejected fields are accepted
+      "modalities": ["text"]}, {},
+     {"n", "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias", "modalities"}),
+    ({"stop": []}, {}, {"stop"}),
+    ({"stop": ""}, {}, {"stop"}),
 ]
 
 
-@pytest.mark.parametrize("fields, expected", FIELD_CASES)
-def test_top_level_fields(fields: dict, expected: dict) -> None:
+@pytest.mark.parametrize("fields, expected, absent", FIELD_CASES)
+def test_top_level_fields(fields: dict, expected: dict, absent: set[str]) -> None:
     out = mapped(**fields)
-    assert {k: out.get(k) for k in expected} == expected
-    assert not set(out) & {"max_tokens", "max_completion_tokens", "response_format", "reasoning_effort",
-                           "verbosity", "logprobs", "n", "messages", "stop"}
+    assert not set(out) & CHAT_ONLY, f"chat-only keys in a Responses request: {set(out) & CHAT_ONLY}"
+    assert not set(out) & absent, f"keys that must be absent: {set(out) & absent}"
+    assert set(out) == set(BASE) | set(expected)  # exactly these keys are present
+    assert out == {**BASE, **expected}
 
 
 def test_prompt_cache_options_is_dropped_and_reported() -> None:

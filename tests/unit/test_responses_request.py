@@ -7,6 +7,7 @@ Expected chat bodies are compared whole, so an extra or missing field fails the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -689,3 +690,18 @@ def test_capture_parallel_calls_history() -> None:
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "tool"]
     assert [c["function"]["name"] for c in msgs[2]["tool_calls"]] == ["add", "multiply"]
     assert mapped(req).chat["max_tokens"] == 4000
+
+
+@pytest.mark.parametrize("namespace, member", [
+    ("mcp__google_workspace__", "list_calendar_event_attendees_with_response_status"),  # 73 joined
+    ("acme.tools", "search"),                                                          # '.' not allowed
+    ("n" * 64, "m" * 64),
+])
+def test_flat_names_always_fit_chat_and_stay_unique(namespace: str, member: str) -> None:
+    from translators.tools_mapping import flat_name
+
+    name = flat_name(namespace, member)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name), name
+    assert name == flat_name(namespace, member)  # deterministic: history replay needs the same name
+    assert name != flat_name(namespace, member + "x") and name != flat_name(namespace + "x", member)
+    assert flat_name("mcp__demo__", "x") == "mcp__demo__x" and flat_name("ns", "x") == "ns__x"  # short: unchanged
