@@ -1,6 +1,7 @@
-"""Shared pieces of the fault suite: the fault upstream fixture, crossfeed in-process (small
-timeouts) or as a real subprocess (``python -m proxy serve``), a raw HTTP client for malformed
-requests, and the checks every answer must pass (envelope, stream validity, no Python leaks).
+"""Shared pieces of the fault suite: the fault upstream fixture, crossfeed in-process (generous
+timeouts, small ones only for the faults that must time out) or as a real subprocess
+(``python -m proxy serve``), a raw HTTP client for malformed requests, and the checks every answer
+must pass (envelope, stream validity, no Python leaks).
 
 Directions: ``forward`` = Responses client -> crossfeed -> chat backend (POST /v1/responses);
 ``reverse`` = Chat client -> crossfeed -> Responses backend (POST /v1/chat/completions).
@@ -33,8 +34,20 @@ DIRECTIONS = ("forward", "reverse")
 API = {"forward": "chat", "reverse": "responses"}  # the backend's API in each direction
 ENDPOINT = {"forward": "/v1/responses", "reverse": "/v1/chat/completions"}
 
-# Small timeouts keep the suite fast; first_byte > idle as with the defaults (600 s / 300 s).
-FAST_TIMEOUTS = Timeouts(connect=1.0, first_byte=1.0, idle=0.75, total=60.0)
+# Where an answer is expected, its timeouts are ones no slow machine comes near: upstream,
+# crossfeed and client share one event loop here, and a 100,000-chunk or 10 MB answer takes
+# seconds on a loaded 2-core CI machine. first_byte > idle as with the defaults (600 s / 300 s).
+GENEROUS_TIMEOUTS = Timeouts(connect=10.0, first_byte=30.0, idle=20.0, total=300.0)
+
+# The faults whose expected outcome is a timeout firing, each with only that timeout small (it
+# fires long before the fault upstream's STALL_SECONDS = 30 s stall ends) and the others
+# generous, so no other timeout can fire first on a slow machine. fault_config() routes each of
+# these models to an upstream of its own with these timeouts; every other model, including the
+# ``fault:ok`` request that follows each fault, gets GENEROUS_TIMEOUTS.
+TIMEOUT_FAULT_TIMEOUTS = {
+    "slow_first_byte": GENEROUS_TIMEOUTS.model_copy(update={"first_byte": 1.0}),  # no headers: 504
+    "stall_mid": GENEROUS_TIMEOUTS.model_copy(update={"idle": 0.75}),  # silent mid-answer: idle timeout
+}
 
 # Python internals that must never reach a client.
 LEAK_RE = re.compile(
@@ -54,10 +67,12 @@ def new_secrets() -> tuple[str, str]:
 # -- in-process crossfeed --------------------------------------------------------------------------
 
 
-def fault_config(upstream_url: str, direction: str, *, timeouts: Timeouts = FAST_TIMEOUTS,
+def fault_config(upstream_url: str, direction: str, *, timeouts: Timeouts = GENEROUS_TIMEOUTS,
                  server: dict[str, Any] | None = None) -> Config:
-    """Two upstreams speaking the direction's API: ``fault:refuse`` goes to a closed port, every
-    other model to the fault upstream."""
+    """Upstreams speaking the direction's API: ``fault:refuse`` goes to a closed port; each
+    model of TIMEOUT_FAULT_TIMEOUTS to the fault upstream with its small timeout; every other
+    model to the fault upstream with ``timeouts`` (generous: those answers must not depend on
+    the machine's speed)."""
     overrides: dict[str, Any] = {"store.backend": "memory"}
     for key, value in (server or {}).items():
         overrides[f"server.{key}"] = value
@@ -65,8 +80,11 @@ def fault_config(upstream_url: str, direction: str, *, timeouts: Timeouts = FAST
     api = API[direction]
     dead = Upstream(name="dead", base_url=f"http://127.0.0.1:{closed_port()}/v1", api=api,
                     models=("fault:refuse",), timeouts=timeouts)
+    timing_out = tuple(Upstream(name=f"fault-{fault.replace('_', '-')}", base_url=upstream_url, api=api,
+                                models=(f"fault:{fault}",), timeouts=t)
+                       for fault, t in TIMEOUT_FAULT_TIMEOUTS.items())
     live = Upstream(name="fault", base_url=upstream_url, api=api, models=("*",), default=True, timeouts=timeouts)
-    return base.model_copy(update={"upstreams": (dead, live)})
+    return base.model_copy(update={"upstreams": (dead, *timing_out, live)})
 
 
 @pytest.fixture
@@ -277,6 +295,29 @@ def proc_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def proc_inbound_connections(pid: int, port: int) -> int:
+    """How many TCP connections the process holds that were accepted on ``port`` (its listening
+    socket not counted): read from /proc/<pid>/net/tcp{,6}, kept only when the socket's inode is
+    one of the process's own descriptors (the client's end and TIME_WAIT entries are not)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(int(link[len("socket:["):-1]))
+    count = 0
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()  # sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] != "0A" and int(fields[9]) in inodes:  # 0A = LISTEN
+                count += 1
+    return count
+
+
 class ProxyProcess:
     """``python -m proxy serve --port 0`` with a TOML config; logs at debug level to a file."""
 
@@ -288,7 +329,7 @@ class ProxyProcess:
         self.upstream_url = upstream_url
         self.api = api
         self.drain = drain
-        self.timeouts = timeouts or Timeouts(connect=2.0, first_byte=10.0, idle=5.0, total=300.0)
+        self.timeouts = timeouts or GENEROUS_TIMEOUTS  # every answer here is expected; none may time out
         self.log_level = log_level
         self.client_key, self.upstream_key = new_secrets()
         self.proc: asyncio.subprocess.Process | None = None
@@ -343,6 +384,10 @@ class ProxyProcess:
     def fds(self) -> int:
         return proc_fds(self.pid)
 
+    def client_connections(self) -> int:
+        """Client connections crossfeed still holds open (accepted on its port)."""
+        return proc_inbound_connections(self.pid, self.port)
+
     async def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         assert self.proc is not None
         if self.proc.returncode is None:
@@ -379,11 +424,3 @@ async def proxy_process(tmp: Path, upstream_url: str, **kw: Any) -> AsyncIterato
         await p.stop(signal.SIGTERM, timeout=15.0)
 
 
-async def wait_until(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(interval)
-    return bool(predicate())

@@ -7,7 +7,11 @@ succeeded, with exactly its text (nothing sent after its end leaks). The body is
 no Python exception text. The upstream request is closed within seconds, and the next normal
 request through the same crossfeed succeeds.
 
-crossfeed runs in-process with connect 1 s, first byte 1.5 s, idle 1 s (tests/faults/conftest.py).
+crossfeed runs in-process (tests/faults/conftest.py ``fault_config``) with generous timeouts
+(first byte 30 s, idle 20 s), except for the two faults whose expected outcome is a timeout:
+``slow_first_byte`` (first byte 1 s) and ``stall_mid`` (idle 0.75 s), each routed by its model name
+to an upstream with only that timeout small. No answer that must succeed depends on the speed of
+the machine; every other fault must end on its own, long before a generous timeout could end it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import pytest
 from tests.faults.conftest import (
     DIRECTIONS,
     ENDPOINT,
+    GENEROUS_TIMEOUTS,
+    TIMEOUT_FAULT_TIMEOUTS,
     Outcome,
     fault_config,
     parse_outcome,
@@ -32,15 +38,24 @@ from tests.faults.fault_upstream import (
     HUGE_TEXT,
     LEAK,
     RETRY_AFTER,
+    STALL_SECONDS,
     TEXT,
     TINY_TEXT,
     FaultUpstream,
 )
 
 SUCCESS, FAIL, EITHER = "success", "fail", "either"
-BOUND = 10.0  # seconds: every fault ends well within this with the suite's timeouts (<= 1.5 s)
-BIG_BOUND = 45.0  # 10 MB line, 100,000 chunks
-UPSTREAM_CLOSED_WITHIN = 3.0
+# Hang guards, not speed limits: a correct answer takes milliseconds (the timeout faults about
+# one second), so these are orders of magnitude away. BOUND stays below the generous idle (20 s)
+# and first-byte (30 s) timeouts on purpose: a fault that crossfeed failed to notice, ended only
+# by one of those, must fail here rather than pass as a "clean failure".
+BOUND = 15.0
+BIG_BOUND = 60.0  # 10 MB line, 100,000 chunks: a few seconds here, far more on a loaded CI machine
+assert BOUND < min(GENEROUS_TIMEOUTS.idle, GENEROUS_TIMEOUTS.first_byte)
+# The upstream request must be closed by crossfeed, not by the fault upstream itself ending its
+# 30 s stall (STALL_SECONDS): a polled wait, well below that, generous for a slow machine.
+UPSTREAM_CLOSED_WITHIN = 10.0
+assert UPSTREAM_CLOSED_WITHIN < STALL_SECONDS
 
 # fault -> (expectation, HTTP status when the answer must be an HTTP error, message fragment kept)
 HTTP_FAULTS = {
@@ -63,7 +78,9 @@ OTHER_FAULTS = [
     "wrong_type_html", "bad_shape",
 ]
 ALL_FAULTS = [*HTTP_FAULTS, *OTHER_FAULTS]
-TIMEOUT_FAULTS = {"stall_mid"}
+TIMEOUT_FAULTS = {"stall_mid"}  # besides slow_first_byte (an HTTP fault: 504): the answer is a timeout
+assert TIMEOUT_FAULTS | {"slow_first_byte"} == set(TIMEOUT_FAULT_TIMEOUTS), \
+    "every fault that must time out has its small timeout in fault_config, and only those"
 
 
 def expectation(fault: str, direction: str, stream: bool) -> str:

@@ -7,16 +7,21 @@ import io
 import json
 
 import aiohttp
+import httpx2
 import openai
 import orjson
 import pytest
 import structlog
 
 from proxy.config import load_config
+from proxy.lifecycle import PROBES
 from proxy.logs import configure_logging
-from tests.conftest import start_proxy
+from tests.conftest import Captured, TeeTransport, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.validators import validate_responses_sse
+from tests.support.waiting import wait_until
+
+GUARD = 30.0  # seconds: hang guard of every wait in this file; what is awaited takes milliseconds
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
@@ -31,14 +36,22 @@ def config_for(upstream: FakeUpstream, tmp_path, **over: object):
     return load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory", **over})
 
 
-async def test_inbound_keys(upstream: FakeUpstream, tmp_path) -> None:
+def sdk_client(base_url: str, captured: list[Captured], **kw: object) -> openai.AsyncOpenAI:
+    """An official SDK client whose every response body is recorded (tests/conftest.py
+    ``TeeTransport``): the ``captured`` fixture runs each SSE body through the strict validators."""
+    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=GUARD)
+    return openai.AsyncOpenAI(base_url=base_url, http_client=http, max_retries=0, timeout=GUARD,
+                              **kw)  # type: ignore[arg-type]
+
+
+async def test_inbound_keys(upstream: FakeUpstream, tmp_path, captured) -> None:
     cfg = config_for(upstream, tmp_path, **{"server.inbound_keys_env": "CF_KEYS"})
     handle = await start_proxy(cfg, environ={"CF_KEYS": "k-one, k-two"})
     upstream.default = SSEReply(chunk({"content": "ok"}, "stop") + DONE)
     try:
         for key, ok in (("k-two", True), ("k-one", True), ("wrong", False), ("", False)):
-            c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=key or "x", max_retries=0,
-                                   default_headers={} if key else {"Authorization": ""})
+            c = sdk_client(handle.base_url, captured, api_key=key or "x",
+                           default_headers={} if key else {"Authorization": ""})
             if ok:
                 s = await c.responses.create(model="m", input="x", stream=True)
                 assert [e async for e in s][-1].type == "response.completed"
@@ -52,8 +65,12 @@ async def test_inbound_keys(upstream: FakeUpstream, tmp_path) -> None:
                 assert r.status == 200  # probes stay open
     finally:
         await handle.runner.cleanup()
-    # the client's key is not forwarded as the upstream key: inbound keys are crossfeed's own
-    assert all(r.headers.get("Authorization") in (None, "Bearer k-two", "Bearer k-one") for r in upstream.requests)
+    assert validate_captured(captured) == 2  # both accepted streams passed the strict validator
+    # inbound keys are crossfeed's own and no backend key is configured: the two accepted
+    # requests reach the upstream with no Authorization header at all
+    assert len(upstream.requests) == 2
+    for r in upstream.requests:
+        assert not [k for k in r.headers if k.lower() == "authorization"], f"forwarded: {r.headers}"
 
 
 async def test_concurrent_stream_limit_429(upstream: FakeUpstream, tmp_path) -> None:
@@ -85,7 +102,7 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
             async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True},
                               headers={"X-Request-ID": "abc-123", "Authorization": "Bearer sk-secret-value"}) as r:
                 assert r.headers["X-Request-ID"] == "abc-123"
-                await r.read()
+                validate_responses_sse(await r.read())
             async with s.get(handle.base_url + "/nope") as r:
                 assert r.headers["X-Request-ID"].startswith("req_")
             async with s.get(handle.url + "/metrics") as r:
@@ -129,25 +146,26 @@ async def test_active_streams_gauge_counts_open_streams(upstream: FakeUpstream, 
 async def test_readyz_follows_upstream_probe(upstream: FakeUpstream, tmp_path) -> None:
     handle = await start_proxy(config_for(upstream, tmp_path))
     try:
-        async with aiohttp.ClientSession() as s:
-            for _ in range(50):
-                async with s.get(handle.url + "/readyz") as r:
-                    if r.status == 200:
-                        break
-                await asyncio.sleep(0.05)
-            assert r.status == 200 and upstream.probes >= 1
+        # the first probe runs at startup: wait (polled) until crossfeed has recorded its answer
+        assert await wait_until(lambda: "default" in handle.app[PROBES], GUARD), "no probe answer recorded"
+        async with aiohttp.ClientSession() as s, s.get(handle.url + "/readyz") as r:
+            assert r.status == 200, await r.text()
+        assert upstream.probes >= 1
     finally:
         await handle.runner.cleanup()
-    dead = await start_proxy(load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1",
-                                                     "store.backend": "memory"}))
-    try:
-        await asyncio.sleep(0.2)
-        async with aiohttp.ClientSession() as s:
-            async with s.get(dead.url + "/readyz") as r:
+    with structlog.testing.capture_logs() as logs:
+        dead = await start_proxy(load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1",
+                                                         "store.backend": "memory"}))
+        try:
+            # not ready because the probe was made and failed (polled), not merely not made yet
+            assert await wait_until(lambda: any(e.get("event") == "upstream.probe.failed" for e in logs), GUARD), \
+                "the probe of the dead upstream never failed"
+            async with aiohttp.ClientSession() as s, s.get(dead.url + "/readyz") as r:
                 assert r.status == 503
                 assert "has not answered a probe" in (await r.json())["problems"][0]
-    finally:
-        await dead.runner.cleanup()
+            assert "default" not in dead.app[PROBES]
+        finally:
+            await dead.runner.cleanup()
 
 
 async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpstream, tmp_path) -> None:
@@ -158,20 +176,17 @@ async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpst
             async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
                 return await r.read()
         tasks = [asyncio.create_task(one()) for _ in range(5)]
-        for _ in range(200):  # all five streams open upstream before the shutdown starts
-            if upstream.open_requests == 5:
-                break
-            await asyncio.sleep(0.05)
-        assert upstream.open_requests == 5
-        await asyncio.wait_for(handle.runner.cleanup(), 10)
-        bodies = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        # all five streams open upstream before the shutdown starts (polled); each would last 200 s
+        assert await wait_until(lambda: upstream.open_requests == 5, GUARD), f"{upstream.open_requests} open"
+        await asyncio.wait_for(handle.runner.cleanup(), GUARD)
+        bodies = await asyncio.wait_for(asyncio.gather(*tasks), GUARD)
     for body in bodies:
         events = validate_responses_sse(body)
         assert events[-1]["type"] == "response.failed"
         assert events[-1]["response"]["error"]["code"] == "server_shutting_down"
 
 
-async def test_routing_by_model_and_merged_models(tmp_path) -> None:
+async def test_routing_by_model_and_merged_models(tmp_path, captured) -> None:
     from tests.fakes.upstream import JSONReply
 
     a, b = FakeUpstream(), FakeUpstream()
@@ -196,7 +211,7 @@ backend = "memory"
     a.default = SSEReply(chunk({"content": "from a"}, "stop") + DONE)
     b.default = SSEReply(chunk({"content": "from b"}, "stop") + DONE)
     try:
-        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0)
+        c = sdk_client(handle.base_url, captured, api_key="k")
         for model, expect in (("qwen-7b", "from a"), ("deepseek-chat", "from b"), ("exact-one", "from a")):
             s = await c.responses.create(model=model, input="x", stream=True)
             events = [e async for e in s]
@@ -214,6 +229,7 @@ backend = "memory"
         await handle.runner.cleanup()
         await a.close()
         await b.close()
+    assert validate_captured(captured) == 3  # the three streams passed the strict validator
 
 
 def test_inbound_keys_never_fail_open() -> None:
@@ -239,7 +255,7 @@ async def test_total_timeout_ends_stream_naming_it(upstream: FakeUpstream, tmp_p
     try:
         async with aiohttp.ClientSession() as s:
             async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
-                body = await asyncio.wait_for(r.read(), 10)
+                body = await asyncio.wait_for(r.read(), GUARD)
     finally:
         await handle.runner.cleanup()
     events = validate_responses_sse(body)
@@ -252,18 +268,23 @@ async def test_total_timeout_ends_stream_naming_it(upstream: FakeUpstream, tmp_p
 async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(upstream: FakeUpstream, tmp_path,
                                                                       route: str) -> None:
     """`first_byte` bounds the wait for the response headers only: with it set below `idle`, a
-    stream whose chunks come 0.4 s apart (longer than first_byte, shorter than idle) completes."""
-    cfg = _with_timeouts(config_for(upstream, tmp_path), first_byte=0.2, idle=5.0)
+    stream whose chunks come 3 s apart (longer than first_byte, shorter than idle) completes.
+
+    first_byte (2 s) is generous for the headers, which the fake sends at once with its first
+    write; the pause (3 s) is longer still, so a first_byte applied to the body would end it."""
+    cfg = _with_timeouts(config_for(upstream, tmp_path), first_byte=2.0, idle=30.0)
     handle = await start_proxy(cfg)
     data = chunk({"content": "slow "}) + chunk({"content": "answer"}, "stop") + DONE
-    upstream.reply(SSEReply(data, max_piece=len(data) // 2, delay=0.4))
+    # seed 0 with max_piece len - 1: two writes (99 + 82 bytes, the pause inside the second
+    # event), each followed by the pause
+    upstream.reply(SSEReply(data, seed=0, max_piece=len(data) - 1, delay=3.0))
     path, body = (("/responses", {"model": "m", "input": "a", "stream": True}) if route == "translated" else
                   ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}))
     try:
         async with aiohttp.ClientSession() as s:
             async with s.post(handle.base_url + path, json=body) as r:
                 assert r.status == 200
-                got = await asyncio.wait_for(r.read(), 10)
+                got = await asyncio.wait_for(r.read(), GUARD)
     finally:
         await handle.runner.cleanup()
     if route == "translated":
@@ -288,7 +309,7 @@ async def test_passthrough_stream_ends_after_idle_silence(upstream: FakeUpstream
         async with aiohttp.ClientSession() as s:
             async with s.post(handle.base_url + "/chat/completions", json=body) as r:
                 assert r.status == 200
-                got = await asyncio.wait_for(r.read(), 10)
+                got = await asyncio.wait_for(r.read(), GUARD)
     finally:
         await handle.runner.cleanup()
         structlog.reset_defaults()
@@ -297,7 +318,7 @@ async def test_passthrough_stream_ends_after_idle_silence(upstream: FakeUpstream
     assert any(e.get("event") == "passthrough.ended_early" and e.get("reason") == "TimeoutError" for e in lines)
 
 
-async def test_connect_timeout_is_504_naming_it(tmp_path) -> None:
+async def test_connect_timeout_is_504_naming_it(tmp_path, captured) -> None:
     import socket
 
     # A listener that never accepts, its queue filled: further connects hang in SYN.
@@ -315,7 +336,7 @@ async def test_connect_timeout_is_504_naming_it(tmp_path) -> None:
                                                 "store.backend": "memory"}), connect=0.5)
     handle = await start_proxy(cfg)
     try:
-        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0, timeout=10) as c:
+        async with sdk_client(handle.base_url, captured, api_key="k") as c:
             with pytest.raises(openai.APIStatusError) as info:
                 await c.responses.create(model="m", input="x", stream=True)
         assert info.value.status_code == 504
@@ -330,17 +351,12 @@ async def test_connect_timeout_is_504_naming_it(tmp_path) -> None:
 
 async def test_keepalive_comments_during_upstream_silence(upstream: FakeUpstream, tmp_path, captured) -> None:
     """A long silent phase (a reasoning model thinking) sends SSE comments; clients ignore them."""
-    import httpx2
-
-    from tests.conftest import TeeTransport
-
     cfg = config_for(upstream, tmp_path, **{"server.keepalive_seconds": 0.2})
     handle = await start_proxy(cfg)
     first = chunk({"reasoning_content": "thinking"})
     upstream.reply(SSEReply(first + chunk({"content": "done"}, "stop") + DONE, max_piece=len(first), delay=0.9))
     try:
-        http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
-        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", http_client=http, max_retries=0) as c:
+        async with sdk_client(handle.base_url, captured, api_key="k") as c:
             stream = await c.responses.create(model="m", input="x", stream=True)
             events = [e async for e in stream]
         assert events[-1].type == "response.completed" and events[-1].response.output_text == "done"
@@ -348,6 +364,7 @@ async def test_keepalive_comments_during_upstream_silence(upstream: FakeUpstream
         await handle.runner.cleanup()
     raw = b"".join(c.raw for c in captured)
     assert raw.count(b": keepalive\n\n") >= 2
+    assert validate_captured(captured) == 1
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse"])

