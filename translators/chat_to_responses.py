@@ -52,6 +52,7 @@ from typing import Any
 
 from . import ids as idp
 from .chat_fields import delta_logprobs, details_text, flat_annotation, mistral_parts
+from .chunk_frames import FRAME_ERRORS, as_dict, decode_chunk
 from .errors import StreamStateError, UpstreamProtocolError
 from .ids import IdFactory
 from .json_string_stream import JsonStringField
@@ -73,6 +74,10 @@ class Phase(Enum):
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _FAILED_REASONS = {"insufficient_system_resource": "the upstream stopped generating for lack of resources"}
 _KNOWN_FINISH = {"stop", "tool_calls", "function_call", "length", "content_filter", "insufficient_system_resource"}
+
+# What a chunk of valid JSON but of the wrong shape raises inside the machine.
+_SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError)
+_NOT_TEXT_REASON = "a finish_reason that is not text"
 
 MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_CALL = "message", "reasoning", "function_call", "custom_tool_call"
 
@@ -191,22 +196,77 @@ class ChatToResponsesStream:
                         text = delta.get("content") if len(delta) == 1 else None
                         if text.__class__ is str and self._think is None:  # the hot case: text alone
                             if text:
-                                self._more_text(text, choice)
+                                self._more_text(text, choice.get("logprobs"))
                         else:
                             self._delta(delta, choice)
                     reason = choice.get("finish_reason")
                     if reason:
+                        if reason.__class__ is not str:
+                            raise UpstreamProtocolError(_NOT_TEXT_REASON)
                         self._finish_reason = reason
             if usage is None and "x_groq" in chunk:  # Groq reports usage only here
                 x_groq = chunk["x_groq"]
                 if isinstance(x_groq, dict) and x_groq.get("usage"):
                     self._usage = x_groq["usage"]
             return out
-        except (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError) as exc:
-            # Valid JSON of the wrong shape. Values are checked before they are stored, so the
-            # state is consistent: keep what this chunk already produced, then fail.
-            what = exc.message if isinstance(exc, UpstreamProtocolError) else "a chunk of an unexpected shape"
-            return out + self.fail("upstream_protocol_error", f"the upstream sent {what}")
+        except _SHAPE_ERRORS as exc:
+            return out + self._bad_shape(exc)
+
+    def feed_frame(self, data: bytes) -> list[Event] | None:
+        """``feed`` for a chunk still in its JSON bytes: what the pump calls for every frame.
+
+        The frame is decoded into typed structs holding only the fields ``feed`` reads
+        (chunk_frames.py), and the shapes nearly every frame of a stream has (one choice whose
+        delta is text, reasoning text or tool-call fragments alone, or empty, with or without a
+        finish_reason; no usage, no error) go straight to the helpers ``feed`` calls for them.
+        Any other chunk goes to ``feed`` itself, as dicts. Returns None when the bytes do not
+        decode into that shape (not JSON, not an object, a container of the wrong type): the
+        caller then parses them as plain JSON for ``feed``, which reports the problem as it
+        always has. tests/unit/test_chunk_frames.py checks both paths give the same events.
+        """
+        try:
+            chunk = decode_chunk(data)
+        except FRAME_ERRORS:
+            return None
+        choices = chunk.choices
+        if (chunk.usage is not None or chunk.error is not None or chunk.x_groq is not None or choices is None
+                or len(choices) != 1 or choices[0].index or self._think is not None or not self._live):
+            return self.feed(as_dict(chunk))
+        choice = choices[0]
+        delta = choice.delta
+        if delta is not None and (delta.reasoning_details or delta.refusal or delta.annotations
+                                  or delta.function_call):
+            return self.feed(as_dict(chunk))
+        out = self._out = []
+        try:
+            if delta is not None:
+                text = delta.content
+                reasoning = delta.reasoning_content or delta.reasoning
+                tool_calls = delta.tool_calls
+                if text.__class__ is str and not reasoning and not tool_calls:
+                    if text:
+                        self._more_text(text, choice.logprobs)
+                elif not text and not tool_calls and reasoning.__class__ is str:
+                    self._reasoning(reasoning)
+                elif not text and not reasoning and tool_calls.__class__ is list:
+                    for tc in tool_calls:
+                        self._tool_fragment(tc)
+                elif text or reasoning or tool_calls:
+                    return self.feed(as_dict(chunk))
+            reason = choice.finish_reason
+            if reason:
+                if reason.__class__ is not str:
+                    raise UpstreamProtocolError(_NOT_TEXT_REASON)
+                self._finish_reason = reason
+        except _SHAPE_ERRORS as exc:
+            return out + self._bad_shape(exc)
+        return out
+
+    def _bad_shape(self, exc: Exception) -> list[Event]:
+        """Valid JSON of the wrong shape. Values are checked before they are stored, so the
+        state is consistent: the caller keeps what the chunk already produced, then this fails."""
+        what = exc.message if isinstance(exc, UpstreamProtocolError) else "a chunk of an unexpected shape"
+        return self.fail("upstream_protocol_error", f"the upstream sent {what}")
 
     def finish(self, *, clean: bool = True) -> list[Event]:
         """The upstream ended. ``clean``: it sent ``[DONE]``; without it, no finish_reason = cut."""
@@ -350,11 +410,10 @@ class ChatToResponsesStream:
 
     # -- message text and refusal ------------------------------------------------------------
 
-    def _more_text(self, text: str, choice: dict[str, Any]) -> None:
+    def _more_text(self, text: str, lp: Any) -> None:
         """A delta of text alone, most often more text for the open text part: that case is
         handled here in full (the per-chunk path), every other one by ``_text``."""
         item = self._open
-        lp = choice.get("logprobs")
         if item is not None and item.kind is MESSAGE and not (lp.__class__ is dict and lp):
             part = item.parts[-1]
             if part[0] == "output_text":

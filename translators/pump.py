@@ -9,10 +9,15 @@ ignored, so nothing the upstream sends after its end can leak through.
   pump.feed(chunk)   -> outputs          for every upstream read
   pump.finish()      -> outputs          the upstream closed the connection (EOF)
   pump.fail(code, m) -> outputs          transport failure or timeout, decided by the driver
+
+A machine may also offer ``feed_frame(data)``: an event's JSON bytes in, outputs out, or None
+when the bytes are not of the shape it decodes itself (they are then parsed and fed as usual).
+The forward machine uses it to decode chat chunks into typed structs (chunk_frames.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -32,13 +37,17 @@ class Machine(Protocol):
 
 
 class Pump:
-    __slots__ = ("machine", "_decoder", "_clean", "events_in")
+    __slots__ = ("machine", "_decoder", "_clean", "events_in", "_frame")
 
-    def __init__(self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+    def __init__(self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *,
+                 typed_frames: bool = True) -> None:
+        """``typed_frames=False``: never use the machine's ``feed_frame`` (tests compare both)."""
         self.machine = machine
         self._decoder = SSEDecoder(max_event_bytes)
         self._clean = False  # [DONE] seen
         self.events_in = 0
+        self._frame: Callable[[bytes], list[Out] | None] | None = (
+            getattr(machine, "feed_frame", None) if typed_frames else None)
 
     @property
     def done(self) -> bool:
@@ -54,6 +63,11 @@ class Pump:
                 event, data = events[0]
                 if data != _DONE:
                     self.events_in += 1
+                    frame = self._frame
+                    if frame is not None and event != "error":
+                        out = frame(data)
+                        if out is not None:
+                            return out
                     try:
                         obj = _loads(data)
                     except _JSONDecodeError:
@@ -63,6 +77,7 @@ class Pump:
             return machine.fail("upstream_protocol_error", exc.message)
         out: list[Out] = []
         feed = machine.feed
+        frame = self._frame
         try:
             for event, data in events:
                 if data == _DONE:
@@ -70,6 +85,13 @@ class Pump:
                     out += machine.finish(clean=True)
                     return out
                 self.events_in += 1
+                if frame is not None and event != "error":
+                    more = frame(data)
+                    if more is not None:
+                        out += more
+                        if machine.done:
+                            return out
+                        continue
                 # _parse inlined for the common shape: this loop runs per upstream frame.
                 try:
                     obj = _loads(data)

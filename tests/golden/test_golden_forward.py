@@ -6,7 +6,8 @@ Responses request), either ``source.txt`` (a capture under ../shared/captures) o
 request mapping would produce), an empty ``think_tags`` file (the upstream option is on),
 and ``expected.jsonl`` (one event per line). Each case is fed whole,
 byte by byte, and at 20 seeded random split points: the outputs must be identical, match the
-expected file, and pass the strict validator. ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the
+expected file, and pass the strict validator; fed whole with the typed frame decoding off, the
+output must be the same too. ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the
 expected files for review in the diff.
 
 The expected files are the code's own output, reviewed once; so each capture is also checked
@@ -41,7 +42,7 @@ def upstream_bytes(case: Path) -> bytes:
     return read_capture((case / "source.txt").read_text().strip())
 
 
-def translate(case: Path, pieces: list[bytes]) -> list[dict]:
+def translate(case: Path, pieces: list[bytes], *, typed_frames: bool = True) -> list[dict]:
     request = orjson.loads((case / "request.json").read_bytes())
     tools = ToolContext()
     if (case / "tools.json").exists():
@@ -51,7 +52,7 @@ def translate(case: Path, pieces: list[bytes]) -> list[dict]:
     sealer = (lambda text: f"sealed:{len(text)}") if (case / "seal").exists() else None
     machine = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=tools,
                                     seal_reasoning=sealer, think_tags=(case / "think_tags").exists())
-    pump = Pump(machine)
+    pump = Pump(machine, typed_frames=typed_frames)
     out = machine.start()
     for piece in pieces:
         out += pump.feed(piece)
@@ -76,6 +77,8 @@ def test_golden(case: Path) -> None:
             pytest.fail(f"wrote a new {expected_file}; review it and run again")
     expected = [orjson.loads(line) for line in expected_file.read_bytes().splitlines() if line.strip()]
     assert whole == expected
+    # The typed per-frame decoding (chunk_frames.py) and plain JSON into ``feed`` agree.
+    assert translate(case, [data], typed_frames=False) == whole
     assert translate(case, byte_by_byte(data)) == whole
     for seed in range(20):
         assert translate(case, split_points(data, seed, 1 + seed * 3)) == whole, f"split seed {seed}"

@@ -37,14 +37,28 @@ def check(out: list[dict]) -> list[dict]:
 
 
 def run(chunks: list[dict], clean: bool = True, **kw: object) -> list[dict]:
+    """Feed the chunks as dicts (``feed``), and again as the JSON bytes the relay hands to
+    ``feed_frame`` (typed decoding, chunk_frames.py): both paths must give the same events."""
+    out = _run(chunks, clean, ChatToResponsesStream.feed, **kw)
+    assert _run(chunks, clean, _feed_bytes, **kw) == out
+    return check(out)
+
+
+def _feed_bytes(m: ChatToResponsesStream, chunk: dict) -> list[dict]:
+    data = orjson.dumps(chunk)
+    out = m.feed_frame(data)
+    return out if out is not None else m.feed(orjson.loads(data))
+
+
+def _run(chunks: list[dict], clean: bool, feed: object, **kw: object) -> list[dict]:
     m = machine(**kw)
     out = m.start()
     for c in chunks:
-        out += m.feed(c)
+        out += feed(m, c)  # type: ignore[operator]
         if m.done:  # an error chunk (or a terminal state) ends the stream early
-            return check(out)
+            return out
     out += m.finish(clean=clean)
-    return check(out)
+    return out
 
 
 def types(out: list[dict]) -> list[str]:
@@ -131,6 +145,17 @@ def test_error_chunk_ends_the_run_early_with_a_valid_failed_stream() -> None:
     out = run([ch({"content": "x"}), {"error": {"message": "boom", "code": "overloaded"}}, ch({"content": "late"})])
     assert types(out)[-2:] == ["error", "response.failed"]
     assert out[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+@pytest.mark.parametrize("reason", [["stop"], 1, {"type": "stop"}], ids=["list", "number", "object"])
+def test_finish_reason_not_text_fails_the_stream(reason: object) -> None:
+    """A finish_reason the upstream sent as something else than a string is a protocol error,
+    reported when it arrives (an unhashable one once broke ``finish`` with a TypeError)."""
+    out = run([ch({"content": "a"}), ch({}, reason), ch({"content": "late"})])  # type: ignore[arg-type]
+    assert types(out)[-2:] == ["error", "response.failed"]
+    assert out[-1]["response"]["error"] == {"code": "upstream_protocol_error",
+                                            "message": "the upstream sent a finish_reason that is not text"}
+    assert "late" not in [e.get("delta") for e in out]
 
 
 @pytest.mark.parametrize("last", [
