@@ -7,6 +7,8 @@ parsed ``chat.completion.chunk`` (a dict), then exactly one of ``finish()`` (the
 ``[DONE]``), ``finish(clean=False)`` (the upstream closed without ``[DONE]``) or
 ``fail(code, message)`` (transport or protocol failure). Each call returns the Responses events it
 produced, in order, as dicts. Nothing is buffered: every delta becomes an event at once.
+``feed_frame(data)`` is ``feed`` for a chunk still in its JSON bytes, decoded into typed structs
+(chunk_frames.py); the pump uses it for every frame, and it gives the same events as ``feed``.
 
 Phases: ``IDLE -> STREAMING -> {COMPLETED, INCOMPLETE, FAILED}``. A call after a terminal phase
 raises ``StreamStateError`` (our bug, never the upstream's).
