@@ -24,7 +24,7 @@ from typing import Any
 
 from .config import Config, load_config
 from .errors import ConfigError
-from .logs import configure_logging, log
+from .logs import configure_logging, flush_logs, log
 from .store import StoreError
 
 CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts its file there)
@@ -198,6 +198,7 @@ async def _serve(config: Config) -> None:
     log.info("server.stopping")
     await runner.cleanup()
     log.info("server.stopped")
+    flush_logs()
 
 
 # -- check-config -----------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
 import sys
 import time
@@ -65,15 +67,97 @@ def _json_text(_: object, __: str, event: dict[str, object]) -> str:
     return orjson.dumps(event, default=str).decode()
 
 
+# JSON lines to a file or a pipe wait at most this long, or until this much is waiting.
+FLUSH_SECONDS = 0.1
+FLUSH_BYTES = 16 * 1024
+
+
+class BatchedLines:
+    """The structlog logger for JSON lines going to a file or a pipe (not a terminal).
+
+    Info and debug lines are collected and written together. A batch goes out at the latest
+    ``FLUSH_SECONDS`` after its first line, as soon as ``FLUSH_BYTES`` wait, with the next warning or error
+    line (which never waits), and at exit. Outside a running event loop every line is written
+    at once. One write per batch instead of one per line: the summary line is written for every
+    request, and with the log on a file that write was ~25 µs of the ~400 µs of CPU a 20-chunk
+    request takes at 16 concurrent streams (bench/, a fixed request count, 3 interleaved runs).
+    Batches stay small: at 64 KiB the allocator handed the batch's memory back to the kernel and
+    took it again (~0.85 page faults per request), which cost more than the writes saved. The
+    access logs of nginx (``buffer=``/``flush=``) make the same trade."""
+
+    __slots__ = ("_out", "_lines", "_size", "_armed", "_seconds", "_limit")
+
+    def __init__(self, out: Any, seconds: float = FLUSH_SECONDS, limit: int = FLUSH_BYTES) -> None:
+        self._out = out  # a binary file
+        self._lines: list[bytes] = []
+        self._size = 0
+        self._armed = False
+        self._seconds = seconds
+        self._limit = limit
+
+    def msg(self, line: bytes) -> None:
+        self._lines.append(line)
+        self._size += len(line)
+        if self._size >= self._limit:
+            self.flush()
+        elif not self._armed:
+            try:
+                asyncio.get_running_loop().call_later(self._seconds, self.flush)
+            except RuntimeError:  # no event loop here (start-up, the command-line tools)
+                self.flush()
+                return
+            self._armed = True
+
+    debug = info = msg
+
+    def urgent(self, line: bytes) -> None:
+        self._lines.append(line)
+        self.flush()
+
+    warning = warn = error = err = critical = fatal = exception = failure = urgent
+
+    def flush(self) -> None:
+        self._armed = False
+        if not self._lines:
+            return
+        lines, self._lines, self._size = self._lines, [], 0
+        lines.append(b"")
+        try:
+            self._out.write(b"\n".join(lines))
+            self._out.flush()
+        except (OSError, ValueError):  # the log file or pipe is gone: nothing left to tell
+            pass
+
+
+_batched: BatchedLines | None = None
+
+
+def flush_logs() -> None:
+    """Write out the lines still waiting (shutdown; also registered to run at exit)."""
+    if _batched is not None:
+        _batched.flush()
+
+
+atexit.register(flush_logs)
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", stream: object | None = None) -> None:
+    global _batched
     out = stream or sys.stderr
-    use_json = fmt == "json" or (fmt == "auto" and not getattr(out, "isatty", lambda: False)())
+    tty = getattr(out, "isatty", lambda: False)()
+    use_json = fmt == "json" or (fmt == "auto" and not tty)
     # orjson renders a line several times faster than json; the summary line is written for
     # every request, so this is on the per-request path.
     binary = getattr(out, "buffer", None)
+    flush_logs()  # lines of an earlier configuration go first
+    _batched = None
     if use_json and binary is not None:  # bytes straight to the file: no decode, no print()
         renderer: structlog.types.Processor = _json_bytes
-        factory: object = structlog.BytesLoggerFactory(file=binary)
+        if tty:
+            factory: object = structlog.BytesLoggerFactory(file=binary)
+        else:
+            batched = _batched = BatchedLines(binary)
+            factory = lambda *_: batched  # noqa: E731 (one logger for every bound logger)
     else:
         renderer = _json_text if use_json else structlog.dev.ConsoleRenderer(colors=False)
         factory = structlog.PrintLoggerFactory(file=out)  # type: ignore[arg-type]

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from proxy.logs import REQUEST_FIELDS, configure_logging
+from proxy.logs import REQUEST_FIELDS, BatchedLines, configure_logging, flush_logs
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -59,3 +60,71 @@ def test_exception_lines_carry_the_traceback(lines: io.StringIO) -> None:
     assert line["level"] == "error" and "exc_info" not in line
     assert "Traceback" in line["exception"] and "KeyError: 'missing'" in line["exception"]
 
+
+
+# -- batched lines (JSON to a file or a pipe) ---------------------------------------------------
+
+class _Sink(io.BytesIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.writes += 1
+        return super().write(data)
+
+
+def test_batched_lines_without_a_loop_are_written_at_once() -> None:
+    sink = _Sink()
+    out = BatchedLines(sink)
+    out.info(b'{"a":1}')
+    out.info(b'{"a":2}')
+    assert sink.getvalue() == b'{"a":1}\n{"a":2}\n' and sink.writes == 2
+
+
+async def test_batched_lines_wait_for_the_timer_or_a_warning() -> None:
+    sink = _Sink()
+    out = BatchedLines(sink, seconds=0.05)
+    out.info(b"one")
+    out.info(b"two")
+    assert sink.getvalue() == b""  # nothing yet: the batch waits for the timer
+    assert await wait_until(lambda: sink.getvalue() == b"one\ntwo\n", 5.0)
+    assert sink.writes == 1
+    out.info(b"three")
+    out.warning(b"four")  # never waits, and takes what was waiting with it, in order
+    assert sink.getvalue() == b"one\ntwo\nthree\nfour\n" and sink.writes == 2
+
+
+async def test_batched_lines_flush_when_full_and_on_request() -> None:
+    sink = _Sink()
+    out = BatchedLines(sink, seconds=60, limit=10)
+    out.info(b"12345")
+    assert sink.getvalue() == b""
+    out.info(b"67890")  # 10 bytes wait: written now, not in a minute
+    assert sink.getvalue() == b"12345\n67890\n"
+    out.info(b"last")
+    out.flush()  # what shutdown and exit do
+    assert sink.getvalue().endswith(b"last\n")
+
+
+def test_batched_lines_to_a_closed_file_are_dropped_quietly() -> None:
+    sink = _Sink()
+    sink.close()
+    BatchedLines(sink).error(b"nobody reads this")  # no exception into the request that logged
+
+
+async def test_configure_logging_batches_json_to_a_file_not_to_a_terminal() -> None:
+    class Terminal(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, batched in ((io.TextIOWrapper(_Sink()), True), (Terminal(_Sink()), False)):
+        configure_logging("info", "json", stream=stream)
+        try:
+            structlog.get_logger("crossfeed").info("thing.happened")
+            sink = stream.buffer
+            assert (sink.getvalue() == b"") is batched
+            flush_logs()
+            assert json.loads(sink.getvalue())["event"] == "thing.happened"
+        finally:
+            structlog.reset_defaults()
