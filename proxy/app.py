@@ -286,7 +286,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers, secrets=secrets(request, up))
         summary["ttfb"] = time.monotonic() - started
         machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                        seal_reasoning=sealer, think_tags=up.think_tags)
+                                        seal_reasoning=sealer, think_tags=up.think_tags, wire=True)
         response = EventStreamResponse(headers=SSE_HEADERS)
         try:
             await response.prepare(request)

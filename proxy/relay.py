@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
 from translators.pump import Pump
+from translators.sse import render_chat, render_responses  # noqa: F401 (the renderers the relay is given)
 
 KEEPALIVE_FRAME = b": keepalive\n\n"
 # How long the start events wait for the first upstream data to share its write.
@@ -233,32 +233,3 @@ async def _fail(pump: Pump, write: Callable[..., Any], render: Callable[[list[di
         await write(render(out) if out else b"", last=True)
     except _ClientGone:
         stats.ending = "client_disconnected"
-
-
-_TYPE_BYTES: dict[str, bytes] = {}
-
-
-def render_responses(events: list[dict[str, Any]]) -> bytes:
-    """Responses frames: ``event: <type>`` + ``data: <json>`` (wire-spec 1.1)."""
-    dumps = orjson.dumps
-    if len(events) == 1:  # the common case on the per-chunk path
-        ev = events[0]
-        tb = _TYPE_BYTES.get(ev["type"])
-        if tb is not None:
-            return tb + dumps(ev) + b"\n\n"
-    parts = []
-    for ev in events:
-        t = ev["type"]
-        tb = _TYPE_BYTES.get(t)
-        if tb is None:
-            tb = _TYPE_BYTES[t] = b"event: " + t.encode() + b"\ndata: "
-        parts.append(tb)
-        parts.append(dumps(ev))
-        parts.append(b"\n\n")
-    return b"".join(parts)
-
-
-def render_chat(chunks: list[dict[str, Any]]) -> bytes:
-    """Chat frames: ``data: <json>`` only (wire-spec 2.1)."""
-    dumps = orjson.dumps
-    return b"".join([b"data: " + dumps(c) + b"\n\n" for c in chunks])

@@ -61,7 +61,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         upstream = await open_upstream(app[SESSION], up, "/responses", rbody, headers, secrets=secrets(request, up))
         summary["ttfb"] = time.monotonic() - started
         machine = ResponsesToChatStream(include_usage=include_usage(body), options=up.mapping, ids=app[IDS],
-                                        now=app[CLOCK], model=str(body.get("model")))
+                                        now=app[CLOCK], model=str(body.get("model")), wire=True)
         response = EventStreamResponse(headers=CHAT_SSE_HEADERS)
         try:
             await response.prepare(request)

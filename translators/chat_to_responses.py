@@ -7,6 +7,11 @@ parsed ``chat.completion.chunk`` (a dict), then exactly one of ``finish()`` (the
 ``[DONE]``), ``finish(clean=False)`` (the upstream closed without ``[DONE]``) or
 ``fail(code, message)`` (transport or protocol failure). Each call returns the Responses events it
 produced, in order, as dicts. Nothing is buffered: every delta becomes an event at once.
+In wire mode (``wire=True``, what the proxy uses) the delta events of text, reasoning text and
+function-call arguments, the events of nearly every chunk, come out instead as their finished
+SSE frames (``bytes``), made from a template of the item's fixed fields: no dict to build and
+serialize per token. ``translators.sse.render_responses`` passes them through; the golden and
+unit tests check that the bytes equal the frames rendered from the dicts.
 ``feed_frame(data)`` is ``feed`` for a chunk still in its JSON bytes, decoded into typed structs
 (chunk_frames.py); the pump uses it for every frame, and it gives the same events as ``feed``.
 
@@ -52,6 +57,8 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
+import orjson
+
 from . import ids as idp
 from .chat_fields import delta_logprobs, details_text, flat_annotation, mistral_parts
 from .chunk_frames import FRAME_ERRORS, as_dict, decode_chunk
@@ -61,8 +68,16 @@ from .json_string_stream import JsonStringField
 from .options import NO_TOOLS, ToolContext
 from .think_tags import ThinkSplitter
 from .response_object import map_usage, new_response
+from .sse import responses_head
 
 Event = dict[str, Any]
+
+_dumps = orjson.dumps
+_TEXT_DELTA = "response.output_text.delta"
+_REASONING_DELTA = "response.reasoning_text.delta"
+_ARGS_DELTA = "response.function_call_arguments.delta"
+_TEXT_TAIL = b',"logprobs":[],"sequence_number":'
+_SEQ_TAIL = b',"sequence_number":'
 
 
 class Phase(Enum):
@@ -87,7 +102,7 @@ MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_CALL = "message", "reasoning", "functi
 class _Item:
     """One output item in progress. ``parts`` holds [kind, [text pieces], annotations, logprobs]."""
 
-    __slots__ = ("kind", "id", "index", "parts", "call_id", "name", "namespace", "args", "unwrap")
+    __slots__ = ("kind", "id", "index", "parts", "call_id", "name", "namespace", "args", "unwrap", "head", "head_ci")
 
     def __init__(self, kind: str, item_id: str, index: int) -> None:
         self.kind = kind
@@ -99,6 +114,8 @@ class _Item:
         self.namespace: str | None = None
         self.args: list[str] = []
         self.unwrap: JsonStringField | None = None
+        self.head = b""  # wire mode: the frame of this item's delta event up to the delta text
+        self.head_ci = -1  # ... for this content_index
 
 
 class ChatToResponsesStream:
@@ -111,6 +128,7 @@ class ChatToResponsesStream:
         tools: ToolContext = NO_TOOLS,
         seal_reasoning: Callable[[str], str] | None = None,
         think_tags: bool = False,
+        wire: bool = False,
     ) -> None:
         """Args:
         request: the client's Responses request (echoed on the Response object).
@@ -119,8 +137,13 @@ class ChatToResponsesStream:
         seal_reasoning: when the client asked for ``reasoning.encrypted_content``, turns the
             reasoning text into the opaque ``encrypted_content`` put on reasoning items.
         think_tags: the content may open with ``<think>...</think>`` reasoning (think_tags.py).
+        wire: the delta events of text, reasoning text and call arguments come out as finished
+            SSE frames (``bytes``, rendered from a per-item template) instead of dicts; every
+            other event stays a dict. ``translators.sse.render_responses`` writes both kinds,
+            and the bytes are exactly what it would make of the dict.
         """
         self._ids = ids
+        self._wire = wire
         self._tools = tools
         self._seal = seal_reasoning
         self._resp = new_response(
@@ -400,6 +423,9 @@ class ChatToResponsesStream:
             item.parts.append(["reasoning_text", []])
             self._emit(self._part_event("response.content_part.added", item, 0, part))
         item.parts[0][1].append(text)
+        if self._wire:
+            self._frame(item.head or self._head(item, _REASONING_DELTA, 0), text)
+            return
         self._emit(
             {
                 "type": "response.reasoning_text.delta",
@@ -422,8 +448,13 @@ class ChatToResponsesStream:
                 part[1].append(text)
                 seq = self._seq
                 self._seq = seq + 1
+                ci = len(item.parts) - 1
+                if self._wire:
+                    head = item.head if item.head_ci == ci else self._head(item, _TEXT_DELTA, ci)
+                    self._out.append(b"%s%s%s%d}\n\n" % (head, _dumps(text), _TEXT_TAIL, seq))
+                    return
                 self._out.append({"type": "response.output_text.delta", "item_id": item.id, "output_index": item.index,
-                                  "content_index": len(item.parts) - 1, "delta": text, "logprobs": [],
+                                  "content_index": ci, "delta": text, "logprobs": [],
                                   "sequence_number": seq})
                 return
         self._text("output_text", text, lp if lp.__class__ is dict else None)
@@ -433,9 +464,7 @@ class ChatToResponsesStream:
         if item is not None and item.kind is MESSAGE and kind == "output_text" and not logprobs:
             part = item.parts[-1]
             if part[0] == "output_text":  # the hot case: more text for the open text part
-                part[1].append(text)
-                self._emit({"type": "response.output_text.delta", "item_id": item.id, "output_index": item.index,
-                            "content_index": len(item.parts) - 1, "delta": text, "logprobs": []})
+                self._more_text(text, None)
                 return
         if self._open_calls and self._open is None:
             # Whitespace between parallel calls (kimi-k2 on Avian) would split the calls with an
@@ -569,6 +598,9 @@ class ChatToResponsesStream:
     def _append_args(self, call: _Item, args: str) -> None:
         call.args.append(args)
         if call.unwrap is None:
+            if self._wire:
+                self._frame(call.head or self._head(call, _ARGS_DELTA, None), args)
+                return
             self._emit(
                 {
                     "type": "response.function_call_arguments.delta",
@@ -700,6 +732,23 @@ class ChatToResponsesStream:
 
     def _snapshot(self) -> dict[str, Any]:
         return dict(self._resp)
+
+    def _head(self, item: _Item, event_type: str, ci: int | None) -> bytes:
+        """The wire-mode template of ``item``'s delta event: its frame up to the delta text, in
+        the key order of the dict the event would be (orjson keeps insertion order)."""
+        head = b'%s{"type":"%s","item_id":%s,"output_index":%d' % (
+            responses_head(event_type), event_type.encode(), _dumps(item.id), item.index)
+        if ci is not None:
+            head += b',"content_index":%d' % ci
+        item.head = head = head + b',"delta":'
+        item.head_ci = ci if ci is not None else 0
+        return head
+
+    def _frame(self, head: bytes, delta: str) -> None:
+        """Wire mode: a delta event without logprobs as its finished frame; one sequence number."""
+        seq = self._seq
+        self._seq = seq + 1
+        self._out.append(b"%s%s%s%d}\n\n" % (head, _dumps(delta), _SEQ_TAIL, seq))
 
     def _emit(self, event: Event) -> None:
         event["sequence_number"] = self._seq

@@ -26,7 +26,7 @@ from .errors import UpstreamProtocolError
 from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 
 _DONE = b"[DONE]"
-Out = dict[str, Any]
+Out = dict[str, Any] | bytes  # bytes: a frame a machine in wire mode rendered itself
 
 
 class Machine(Protocol):

@@ -3,7 +3,10 @@
 ``ResponsesToChatStream`` takes parsed Responses events (the driver decodes SSE, skips a
 ``data: [DONE]`` some backends send, and appends its own ``data: [DONE]``) and returns
 ``chat.completion.chunk`` dicts, or an error object ``{"error": {message, type, param, code}}`` as
-the last output of a failed stream. It never logs: ``diagnostics`` counts what it dropped
+the last output of a failed stream. In wire mode (``wire=True``, what the proxy uses) the chunks
+of content and reasoning text without logprobs come out as their finished SSE frames (``bytes``,
+from a template of the stream's fixed fields); ``translators.sse.render_chat`` passes them
+through, and the tests check they equal the frames rendered from the dicts. It never logs: ``diagnostics`` counts what it dropped
 (``unknown_event:<type>``, ``hosted_event:<type>``, ``hosted_item:<type>``, ``after_terminal``,
 ``done_text_mismatch``, ``annotation_dropped:<type>``, ``usage_missing``, ``call_without_added``
 (argument fragments of a call no item ever named, dropped), ``malformed_event`` (the event that
@@ -74,6 +77,7 @@ from .errors import UpstreamProtocolError
 from .ids import CALL, CHAT_COMPLETION, IdFactory
 from .options import MappingOptions
 
+_dumps = orjson.dumps
 _WAITING, _STREAMING, _DONE = "waiting", "streaming", "done"
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress",
                         "response.completed", "response.incomplete"})
@@ -164,11 +168,15 @@ class ResponsesToChatStream:
 
     __slots__ = ("_usage_on", "_rfield", "_ids", "_now", "_fallback_model", "_phase", "_id", "_model",
                  "_created", "_parts", "_calls", "_held", "_anns", "_last_msg", "_last_seg", "_content_len",
-                 "_streamed", "done", "finish_reason", "error", "diagnostics")
+                 "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_heads", "_after")
 
     def __init__(self, *, include_usage: bool, options: MappingOptions, ids: IdFactory,
-                 now: Callable[[], int], model: str | None = None) -> None:
-        """``model``: reported only if no lifecycle event names one (default ``"unknown"``)."""
+                 now: Callable[[], int], model: str | None = None, wire: bool = False) -> None:
+        """``model``: reported only if no lifecycle event names one (default ``"unknown"``).
+        ``wire``: the chunks of content and reasoning text without logprobs come out as finished
+        SSE frames (``bytes``, from a per-stream template) instead of dicts; all other chunks stay
+        dicts. ``translators.sse.render_chat`` writes both, and the bytes are exactly what it would
+        make of the dict."""
         self._usage_on = include_usage
         self._rfield = options.reasoning_field
         self._ids = ids
@@ -190,6 +198,9 @@ class ResponsesToChatStream:
         self.finish_reason: str | None = None  # set by a successful terminal event
         self.error: dict[str, Any] | None = None  # the error object sent, on failure
         self.diagnostics: dict[str, int] = {}
+        self._wire = wire
+        self._heads: dict[str, bytes] = {}  # wire mode: delta key -> the frame up to the text
+        self._after = b""  # wire mode: the frame after the text
 
     # -- public interface ------------------------------------------------------------------
 
@@ -264,6 +275,17 @@ class ResponsesToChatStream:
             chunk["usage"] = None
         return chunk
 
+    def _frame(self, key: str, text: str) -> bytes:
+        """Wire mode: ``_chunk({key: text})`` as its finished frame. The identity is fixed by
+        then (``_first``), so the template is made once per key and stream."""
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = b'data: {"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
+                b'"choices":[{"index":0,"delta":{%s:' % (_dumps(self._id), self._created, _dumps(self._model), _dumps(key))
+            self._after = b'},"logprobs":null,"finish_reason":null}]%s}\n\n' % (
+                b',"usage":null' if self._usage_on else b"")
+        return b"%s%s%s" % (head, _dumps(text), self._after)
+
     def _first(self, event: dict[str, Any], t: Any) -> list[dict[str, Any]]:
         """Start the stream (identity + role chunk) on the first known event that is no failure."""
         if t not in _HANDLERS or t in _NO_START:
@@ -306,7 +328,11 @@ class ResponsesToChatStream:
             part = self._parts[key] = _Part(self._content_len + len(text) - len(raw))
         part.pieces.append(raw)
         self._content_len += len(text)
-        return self._chunk({"content": text}, None, {"content": lps, "refusal": None} if lps else None)
+        if lps:
+            return self._chunk({"content": text}, None, {"content": lps, "refusal": None})
+        if self._wire:
+            return self._frame("content", text)
+        return self._chunk({"content": text})
 
     def _refusal(self, oi: Any, ci: Any, text: str) -> dict[str, Any]:
         key = ("r", oi, ci)
@@ -328,6 +354,8 @@ class ResponsesToChatStream:
             if self._last_seg is not None:
                 text = SEPARATOR + text
             self._last_seg = segment
+        if self._wire:
+            return self._frame(self._rfield, text)
         return self._chunk({self._rfield: text})
 
     def _tail(self, holder: _Part | _Call | None, final: str | None) -> str:

@@ -17,7 +17,9 @@ and a tuple costs a tenth of a NamedTuple to make and to unpack.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
+
+import orjson
 
 from .errors import UpstreamProtocolError
 
@@ -125,6 +127,51 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
             return None
         out.append((name[7:].decode("utf-8", "replace"), data))
     return out
+
+
+_HEADS: dict[str, bytes] = {}
+
+
+def responses_head(event_type: str) -> bytes:
+    """``event: <type>`` and the start of the ``data:`` line of a Responses frame."""
+    head = _HEADS.get(event_type)
+    if head is None:
+        head = _HEADS[event_type] = b"event: " + event_type.encode() + b"\ndata: "
+    return head
+
+
+def render_responses(events: list[Any]) -> bytes:
+    """A machine's outputs as Responses frames: ``event: <type>`` + ``data: <json>`` for each
+    event dict (wire-spec 1.1). An output that is ``bytes`` is a frame the machine rendered
+    itself (its wire mode) and goes out as it is."""
+    dumps = orjson.dumps
+    if len(events) == 1:  # the common case on the per-chunk path
+        ev = events[0]
+        if ev.__class__ is bytes:
+            return ev
+        head = _HEADS.get(ev["type"])
+        if head is not None:
+            return head + dumps(ev) + b"\n\n"
+    parts = []
+    for ev in events:
+        if ev.__class__ is bytes:
+            parts.append(ev)
+            continue
+        t = ev["type"]
+        head = _HEADS.get(t)
+        if head is None:
+            head = responses_head(t)
+        parts.append(head)
+        parts.append(dumps(ev))
+        parts.append(b"\n\n")
+    return b"".join(parts)
+
+
+def render_chat(chunks: list[Any]) -> bytes:
+    """A machine's outputs as Chat Completions frames: ``data: <json>`` only (wire-spec 2.1);
+    ``bytes`` outputs are frames already rendered (wire mode)."""
+    dumps = orjson.dumps
+    return b"".join([c if c.__class__ is bytes else b"data: " + dumps(c) + b"\n\n" for c in chunks])
 
 
 def encode_named(event_type: bytes, data: bytes) -> bytes:

@@ -7,7 +7,9 @@ request mapping would produce), an empty ``think_tags`` file (the upstream optio
 and ``expected.jsonl`` (one event per line). Each case is fed whole,
 byte by byte, and at 20 seeded random split points: the outputs must be identical, match the
 expected file, and pass the strict validator; fed whole with the typed frame decoding off, the
-output must be the same too. ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the
+output must be the same too. The events are what a client receives: the machine runs in wire
+mode, as the proxy runs it, its outputs are rendered into the SSE body and parsed back; and that
+body is byte for byte the body of the same stream with every event a dict (``wire=False``). ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the
 expected files for review in the diff.
 
 The expected files are the code's own output, reviewed once; so each capture is also checked
@@ -26,11 +28,12 @@ import pytest
 
 from tests.support.captures import data_objects, read_capture
 from tests.support.splitting import byte_by_byte, split_points
-from tests.support.validators import accumulate_chat, validate_responses_events
+from tests.support.validators import accumulate_chat, sse_frames, validate_responses_events
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.ids import SequentialIds
 from translators.options import ToolContext
 from translators.pump import Pump
+from translators.sse import render_responses
 
 CASES = Path(__file__).parent / "cases" / "chat_to_responses"
 UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
@@ -42,7 +45,8 @@ def upstream_bytes(case: Path) -> bytes:
     return read_capture((case / "source.txt").read_text().strip())
 
 
-def translate(case: Path, pieces: list[bytes], *, typed_frames: bool = True) -> list[dict]:
+def body(case: Path, pieces: list[bytes], *, typed_frames: bool = True, wire: bool = True) -> bytes:
+    """The SSE body a client receives for ``pieces`` of the case's upstream stream."""
     request = orjson.loads((case / "request.json").read_bytes())
     tools = ToolContext()
     if (case / "tools.json").exists():
@@ -51,14 +55,23 @@ def translate(case: Path, pieces: list[bytes], *, typed_frames: bool = True) -> 
                             namespaced={k: tuple(v) for k, v in t.get("namespaced", {}).items()})
     sealer = (lambda text: f"sealed:{len(text)}") if (case / "seal").exists() else None
     machine = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=tools,
-                                    seal_reasoning=sealer, think_tags=(case / "think_tags").exists())
+                                    seal_reasoning=sealer, think_tags=(case / "think_tags").exists(), wire=wire)
     pump = Pump(machine, typed_frames=typed_frames)
     out = machine.start()
     for piece in pieces:
         out += pump.feed(piece)
     out += pump.finish()
-    # Render and parse back, exactly as the client receives them.
-    return [orjson.loads(orjson.dumps(e)) for e in out]
+    return render_responses(out)
+
+
+def translate(case: Path, pieces: list[bytes], **kw: Any) -> list[dict]:
+    """The events of ``body``, parsed back as the client parses them."""
+    events = []
+    for name, data in sse_frames(body(case, pieces, **kw)):
+        event = orjson.loads(data)
+        assert name == event["type"]
+        events.append(event)
+    return events
 
 
 def case_dirs() -> list[Path]:
@@ -79,6 +92,8 @@ def test_golden(case: Path) -> None:
     assert whole == expected
     # The typed per-frame decoding (chunk_frames.py) and plain JSON into ``feed`` agree.
     assert translate(case, [data], typed_frames=False) == whole
+    # The frames the machine renders itself (wire mode) are the bytes of the dicts' frames.
+    assert body(case, [data]) == body(case, [data], wire=False)
     assert translate(case, byte_by_byte(data)) == whole
     for seed in range(20):
         assert translate(case, split_points(data, seed, 1 + seed * 3)) == whole, f"split seed {seed}"

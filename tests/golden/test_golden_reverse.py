@@ -6,7 +6,10 @@ request this stream answers; ``stream_options.include_usage`` decides the usage 
 ``upstream.sse`` (a hand-made stream for a case no capture covers), and ``expected.jsonl`` (one
 chunk per line; the driver's ``data: [DONE]`` is not part of it). Each case is fed whole, byte by
 byte and at 20 seeded random split points through the production ``Pump``: the outputs must be
-identical, match the expected file and pass the strict chat validator.
+identical, match the expected file and pass the strict chat validator. The chunks are what a
+client receives: the machine runs in wire mode, as the proxy runs it, its outputs are rendered
+into the SSE body and parsed back; and that body is byte for byte the body of the same stream
+with every chunk a dict (``wire=False``).
 ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites the expected files for review.
 """
 
@@ -21,14 +24,14 @@ import pytest
 
 from tests.support.captures import read_capture
 from tests.support.splitting import byte_by_byte, split_points
-from tests.support.validators import accumulate_chat, validate_chat_chunks
+from tests.support.validators import accumulate_chat, sse_frames, validate_chat_chunks
 from translators.chat_bodies import ResponseFailed, response_to_chat_completion
 from translators.chat_request import chat_request_to_responses, include_usage
 from translators.ids import SequentialIds
 from translators.options import MappingOptions
 from translators.pump import Pump
 from translators.responses_to_chat import ResponsesToChatStream
-from translators.sse import SSEDecoder
+from translators.sse import SSEDecoder, render_chat
 
 CASES = Path(__file__).parent / "cases" / "responses_to_chat"
 UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
@@ -49,17 +52,27 @@ def request_of(case: Path) -> dict:
     return orjson.loads((case / "request.json").read_bytes())
 
 
-def translate(case: Path, pieces: list[bytes]) -> tuple[list[dict], ResponsesToChatStream]:
+def body(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[bytes, ResponsesToChatStream]:
+    """The SSE body a chat client receives for ``pieces`` (without the relay's ``[DONE]``)."""
     request = request_of(case)
     machine = ResponsesToChatStream(include_usage=include_usage(request), options=OPTIONS,
-                                    ids=SequentialIds(), now=lambda: 1_700_000_000, model=request["model"])
+                                    ids=SequentialIds(), now=lambda: 1_700_000_000, model=request["model"], wire=wire)
     pump = Pump(machine)
     out: list[dict] = []
     for piece in pieces:
         out += pump.feed(piece)
     out += pump.finish()
-    # Render and parse back, exactly as the client receives them.
-    return [orjson.loads(orjson.dumps(c)) for c in out], machine
+    return render_chat(out), machine
+
+
+def translate(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[list[dict], ResponsesToChatStream]:
+    """The chunks of ``body``, parsed back as the client parses them."""
+    raw, machine = body(case, pieces, wire=wire)
+    chunks = []
+    for name, data in sse_frames(raw):
+        assert name is None
+        chunks.append(orjson.loads(data))
+    return chunks, machine
 
 
 @pytest.mark.parametrize("case", case_dirs(), ids=lambda p: p.name)
@@ -74,6 +87,8 @@ def test_golden(case: Path) -> None:
             pytest.fail(f"wrote a new {expected_file}; review it and run again")
     expected = [orjson.loads(line) for line in expected_file.read_bytes().splitlines() if line.strip()]
     assert whole == expected
+    # The frames the machine renders itself (wire mode) are the bytes of the dicts' frames.
+    assert body(case, [data])[0] == body(case, [data], wire=False)[0]
     assert translate(case, byte_by_byte(data))[0] == whole
     for seed in range(20):
         assert translate(case, split_points(data, seed, 1 + seed * 3))[0] == whole, f"split seed {seed}"

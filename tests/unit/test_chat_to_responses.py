@@ -13,6 +13,7 @@ from translators.errors import StreamStateError
 from translators.ids import SequentialIds
 from translators.options import ToolContext
 from translators.pump import Pump
+from translators.sse import render_responses
 
 
 def machine(**kw: object) -> ChatToResponsesStream:
@@ -38,9 +39,12 @@ def check(out: list[dict]) -> list[dict]:
 
 def run(chunks: list[dict], clean: bool = True, **kw: object) -> list[dict]:
     """Feed the chunks as dicts (``feed``), and again as the JSON bytes the relay hands to
-    ``feed_frame`` (typed decoding, chunk_frames.py): both paths must give the same events."""
+    ``feed_frame`` (typed decoding, chunk_frames.py): both paths must give the same events. A
+    wire-mode machine (delta events as finished frames), fed the bytes as the proxy feeds them,
+    must render the same SSE body."""
     out = _run(chunks, clean, ChatToResponsesStream.feed, **kw)
     assert _run(chunks, clean, _feed_bytes, **kw) == out
+    assert render_responses(_run(chunks, clean, _feed_bytes, wire=True, **kw)) == render_responses(out)
     return check(out)
 
 

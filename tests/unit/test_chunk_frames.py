@@ -1,7 +1,9 @@
 """The forward machine's typed frame path (``feed_frame``, chunk_frames.py) against plain JSON
 into ``feed``: for any chunk, of any shape, both must produce the same events, the same final
 Response and the same diagnostics. Golden cases and the machine's unit tests compare the two
-paths on real and hand-made streams; this file adds random shapes and the decode failures."""
+paths on real and hand-made streams; this file adds random shapes and the decode failures.
+Every comparison also runs the machine in wire mode (delta events as finished frames): its SSE
+body must be byte for byte the body rendered from the dict events."""
 
 from __future__ import annotations
 
@@ -18,17 +20,18 @@ from translators.chunk_frames import Chunk, as_dict, decode_chunk
 from translators.ids import SequentialIds
 from translators.options import ToolContext
 from translators.pump import Pump
+from translators.sse import render_responses
 
 
-def machine(think_tags: bool = False) -> ChatToResponsesStream:
+def machine(think_tags: bool = False, wire: bool = False) -> ChatToResponsesStream:
     tools = ToolContext(custom_tools=frozenset({"apply_patch"}))
     return ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, tools=tools,
-                                 think_tags=think_tags)
+                                 think_tags=think_tags, wire=wire)
 
 
 def translate(frames: list[bytes], *, typed: bool, think_tags: bool = False, whole: bool = False,
-              clean: bool = True) -> tuple[list[dict], Any, dict]:
-    m = machine(think_tags)
+              clean: bool = True, wire: bool = False) -> tuple[list[Any], Any, dict]:
+    m = machine(think_tags, wire)
     pump = Pump(m, typed_frames=typed)
     out = m.start()
     for piece in [b"".join(frames)] if whole else frames:
@@ -47,6 +50,9 @@ def assert_same(frames: list[bytes], **kw: Any) -> list[dict]:
     typed = translate(frames, typed=True, **kw)
     plain = translate(frames, typed=False, **kw)
     assert typed == plain
+    wire = translate(frames, typed=True, wire=True, **kw)
+    assert render_responses(wire[0]) == render_responses(plain[0])
+    assert wire[1:] == plain[1:]
     validate_responses_events(typed[0])
     return typed[0]
 
@@ -167,7 +173,7 @@ def test_hot_shapes_do_not_build_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
     cold = [{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}]
     out = assert_same([sse(c) for c in hot + cold])
-    assert len(calls) == len(cold)  # the typed run only; the plain one parses JSON into dicts itself
+    assert len(calls) == 2 * len(cold)  # the typed runs (dicts, wire); the plain one parses JSON itself
     assert [e["type"] for e in out if e["type"].endswith(".done")] == [
         "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
         "response.output_text.done",

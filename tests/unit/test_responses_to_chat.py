@@ -19,6 +19,7 @@ from tests.support.validators import (
 from translators.ids import SequentialIds
 from translators.options import MappingOptions
 from translators.responses_to_chat import ResponsesToChatStream
+from translators.sse import render_chat
 
 NOW = 1_700_000_000
 USAGE = {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 7,
@@ -73,9 +74,9 @@ def ctc(call_id: str = "call_c", name: str = "patch", inp: str = "") -> dict:
             "status": "in_progress"}
 
 
-def machine(include_usage: bool = True, **opts: Any) -> ResponsesToChatStream:
+def machine(include_usage: bool = True, wire: bool = False, **opts: Any) -> ResponsesToChatStream:
     return ResponsesToChatStream(include_usage=include_usage, options=MappingOptions(**opts), ids=SequentialIds(),
-                                 now=lambda: NOW, model="req-model")
+                                 now=lambda: NOW, model="req-model", wire=wire)
 
 
 def render_sse(chunks: list[dict]) -> bytes:
@@ -95,13 +96,20 @@ def run(events: list, *, include_usage: bool = True, finish: bool = True,
         expect_usage: Any = _FROM_INCLUDE_USAGE, **opts: Any) -> tuple[list[dict], ResponsesToChatStream]:
     """Feed ``events``, finish the machine and check the whole client stream with the strict
     chat validator (as SSE bytes). ``expect_usage`` defaults to ``include_usage``; pass None
-    where the upstream itself may lack usage (then no usage chunk can be sent)."""
+    where the upstream itself may lack usage (then no usage chunk can be sent). The same events
+    through a wire-mode machine (text chunks as finished frames) must render the same bytes."""
     m = machine(include_usage, **opts)
+    wired = machine(include_usage, wire=True, **opts)
     out: list[dict] = []
+    wire_out: list[Any] = []
     for e in events:
         out += m.feed(e)
+        wire_out += wired.feed(e)
     if finish:
         out += m.finish()
+        wire_out += wired.finish()
+    assert render_chat(wire_out) == render_chat(out)
+    if finish:
         assert m.done
         usage = include_usage if expect_usage is _FROM_INCLUDE_USAGE else expect_usage
         assert validate_chat_sse(render_sse(out), expect_usage=usage) == out
