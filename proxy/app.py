@@ -341,11 +341,26 @@ async def _relay_unchanged(request: web.Request, up: Upstream, url: str, body: d
     end = loop.time() + t.total
     try:
         await out.prepare(request)
-        # Idle and total bound the body: the deadline moves with each chunk, never past the end.
-        async with asyncio.timeout_at(min(loop.time() + t.idle, end)) as deadline:
-            async for chunk in resp.content.iter_any():
-                await out.write(chunk)
-                deadline.reschedule(min(loop.time() + t.idle, end))
+        # Idle and total bound the body, never past the end. Re-arming the timer for every chunk
+        # cost about what copying the chunk does, so, as in the translating relay, the deadline
+        # moves at most once a second and is checked when it fires: a silence shorter than
+        # `idle` only sets it again.
+        last = loop.time()
+        while True:
+            try:
+                async with asyncio.timeout_at(min(last + t.idle, end)) as deadline:
+                    move_at = loop.time() + 1.0
+                    async for chunk in resp.content.iter_any():
+                        await out.write(chunk)
+                        last = loop.time()
+                        if last > move_at:
+                            deadline.reschedule(min(last + t.idle, end))
+                            move_at = last + 1.0
+                break
+            except TimeoutError:
+                now = loop.time()
+                if not deadline.expired() or now >= end or now - last >= t.idle:
+                    raise  # idle or total is over (or the timeout was not this deadline's)
     except (ConnectionResetError, aiohttp.ClientError, TimeoutError) as exc:
         # Headers are sent: a pass-through can only end the body here, as the upstream did.
         log.info("passthrough.ended_early", path=request.path, reason=type(exc).__name__)

@@ -6,7 +6,9 @@
 the last output of a failed stream. In wire mode (``wire=True``, what the proxy uses) the chunks
 of content and reasoning text without logprobs come out as their finished SSE frames (``bytes``,
 from a template of the stream's fixed fields); ``translators.sse.render_chat`` passes them
-through, and the tests check they equal the frames rendered from the dicts. It never logs: ``diagnostics`` counts what it dropped
+through, and the tests check they equal the frames rendered from the dicts.
+
+It never logs: ``diagnostics`` counts what it dropped
 (``unknown_event:<type>``, ``hosted_event:<type>``, ``hosted_item:<type>``, ``after_terminal``,
 ``done_text_mismatch``, ``annotation_dropped:<type>``, ``usage_missing``, ``call_without_added``
 (argument fragments of a call no item ever named, dropped), ``malformed_event`` (the event that

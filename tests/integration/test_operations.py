@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 
 import aiohttp
 import httpx2
@@ -291,6 +292,33 @@ async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(upstream: 
         events = validate_responses_sse(got)
         assert events[-1]["type"] == "response.completed"
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == "slow answer"
+    else:
+        assert got == data  # byte for byte
+
+
+@pytest.mark.parametrize("route", ["translated", "passthrough"])
+async def test_a_stream_that_trickles_outlives_idle(upstream: FakeUpstream, tmp_path, route: str) -> None:
+    """`idle` is a silence, not a duration: a stream whose pieces come 0.15 s apart runs well past
+    an idle of 0.5 s and completes (the deadline moves with the data, at most once a second)."""
+    cfg = _with_timeouts(config_for(upstream, tmp_path), idle=0.5)
+    handle = await start_proxy(cfg)
+    data = b"".join(chunk({"content": f"piece {i} "}) for i in range(4)) + chunk({"content": "end"}, "stop") + DONE
+    upstream.reply(SSEReply(data, seed=0, max_piece=len(data) // 5, delay=0.15))  # ~10 pieces
+    path, body = (("/responses", {"model": "m", "input": "a", "stream": True}) if route == "translated" else
+                  ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}))
+    started = time.monotonic()
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + path, json=body) as r:
+                assert r.status == 200
+                got = await asyncio.wait_for(r.read(), GUARD)
+    finally:
+        await handle.runner.cleanup()
+    assert time.monotonic() - started > 1.0  # the stream lasted twice the idle timeout
+    if route == "translated":
+        events = validate_responses_sse(got)
+        assert events[-1]["type"] == "response.completed"
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "piece 0 piece 1 piece 2 piece 3 end"
     else:
         assert got == data  # byte for byte
 
