@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import time
+from typing import Any
 
 import aiohttp
 import httpx2
@@ -265,6 +266,30 @@ async def test_total_timeout_ends_stream_naming_it(upstream: FakeUpstream, tmp_p
     assert "total timeout of 1s" in events[-1]["response"]["error"]["message"]
 
 
+async def _stream_through(handle: Any, route: str) -> bytes:
+    """One streamed request on a translated (Responses client) or passed-through (chat client)
+    route; the whole body. The proxy is stopped afterwards."""
+    path, body = (("/responses", {"model": "m", "input": "a", "stream": True}) if route == "translated" else
+                  ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + path, json=body) as r:
+                assert r.status == 200
+                return await asyncio.wait_for(r.read(), GUARD)
+    finally:
+        await handle.runner.cleanup()
+
+
+def _assert_whole(route: str, got: bytes, data: bytes, text: str) -> None:
+    """The client received the whole answer: ``text`` translated, or ``data`` byte for byte."""
+    if route == "translated":
+        events = validate_responses_sse(got)
+        assert events[-1]["type"] == "response.completed"
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == text
+    else:
+        assert got == data
+
+
 @pytest.mark.parametrize("route", ["translated", "passthrough"])
 async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(upstream: FakeUpstream, tmp_path,
                                                                       route: str) -> None:
@@ -279,21 +304,8 @@ async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(upstream: 
     # seed 0 with max_piece len - 1: two writes (99 + 82 bytes, the pause inside the second
     # event), each followed by the pause
     upstream.reply(SSEReply(data, seed=0, max_piece=len(data) - 1, delay=3.0))
-    path, body = (("/responses", {"model": "m", "input": "a", "stream": True}) if route == "translated" else
-                  ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}))
-    try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(handle.base_url + path, json=body) as r:
-                assert r.status == 200
-                got = await asyncio.wait_for(r.read(), GUARD)
-    finally:
-        await handle.runner.cleanup()
-    if route == "translated":
-        events = validate_responses_sse(got)
-        assert events[-1]["type"] == "response.completed"
-        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "slow answer"
-    else:
-        assert got == data  # byte for byte
+    got = await _stream_through(handle, route)
+    _assert_whole(route, got, data, "slow answer")
 
 
 @pytest.mark.parametrize("route", ["translated", "passthrough"])
@@ -304,23 +316,10 @@ async def test_a_stream_that_trickles_outlives_idle(upstream: FakeUpstream, tmp_
     handle = await start_proxy(cfg)
     data = b"".join(chunk({"content": f"piece {i} "}) for i in range(4)) + chunk({"content": "end"}, "stop") + DONE
     upstream.reply(SSEReply(data, seed=0, max_piece=len(data) // 5, delay=0.15))  # ~10 pieces
-    path, body = (("/responses", {"model": "m", "input": "a", "stream": True}) if route == "translated" else
-                  ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}))
     started = time.monotonic()
-    try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(handle.base_url + path, json=body) as r:
-                assert r.status == 200
-                got = await asyncio.wait_for(r.read(), GUARD)
-    finally:
-        await handle.runner.cleanup()
+    got = await _stream_through(handle, route)
     assert time.monotonic() - started > 1.0  # the stream lasted twice the idle timeout
-    if route == "translated":
-        events = validate_responses_sse(got)
-        assert events[-1]["type"] == "response.completed"
-        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "piece 0 piece 1 piece 2 piece 3 end"
-    else:
-        assert got == data  # byte for byte
+    _assert_whole(route, got, data, "piece 0 piece 1 piece 2 piece 3 end")
 
 
 async def test_passthrough_stream_ends_after_idle_silence(upstream: FakeUpstream, tmp_path) -> None:
