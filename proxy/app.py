@@ -32,6 +32,7 @@ from translators.ids import IdFactory
 from translators.pump import Pump
 from translators.response_bodies import chat_completion_to_response
 from translators.responses_request import responses_request_to_chat
+from translators.sse import render_responses
 
 from . import upstream as upstream_client
 from .config import Config, Upstream
@@ -58,7 +59,7 @@ from .observability import (
     usage_summary,
 )
 from .reasoning_seal import ReasoningSeal
-from .relay import EventStreamResponse, render_responses
+from .relay import EventStreamResponse
 from .responses_api import (
     PENDING,
     SAVING,

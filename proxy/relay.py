@@ -27,7 +27,6 @@ import aiohttp
 from aiohttp import web
 
 from translators.pump import Pump
-from translators.sse import render_chat, render_responses  # noqa: F401 (the renderers the relay is given)
 
 KEEPALIVE_FRAME = b": keepalive\n\n"
 # How long the start events wait for the first upstream data to share its write.

@@ -21,10 +21,10 @@ from aiohttp import web
 
 from translators.input_items import continued_history, normalize_input
 from translators.response_replay import replay_events
+from translators.sse import render_responses
 
 from .errors import ClientRequestError, ProxyError
 from .observability import METRICS
-from .relay import render_responses
 from .store import ResponseStore, StoredResponse, StoreError
 from .store.pagination import InvalidParam, paginate
 

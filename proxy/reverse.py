@@ -18,14 +18,14 @@ from translators.chat_bodies import response_to_chat_completion
 from translators.chat_request import chat_request_to_responses, include_usage
 from translators.pump import Pump
 from translators.responses_to_chat import ResponsesToChatStream
-from translators.sse import DONE_FRAME
+from translators.sse import DONE_FRAME, render_chat
 
 from .config import Upstream
 from .errors import ClientRequestError
 from .guard import LIMITS
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SESSION
 from .observability import SUMMARY, usage_summary
-from .relay import EventStreamResponse, render_chat
+from .relay import EventStreamResponse
 from .streams import log, note_anomalies, outbound_headers, secrets, stream_through
 from .upstream import open_upstream, read_json
 

@@ -37,9 +37,7 @@ from translators.errors import TranslationError
 from translators.ids import SequentialIds
 from translators.options import NO_TOOLS, MappingOptions, ToolContext
 from translators.pump import Pump
-from translators.sse import DONE_FRAME, SSEDecoder
-
-from .relay import render_chat, render_responses
+from translators.sse import DONE_FRAME, SSEDecoder, render_chat, render_responses
 
 READ_SIZE = 64 * 1024
 PEEK_LIMIT = 1024 * 1024  # give up looking for the first chunk's model after this many bytes

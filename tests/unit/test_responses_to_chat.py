@@ -80,7 +80,7 @@ def machine(include_usage: bool = True, wire: bool = False, **opts: Any) -> Resp
 
 
 def render_sse(chunks: list[dict]) -> bytes:
-    """The client body, as proxy/relay.py ``render_chat`` writes it: one ``data:`` frame per
+    """The client body, as ``translators.sse.render_chat`` writes it: one ``data:`` frame per
     chunk, then ``data: [DONE]`` when the stream ended cleanly. A stream that ends in an error
     frame stops there (the validator accepts it with or without a following [DONE])."""
     body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
