@@ -44,8 +44,9 @@ from 0); ``id`` and ``name`` repeated on later fragments are ignored (set once).
 
 ``finish_reason`` is recorded, not acted on: the usage chunk usually follows it. ``finish()``
 closes everything and emits one terminal event: ``stop``/``tool_calls``/none -> completed;
-``length`` -> incomplete (``max_output_tokens``); ``content_filter`` -> incomplete
-(``content_filter``); ``insufficient_system_resource`` -> failed. ``fail()`` closes open items as
+``length`` and ``model_length`` -> incomplete (``max_output_tokens``); ``content_filter`` ->
+incomplete (``content_filter``); ``insufficient_system_resource``, ``error`` and ``abort`` ->
+failed; any other reason -> completed, counted in ``diagnostics``. ``fail()`` closes open items as
 ``incomplete`` and emits ``error`` then ``response.failed``. ``_emit`` is the only place that
 stamps ``sequence_number``.
 """
@@ -88,9 +89,17 @@ class Phase(Enum):
     FAILED = "failed"
 
 
-_INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
-_FAILED_REASONS = {"insufficient_system_resource": "the upstream stopped generating for lack of resources"}
-_KNOWN_FINISH = {"stop", "tool_calls", "function_call", "length", "content_filter", "insufficient_system_resource"}
+# Mistral's ``model_length``: the answer reached the model's context length, cut as ``length`` is.
+_INCOMPLETE_REASONS = {"length": "max_output_tokens", "model_length": "max_output_tokens",
+                       "content_filter": "content_filter"}
+# Reasons that say the generation failed: finish_reason -> (error code, message).
+_FAILED_REASONS = {
+    "insufficient_system_resource": ("insufficient_system_resource",
+                                     "the upstream stopped generating for lack of resources"),  # DeepSeek
+    "error": ("upstream_error", "the upstream stopped generating because of an error"),  # Mistral, OpenRouter
+    "abort": ("upstream_aborted", "the upstream aborted the generation"),  # vLLM, SGLang
+}
+_KNOWN_FINISH = {"stop", "tool_calls", "function_call", *_INCOMPLETE_REASONS, *_FAILED_REASONS}
 
 # What a chunk of valid JSON but of the wrong shape raises inside the machine.
 _SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError)
@@ -300,8 +309,9 @@ class ChatToResponsesStream:
         reason = self._finish_reason
         if not clean and reason is None:
             return self.fail("upstream_truncated", "the upstream closed the stream before it finished")
-        if reason in _FAILED_REASONS:
-            return self.fail(reason, _FAILED_REASONS[reason])
+        failed = _FAILED_REASONS.get(reason or "")
+        if failed is not None:
+            return self.fail(*failed)
         if reason is not None and reason not in _KNOWN_FINISH:
             self._note("unknown_finish_reason")
         out = self._out = []

@@ -65,7 +65,7 @@ def chat_events(draw: Any) -> list[dict[str, Any]]:
     if draw(st.booleans()):
         kw["tool"] = (draw(st.text(min_size=1, max_size=8)), draw(st.text(max_size=12)))
     kw["finish"] = draw(st.sampled_from(["stop", "length", "content_filter", "tool_calls", None, "weird",
-                                         "insufficient_system_resource"]))
+                                         "insufficient_system_resource", "model_length", "error", "abort"]))
     kw["usage"] = draw(st.booleans())
     return fu.chat_stream_events(**kw)
 

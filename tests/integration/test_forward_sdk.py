@@ -147,6 +147,48 @@ async def test_midstream_error_raises_and_ends_with_failed(client: openai.AsyncO
     assert [(m["status"], m["content"][0]["text"]) for m in message] == [("incomplete", "maybe")]
 
 
+@pytest.mark.parametrize(("finish", "status", "detail"), [
+    ("model_length", "incomplete", "max_output_tokens"),  # Mistral: the model's context length reached
+    ("error", "failed", "upstream_error"),  # Mistral, OpenRouter: generation failed
+    ("abort", "failed", "upstream_aborted"),  # vLLM, SGLang: the engine aborted the request
+])
+async def test_provider_finish_reasons_are_not_reported_as_success(
+        client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy, finish: str, status: str, detail: str) -> None:
+    answer = chunk({"role": "assistant", "content": "Once"}) + chunk({"content": " upon"}, finish) + usage_chunk() + DONE
+    upstream.reply(SSEReply(answer, seed=4, max_piece=17), SSEReply(answer, seed=5, max_piece=11))
+    if status == "incomplete":
+        async with client.responses.stream(model="m", input="x") as stream:
+            last = [ev async for ev in stream][-1]
+        assert last.type == "response.incomplete"  # (the helper's final response is for completed only)
+        assert last.response.incomplete_details.reason == detail and last.response.output_text == "Once upon"
+    else:  # the SDK raises at the `error` event, with the reason in words
+        with pytest.raises(openai.APIError, match="the upstream"):
+            async with client.responses.stream(model="m", input="x") as stream:
+                [ev async for ev in stream]
+    # The whole body, read past the `error` event: one terminal event, nothing that arrived lost.
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.base_url + "/responses", json={"model": "m", "input": "x", "stream": True}) as r:
+            events = validate_responses_sse(await r.read())
+    assert [e["type"] for e in events if e["type"] in TERMINAL] == [f"response.{status}"]
+    final_body = events[-1]["response"]
+    assert final_body["status"] == status and final_body["usage"]["output_tokens"] == 5
+    assert [(o["status"], o["content"][0]["text"]) for o in final_body["output"]] == [("incomplete", "Once upon")]
+    if status == "failed":
+        assert final_body["error"]["code"] == detail and events[-2]["code"] == detail
+    # Not streamed: an incomplete answer is a 200 saying so; a failed one an error status.
+    upstream.reply(JSONReply({"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+                              "choices": [{"index": 0, "finish_reason": finish,
+                                           "message": {"role": "assistant", "content": "Once upon"}}]}))
+    if status == "incomplete":
+        resp = await client.responses.create(model="m", input="x")
+        assert resp.status == "incomplete" and resp.incomplete_details.reason == detail
+        assert resp.output_text == "Once upon"
+    else:
+        with pytest.raises(openai.APIStatusError) as info:
+            await client.responses.create(model="m", input="x")
+        assert info.value.status_code == 502 and info.value.code == detail
+
+
 async def test_truncated_upstream_gives_failed(proxy, upstream: FakeUpstream, captured: list) -> None:
     upstream.reply(SSEReply(chunk({"content": "half an ans"})))
     async with aiohttp.ClientSession() as s:

@@ -87,13 +87,29 @@ def test_usage_waits_for_trailing_chunk() -> None:
 @pytest.mark.parametrize(("reason", "terminal", "detail"), [
     ("stop", "response.completed", None), ("tool_calls", "response.completed", None),
     (None, "response.completed", None), ("length", "response.incomplete", "max_output_tokens"),
-    ("content_filter", "response.incomplete", "content_filter"), ("weird_reason", "response.completed", None)])
+    ("model_length", "response.incomplete", "max_output_tokens"),  # Mistral: the context length reached
+    ("content_filter", "response.incomplete", "content_filter"), ("weird_reason", "response.completed", None),
+    ("insufficient_system_resource", "response.failed", "insufficient_system_resource"),
+    ("error", "response.failed", "upstream_error"), ("abort", "response.failed", "upstream_aborted")])
 def test_finish_reasons(reason: str | None, terminal: str, detail: str | None) -> None:
+    """``detail``: the incomplete reason, or the error code of a failed response."""
     out = run([ch({"content": "x"}, reason)])
+    resp = out[-1]["response"]
     assert out[-1]["type"] == terminal
-    assert (out[-1]["response"]["incomplete_details"] or {}).get("reason") == detail
-    if detail:
-        assert out[-1]["response"]["output"][0]["status"] == "incomplete"
+    if terminal == "response.failed":
+        assert resp["error"]["code"] == detail and resp["incomplete_details"] is None
+        assert out[-2]["type"] == "error" and out[-2]["code"] == detail
+    else:
+        assert (resp["incomplete_details"] or {}).get("reason") == detail
+    if detail:  # a cut or failed answer is never reported as a complete message
+        assert resp["output"][0]["status"] == "incomplete"
+    else:
+        assert resp["output"][0]["status"] == "completed"
+    m = machine()
+    m.start()
+    m.feed(ch({"content": "x"}, reason))
+    m.finish()
+    assert ("unknown_finish_reason" in m.diagnostics) == (reason == "weird_reason")
 
 
 def test_reasoning_spellings_not_doubled() -> None:

@@ -582,6 +582,10 @@ ANSWERS: dict[str, Answer] = {
     "groq usage": Answer("completed", ("message",), content="fast", usage=USAGE, groq_usage=True),
     "out of resources": Answer("failed", ("message",), content="Partial", finish="insufficient_system_resource",
                                usage=USAGE),
+    "context length (Mistral)": Answer("incomplete", ("message",), content="Once upon", finish="model_length",
+                                       usage=USAGE),
+    "error finish (Mistral)": Answer("failed", ("message",), content="Partial", finish="error", usage=USAGE),
+    "aborted (vLLM)": Answer("failed", ("reasoning",), reasoning="First I", finish="abort"),
 }
 
 
