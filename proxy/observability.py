@@ -166,8 +166,22 @@ async def add_request_id_header(request: web.Request, response: web.StreamRespon
 
 
 def usage_summary(response: dict[str, Any] | None) -> dict[str, int] | None:
-    usage = (response or {}).get("usage") if isinstance(response, dict) else None
+    """The token counts of a Response or chat completion, for the summary line and metrics."""
+    return usage_counts(response.get("usage") if isinstance(response, dict) else None)
+
+
+def usage_counts(usage: Any) -> dict[str, int] | None:
+    """``{"in", "out"}`` from a Responses or Chat ``usage`` object. It may come straight from the
+    upstream, so a count that is not a non-negative integer is taken as 0."""
     if not isinstance(usage, dict):
         return None
-    return {"in": int(usage.get("input_tokens") or usage.get("prompt_tokens") or 0),
-            "out": int(usage.get("output_tokens") or usage.get("completion_tokens") or 0)}
+    return {"in": _tokens(usage, "input_tokens", "prompt_tokens"),
+            "out": _tokens(usage, "output_tokens", "completion_tokens")}
+
+
+def _tokens(usage: dict[str, Any], *keys: str) -> int:
+    for key in keys:
+        n = usage.get(key)
+        if type(n) is int and n > 0:
+            return n
+    return 0

@@ -24,7 +24,7 @@ from .config import Upstream
 from .errors import ClientRequestError
 from .guard import LIMITS
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SESSION
-from .observability import SUMMARY, usage_summary
+from .observability import SUMMARY, usage_counts, usage_summary
 from .relay import EventStreamResponse
 from .streams import log, note_anomalies, outbound_headers, secrets, stream_through
 from .upstream import open_upstream, read_json
@@ -69,6 +69,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
             upstream.close()
             return response
         stats = await stream_through(request, up, upstream, Pump(machine), response, render_chat, done_frame=DONE_FRAME)
-    summary["terminal"] = machine.finish_reason or ("error" if machine.error else stats.ending)
+    summary.update(terminal=machine.finish_reason or ("error" if machine.error else stats.ending),
+                   usage=usage_counts(machine.usage))
     note_anomalies(request, machine.diagnostics)
     return response

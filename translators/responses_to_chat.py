@@ -170,7 +170,8 @@ class ResponsesToChatStream:
 
     __slots__ = ("_usage_on", "_rfield", "_ids", "_now", "_fallback_model", "_phase", "_id", "_model",
                  "_created", "_parts", "_calls", "_held", "_anns", "_last_msg", "_last_seg", "_content_len",
-                 "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_heads", "_after")
+                 "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_heads", "_after",
+                 "usage")
 
     def __init__(self, *, include_usage: bool, options: MappingOptions, ids: IdFactory,
                  now: Callable[[], int], model: str | None = None, wire: bool = False) -> None:
@@ -200,6 +201,9 @@ class ResponsesToChatStream:
         self.finish_reason: str | None = None  # set by a successful terminal event
         self.error: dict[str, Any] | None = None  # the error object sent, on failure
         self.diagnostics: dict[str, int] = {}
+        # The terminal Response's ``usage`` object as the upstream sent it (completed, incomplete
+        # or failed), for the driver's accounting; unchecked unless ``include_usage``.
+        self.usage: dict[str, Any] | None = None
         self._wire = wire
         self._heads: dict[str, bytes] = {}  # wire mode: delta key -> the frame up to the text
         self._after = b""  # wire mode: the frame after the text
@@ -615,6 +619,7 @@ class ResponsesToChatStream:
     def _on_terminal(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         t = ev["type"]
         resp = up_dict(ev, "response", t) or {}
+        self._keep_usage(resp)
         # Everything read from the terminal Response is checked before anything is sent.
         if t == "response.incomplete":
             finish = incomplete_finish_reason(resp.get("incomplete_details"))
@@ -660,7 +665,13 @@ class ResponsesToChatStream:
 
     def _on_failed(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         resp = ev.get("response")
+        if isinstance(resp, dict):
+            self._keep_usage(resp)
         return self._error(resp.get("error") if isinstance(resp, dict) else None)
+
+    def _keep_usage(self, resp: dict[str, Any]) -> None:
+        usage = resp.get("usage")
+        self.usage = usage if isinstance(usage, dict) else None
 
     def _on_error(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         nested = ev.get("error")

@@ -20,7 +20,8 @@ from proxy.lifecycle import PROBES
 from proxy.logs import configure_logging
 from tests.conftest import Captured, TeeTransport, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream, SSEReply
-from tests.support.validators import validate_responses_sse
+from tests.support.captures import data_objects, read_capture
+from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 
 GUARD = 30.0  # seconds: hang guard of every wait in this file; what is awaited takes milliseconds
@@ -121,6 +122,33 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
     assert 'crossfeed_tokens_total{direction="out",model="m"} 2.0' in text
     assert 'crossfeed_terminal_events_total{route="/v1/responses",terminal="completed"} 1.0' in text
     assert "crossfeed_active_streams" in text and "crossfeed_time_to_first_byte_seconds_bucket" in text
+
+
+async def test_chat_clients_streams_record_upstream_usage(upstream: FakeUpstream, tmp_path) -> None:
+    """Chat client, Responses backend, streamed, the client not asking for usage: the tokens the
+    backend's terminal Response reports still reach the summary line and the token counter."""
+    name = "responses/openai-gpt5-reasoning-function-call-usage.sse"
+    usage = next(e["response"]["usage"] for e in data_objects(read_capture(name)) if e["type"] == "response.completed")
+    assert usage["output_tokens"] > 0
+    buf = io.StringIO()
+    configure_logging("info", "json", stream=buf)
+    handle = await start_proxy(config_for(upstream, tmp_path, **{"upstream.api": "responses"}))
+    upstream.reply(SSEReply(read_capture(name), seed=3, max_piece=29))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + "/chat/completions", headers={"X-Request-ID": "rev-1"},
+                              json={"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}) as r:
+                validate_chat_sse(await r.read(), expect_usage=False)
+            async with s.get(handle.url + "/metrics") as r:
+                text = await r.text()
+    finally:
+        await handle.runner.cleanup()
+        structlog.reset_defaults()
+    lines = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+    done = [e for e in lines if e.get("event") == "request.completed" and e.get("request_id") == "rev-1"]
+    assert done and done[0]["terminal"] == "tool_calls"
+    assert done[0]["usage"] == {"in": usage["input_tokens"], "out": usage["output_tokens"]}
+    assert f'crossfeed_tokens_total{{direction="out",model="m"}} {float(usage["output_tokens"])}' in text
 
 
 async def test_active_streams_gauge_counts_open_streams(upstream: FakeUpstream, tmp_path) -> None:

@@ -722,3 +722,21 @@ def test_junk_events_never_raise_and_the_stream_always_ends(events: list) -> Non
     last = out[-1]
     assert "error" in last or last["choices"] == [] or last["choices"][0]["finish_reason"] is not None
     assert sum("error" in c for c in out) <= 1
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+@pytest.mark.parametrize(("terminal", "expected"), [
+    (completed(), USAGE),
+    (incomplete("max_output_tokens"), USAGE),
+    ({"type": "response.failed", "response": resp("failed", usage=USAGE, error={"code": "server_error",
+                                                                                "message": "boom"})}, USAGE),
+    (completed(usage=None), None),
+    ({"type": "response.failed", "response": resp("failed")}, None),
+    ({"type": "error", "code": "server_error", "message": "boom"}, None),
+])
+def test_terminal_usage_is_kept_for_the_driver(terminal: dict, expected: Any, include_usage: bool) -> None:
+    """``usage``: what the terminal Response reported, whether or not the client asked for it in
+    the stream (the proxy's summary line and token counter read it)."""
+    out, m = run([created(), terminal], include_usage=include_usage, expect_usage=None)
+    assert m.usage == expected
+
