@@ -27,6 +27,8 @@ class SSEReply:
     delay: float = 0.0
     content_type: str = "text/event-stream"
     stall_after: int | None = None  # stop writing after this many pieces, keep the socket open
+    # byte offset -> event: writing stops there until the event is set (a test lets it go on)
+    holds: dict[int, asyncio.Event] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,7 +121,12 @@ class FakeUpstream:
             if reply.stall_after is not None and n >= reply.stall_after:
                 await asyncio.sleep(3600)
             step = rnd.randint(1, reply.max_piece)
+            hold_at = min((at for at in reply.holds if at > pos), default=None)
+            if hold_at is not None and hold_at < pos + step:
+                step = hold_at - pos
             await resp.write(data[pos : pos + step])
+            if pos + step in reply.holds:
+                await reply.holds[pos + step].wait()
             pos += step
             n += 1
             if reply.delay:

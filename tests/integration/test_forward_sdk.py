@@ -117,6 +117,34 @@ async def test_tool_call_round_trip(client: openai.AsyncOpenAI, upstream: FakeUp
     assert msgs[2:] == [{"role": "tool", "tool_call_id": c.call_id, "content": f"result-{i}"} for i, c in enumerate(calls)]
 
 
+async def test_each_delta_reaches_the_client_while_the_upstream_is_still_writing(
+        client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    """No buffering: after each of its first three chunks the upstream waits until the client has
+    read that chunk's delta. A proxy that held events back until more data (or the end) arrived
+    would never let it go on, and the guard below fails the test. The first chunk takes the
+    relay's first-read path, the later ones its per-chunk loop."""
+    words = ["Hello", " there", " world"]
+    frames = [chunk({"role": "assistant", "content": words[0]})] + [chunk({"content": w}) for w in words[1:]]
+    holds, at = {}, 0
+    for frame in frames:
+        at += len(frame)
+        holds[at] = asyncio.Event()
+    upstream.reply(SSEReply(b"".join(frames) + chunk({}, "stop") + usage_chunk() + DONE, seed=2, max_piece=13,
+                            holds=holds))
+    releases = iter(holds.values())
+    text = []
+    try:
+        async with asyncio.timeout(20), client.responses.stream(model="m", input="x") as stream:
+            async for ev in stream:
+                if ev.type == "response.output_text.delta":
+                    text.append(ev.delta)
+                    next(releases).set()  # this delta arrived while the upstream waited: let it go on
+            final = await stream.get_final_response()
+    except TimeoutError:
+        pytest.fail(f"a delta never reached the client while the upstream waited for it (read: {text})")
+    assert text == words and final.output_text == "Hello there world"
+
+
 async def test_midstream_error_raises_and_ends_with_failed(client: openai.AsyncOpenAI, upstream: FakeUpstream,
                                                            proxy, captured: list) -> None:
     upstream.reply(capture("groq-gptoss-error-event-after-text.sse", seed=2),
