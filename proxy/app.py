@@ -257,7 +257,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         raise ClientRequestError("`stream` must be a boolean", param="stream", code="invalid_type")
     seal = app[SEAL]
     history = await load_history(app, body)
-    mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.reveal)
+    mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.open)
     chat = mapped.chat
     chat["model"] = up.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:

@@ -135,7 +135,7 @@ class ChatToResponsesStream:
         ids: IdFactory,
         now: Callable[[], int],
         tools: ToolContext = NO_TOOLS,
-        seal_reasoning: Callable[[str], str] | None = None,
+        seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
         think_tags: bool = False,
         wire: bool = False,
     ) -> None:
@@ -144,7 +144,9 @@ class ChatToResponsesStream:
         ids, now: injected id factory and clock.
         tools: custom-tool and namespace names from the request mapping.
         seal_reasoning: when the client asked for ``reasoning.encrypted_content``, turns the
-            reasoning text into the opaque ``encrypted_content`` put on reasoning items.
+            reasoning text and the backend's ``reasoning_details`` (Gemini's thought signatures,
+            Claude's signed thinking, encrypted reasoning: what the backend wants back on the
+            next turn) into the opaque ``encrypted_content`` put on reasoning items.
         think_tags: the content may open with ``<think>...</think>`` reasoning (think_tags.py).
         wire: the delta events of text, reasoning text and call arguments come out as finished
             SSE frames (``bytes``, rendered from a per-item template) instead of dicts; every
@@ -175,6 +177,8 @@ class ChatToResponsesStream:
         self._call_ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
+        # With sealing: the backend's reasoning_details entries not yet sealed into a reasoning item.
+        self._details: list[dict[str, Any]] = []
         self.diagnostics: dict[str, int] = {}
 
     # -- public interface -------------------------------------------------------------------
@@ -318,6 +322,7 @@ class ChatToResponsesStream:
         self._flush_think()
         incomplete = _INCOMPLETE_REASONS.get(reason or "")
         self._close_all("incomplete" if incomplete else "completed")
+        self._seal_details_left()
         resp = self._resp
         resp["output"] = self._output
         resp["usage"] = map_usage(self._usage)
@@ -365,14 +370,19 @@ class ChatToResponsesStream:
     # -- delta classification ---------------------------------------------------------------
 
     def _delta(self, delta: dict[str, Any], choice: dict[str, Any]) -> None:
+        details = delta.get("reasoning_details")
+        if details and self._seal is not None:
+            self._keep_details(details)
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
             if isinstance(reasoning, str):
                 self._reasoning(reasoning)
-        elif delta.get("reasoning_details"):
-            text = details_text(delta["reasoning_details"])
+        elif details:
+            text = details_text(details)
             if text:
                 self._reasoning(text)
+            elif self._details and self._open is None and not self._open_calls:
+                self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []})  # details alone
         content = delta.get("content")
         if content:
             if isinstance(content, str) and self._think is not None:
@@ -426,9 +436,10 @@ class ChatToResponsesStream:
 
     def _reasoning(self, text: str) -> None:
         item = self._open
-        if item is None or item.kind != REASONING:
-            self._close_all("completed")
-            item = self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []})
+        if item is None or item.kind != REASONING or not item.parts:
+            if item is None or item.kind != REASONING:
+                self._close_all("completed")
+                item = self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []})
             part = {"type": "reasoning_text", "text": ""}
             item.parts.append(["reasoning_text", []])
             self._emit(self._part_event("response.content_part.added", item, 0, part))
@@ -702,14 +713,45 @@ class ChatToResponsesStream:
         return {"id": item.id, "type": MESSAGE, "status": status, "role": "assistant", "content": content}
 
     def _close_reasoning(self, item: _Item, base: dict[str, Any]) -> dict[str, Any]:
-        text = "".join(item.parts[0][1])
-        self._emit({"type": "response.reasoning_text.done", **base, "content_index": 0, "text": text})
-        part = {"type": "reasoning_text", "text": text}
-        self._emit(self._part_event("response.content_part.done", item, 0, part))
-        done: dict[str, Any] = {"id": item.id, "type": REASONING, "summary": [], "content": [part]}
+        content: list[dict[str, Any]] = []
+        text = ""
+        if item.parts:  # (an item opened for the backend's reasoning_details alone has none)
+            text = "".join(item.parts[0][1])
+            self._emit({"type": "response.reasoning_text.done", **base, "content_index": 0, "text": text})
+            part = {"type": "reasoning_text", "text": text}
+            self._emit(self._part_event("response.content_part.done", item, 0, part))
+            content.append(part)
+        done: dict[str, Any] = {"id": item.id, "type": REASONING, "summary": [], "content": content}
         if self._seal is not None:
-            done["encrypted_content"] = self._seal(text)
+            done["encrypted_content"] = self._seal(text, self._details or None)
+            self._details = []
         return done
+
+    def _keep_details(self, details: Any) -> None:
+        """Keep the backend's ``reasoning_details`` entries for sealing, streamed fragments merged:
+        an entry of the same ``index`` and ``type`` as the last one continues it (its ``text`` and
+        ``summary`` appended, other fields set when not empty, as a signature arrives last)."""
+        if not isinstance(details, list):
+            return
+        kept = self._details
+        for entry in details:
+            if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
+                continue
+            last = kept[-1] if kept else None
+            if last is None or last.get("index") != entry.get("index") or last["type"] != entry["type"]:
+                kept.append(dict(entry))
+                continue
+            for key, value in entry.items():
+                if key in ("text", "summary") and isinstance(value, str) and isinstance(last.get(key), str):
+                    last[key] += value
+                elif value is not None and value != "":
+                    last[key] = value
+
+    def _seal_details_left(self) -> None:
+        """Details that came while no reasoning item could open (after text, between calls) get
+        a reasoning item of their own at the end of the output, so the client sends them back."""
+        if self._details:
+            self._close(self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []}), "completed")
 
     def _close_custom(self, item: _Item, base: dict[str, Any]) -> str:
         unwrap = item.unwrap

@@ -26,7 +26,7 @@ def chat_completion_to_response(
     ids: IdFactory,
     now: Callable[[], int],
     tools: ToolContext = NO_TOOLS,
-    seal_reasoning: Callable[[str], str] | None = None,
+    seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
     think_tags: bool = False,
 ) -> dict[str, Any]:
     if isinstance(completion, dict) and completion.get("error"):

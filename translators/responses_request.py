@@ -20,7 +20,8 @@ from .tools_mapping import (
     opt_number, opt_str, req_str, type_error, value_error,
 )
 
-Reveal = Callable[[str], "str | None"]
+# An ``encrypted_content`` token -> (reasoning text, the backend's reasoning_details), or None.
+Reveal = Callable[[str], "tuple[str, list[dict[str, Any]]] | None"]
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.
 _IGNORED_FIELDS = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier",
@@ -277,10 +278,13 @@ class _Messages:
           with arguments JSON {custom_arg: input}
       function_call_output / custom_tool_call_output -> tool message; text parts joined; image
           and file parts move to one user message placed after the run of tool messages
-      reasoning -> text (content reasoning_text, else summary_text, else
+      reasoning -> text (content reasoning_text, else summary_text, else the text of
           reveal_reasoning(encrypted_content)) set as options.reasoning_field on the assistant
-          message of the same turn (joined with "\\n\\n"); no assistant item before the next
-          non-assistant item -> dropped and listed in ignored
+          message of the same turn (joined with "\\n\\n"), and the backend's reasoning_details
+          sealed in encrypted_content set as that message's reasoning_details (OpenRouter and
+          others want them back: Gemini's thought signatures, signed thinking); the turn is the
+          next assistant item's, or the open one's when a non-assistant item comes first; no
+          assistant item around it -> dropped and listed in ignored
       item_reference -> 400; hosted-tool items (web_search_call, ...) -> dropped, ignored
       other/unknown types -> 400 input[i].type
     """
@@ -292,6 +296,7 @@ class _Messages:
         self.out: list[dict[str, Any]] = []
         self.turn: dict[str, Any] | None = None   # the open assistant message
         self.reasoning: list[str] = []            # pending, for the next assistant content
+        self.details: list[dict[str, Any]] = []   # pending reasoning_details, likewise
         self.reasoning_at: str | None = None
         self.deferred: list[dict[str, Any]] = []  # tool-output media for a following user message
         self.extra_tools: list[tuple[str, Any]] = []  # tools declared by additional_tools items
@@ -338,11 +343,17 @@ class _Messages:
             self._flush_deferred()
             self.turn = {"role": "assistant", "content": None}
             self.out.append(self.turn)
-        if self.reasoning:
-            prev = self.turn.get(self.options.reasoning_field)
-            self.turn[self.options.reasoning_field] = "\n\n".join(([prev] if prev else []) + self.reasoning)
-            self.reasoning, self.reasoning_at = [], None
+        if self.reasoning or self.details:
+            self._attach_reasoning(self.turn)
         return self.turn
+
+    def _attach_reasoning(self, turn: dict[str, Any]) -> None:
+        if self.reasoning:
+            prev = turn.get(self.options.reasoning_field)
+            turn[self.options.reasoning_field] = "\n\n".join(([prev] if prev else []) + self.reasoning)
+        if self.details:
+            turn["reasoning_details"] = turn.get("reasoning_details", []) + self.details
+        self.reasoning, self.details, self.reasoning_at = [], [], None
 
     def _call(self, item: dict[str, Any], p: str, name: str, arguments: str) -> None:
         call = {"id": req_str(item, "call_id", p), "type": "function",
@@ -351,9 +362,11 @@ class _Messages:
 
     def _close(self) -> None:
         """A non-assistant item follows: end the assistant turn and flush what waits for it."""
-        if self.reasoning:
+        if (self.reasoning or self.details) and self.turn is not None:
+            self._attach_reasoning(self.turn)  # the end of the turn's own output
+        elif self.reasoning or self.details:
             self.ignored.append(f"{self.reasoning_at} reasoning (no assistant message follows)")
-            self.reasoning, self.reasoning_at = [], None
+            self.reasoning, self.details, self.reasoning_at = [], [], None
         self.turn = None
         self._flush_deferred()
 
@@ -457,12 +470,24 @@ class _Messages:
         self.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
 
     def _reasoning(self, item: dict[str, Any], p: str) -> None:
-        text = self._reasoning_text(item, p)
+        text = self._visible_reasoning(item, p)
+        details: list[dict[str, Any]] = []
+        encrypted = opt_str(item, "encrypted_content", p)
+        if encrypted:  # opened even next to visible text: it may hold the backend's details
+            opened = self.reveal(encrypted) if self.reveal is not None else None
+            if opened is None:
+                if not text:
+                    self.ignored.append(f"{p}.encrypted_content")
+            else:
+                text = text or opened[0]
+                details = opened[1]
         if text:
             self.reasoning.append(text)
+        self.details += details
+        if text or details:
             self.reasoning_at = self.reasoning_at or p
 
-    def _reasoning_text(self, item: dict[str, Any], p: str) -> str | None:
+    def _visible_reasoning(self, item: dict[str, Any], p: str) -> str | None:
         for key, kinds in (("content", ("reasoning_text", "text")), ("summary", ("summary_text",))):
             raw = item.get(key)
             texts = []
@@ -472,10 +497,4 @@ class _Messages:
                     texts.append(req_str(part, "text", f"{p}.{key}[{j}]"))
             if any(texts):
                 return ("" if key == "content" else "\n\n").join(texts)
-        encrypted = opt_str(item, "encrypted_content", p)
-        if encrypted:
-            text = self.reveal(encrypted) if self.reveal is not None else None
-            if not text:
-                self.ignored.append(f"{p}.encrypted_content")
-            return text
         return None

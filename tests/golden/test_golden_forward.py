@@ -53,7 +53,7 @@ def body(case: Path, pieces: list[bytes], *, typed_frames: bool = True, wire: bo
         t = orjson.loads((case / "tools.json").read_bytes())
         tools = ToolContext(custom_tools=frozenset(t.get("custom_tools", ())),
                             namespaced={k: tuple(v) for k, v in t.get("namespaced", {}).items()})
-    sealer = (lambda text: f"sealed:{len(text)}") if (case / "seal").exists() else None
+    sealer = (lambda text, details: f"sealed:{len(text)}") if (case / "seal").exists() else None
     machine = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=tools,
                                     seal_reasoning=sealer, think_tags=(case / "think_tags").exists(), wire=wire)
     pump = Pump(machine, typed_frames=typed_frames)

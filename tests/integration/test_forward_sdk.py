@@ -382,3 +382,33 @@ async def test_client_key_passed_when_no_upstream_key(client: openai.AsyncOpenAI
     s = await client.responses.create(model="m", input="x", stream=True)
     [e async for e in s]
     assert upstream.requests[-1].headers["Authorization"] == "Bearer sk-test-client"
+
+
+async def test_thought_signatures_go_back_to_the_backend_on_the_next_turn(client: openai.AsyncOpenAI,
+                                                                          upstream: FakeUpstream) -> None:
+    """Codex's way (store false, encrypted reasoning included) in front of Gemini 3 via OpenRouter:
+    the backend's reasoning_details reach it again on the turn that answers its tool calls."""
+    name = "openrouter-gemini31-reasoning-details-parallel-tools.sse"
+    sent_details = [d for c in data_objects(read_capture(f"chat/{name}")) if isinstance(c, dict)
+                    for ch in c.get("choices") or () for d in (ch.get("delta") or {}).get("reasoning_details") or ()]
+    assert sent_details
+    tools = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
+             for n in ("add", "multiply")]
+    upstream.reply(capture(name, seed=6, max_piece=23),
+                   SSEReply(chunk({"role": "assistant", "content": "5 and 6."}, "stop") + usage_chunk() + DONE))
+    first = await client.responses.create(model="m", input="Add and multiply 2 and 3", tools=tools, stream=True,
+                                          store=False, include=["reasoning.encrypted_content"])
+    final = [ev async for ev in first][-1].response
+    kinds = [item.type for item in final.output]
+    assert kinds == ["reasoning", "function_call", "function_call"] and final.output[0].encrypted_content
+    history = [item.model_dump(exclude_none=True) for item in final.output]
+    outputs = [{"type": "function_call_output", "call_id": item.call_id, "output": "ok"}
+               for item in final.output if item.type == "function_call"]
+    second = await client.responses.create(model="m", input=[{"role": "user", "content": "Add and multiply 2 and 3"},
+                                                             *history, *outputs],
+                                           tools=tools, stream=True, store=False,
+                                           include=["reasoning.encrypted_content"])
+    assert [ev async for ev in second][-1].response.output_text == "5 and 6."
+    turn = upstream.requests[-1].body["messages"][1]
+    assert turn["role"] == "assistant" and turn["reasoning_details"] == sent_details
+    assert [tc["id"] for tc in turn["tool_calls"]] == [item.call_id for item in final.output[1:]]

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.captures import data_objects, read_capture
 from tests.support.validators import validate_responses_events, validate_responses_sse
 from translators.chat_to_responses import ChatToResponsesStream, Phase
 from translators.errors import StreamStateError
@@ -259,3 +260,59 @@ def test_random_streams_always_valid(deltas: list[dict], finish: str | None, cle
         check(out)
         results.append(out)
     assert results[0] == results[1]
+
+
+def _sealed_run(capture: str) -> tuple[list[dict], list[tuple[str, list | None]]]:
+    sealed: list[tuple[str, list | None]] = []
+
+    def seal(text: str, details: list | None) -> str:
+        sealed.append((text, details))
+        return f"token:{len(text)}:{len(details or ())}"
+
+    chunks = [c for c in data_objects(read_capture(capture)) if isinstance(c, dict)]
+    out = run(chunks, seal_reasoning=seal)
+    return out, sealed[:len(sealed) // 3]  # run() drives three machines: the first one's seals
+
+
+def _capture_details(capture: str) -> list[dict]:
+    return [d for c in data_objects(read_capture(capture)) if isinstance(c, dict) for ch_ in c.get("choices") or ()
+            for d in (ch_.get("delta") or {}).get("reasoning_details") or ()]
+
+
+def test_thought_signature_alone_gets_a_reasoning_item_before_the_calls() -> None:
+    """Gemini 3 via OpenRouter: the signature comes with the first tool call and no reasoning
+    text. With sealing, it gets an empty reasoning item ahead of the calls, sealed verbatim."""
+    capture = "chat/openrouter-gemini31-reasoning-details-parallel-tools.sse"
+    out, sealed = _sealed_run(capture)
+    output = out[-1]["response"]["output"]
+    assert [i["type"] for i in output] == ["reasoning", "function_call", "function_call"]
+    assert output[0]["content"] == [] and output[0]["encrypted_content"] == "token:0:1"
+    assert sealed == [("", _capture_details(capture))] and sealed[0][1]
+
+
+def test_streamed_signed_thinking_is_sealed_whole() -> None:
+    """Claude via OpenRouter: reasoning.text fragments of one index, the signature last."""
+    capture = "chat/openrouter-claude-reasoning-details.sse"
+    out, sealed = _sealed_run(capture)
+    raw = _capture_details(capture)
+    text = "".join(d.get("text") or "" for d in raw)
+    signature = [d["signature"] for d in raw if d.get("signature")][-1]
+    (sealed_text, details), = sealed
+    assert sealed_text == text == out[-1]["response"]["output"][0]["content"][0]["text"]
+    assert details == [{"type": "reasoning.text", "text": text, "signature": signature,
+                        "format": "anthropic-claude-v1", "index": 0}]
+
+
+def test_details_without_sealing_add_nothing() -> None:
+    capture = "chat/openrouter-gemini31-reasoning-details-parallel-tools.sse"
+    out = run([c for c in data_objects(read_capture(capture)) if isinstance(c, dict)])
+    assert [i["type"] for i in out[-1]["response"]["output"]] == ["function_call", "function_call"]
+
+
+def test_details_left_after_the_text_get_a_reasoning_item_at_the_end() -> None:
+    seals: list = []
+    out = run([ch({"content": "Hi"}), ch({"reasoning_details": [{"type": "reasoning.encrypted", "data": "z"}]}),
+               ch({}, "stop")], seal_reasoning=lambda text, details: seals.append(details) or "t")
+    output = out[-1]["response"]["output"]
+    assert [i["type"] for i in output] == ["message", "reasoning"] and output[1]["encrypted_content"] == "t"
+    assert seals[0] == [{"type": "reasoning.encrypted", "data": "z"}]

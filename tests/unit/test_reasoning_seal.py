@@ -234,7 +234,7 @@ def sealed_item(token: str) -> dict[str, Any]:
     return {"type": "reasoning", "id": "rs_1", "summary": [], "content": None, "encrypted_content": token}
 
 
-def replay(items: list[dict[str, Any]], reveal: Callable[[str], str | None] | None,
+def replay(items: list[dict[str, Any]], reveal: Callable[[str], tuple[str, list] | None] | None,
            options: MappingOptions | None = None) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     mapped = responses_request_to_chat({"model": "m", "input": items}, options or MappingOptions(),
                                        reveal_reasoning=reveal)
@@ -245,7 +245,7 @@ def replay(items: list[dict[str, Any]], reveal: Callable[[str], str | None] | No
 def test_revealed_reasoning_goes_on_the_assistant_message(field: str) -> None:
     token = ReasoningSeal(SECRET).seal("I should list files.")
     messages, ignored = replay([USER, sealed_item(token), assistant_item("Done."), NEXT],
-                               ReasoningSeal(SECRET).reveal, MappingOptions(reasoning_field=field))
+                               ReasoningSeal(SECRET).open, MappingOptions(reasoning_field=field))
     assert messages == [USER, {"role": "assistant", "content": "Done.", field: "I should list files."}, NEXT]
     assert ignored == ()
 
@@ -256,7 +256,7 @@ def test_revealed_reasoning_goes_on_the_tool_call_turn() -> None:
     items = [USER, sealed_item(token),
              {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"}]
-    messages, ignored = replay(items, ReasoningSeal(SECRET).reveal)
+    messages, ignored = replay(items, ReasoningSeal(SECRET).open)
     assert messages == [
         USER,
         {"role": "assistant", "content": None, "reasoning_content": "Run ls.",
@@ -276,23 +276,17 @@ UNREADABLE: dict[str, Callable[[], str]] = {
 
 @pytest.mark.parametrize("make", list(UNREADABLE.values()), ids=list(UNREADABLE))
 def test_unreadable_token_is_skipped_and_reported(make: Callable[[], str]) -> None:
-    messages, ignored = replay([USER, sealed_item(make()), assistant_item("Done."), NEXT], ReasoningSeal(SECRET).reveal)
+    messages, ignored = replay([USER, sealed_item(make()), assistant_item("Done."), NEXT], ReasoningSeal(SECRET).open)
     assert messages == [USER, {"role": "assistant", "content": "Done."}, NEXT]
     assert ignored == ("input[1].encrypted_content",)
 
 
-def test_visible_reasoning_text_is_used_before_the_token() -> None:
-    asked: list[str] = []
-
-    def reveal(token: str) -> str | None:
-        asked.append(token)
-        return "from the token"
-
+def test_visible_reasoning_text_is_used_before_the_token_text() -> None:
     item = {**sealed_item(ReasoningSeal(SECRET).seal("from the token")),
             "content": [{"type": "reasoning_text", "text": "visible"}]}
-    messages, _ = replay([USER, item, assistant_item("Done.")], reveal)
-    assert messages[1]["reasoning_content"] == "visible"
-    assert asked == []
+    messages, ignored = replay([USER, item, assistant_item("Done.")], ReasoningSeal(SECRET).open)
+    assert messages[1]["reasoning_content"] == "visible" and "reasoning_details" not in messages[1]
+    assert ignored == ()
 
 
 def test_reasoning_sealed_on_one_replica_is_replayed_by_another() -> None:
@@ -309,7 +303,43 @@ def test_reasoning_sealed_on_one_replica_is_replayed_by_another() -> None:
     assert isinstance(token, str) and "Count the files." not in token
 
     replayed = {**reasoning, "content": None}  # only the token carries the text now
-    messages, ignored = replay([USER, replayed, message, NEXT], replica_b.reveal)
+    messages, ignored = replay([USER, replayed, message, NEXT], replica_b.open)
     assert messages == [USER, {"role": "assistant", "content": "There are two files.",
                                "reasoning_content": "Count the files."}, NEXT]
     assert ignored == ()
+
+
+GEMINI_DETAILS = [{"type": "reasoning.encrypted", "data": "EjQKMgEMOdbH", "format": "google-gemini-v1",
+                   "id": "tool_add_1", "index": 0}]
+
+
+def test_details_are_sealed_with_the_text_and_opened_back() -> None:
+    seal = ReasoningSeal(SECRET)
+    token = seal.seal("Use both tools.", GEMINI_DETAILS)
+    assert token.startswith("cf2.") and "EjQKMgEMOdbH" not in token
+    assert ReasoningSeal(SECRET).open(token) == ("Use both tools.", GEMINI_DETAILS)
+    assert ReasoningSeal(SECRET).reveal(token) == "Use both tools."
+    assert ReasoningSeal("another secret").open(token) is None
+    tampered = bytearray(base64.urlsafe_b64decode(token[4:]))
+    tampered[-1] ^= 0x01
+    assert seal.open("cf2." + base64.urlsafe_b64encode(bytes(tampered)).decode()) is None
+    # Text alone keeps the first format, so tokens already in clients' histories still open.
+    assert seal.seal("plain", None).startswith(PREFIX) and seal.open(seal.seal("plain")) == ("plain", [])
+    # Neither kind passes for the other: each has its own associated data.
+    assert seal.open("cf1." + token[4:]) is None
+    assert seal.open("cf2." + seal.seal("plain")[4:]) is None
+
+
+def test_sealed_details_go_back_on_the_tool_call_turn() -> None:
+    """Gemini via OpenRouter: the thought signature came with the calls and no reasoning text;
+    the next request carries it back as the assistant message's reasoning_details."""
+    token = ReasoningSeal(SECRET).seal("", GEMINI_DETAILS)
+    call = {"type": "function_call", "call_id": "tool_add_1", "name": "add", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "tool_add_1", "output": "5"}
+    for items in ([USER, sealed_item(token), call, output],  # as crossfeed orders the items
+                  [USER, call, sealed_item(token), output]):  # the reasoning last in its turn
+        messages, ignored = replay(items, ReasoningSeal(SECRET).open)
+        assert messages[1] == {"role": "assistant", "content": None, "reasoning_details": GEMINI_DETAILS,
+                               "tool_calls": [{"id": "tool_add_1", "type": "function",
+                                               "function": {"name": "add", "arguments": "{}"}}]}
+        assert ignored == ()

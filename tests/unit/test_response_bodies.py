@@ -379,7 +379,7 @@ def test_reasoning_then_tool_call_without_text() -> None:
 
 def test_sealed_reasoning_when_asked() -> None:
     resp = translate(completion({"reasoning_content": "secret plan", "content": "ok"}),
-                     seal_reasoning=lambda t: "sealed:" + t[::-1])
+                     seal_reasoning=lambda t, details: "sealed:" + t[::-1])
     assert resp["output"][0]["encrypted_content"] == "sealed:nalp terces"
     assert "encrypted_content" not in resp["output"][1]
 
@@ -527,7 +527,7 @@ def as_completion(a: Answer) -> dict[str, Any]:
 
 def options(a: Answer) -> dict[str, Any]:
     return {"tools": a.tools, "think_tags": a.think_tags,
-            "seal_reasoning": (lambda t: f"sealed({len(t)}):{t[::-1]}") if a.seal else None}
+            "seal_reasoning": (lambda t, details: f"sealed({len(t)},{len(details or ())}):{t[::-1]}") if a.seal else None}
 
 
 def streamed(a: Answer) -> dict[str, Any]:

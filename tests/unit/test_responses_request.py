@@ -427,9 +427,9 @@ def test_reasoning_field_and_system_role_options() -> None:
 def test_encrypted_reasoning_revealed() -> None:
     seen: list[str] = []
 
-    def reveal(blob: str) -> str | None:
+    def reveal(blob: str) -> tuple[str, list] | None:
         seen.append(blob)
-        return "secret thoughts" if blob == "ours" else None
+        return ("secret thoughts", []) if blob == "ours" else None
 
     res = mapped(body(input=[USER, rs(enc="ours"), fc("c1"), out("c1"), rs(enc="theirs"),
                              {"role": "assistant", "content": "a"}]), reveal_reasoning=reveal)
@@ -445,7 +445,7 @@ def test_encrypted_reasoning_without_revealer_is_skipped() -> None:
 
 def test_summary_beats_encrypted() -> None:
     res = mapped(body(input=[USER, rs(summary=[stext("s")], enc="x"), {"role": "assistant", "content": "a"}]),
-                 reveal_reasoning=lambda _: "never")
+                 reveal_reasoning=lambda _: ("never", []))
     assert res.chat["messages"][1]["reasoning_content"] == "s"
 
 
@@ -625,7 +625,7 @@ CODEX_REQUEST = {
 
 
 def test_codex_shaped_request() -> None:
-    res = mapped(CODEX_REQUEST, reveal_reasoning=lambda b: "I should list files." if b == "crossfeed-blob" else None)
+    res = mapped(CODEX_REQUEST, reveal_reasoning=lambda b: ("I should list files.", []) if b == "crossfeed-blob" else None)
     c = res.chat
     assert c["model"] == "gpt-5.1-codex" and c["stream"] is True
     assert c["stream_options"] == {"include_usage": True}
