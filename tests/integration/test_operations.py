@@ -95,6 +95,12 @@ async def test_concurrent_stream_limit_429(upstream: FakeUpstream, tmp_path) -> 
         await handle.runner.cleanup()
 
 
+def completed_lines(buf: io.StringIO, request_id: str) -> list[dict[str, Any]]:
+    """The JSON ``request.completed`` summary lines logged for one request."""
+    lines = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+    return [e for e in lines if e.get("event") == "request.completed" and e.get("request_id") == request_id]
+
+
 async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_path) -> None:
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
@@ -113,8 +119,7 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
     finally:
         await handle.runner.cleanup()
         structlog.reset_defaults()
-    lines = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
-    done = [entry for entry in lines if entry.get("event") == "request.completed" and entry.get("request_id") == "abc-123"]
+    done = completed_lines(buf, "abc-123")
     assert done and done[0]["status"] == 200 and done[0]["terminal"] == "completed" and done[0]["model"] == "m"
     assert done[0]["usage"] == {"in": 3, "out": 2}
     assert "sk-secret-value" not in buf.getvalue()
@@ -144,8 +149,7 @@ async def test_chat_clients_streams_record_upstream_usage(upstream: FakeUpstream
     finally:
         await handle.runner.cleanup()
         structlog.reset_defaults()
-    lines = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
-    done = [e for e in lines if e.get("event") == "request.completed" and e.get("request_id") == "rev-1"]
+    done = completed_lines(buf, "rev-1")
     assert done and done[0]["terminal"] == "tool_calls"
     assert done[0]["usage"] == {"in": usage["input_tokens"], "out": usage["output_tokens"]}
     assert f'crossfeed_tokens_total{{direction="out",model="m"}} {float(usage["output_tokens"])}' in text
