@@ -26,16 +26,14 @@ import structlog
 from aiohttp import web
 
 from translators.chat_bodies import error_status
-from translators.chat_to_responses import ChatToResponsesStream
 from translators.errors import TranslationError
 from translators.ids import IdFactory
-from translators.pump import Pump
 from translators.response_bodies import chat_completion_to_response
-from translators.responses_request import responses_request_to_chat
 from translators.sse import render_responses
 
 from . import upstream as upstream_client
 from .config import Config, Upstream
+from .deadline import Deadline
 from .errors import (
     ClientRequestError,
     ProxyError,
@@ -59,7 +57,7 @@ from .observability import (
     usage_summary,
 )
 from .reasoning_seal import ReasoningSeal
-from .relay import EventStreamResponse
+from .exchange import forward_turn, map_forward, open_leg, reasoning_sealer, stream_flag
 from .responses_api import (
     PENDING,
     SAVING,
@@ -73,20 +71,11 @@ from .responses_api import (
 )
 from .reverse import reverse_chat
 from .store import open_store
-from .streams import note_anomalies, outbound_headers, secrets, stream_through
-from .upstream import (
-    encode_body,
-    new_session,
-    open_upstream,
-    read_json,
-    send,
-)
+from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
+from .streams import outbound_headers, secrets
+from .upstream import encode_body, new_session, read_json, send
 
 log = structlog.get_logger("crossfeed")
-
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no"}
-
 
 def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None,
                clock: Callable[[], int] | None = None) -> web.Application:
@@ -252,28 +241,16 @@ async def chat_endpoint(request: web.Request) -> web.StreamResponse:
 
 async def forward_response(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
     app = request.app
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise ClientRequestError("`stream` must be a boolean", param="stream", code="invalid_type")
-    seal = app[SEAL]
+    stream = stream_flag(body)
     history = await load_history(app, body)
-    mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.open)
-    chat = mapped.chat
-    chat["model"] = up.model_map.get(mapped.model, mapped.model)
-    if mapped.ignored:
-        log.info("request.ignored_fields", model=mapped.model, ignored=list(mapped.ignored))
-    include = body.get("include") or ()
-    sealer = seal.seal if isinstance(include, list) and "reasoning.encrypted_content" in include else None
-    headers = outbound_headers(request, up)
+    mapped = map_forward(request, body, up, history)
     summary = request[SUMMARY]
     summary["stream"] = stream
     if not stream:
-        started = time.monotonic()
-        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers, secrets=secrets(request, up))
-        summary["ttfb"] = time.monotonic() - started
+        upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
         completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                             seal_reasoning=sealer, think_tags=up.think_tags)
+                                             seal_reasoning=reasoning_sealer(request, body), think_tags=up.think_tags)
         schedule_save(app, body, result, history, app[IDS])
         summary.update(terminal=result.get("status"), usage=usage_summary(result))
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
@@ -282,25 +259,16 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
             raise UpstreamError(str(err.get("message") or "the upstream failed"), code=code,
                                 status=error_status(code))
         return web.Response(body=orjson.dumps(result), content_type="application/json")
-    with app[LIMITS].admit(up):
-        started = time.monotonic()
-        upstream = await open_upstream(app[SESSION], up, "/chat/completions", chat, headers, secrets=secrets(request, up))
-        summary["ttfb"] = time.monotonic() - started
-        machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                        seal_reasoning=sealer, think_tags=up.think_tags, wire=True)
-        response = EventStreamResponse(headers=SSE_HEADERS)
+    response = EventStreamResponse(headers=SSE_HEADERS)
+
+    async def open_sink() -> SSESink | None:
         try:
             await response.prepare(request)
         except ConnectionResetError:
-            upstream.close()
-            summary["terminal"] = "client_disconnected"
-            return response
-        stats = await stream_through(request, up, upstream, Pump(machine), response, render_responses,
-                                     initial=render_responses(machine.start()))
-    final = machine.final_response
-    schedule_save(app, body, final, history, app[IDS])
-    summary.update(terminal=final.get("status") if final else stats.ending, usage=usage_summary(final))
-    note_anomalies(request, machine.diagnostics)
+            return None
+        return SSESink(response, render_responses)
+
+    await forward_turn(request, body, up, open_sink, history=history, summary=summary, mapped=mapped)
     return response
 
 
@@ -337,30 +305,23 @@ async def _relay_unchanged(request: web.Request, up: Upstream, url: str, body: d
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:
             out.headers[name] = resp.headers[name]
-    t = up.timeouts
     loop = asyncio.get_running_loop()
-    end = loop.time() + t.total
+    deadline = Deadline(loop, idle=up.timeouts.idle, total=up.timeouts.total)
     try:
         await out.prepare(request)
-        # Idle and total bound the body, never past the end. Re-arming the timer for every chunk
-        # cost about what copying the chunk does, so, as in the translating relay, the deadline
-        # moves at most once a second and is checked when it fires: a silence shorter than
-        # `idle` only sets it again.
-        last = loop.time()
+        # Idle and total bound the body, as in the translating relay (proxy/deadline.py).
         while True:
             try:
-                async with asyncio.timeout_at(min(last + t.idle, end)) as deadline:
-                    move_at = loop.time() + 1.0
+                async with deadline.arm():
                     async for chunk in resp.content.iter_any():
                         await out.write(chunk)
-                        last = loop.time()
-                        if last > move_at:
-                            deadline.reschedule(min(last + t.idle, end))
-                            move_at = last + 1.0
+                        now = loop.time()
+                        deadline.last = now
+                        if now > deadline.move_at:
+                            deadline.move(now)
                 break
             except TimeoutError:
-                now = loop.time()
-                if not deadline.expired() or now >= end or now - last >= t.idle:
+                if not deadline.expired() or deadline.lapsed() is not None:
                     raise  # idle or total is over (or the timeout was not this deadline's)
     except (ConnectionResetError, aiohttp.ClientError, TimeoutError) as exc:
         # Headers are sent: a pass-through can only end the body here, as the upstream did.

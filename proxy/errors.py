@@ -84,7 +84,8 @@ def envelope(message: str, error_type: str, param: str | None, code: str | None)
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-def error_response(exc: ProxyError | TranslationError, *, headers: dict[str, str] | None = None) -> web.Response:
+def error_parts(exc: ProxyError | TranslationError) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """The status, OpenAI envelope and headers an error is answered with, on any transport."""
     if isinstance(exc, UpstreamHTTPError):
         body = exc.body
         status = exc.status
@@ -94,7 +95,11 @@ def error_response(exc: ProxyError | TranslationError, *, headers: dict[str, str
     else:
         body = envelope(exc.message, exc.error_type, exc.param, exc.code)
         status = exc.status
-    hdrs = dict(getattr(exc, "headers", None) or {})
+    return status, body, dict(getattr(exc, "headers", None) or {})
+
+
+def error_response(exc: ProxyError | TranslationError, *, headers: dict[str, str] | None = None) -> web.Response:
+    status, body, hdrs = error_parts(exc)
     if headers:
         hdrs.update(headers)
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=hdrs)

@@ -1,46 +1,40 @@
-"""The one streaming loop: upstream bytes -> SSE events -> translator -> SSE frames -> client.
+"""The one streaming loop: upstream bytes -> SSE events -> translator -> sink -> client.
 
 For each upstream read, the pure ``Pump`` (SSE decode, one orjson parse per event, the stream
-machine) returns the translated outputs, which are rendered and written in one write.
-``[DONE]`` (chat upstreams) or the machine's terminal state ends reading: nothing after it leaks
-through. Failures map to exactly one ending:
+machine) returns the translated outputs, which the sink renders and writes in one write (one
+payload: SSE bytes, or WebSocket text frames; see ``proxy.sinks``). ``[DONE]`` (chat upstreams)
+or the machine's terminal state ends reading: nothing after it leaks through. Failures map to
+exactly one ending:
 
   - invalid JSON / an SSE line over the size cap     -> handled inside the pump (fail)
   - no upstream bytes for ``idle`` seconds           -> pump.fail("upstream_idle_timeout")
   - the connection drops or the total timeout fires  -> pump.fail(...)
   - clean EOF without [DONE]                         -> pump.finish(): the machine decides
 
-While the upstream is silent, an SSE comment (``: keepalive``) goes to the client every
-``keepalive`` seconds, so clients and intermediaries do not time out during long reasoning.
-A client that disconnects cancels this task (aiohttp handler cancellation); the upstream response
-is closed on the way out, which closes the upstream connection at once.
+While the upstream is silent, the sink's keepalive (an SSE comment, a WebSocket ping) goes out
+every ``keepalive`` seconds, so clients and intermediaries do not time out during long reasoning.
+A client that disconnects cancels this task (aiohttp handler cancellation, or the socket's
+reader); the upstream response is closed on the way out, which closes the upstream connection at
+once. The idle and total bounds are a ``Deadline`` (proxy/deadline.py), as on pass-through routes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
-from translators.pump import Pump
+from translators.pump import Out, Pump
 
-KEEPALIVE_FRAME = b": keepalive\n\n"
+from .deadline import Deadline
+from .sinks import EventStreamResponse, Sink
+
+__all__ = ["EventStreamResponse", "Draining", "OpenStream", "RelayStats", "relay"]
+
 # How long the start events wait for the first upstream data to share its write.
 FIRST_FLUSH = 0.05
-
-
-class EventStreamResponse(web.StreamResponse):
-    """A streamed answer whose status line and headers wait for the first body write and go out
-    in the same socket write: one system call less per stream. The relay writes within
-    ``FIRST_FLUSH`` of starting (the start events, or the headers alone), so a client never
-    waits longer than that for the headers. (aiohttp's own switch for this, the one its
-    ``web.Response`` uses; on a version without it the headers simply go out at ``prepare``.)"""
-
-    _send_headers_immediately = False
 
 
 class Draining(Exception):
@@ -73,52 +67,51 @@ class RelayStats:
 async def relay(
     upstream: aiohttp.ClientResponse,
     pump: Pump,
-    response: web.StreamResponse,
-    render: Callable[[list[dict[str, Any]]], bytes],
+    sink: Sink,
     *,
     idle: float,
     keepalive: float,
     total: float,
-    initial: bytes = b"",
-    done_frame: bytes = b"",
+    initial: list[Out] | None = None,
     stats: RelayStats | None = None,
     registry: set[OpenStream] | None = None,
 ) -> RelayStats:
-    """Pump one upstream stream into ``response`` (prepared, nothing written yet).
+    """Pump one upstream stream into ``sink`` (open, nothing written yet).
 
     ``initial`` (the start events) goes out with the first upstream data, or alone after
     ``FIRST_FLUSH`` seconds of upstream silence, so a fast answer costs one write, not two (three
     with the headers of a plain ``StreamResponse``; see ``EventStreamResponse``). The last
-    write carries the end of the chunked body too (``write_eof(data)``), and ``done_frame``
-    (``data: [DONE]`` for chat clients) is appended to it.
+    write is the sink's ``close`` (for SSE it ends the chunked body and adds ``[DONE]``).
     """
     stats = stats or RelayStats()
     handle = OpenStream(upstream)
     if registry is not None:
         registry.add(handle)
     loop = asyncio.get_running_loop()
-    raw_write = response.write
-    pending = initial
-    ended = False  # the chunked body is closed
+    render = sink.render
+    raw_write = sink.write
+    empty: Any = sink.empty
+    pending: Any = render(initial) if initial else empty
+    ended = False  # the sink's close ran
 
-    async def write(data: bytes, *, last: bool = False, flush: bool = False) -> None:
+    async def write(data: Any, *, last: bool = False, flush: bool = False) -> None:
         nonlocal pending, ended
         if pending:
-            data, pending = pending + data, b""
+            data, pending = pending + data, empty
         try:
             if last:
                 ended = True
-                await response.write_eof(data + done_frame)
-            elif data or flush:  # an empty write sends headers still held by an EventStreamResponse
+                await sink.close(data)
+            elif data:
                 await raw_write(data)
+            elif flush:  # an SSE sink still holds its headers
+                await sink.flush()
         except ConnectionResetError:
             raise _ClientGone from None
 
     readany = upstream.content.readany
     feed = pump.feed
-    tick = min(idle, keepalive, total)
-    last_data = loop.time()
-    end = last_data + total
+    deadline = Deadline(loop, idle=idle, total=total, tick=keepalive)
     try:
         first: bytes | None = upstream.content.read_nowait()  # a fast answer is often in already
         if not first:
@@ -127,22 +120,23 @@ async def relay(
                     first = await readany()
             except TimeoutError:
                 first = None
-                await write(b"", flush=True)  # the start events, or the headers alone
-        if first is not None:
-            await _first(first, pump, stats, render, write)
+                await write(empty, flush=True)  # the start events, or the headers alone
+        if first:
+            stats.chunks_in += 1
+            out = feed(first)
+            stats.events_out += len(out)
+            await write(render(out) if out else empty, last=pump.done)
         while not pump.done:
             try:
-                async with asyncio.timeout_at(min(loop.time() + tick, end)) as deadline:
-                    next_check = loop.time() + 1.0
+                async with deadline.arm():
                     while True:
                         chunk = await readany()
                         if not chunk:
                             break
                         now = loop.time()
-                        last_data = now
-                        if now > next_check:  # move the deadline at most once a second: cheap
-                            deadline.reschedule(min(now + tick, end))
-                            next_check = now + 1.0
+                        deadline.last = now
+                        if now > deadline.move_at:  # move the deadline at most once a second: cheap
+                            deadline.move(now)
                         stats.chunks_in += 1
                         out = feed(chunk)
                         if pump.done:
@@ -157,36 +151,39 @@ async def relay(
                                 raise _ClientGone from None
                 break  # EOF, [DONE] or a terminal event
             except TimeoutError:
-                now = loop.time()
-                if now >= end:
+                why = deadline.lapsed()
+                if why == "total":
                     raise _TotalTimeout from None
-                if now - last_data >= idle:
+                if why == "idle":
                     raise _IdleTimeout(idle) from None
-                await write(KEEPALIVE_FRAME)
+                try:
+                    await sink.keepalive()
+                except ConnectionResetError:
+                    raise _ClientGone from None
         if not ended:
             out = pump.finish()
             stats.events_out += len(out)
-            await write(render(out) if out else b"", last=True)
+            await write(render(out) if out else empty, last=True)
         stats.ending = "ok"
     except _ClientGone:
         stats.ending = "client_disconnected"
         return stats
     except Draining:
-        await _fail(pump, write, render, stats, "server_shutting_down",
+        await _fail(pump, write, sink, stats, "server_shutting_down",
                     "crossfeed is shutting down; the stream was ended before the upstream finished")
     except _IdleTimeout as exc:
-        await _fail(pump, write, render, stats, "upstream_idle_timeout",
+        await _fail(pump, write, sink, stats, "upstream_idle_timeout",
                     f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
     except (_TotalTimeout, TimeoutError):  # asyncio.TimeoutError is TimeoutError (3.11)
-        await _fail(pump, write, render, stats, "upstream_timeout",
+        await _fail(pump, write, sink, stats, "upstream_timeout",
                     f"the upstream did not finish within the total timeout of {total:g}s")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-        await _fail(pump, write, render, stats, "upstream_disconnected",
+        await _fail(pump, write, sink, stats, "upstream_disconnected",
                     "the upstream connection closed in the middle of the stream")
     except Exception as exc:  # a translator bug must still end the stream properly
         stats.extra["internal_error"] = repr(exc)
         try:
-            await _fail(pump, write, render, stats, "internal_error",
+            await _fail(pump, write, sink, stats, "internal_error",
                         "crossfeed could not translate the upstream stream")
         except Exception:
             stats.ending = "internal_error"
@@ -196,17 +193,6 @@ async def relay(
         if registry is not None:
             registry.discard(handle)
     return stats
-
-
-async def _first(chunk: bytes, pump: Pump, stats: RelayStats, render: Callable[[list[dict[str, Any]]], bytes],
-                 write: Callable[..., Any]) -> None:
-    """The first upstream read: its events go out together with the start events."""
-    if not chunk:
-        return
-    stats.chunks_in += 1
-    out = pump.feed(chunk)
-    stats.events_out += len(out)
-    await write(render(out) if out else b"", last=pump.done)
 
 
 class _ClientGone(Exception):
@@ -222,13 +208,12 @@ class _IdleTimeout(Exception):
         self.seconds = seconds
 
 
-async def _fail(pump: Pump, write: Callable[..., Any], render: Callable[[list[dict[str, Any]]], bytes],
-                stats: RelayStats, code: str, message: str) -> None:
+async def _fail(pump: Pump, write: Any, sink: Sink, stats: RelayStats, code: str, message: str) -> None:
     stats.ending = code
     stats.error = message
     out = pump.fail(code, message)
     stats.events_out += len(out)
     try:
-        await write(render(out) if out else b"", last=True)
+        await write(sink.render(out) if out else sink.empty, last=True)
     except _ClientGone:
         stats.ending = "client_disconnected"

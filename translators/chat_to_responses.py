@@ -69,7 +69,7 @@ from .json_string_stream import JsonStringField
 from .options import NO_TOOLS, ToolContext
 from .think_tags import ThinkSplitter
 from .response_object import map_usage, new_response
-from .sse import responses_head
+from .sse import SSE_FRAMING, Framing, framing_of
 
 Event = dict[str, Any]
 
@@ -137,7 +137,7 @@ class ChatToResponsesStream:
         tools: ToolContext = NO_TOOLS,
         seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
         think_tags: bool = False,
-        wire: bool = False,
+        wire: bool | Framing = False,
     ) -> None:
         """Args:
         request: the client's Responses request (echoed on the Response object).
@@ -151,10 +151,14 @@ class ChatToResponsesStream:
         wire: the delta events of text, reasoning text and call arguments come out as finished
             SSE frames (``bytes``, rendered from a per-item template) instead of dicts; every
             other event stays a dict. ``translators.sse.render_responses`` writes both kinds,
-            and the bytes are exactly what it would make of the dict.
+            and the bytes are exactly what it would make of the dict. True frames them for SSE;
+            a ``Framing`` (``JSON_FRAMING``: WebSocket text frames) is the sink's own choice.
         """
         self._ids = ids
-        self._wire = wire
+        framing = framing_of(wire)
+        self._wire = framing is not None
+        self._framing = framing or SSE_FRAMING
+        self._end = b"}" + self._framing.end
         self._tools = tools
         self._seal = seal_reasoning
         self._resp = new_response(
@@ -472,7 +476,7 @@ class ChatToResponsesStream:
                 ci = len(item.parts) - 1
                 if self._wire:
                     head = item.head if item.head_ci == ci else self._head(item, _TEXT_DELTA, ci)
-                    self._out.append(b"%s%s%s%d}\n\n" % (head, _dumps(text), _TEXT_TAIL, seq))
+                    self._out.append(b"%s%s%s%d%s" % (head, _dumps(text), _TEXT_TAIL, seq, self._end))
                     return
                 self._out.append({"type": "response.output_text.delta", "item_id": item.id, "output_index": item.index,
                                   "content_index": ci, "delta": text, "logprobs": [],
@@ -789,7 +793,7 @@ class ChatToResponsesStream:
         """The wire-mode template of ``item``'s delta event: its frame up to the delta text, in
         the key order of the dict the event would be (orjson keeps insertion order)."""
         head = b'%s{"type":"%s","item_id":%s,"output_index":%d' % (
-            responses_head(event_type), event_type.encode(), _dumps(item.id), item.index)
+            self._framing.named(event_type), event_type.encode(), _dumps(item.id), item.index)
         if ci is not None:
             head += b',"content_index":%d' % ci
         item.head = head = head + b',"delta":'
@@ -800,7 +804,7 @@ class ChatToResponsesStream:
         """Wire mode: a delta event without logprobs as its finished frame; one sequence number."""
         seq = self._seq
         self._seq = seq + 1
-        self._out.append(b"%s%s%s%d}\n\n" % (head, _dumps(delta), _SEQ_TAIL, seq))
+        self._out.append(b"%s%s%s%d%s" % (head, _dumps(delta), _SEQ_TAIL, seq, self._end))
 
     def _emit(self, event: Event) -> None:
         event["sequence_number"] = self._seq

@@ -78,6 +78,7 @@ from .chat_bodies import (
 from .errors import UpstreamProtocolError
 from .ids import CALL, CHAT_COMPLETION, IdFactory
 from .options import MappingOptions
+from .sse import SSE_FRAMING, Framing, framing_of
 
 _dumps = orjson.dumps
 _WAITING, _STREAMING, _DONE = "waiting", "streaming", "done"
@@ -170,11 +171,11 @@ class ResponsesToChatStream:
 
     __slots__ = ("_usage_on", "_rfield", "_ids", "_now", "_fallback_model", "_phase", "_id", "_model",
                  "_created", "_parts", "_calls", "_held", "_anns", "_last_msg", "_last_seg", "_content_len",
-                 "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_heads", "_after",
+                 "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_framing", "_heads", "_after",
                  "usage")
 
     def __init__(self, *, include_usage: bool, options: MappingOptions, ids: IdFactory,
-                 now: Callable[[], int], model: str | None = None, wire: bool = False) -> None:
+                 now: Callable[[], int], model: str | None = None, wire: bool | Framing = False) -> None:
         """``model``: reported only if no lifecycle event names one (default ``"unknown"``).
         ``wire``: the chunks of content and reasoning text without logprobs come out as finished
         SSE frames (``bytes``, from a per-stream template) instead of dicts; all other chunks stay
@@ -204,7 +205,9 @@ class ResponsesToChatStream:
         # The terminal Response's ``usage`` object as the upstream sent it (completed, incomplete
         # or failed), for the driver's accounting; unchecked unless ``include_usage``.
         self.usage: dict[str, Any] | None = None
-        self._wire = wire
+        framing = framing_of(wire)
+        self._wire = framing is not None
+        self._framing = framing or SSE_FRAMING
         self._heads: dict[str, bytes] = {}  # wire mode: delta key -> the frame up to the text
         self._after = b""  # wire mode: the frame after the text
 
@@ -286,10 +289,11 @@ class ResponsesToChatStream:
         then (``_first``), so the template is made once per key and stream."""
         head = self._heads.get(key)
         if head is None:
-            head = self._heads[key] = b'data: {"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
-                b'"choices":[{"index":0,"delta":{%s:' % (_dumps(self._id), self._created, _dumps(self._model), _dumps(key))
-            self._after = b'},"logprobs":null,"finish_reason":null}]%s}\n\n' % (
-                b',"usage":null' if self._usage_on else b"")
+            head = self._heads[key] = b'%s{"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
+                b'"choices":[{"index":0,"delta":{%s:' % (self._framing.data, _dumps(self._id), self._created,
+                                                         _dumps(self._model), _dumps(key))
+            self._after = b'},"logprobs":null,"finish_reason":null}]%s}%s' % (
+                b',"usage":null' if self._usage_on else b"", self._framing.end)
         return b"%s%s%s" % (head, _dumps(text), self._after)
 
     def _first(self, event: dict[str, Any], t: Any) -> list[dict[str, Any]]:

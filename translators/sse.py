@@ -132,6 +132,35 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
 _HEADS: dict[str, bytes] = {}
 
 
+class Framing:
+    """What surrounds an event's JSON on the client's transport, for the frames a machine in wire
+    mode renders itself (its per-token delta events). The transport's sink chooses it: SSE puts
+    ``event: <type>`` (Responses) or nothing (Chat) and ``data: `` before the JSON and a blank
+    line after it; a WebSocket text frame is the JSON alone."""
+
+    __slots__ = ("sse", "data", "end")
+
+    def __init__(self, *, sse: bool) -> None:
+        self.sse = sse
+        self.data = b"data: " if sse else b""  # before a Chat chunk's JSON
+        self.end = b"\n\n" if sse else b""  # after any event's JSON
+
+    def named(self, event_type: str) -> bytes:
+        """What goes before a Responses event's JSON."""
+        return responses_head(event_type) if self.sse else b""
+
+
+SSE_FRAMING: Final = Framing(sse=True)
+JSON_FRAMING: Final = Framing(sse=False)
+
+
+def framing_of(wire: bool | Framing) -> Framing | None:
+    """A machine's ``wire`` argument: True is SSE framing, False no wire mode at all."""
+    if wire is True:
+        return SSE_FRAMING
+    return wire or None
+
+
 def responses_head(event_type: str) -> bytes:
     """``event: <type>`` and the start of the ``data:`` line of a Responses frame."""
     head = _HEADS.get(event_type)
@@ -172,6 +201,13 @@ def render_chat(chunks: list[Any]) -> bytes:
     ``bytes`` outputs are frames already rendered (wire mode)."""
     dumps = orjson.dumps
     return b"".join([c if c.__class__ is bytes else b"data: " + dumps(c) + b"\n\n" for c in chunks])
+
+
+def render_json(events: list[Any]) -> list[bytes]:
+    """A machine's outputs as one JSON document each (a WebSocket text frame per event);
+    ``bytes`` outputs are documents already rendered (wire mode with ``JSON_FRAMING``)."""
+    dumps = orjson.dumps
+    return [ev if ev.__class__ is bytes else dumps(ev) for ev in events]
 
 
 def encode_named(event_type: bytes, data: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""``stream_through``: the relay runs in a task of its own, and no exit path leaves the upstream
+"""``run_leg``: the relay runs in a task of its own, and no exit path leaves the upstream
 response open."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from proxy.keys import CONFIG
 from proxy.lifecycle import OPEN_STREAMS
 from proxy.observability import SUMMARY
-from proxy.streams import stream_through
+from proxy.exchange import run_leg
 
 
 class _Upstream:
@@ -38,7 +38,7 @@ UP = SimpleNamespace(name="u", timeouts=SimpleNamespace(idle=5.0, total=60.0))
 
 async def test_handler_cancelled_before_the_relay_ran_still_closes_the_upstream() -> None:
     upstream = _Upstream()
-    handler = asyncio.create_task(stream_through(_Request(), UP, upstream, None, None, bytes))  # type: ignore[arg-type]
+    handler = asyncio.create_task(run_leg(_Request(), UP, upstream, None, None, {}))  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the handler made the relay task and waits for it; the relay has not run
     handler.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -47,7 +47,7 @@ async def test_handler_cancelled_before_the_relay_ran_still_closes_the_upstream(
 
 
 async def test_the_relay_runs_in_a_task_of_its_own(monkeypatch: Any) -> None:
-    from proxy import streams
+    from proxy import exchange
 
     seen: list[asyncio.Task[Any] | None] = []
 
@@ -55,9 +55,10 @@ async def test_the_relay_runs_in_a_task_of_its_own(monkeypatch: Any) -> None:
         seen.append(asyncio.current_task())
         return SimpleNamespace(ending="ok", events_in=0, events_out=0, error=None, extra={})
 
-    monkeypatch.setattr(streams, "relay", fake_relay)
+    monkeypatch.setattr(exchange, "relay", fake_relay)
     request = _Request()
-    stats = await stream_through(request, UP, _Upstream(), None, None, bytes)  # type: ignore[arg-type]
+    summary: dict[str, Any] = {}
+    stats = await run_leg(request, UP, _Upstream(), None, None, summary)  # type: ignore[arg-type]
     assert stats.ending == "ok"
     assert seen and seen[0] is not asyncio.current_task()
-    assert request[SUMMARY]["ending"] == "ok"
+    assert summary["ending"] == "ok"

@@ -1,0 +1,106 @@
+"""Sinks: where a translated stream's frames go, one per client connection.
+
+The relay hands a sink the machine's outputs and never knows the transport. A sink says how
+outputs become a payload (``render``), writes one payload (``write``, the per-chunk path: for SSE
+it is the response's own bound ``write``, so the hot loop pays no extra call), and owns the
+transport's policies:
+
+  - SSE (``SSESink``): ``event:``/``data:`` frames over chunked HTTP. The status line and headers
+    wait for the first body write (``EventStreamResponse``); an SSE comment every ``keepalive``
+    seconds of upstream silence; the last write carries the end of the chunked body and, for
+    chat clients, ``data: [DONE]``.
+  - WebSocket (``WebSocketSink``): one JSON text frame per event, no framing text, no ``[DONE]``;
+    keepalive is a ping; the end of a response is not the end of the socket.
+
+A payload is ``bytes`` (SSE) or a list of ``bytes`` documents (WebSocket); both add with ``+``,
+which is how the relay joins the start events to the first upstream data. ``framing`` is what
+the machines put around the delta frames they render themselves (``translators.sse.Framing``).
+A client that has gone away makes ``write`` raise ``ConnectionResetError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from translators.sse import JSON_FRAMING, SSE_FRAMING, Framing, render_json
+
+KEEPALIVE_FRAME = b": keepalive\n\n"
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no"}
+
+
+class EventStreamResponse(web.StreamResponse):
+    """A streamed answer whose status line and headers wait for the first body write and go out
+    in the same socket write: one system call less per stream. The relay writes within its
+    first-flush delay of starting (the start events, or the headers alone), so a client never
+    waits longer than that for the headers. (aiohttp's own switch for this, the one its
+    ``web.Response`` uses; on a version without it the headers simply go out at ``prepare``.)"""
+
+    _send_headers_immediately = False
+
+
+class SSESink:
+    __slots__ = ("response", "render", "write", "done_frame", "empty", "framing")
+
+    def __init__(self, response: web.StreamResponse, render: Callable[[list[Any]], bytes], *,
+                 done_frame: bytes = b"") -> None:
+        self.response = response
+        self.render = render
+        self.write: Callable[[bytes], Awaitable[None]] = response.write
+        self.done_frame = done_frame
+        self.empty = b""
+        self.framing: Framing = SSE_FRAMING
+
+    async def flush(self) -> None:
+        """Send what is held back: an empty write sends the headers of an EventStreamResponse."""
+        await self.response.write(b"")
+
+    async def keepalive(self) -> None:
+        await self.response.write(KEEPALIVE_FRAME)
+
+    async def close(self, last: bytes) -> None:
+        await self.response.write_eof(last + self.done_frame)
+
+
+class WebSocketSink:
+    """Frames of one response on a socket that outlives it. ``sent`` counts the frames written."""
+
+    __slots__ = ("ws", "render", "write", "empty", "framing", "sent")
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self.ws = ws
+        self.render = render_json
+        self.write = self._write
+        self.empty: list[bytes] = []
+        self.framing: Framing = JSON_FRAMING
+        self.sent = 0
+
+    async def _write(self, frames: list[bytes]) -> None:
+        send = self.ws.send_frame
+        try:
+            for frame in frames:
+                await send(frame, WSMsgType.TEXT)
+        except ConnectionResetError:
+            raise
+        except (RuntimeError, OSError) as exc:  # closing or closed underneath us
+            raise ConnectionResetError(str(exc)) from None
+        self.sent += len(frames)
+
+    async def flush(self) -> None:
+        return None
+
+    async def keepalive(self) -> None:
+        try:
+            await self.ws.ping()
+        except (RuntimeError, OSError) as exc:
+            raise ConnectionResetError(str(exc)) from None
+
+    async def close(self, last: list[bytes]) -> None:
+        if last:
+            await self._write(last)
+
+
+Sink = SSESink | WebSocketSink

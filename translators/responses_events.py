@@ -1,0 +1,88 @@
+"""Responses events -> Responses events: a Responses upstream's stream, checked and relayed.
+
+Used where crossfeed carries a Responses upstream's stream to a client on another transport
+(WebSocket mode: the upstream is called over HTTP/SSE). Events pass through unchanged except
+``sequence_number``, which is stamped here (from 0, one apart), so the client's numbering holds
+whatever the upstream sent. The first terminal event (``response.completed``, ``.incomplete``,
+``.failed``) ends the stream and is the final Response; after it nothing is relayed.
+
+  feed(event)        -> [event]                     every upstream event
+  finish(clean)      -> [error, response.failed]    the upstream ended without a terminal event
+  fail(code, msg)    -> [error, response.failed]    transport failure, decided by the driver
+
+A stream that fails before the upstream's ``response.created`` still gets a complete lifecycle:
+``response.created`` (a Response built from the request) first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import ids as idp
+from .errors import StreamStateError
+from .ids import IdFactory
+from .response_object import new_response
+
+Event = dict[str, Any]
+TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponsesEventRelay:
+    __slots__ = ("done", "final_response", "_seq", "_resp", "_request", "_ids", "_now", "_model")
+
+    def __init__(self, *, model: str, ids: IdFactory, now: Callable[[], int],
+                 request: dict[str, Any] | None = None) -> None:
+        self.done = False
+        self.final_response: dict[str, Any] | None = None
+        self._seq = 0
+        self._resp: dict[str, Any] | None = None  # the latest Response snapshot the upstream sent
+        self._request = request or {}
+        self._ids = ids
+        self._now = now
+        self._model = model
+
+    def feed(self, event: Event) -> list[Event]:
+        if self.done:
+            raise StreamStateError("feed() after the terminal event")
+        kind = event.get("type")
+        if not isinstance(kind, str):
+            return self.fail("upstream_protocol_error", "the upstream sent an event without a type")
+        resp = event.get("response")
+        if isinstance(resp, dict):
+            self._resp = resp
+        if kind in TERMINAL:
+            self.done = True
+            self.final_response = resp if isinstance(resp, dict) else self._snapshot()
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        return [event]
+
+    def finish(self, *, clean: bool = True) -> list[Event]:
+        if self.done:
+            raise StreamStateError("finish() after the terminal event")
+        return self.fail("upstream_truncated", "the upstream closed the stream before it finished")
+
+    def fail(self, code: str, message: str) -> list[Event]:
+        if self.done:
+            raise StreamStateError("fail() after the terminal event")
+        out: list[Event] = []
+        if self._resp is None:
+            self._resp = self._snapshot()
+            out.append(self._stamp({"type": "response.created", "response": dict(self._resp)}))
+        resp = {**self._resp, "status": "failed", "error": {"code": code, "message": message}}
+        out.append(self._stamp({"type": "error", "code": code, "message": message, "param": None,
+                                "error": {"type": "server_error", "code": code, "message": message, "param": None}}))
+        out.append(self._stamp({"type": "response.failed", "response": resp}))
+        self.done = True
+        self.final_response = resp
+        return out
+
+    def _snapshot(self) -> dict[str, Any]:
+        return new_response(self._request, response_id=self._ids.new(idp.RESPONSE), created_at=self._now(),
+                            model=self._model)
+
+    def _stamp(self, event: Event) -> Event:
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        return event
