@@ -5,7 +5,8 @@ Routes:
   GET  /readyz                      readiness (config, store, upstream probes)
   GET  /metrics                     Prometheus metrics
   GET  /v1/models                   passed to the upstream unchanged
-  POST /v1/responses                chat upstream: translated (this module); responses upstream: passed through
+  POST /v1/responses                chat upstream: translated (exchange.py); responses upstream: passed through
+  GET  /v1/responses, /responses    WebSocket mode (websocket.py): the same turns as JSON text frames
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
 
 Every error a client sees is OpenAI's envelope; no handler lets an exception escape as a 500
@@ -57,7 +58,7 @@ from .observability import (
     usage_summary,
 )
 from .reasoning_seal import ReasoningSeal
-from .exchange import forward_turn, map_forward, open_leg, reasoning_sealer, stream_flag
+from .exchange import forward_turn, map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
 from .responses_api import (
     PENDING,
     SAVING,
@@ -71,6 +72,7 @@ from .responses_api import (
 )
 from .reverse import reverse_chat
 from .store import open_store
+from .websocket import SOCKETS, close_sockets, responses_get
 from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
 from .streams import outbound_headers, secrets
 from .upstream import encode_body, new_session, read_json, send
@@ -97,12 +99,16 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(probe_ctx(config, SESSION))
     app.on_response_prepare.append(add_request_id_header)
+    app[SOCKETS] = set()
     app.on_shutdown.append(drain)
+    app.on_shutdown.append(close_sockets)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/v1/models", models_endpoint)
     app.router.add_post("/v1/responses", responses_endpoint)
+    for path in ("/v1/responses", "/responses"):  # WebSocket mode; some clients drop the /v1
+        app.router.add_get(path, responses_get, allow_head=False)
     for method, handler in (("GET", get_response), ("DELETE", delete_response)):
         app.router.add_route(method, "/v1/responses/{response_id}", _stored(handler))
     app.router.add_get("/v1/responses/{response_id}/input_items", _stored(list_input_items))
@@ -207,20 +213,6 @@ async def read_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ClientRequestError("the request body must be a JSON object", code="invalid_type")
     return body
-
-
-def pick_upstream(request: web.Request, body: dict[str, Any]) -> Upstream:
-    config = request.app[CONFIG]
-    model = body.get("model")
-    if model is None or not isinstance(model, str) or not model:
-        raise ClientRequestError("you must provide a model parameter (a string)", param="model",
-                                 code="missing_required_parameter" if model is None else "invalid_type")
-    up = config.route(model)
-    request[SUMMARY].update(model=model, upstream=up.name if up else None)
-    if up is None:
-        raise ClientRequestError(f"the model `{model}` does not exist or is not served here", param="model",
-                                 status=404, code="model_not_found")
-    return up
 
 
 async def responses_endpoint(request: web.Request) -> web.StreamResponse:

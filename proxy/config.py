@@ -85,6 +85,8 @@ class Server(_Model):
     keepalive_seconds: float = Field(15.0, gt=0, description="SSE comment sent after this much upstream silence")
     max_header_bytes: int = Field(16384, ge=1024, description="longest request line or header field")
     max_headers: int = Field(100, ge=8, description="most request headers")
+    websocket: bool = Field(True, description="WebSocket mode on GET /v1/responses (false: 426, clients use HTTP)")
+    websocket_max_seconds: float = Field(3600.0, gt=0, description="a WebSocket connection's lifetime")
 
 
 class Logging(_Model):

@@ -38,7 +38,7 @@ from .errors import ClientRequestError
 from .guard import LIMITS
 from .keys import CLOCK, CONFIG, IDS, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS
-from .observability import METRICS, usage_counts, usage_summary
+from .observability import METRICS, SUMMARY, usage_counts, usage_summary
 from .relay import RelayStats, relay
 from .responses_api import schedule_save
 from .sinks import Sink
@@ -57,6 +57,22 @@ def stream_flag(body: dict[str, Any]) -> bool:
     if stream is not None and not isinstance(stream, bool):
         raise ClientRequestError("`stream` must be a boolean", param="stream", code="invalid_type")
     return bool(stream)
+
+
+def pick_upstream(request: web.Request, body: dict[str, Any], summary: dict[str, Any] | None = None) -> Upstream:
+    """The upstream serving the body's model; the turn's summary (the request's by default) gets
+    the model and the upstream's name."""
+    config = request.app[CONFIG]
+    model = body.get("model")
+    if model is None or not isinstance(model, str) or not model:
+        raise ClientRequestError("you must provide a model parameter (a string)", param="model",
+                                 code="missing_required_parameter" if model is None else "invalid_type")
+    up = config.route(model)
+    (request[SUMMARY] if summary is None else summary).update(model=model, upstream=up.name if up else None)
+    if up is None:
+        raise ClientRequestError(f"the model `{model}` does not exist or is not served here", param="model",
+                                 status=404, code="model_not_found")
+    return up
 
 
 def map_forward(request: web.Request, body: dict[str, Any], up: Upstream,

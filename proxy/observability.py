@@ -134,28 +134,36 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
             response.headers["X-Request-ID"] = request_id
         return response
     finally:
-        duration = time.monotonic() - start
-        metrics = request.app[METRICS]
-        model = metrics.model_label(str(summary.get("model") or ""))
-        count, durations = metrics.request_children(route, model, status)
-        count.inc()
-        durations.observe(duration)
-        ttfb = summary.pop("ttfb", None)
-        if ttfb is not None:
-            metrics.child(metrics.ttfb, route).observe(ttfb)
-            summary["ttfb_ms"] = round(ttfb * 1000, 1)
-        usage = summary.get("usage")
-        if usage:
-            child = metrics.child
-            child(metrics.tokens, model, "in").inc(usage.get("in", 0))
-            child(metrics.tokens, model, "out").inc(usage.get("out", 0))
-        terminal = summary.get("terminal")
-        if terminal:
-            metrics.child(metrics.terminals, route, terminal).inc()
-        if route != "/metrics":
-            request.app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1),
-                                          **summary)
+        if summary.get("transport") == "websocket":  # each turn was recorded; this is the socket
+            if route != "/metrics":
+                request.app[SUMMARY_LOG].info("websocket.closed", status=status,
+                                              duration_ms=round((time.monotonic() - start) * 1000, 1), **summary)
+        else:
+            record_request(request.app, route, summary, status, time.monotonic() - start)
         REQUEST_FIELDS.reset(token)
+
+
+def record_request(app: web.Application, route: str, summary: dict[str, Any], status: int, duration: float) -> None:
+    """One request's (or WebSocket turn's) metrics and its summary line."""
+    metrics = app[METRICS]
+    model = metrics.model_label(str(summary.get("model") or ""))
+    count, durations = metrics.request_children(route, model, status)
+    count.inc()
+    durations.observe(duration)
+    ttfb = summary.pop("ttfb", None)
+    if ttfb is not None:
+        metrics.child(metrics.ttfb, route).observe(ttfb)
+        summary["ttfb_ms"] = round(ttfb * 1000, 1)
+    usage = summary.get("usage")
+    if usage:
+        child = metrics.child
+        child(metrics.tokens, model, "in").inc(usage.get("in", 0))
+        child(metrics.tokens, model, "out").inc(usage.get("out", 0))
+    terminal = summary.get("terminal")
+    if terminal:
+        metrics.child(metrics.terminals, route, terminal).inc()
+    if route != "/metrics":
+        app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **summary)
 
 
 async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:

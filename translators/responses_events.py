@@ -22,7 +22,7 @@ from typing import Any
 from . import ids as idp
 from .errors import StreamStateError
 from .ids import IdFactory
-from .response_object import new_response
+from .response_object import map_usage, new_response
 
 Event = dict[str, Any]
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -86,3 +86,14 @@ class ResponsesEventRelay:
         event["sequence_number"] = self._seq
         self._seq += 1
         return event
+
+
+def primed_response_events(request: dict[str, Any], *, ids: IdFactory, now: Callable[[], int]) -> list[Event]:
+    """The events of a ``generate: false`` turn (a WebSocket connection primed, nothing sampled):
+    a Response that completes at once with no output and no tokens spent."""
+    resp = new_response(request, response_id=ids.new(idp.RESPONSE), created_at=now(),
+                        model=str(request.get("model") or ""))
+    done = {**resp, "status": "completed", "usage": map_usage(None)}
+    return [{"type": "response.created", "response": resp, "sequence_number": 0},
+            {"type": "response.in_progress", "response": dict(resp), "sequence_number": 1},
+            {"type": "response.completed", "response": done, "sequence_number": 2}]

@@ -241,6 +241,66 @@ def write_codex_home(
     return env
 
 
+#: The env var ``codex exec`` (and ``exec resume``) reads an API key from for the built-in
+#: ``openai`` provider. ``OPENAI_API_KEY`` in the environment is NOT used by 0.171.0: with only
+#: that set, Codex sends its requests with no ``Authorization`` header at all.
+BUILTIN_API_KEY_ENV = "CODEX_API_KEY"
+
+
+def write_codex_home_builtin(
+    dir: str | os.PathLike[str],
+    *,
+    base_url: str,
+    model: str,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Write ``dir/config.toml`` that uses Codex's built-in ``openai`` provider; return the env.
+
+    The drop-in setup users have: ``openai_base_url = base_url`` (e.g.
+    ``http://127.0.0.1:PORT/v1``) and no ``model_provider`` / ``[model_providers]``. Unlike a
+    custom provider this one has WebSockets on: Codex opens ``GET {base_url}/responses`` with
+    ``Upgrade: websocket`` (a ``generate: false`` prewarm, then ``response.create`` frames) and
+    falls back to ``POST {base_url}/responses`` (at once on a 426 answer to the upgrade; after 5
+    retries, ~7 s, on 401/403/404/405/5xx). Checked against 0.171.0, see /tmp/codex-ws-facts.md.
+
+    Same network switch-offs as ``codex_config`` (plugins, update check, analytics, feedback,
+    OTEL, history, unbounded connection retries). Retries cannot be made smaller: 0.171.0 has no
+    config key for the built-in provider's ``request_max_retries`` / ``stream_max_retries``
+    (``[model_providers.openai]`` is rejected as a reserved id; top-level keys are unknown), so
+    the defaults (4 and 5) apply.
+
+    Auth: the dummy key goes in ``CODEX_API_KEY`` (what ``codex exec`` honours; it wins over
+    auth.json) and in ``dir/auth.json`` (``{"auth_mode": "apikey", "OPENAI_API_KEY": ...}``, the
+    file ``codex login --with-api-key`` writes), so other subcommands authenticate too.
+    ``extra`` is deep-merged into the config last; a value of None deletes a key.
+    """
+    home = Path(dir)
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = codex_config(
+        base_url=base_url,
+        model=model,
+        extra={"model_provider": None, "model_providers": None},
+    )
+    cfg["openai_base_url"] = base_url  # a root key: to_toml writes root scalars before tables
+    _deep_merge(cfg, extra or {})
+    (home / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
+    (home / "auth.json").write_text(
+        json.dumps({"auth_mode": "apikey", "OPENAI_API_KEY": DUMMY_API_KEY}, indent=2)
+        + "\n",
+        encoding="utf-8",
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(_SCRUB_ENV_PREFIXES) and k not in _SCRUB_ENV
+    }
+    env["CODEX_HOME"] = str(home)
+    env[BUILTIN_API_KEY_ENV] = DUMMY_API_KEY
+    env["NO_COLOR"] = "1"
+    env.setdefault("NO_PROXY", "127.0.0.1,localhost,::1")
+    return env
+
+
 # --------------------------------------------------------------------------------------- running
 
 
