@@ -18,6 +18,12 @@ unit tests check that the bytes equal the frames rendered from the dicts.
 Phases: ``IDLE -> STREAMING -> {COMPLETED, INCOMPLETE, FAILED}``. A call after a terminal phase
 raises ``StreamStateError`` (our bug, never the upstream's).
 
+Legs: one upstream call is a leg. ``finish()`` is ``end_leg()`` (close the leg's items; ``leg``
+says what the model asked for: finish reason, usage, calls) then ``end_response()`` (the
+terminal event). Between the two the exchange may add items of its own (``emit_item``, a hosted
+tool's call) and open another leg (``next_leg``): ``sequence_number`` and ``output_index`` run on
+across legs and the usage of all legs adds up in the terminal Response.
+
 Each chunk's delta is read in one place (``_delta``) in this order: reasoning, content (string or
 Mistral's part array), refusal, annotations, tool calls. Reasoning comes from the first present of
 ``reasoning_content``, ``reasoning`` (string) and ``reasoning_details`` (OpenRouter), so backends that
@@ -127,6 +133,35 @@ class _Item:
         self.head_ci = -1  # ... for this content_index
 
 
+_CALL_TYPES = frozenset({FUNCTION_CALL, CUSTOM_CALL})
+
+
+class LegEnd:
+    """What one upstream call ended with: its finish reason, its usage and the calls it made."""
+
+    __slots__ = ("finish_reason", "usage", "calls")
+
+    def __init__(self, finish_reason: str | None, usage: dict[str, Any] | None, calls: list[dict[str, Any]]) -> None:
+        self.finish_reason = finish_reason
+        self.usage = usage
+        self.calls = calls
+
+
+def _summed(usages: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Chat usage objects of several legs added up (the counts map_usage reads)."""
+    total: dict[str, Any] = {}
+    for u in usages:
+        for key, value in (u or {}).items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+            elif isinstance(value, dict):
+                inner = total.setdefault(key, {})
+                for k, v in value.items():
+                    if isinstance(v, int) and not isinstance(v, bool):
+                        inner[k] = inner.get(k, 0) + v
+    return total
+
+
 class ChatToResponsesStream:
     def __init__(
         self,
@@ -181,6 +216,9 @@ class ChatToResponsesStream:
         self._call_ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
+        self._spent: list[dict[str, Any] | None] = []  # the usage of legs before this one
+        self._leg_start = 0  # where this leg's items begin in _output
+        self.leg: LegEnd | None = None  # what the last ended leg asked for
         # With sealing: the backend's reasoning_details entries not yet sealed into a reasoning item.
         self._details: list[dict[str, Any]] = []
         self.diagnostics: dict[str, int] = {}
@@ -311,9 +349,21 @@ class ChatToResponsesStream:
         return self.fail("upstream_protocol_error", f"the upstream sent {what}")
 
     def finish(self, *, clean: bool = True) -> list[Event]:
-        """The upstream ended. ``clean``: it sent ``[DONE]``; without it, no finish_reason = cut."""
+        """The upstream ended. ``clean``: it sent ``[DONE]``; without it, no finish_reason = cut.
+        The end of the leg, then (unless the leg failed) the end of the response."""
+        out = self.end_leg(clean=clean)
+        if not self.done:
+            out += self.end_response()
+        return out
+
+    def end_leg(self, *, clean: bool = True) -> list[Event]:
+        """End of one upstream call: close its items and record what the model asked for
+        (``leg``: finish reason, usage, the calls it made). The Response stays open, so the
+        exchange may run a hosted tool and feed another leg (``next_leg``) or end it
+        (``end_response``). A leg that failed (cut, or a failing finish_reason) ends the
+        response with ``fail`` here."""
         if self.phase is not Phase.STREAMING:
-            raise StreamStateError(f"finish() in phase {self.phase.value}")
+            raise StreamStateError(f"end_leg() in phase {self.phase.value}")
         reason = self._finish_reason
         if not clean and reason is None:
             return self.fail("upstream_truncated", "the upstream closed the stream before it finished")
@@ -324,13 +374,52 @@ class ChatToResponsesStream:
             self._note("unknown_finish_reason")
         out = self._out = []
         self._flush_think()
-        incomplete = _INCOMPLETE_REASONS.get(reason or "")
-        self._close_all("incomplete" if incomplete else "completed")
+        first = self._leg_start
+        self._close_all("incomplete" if _INCOMPLETE_REASONS.get(reason or "") else "completed")
         self._seal_details_left()
+        self._live = False
+        self.leg = LegEnd(reason, self._usage,
+                          [item for item in self._output[first:] if item.get("type") in _CALL_TYPES])
+        return out
+
+    def next_leg(self) -> None:
+        """Open the response to another upstream call (after ``end_leg``): numbering goes on,
+        the new leg's finish reason and usage are its own (usage adds up at the end)."""
+        if self.phase is not Phase.STREAMING or self._live:
+            raise StreamStateError("next_leg() needs a leg that has ended")
+        if self._usage:
+            self._spent.append(self._usage)
+        self._usage = None
+        self._finish_reason = None
+        self._leg_start = len(self._output)
+        self._live = True
+        self.leg = None
+
+    def emit_item(self, item: dict[str, Any]) -> list[Event]:
+        """An output item the exchange made itself between legs (a hosted tool's call), added
+        and done at once at the next output index."""
+        if self.phase is not Phase.STREAMING or self._live:
+            raise StreamStateError("emit_item() between legs only")
+        out = self._out = []
+        index = self._next_index
+        self._next_index += 1
+        self._emit({"type": "response.output_item.added", "output_index": index,
+                    "item": {**item, "status": "in_progress"}})
+        self._output.append(item)
+        self._emit({"type": "response.output_item.done", "output_index": index, "item": item})
+        return out
+
+    def end_response(self) -> list[Event]:
+        """The terminal event, built from the accumulated state: ``response.completed``, or
+        ``response.incomplete`` when the last leg was cut by a length or content filter."""
+        if self.phase is not Phase.STREAMING or self._live:
+            raise StreamStateError("end_response() needs a leg that has ended")
+        out = self._out = []
+        incomplete = _INCOMPLETE_REASONS.get(self._finish_reason or "")
         resp = self._resp
         resp["output"] = self._output
-        resp["usage"] = map_usage(self._usage)
-        self.done, self._live = True, False
+        resp["usage"] = map_usage(_summed(self._spent + [self._usage]) if self._spent else self._usage)
+        self.done = True
         if incomplete:
             self.phase = Phase.INCOMPLETE
             resp["status"] = "incomplete"
@@ -357,7 +446,8 @@ class ChatToResponsesStream:
         resp = self._resp
         resp["status"] = "failed"
         resp["output"] = self._output
-        resp["usage"] = map_usage(self._usage) if self._usage else None
+        spent = [u for u in (*self._spent, self._usage) if u]
+        resp["usage"] = map_usage(spent[0] if len(spent) == 1 else _summed(spent)) if spent else None
         resp["error"] = {"code": code, "message": message}
         self._emit(
             {
