@@ -32,6 +32,7 @@ from translators.pump import Out, Pump
 from translators.responses_events import ResponsesEventRelay
 from translators.responses_request import MappedRequest, responses_request_to_chat
 from translators.responses_to_chat import ResponsesToChatStream
+from translators.sse import Framing
 
 from .config import Upstream
 from .errors import ClientRequestError
@@ -131,27 +132,45 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     return stats
 
 
+async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_body: dict[str, Any],
+                      make_machine: Callable[[Framing], Any], open_sink: SinkOpener,
+                      summary: Summary) -> tuple[Any, RelayStats] | None:
+    """The streamed exchange every direction and transport shares: admission to the upstream's
+    stream limit, one leg (upstream call, sink, machine, relay), and the turn's summary fields.
+    ``make_machine`` gets the sink's framing; a machine with ``start`` (the forward one) has its
+    start events go out with the first upstream data. None: the client left before the stream."""
+    with request.app[LIMITS].admit(up):
+        upstream = await open_leg(request, up, path, upstream_body, summary)
+        sink = await _open(open_sink, upstream, summary)
+        if sink is None:
+            return None
+        machine = make_machine(sink.framing)
+        initial = machine.start() if hasattr(machine, "start") else None
+        stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial)
+    note_anomalies(request, getattr(machine, "diagnostics", None) or {})
+    return machine, stats
+
+
 async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *,
                        history: list[dict[str, Any]] | None, summary: Summary,
                        mapped: MappedRequest | None = None) -> dict[str, Any] | None:
     """A streamed Responses turn on a chat upstream. Returns the final Response (None when the
     client left before the stream began); it is handed to the store here."""
     app = request.app
-    mapped = mapped or map_forward(request, body, up, history)
-    with app[LIMITS].admit(up):
-        upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
-        sink = await _open(open_sink, upstream, summary)
-        if sink is None:
-            return None
-        machine = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                        seal_reasoning=reasoning_sealer(request, body), think_tags=up.think_tags,
-                                        wire=sink.framing)
-        stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=machine.start())
-    final = machine.final_response
+    plan = mapped or map_forward(request, body, up, history)
+    sealer = reasoning_sealer(request, body)
+
+    def machine(framing: Framing) -> ChatToResponsesStream:
+        return ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=plan.tools, seal_reasoning=sealer,
+                                     think_tags=up.think_tags, wire=framing)
+
+    ran = await stream_turn(request, up, "/chat/completions", plan.chat, machine, open_sink, summary)
+    if ran is None:
+        return None
+    final = ran[0].final_response
     schedule_save(app, body, final, history, app[IDS])
-    summary.update(terminal=final.get("status") if final else stats.ending, usage=usage_summary(final))
-    note_anomalies(request, machine.diagnostics)
-    return final
+    summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
+    return final  # type: ignore[no-any-return]
 
 
 async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *,
@@ -161,33 +180,31 @@ async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, o
     rbody = {**body, "stream": True}
     if isinstance(body.get("model"), str):
         rbody["model"] = up.model_map.get(body["model"], body["model"])
-    with app[LIMITS].admit(up):
-        upstream = await open_leg(request, up, "/responses", rbody, summary)
-        sink = await _open(open_sink, upstream, summary)
-        if sink is None:
-            return None
-        machine = ResponsesEventRelay(model=str(body.get("model") or ""), ids=app[IDS], now=app[CLOCK], request=body)
-        stats = await run_leg(request, up, upstream, Pump(machine), sink, summary)
-    final = machine.final_response
-    summary.update(terminal=final.get("status") if final else stats.ending, usage=usage_summary(final))
-    return final
+
+    def machine(framing: Framing) -> ResponsesEventRelay:
+        return ResponsesEventRelay(model=str(body.get("model") or ""), ids=app[IDS], now=app[CLOCK], request=body)
+
+    ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
+    if ran is None:
+        return None
+    final = ran[0].final_response
+    summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
+    return final  # type: ignore[no-any-return]
 
 
 async def reverse_turn(request: web.Request, body: dict[str, Any], rbody: dict[str, Any], up: Upstream,
                        open_sink: SinkOpener, *, summary: Summary) -> None:
     """A streamed chat turn on a Responses upstream."""
     app = request.app
-    with app[LIMITS].admit(up):
-        upstream = await open_leg(request, up, "/responses", rbody, summary)
-        sink = await _open(open_sink, upstream, summary)
-        if sink is None:
-            return
-        machine = ResponsesToChatStream(include_usage=include_usage(body), options=up.mapping, ids=app[IDS],
-                                        now=app[CLOCK], model=str(body.get("model")), wire=sink.framing)
-        stats = await run_leg(request, up, upstream, Pump(machine), sink, summary)
-    summary.update(terminal=machine.finish_reason or ("error" if machine.error else stats.ending),
-                   usage=usage_counts(machine.usage))
-    note_anomalies(request, machine.diagnostics)
+
+    def machine(framing: Framing) -> ResponsesToChatStream:
+        return ResponsesToChatStream(include_usage=include_usage(body), options=up.mapping, ids=app[IDS],
+                                     now=app[CLOCK], model=str(body.get("model")), wire=framing)
+
+    ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
+    if ran is not None:
+        m, stats = ran
+        summary.update(terminal=m.finish_reason or ("error" if m.error else stats.ending), usage=usage_counts(m.usage))
 
 
 async def _open(open_sink: SinkOpener, upstream: aiohttp.ClientResponse, summary: Summary) -> Sink | None:
