@@ -13,8 +13,9 @@ goes out as one JSON text frame (``WebSocketSink``), numbered as over SSE, with 
     that fails evicts the remembered response.
   - ``generate: false`` primes the connection: a completed Response with no output, no upstream
     call; a turn continuing from it inherits its ``instructions`` and ``tools`` (when it sends
-    none). ``generate`` never goes upstream; ``stream``, ``stream_options`` and ``background``
-    are refused with an error frame naming the param.
+    none). ``generate`` never goes upstream; ``stream: true`` is accepted (Codex sends it in
+    every frame) and dropped, ``stream: false``, ``stream_options`` and ``background`` are refused
+    with an error frame naming the param. ``previous_response_not_found`` has status 400.
   - One response in flight: a second ``response.create`` meanwhile gets an error frame and
     changes nothing. After ``[server] websocket_max_seconds`` (60 minutes) the connection is
     closed with an error frame ``websocket_connection_limit_reached``.
@@ -55,7 +56,7 @@ log = structlog.get_logger("crossfeed")
 
 ROUTE = "/v1/responses (websocket)"
 SOCKETS = web.AppKey("websockets", set)  # type: ignore[arg-type]
-_NOT_IN_CREATE = ("stream", "stream_options", "background")
+_NOT_IN_CREATE = ("stream_options", "background")
 _INHERITED = ("instructions", "tools", "tool_choice")  # what a primed connection carries forward
 
 
@@ -199,6 +200,8 @@ class Connection:
                 self.app[METRICS].upstream_errors.labels(summary.get("upstream") or "", exc.code or "error").inc()
                 summary["error"] = exc.code
             self._forget(prev)
+            if getattr(exc, "code", None) == "previous_response_not_found":
+                status = 400  # what Codex takes as "start over with the full input" (docs/codex.md)
             await self._send_error(status, envelope["error"])
         except asyncio.CancelledError:
             summary.setdefault("terminal", "client_disconnected")
@@ -214,6 +217,10 @@ class Connection:
             REQUEST_FIELDS.reset(token)
 
     async def _create(self, body: dict[str, Any], summary: dict[str, Any]) -> None:
+        # Codex sends `stream: true` in every frame: true (or null) says what is so anyway.
+        if body.pop("stream", None) not in (True, None):
+            raise ClientRequestError("`stream` cannot be false in a WebSocket response.create: every response "
+                                     "is streamed as frames", param="stream", code="unsupported_parameter")
         for key in _NOT_IN_CREATE:
             if key in body:
                 raise ClientRequestError(f"`{key}` is not allowed in a WebSocket response.create: every "
@@ -221,6 +228,7 @@ class Connection:
         generate = body.pop("generate", True)
         if not isinstance(generate, bool):
             raise ClientRequestError("`generate` must be a boolean", param="generate", code="invalid_type")
+        body["stream"] = True  # every turn is streamed (as frames): the chat upstream is asked to stream too
         up = pick_upstream(self.request, body, summary)
         summary["stream"] = True
         prev = body.get("previous_response_id")

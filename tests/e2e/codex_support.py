@@ -261,7 +261,7 @@ def write_codex_home_builtin(
     custom provider this one has WebSockets on: Codex opens ``GET {base_url}/responses`` with
     ``Upgrade: websocket`` (a ``generate: false`` prewarm, then ``response.create`` frames) and
     falls back to ``POST {base_url}/responses`` (at once on a 426 answer to the upgrade; after 5
-    retries, ~7 s, on 401/403/404/405/5xx). Checked against 0.171.0, see /tmp/codex-ws-facts.md.
+    retries, ~7 s, on 401/403/404/405/5xx). Checked against 0.171.0, see docs/codex.md.
 
     Same network switch-offs as ``codex_config`` (plugins, update check, analytics, feedback,
     OTEL, history, unbounded connection retries). Retries cannot be made smaller: 0.171.0 has no
