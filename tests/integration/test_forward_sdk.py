@@ -412,3 +412,37 @@ async def test_thought_signatures_go_back_to_the_backend_on_the_next_turn(client
     turn = upstream.requests[-1].body["messages"][1]
     assert turn["role"] == "assistant" and turn["reasoning_details"] == sent_details
     assert [tc["id"] for tc in turn["tool_calls"]] == [item.call_id for item in final.output[1:]]
+
+
+@pytest.mark.parametrize("route", ["/responses", "/chat/completions"])
+async def test_stream_null_is_false_and_a_string_is_refused_in_both_directions(route: str, upstream: FakeUpstream,
+                                                                               tmp_path) -> None:
+    """One rule for ``stream`` in both directions (exchange.stream_flag): null is not streamed,
+    anything but a boolean or null is a 400 naming ``stream``."""
+    from proxy.config import load_config
+    from tests.conftest import start_proxy
+
+    api = "chat" if route == "/responses" else "responses"
+    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url, "upstream.api": api,
+                                                      "store.data_dir": str(tmp_path / "d")}))
+    if api == "chat":
+        reply = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "plain"}, "finish_reason": "stop"}]}
+        body: dict = {"model": "m", "input": "x"}
+    else:
+        reply = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "m",
+                 "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                             "content": [{"type": "output_text", "text": "plain", "annotations": []}]}]}
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    upstream.reply(JSONReply(reply))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(handle.base_url + route, json={**body, "stream": None}) as r:
+                assert r.status == 200 and r.content_type == "application/json"
+                assert "plain" in await r.text()
+            async with s.post(handle.base_url + route, json={**body, "stream": "yes"}) as r:
+                assert r.status == 400 and (await r.json())["error"]["param"] == "stream"
+        assert upstream.requests[0].body["stream"] is False
+        assert len(upstream.requests) == 1
+    finally:
+        await handle.runner.cleanup()
