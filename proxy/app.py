@@ -72,7 +72,7 @@ from .responses_api import (
 )
 from .reverse import reverse_chat
 from .store import open_store
-from .websocket import SOCKETS, close_sockets, responses_get
+from .websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
 from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
 from .streams import outbound_headers, secrets
 from .upstream import encode_body, new_session, read_json, send
@@ -100,6 +100,7 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app.cleanup_ctx.append(probe_ctx(config, SESSION))
     app.on_response_prepare.append(add_request_id_header)
     app[SOCKETS] = set()
+    app.on_shutdown.append(refuse_new_turns)
     app.on_shutdown.append(drain)
     app.on_shutdown.append(close_sockets)
     app.router.add_get("/healthz", healthz)

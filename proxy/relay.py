@@ -38,7 +38,14 @@ FIRST_FLUSH = 0.05
 
 
 class Draining(Exception):
-    """Raised into a relay's upstream read when the server's drain period is over."""
+    """Raised into a relay's upstream read to end its stream now, properly: the server's drain
+    period is over, or the client's connection reached its lifetime."""
+
+    def __init__(self, code: str = "server_shutting_down",
+                 message: str = "crossfeed is shutting down; the stream was ended before the upstream finished") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class OpenStream:
@@ -49,8 +56,8 @@ class OpenStream:
     def __init__(self, upstream: aiohttp.ClientResponse) -> None:
         self.upstream = upstream
 
-    def end(self) -> None:
-        self.upstream.content.set_exception(Draining())
+    def end(self, reason: Draining | None = None) -> None:
+        self.upstream.content.set_exception(reason or Draining())
 
 
 @dataclass(slots=True)
@@ -84,7 +91,7 @@ async def relay(
     write is the sink's ``close`` (for SSE it ends the chunked body and adds ``[DONE]``).
     """
     stats = stats or RelayStats()
-    handle = OpenStream(upstream)
+    handle = sink.open_stream = OpenStream(upstream)
     if registry is not None:
         registry.add(handle)
     loop = asyncio.get_running_loop()
@@ -168,9 +175,8 @@ async def relay(
     except _ClientGone:
         stats.ending = "client_disconnected"
         return stats
-    except Draining:
-        await _fail(pump, write, sink, stats, "server_shutting_down",
-                    "crossfeed is shutting down; the stream was ended before the upstream finished")
+    except Draining as exc:
+        await _fail(pump, write, sink, stats, exc.code, exc.message)
     except _IdleTimeout as exc:
         await _fail(pump, write, sink, stats, "upstream_idle_timeout",
                     f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
@@ -192,6 +198,7 @@ async def relay(
         stats.events_in = pump.events_in
         if registry is not None:
             registry.discard(handle)
+        sink.open_stream = None
     return stats
 
 

@@ -17,15 +17,18 @@ goes out as one JSON text frame (``WebSocketSink``), numbered as over SSE, with 
     every frame) and dropped, ``stream: false``, ``stream_options`` and ``background`` are refused
     with an error frame naming the param. ``previous_response_not_found`` has status 400.
   - One response in flight: a second ``response.create`` meanwhile gets an error frame and
-    changes nothing. After ``[server] websocket_max_seconds`` (60 minutes) the connection is
-    closed with an error frame ``websocket_connection_limit_reached``.
+    changes nothing. After ``[server] websocket_max_seconds`` (60 minutes) a response in flight
+    is ended (``error`` + ``response.failed``, code ``websocket_connection_limit_reached``), then
+    an error frame of that code and a clean close (1000).
   - Request errors are in-band ``{"type": "error", "status", "error": {...}}`` frames and the
     socket stays open; a failure mid-response is ``error`` then ``response.failed``, as over SSE.
     Bad frames (not JSON, binary, unknown ``type``, larger than ``max_body_bytes``) get an
-    error frame; nothing closes the connection but the client, the lifetime and shutdown.
+    error frame; nothing closes the connection but the client, the lifetime, shutdown and a
+    frame over twice ``max_body_bytes`` (1009: aiohttp reads no further, memory stays bounded).
   - The client going away cancels the turn, which closes the upstream request at once.
-    Shutdown: open turns get their terminal event within the drain period (as every stream
-    does), then each socket is closed with 1001.
+    Shutdown: from its start a socket takes no new response (error frame
+    ``server_shutting_down``); open turns get their terminal event within the drain period (as
+    every stream does), then each socket is closed with 1001.
   - Every turn is a request of its own for the summary line and the metrics, on the route
     ``/v1/responses (websocket)``. An idle socket holds no upstream connection and no timer.
 """
@@ -49,6 +52,7 @@ from .exchange import forward_turn, map_forward, pick_upstream, relay_turn
 from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS
 from .observability import METRICS, REQUEST_ID, SUMMARY, record_request
+from .relay import Draining
 from .responses_api import load_history, schedule_save
 from .sinks import WebSocketSink
 
@@ -72,7 +76,10 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
     if not config.server.websocket:
         raise ClientRequestError("WebSocket mode is turned off on this server; use POST /v1/responses",
                                  status=426, code="websocket_disabled")
-    ws = web.WebSocketResponse(max_msg_size=2 * config.server.max_body_bytes, autoping=True, compress=False)
+    # A frame up to max_body_bytes is a request; one up to twice that still gets an error frame
+    # and the socket goes on; a larger one is more than aiohttp reads, and closes it with 1009.
+    # (aiohttp refuses a message of max_msg_size bytes itself, hence the + 1.)
+    ws = web.WebSocketResponse(max_msg_size=2 * config.server.max_body_bytes + 1, autoping=True, compress=False)
     await ws.prepare(request)
     conn = Connection(request, ws)
     request.app[SOCKETS].add(conn)
@@ -83,6 +90,12 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
         request.app[SOCKETS].discard(conn)
         request[SUMMARY]["turns"] = conn.turns
     return ws
+
+
+async def refuse_new_turns(app: web.Application) -> None:
+    """on_shutdown, before the drain: a socket takes no new response (an error frame says why)."""
+    for conn in app[SOCKETS]:
+        conn.closing = True
 
 
 async def close_sockets(app: web.Application) -> None:
@@ -109,12 +122,13 @@ class Connection:
         self.request = request
         self.app = request.app
         self.ws = ws
-        self.sink = WebSocketSink(ws)
+        self.sink = WebSocketSink(ws, request)
         self.turn: asyncio.Task[None] | None = None
         self.turns = 0
         self.last: _Remembered | None = None
         self.closing = False
         self._limit: asyncio.TimerHandle | None = None
+        self._closer: asyncio.Task[None] | None = None  # the lifetime limit's closing
 
     async def serve(self) -> None:
         config = self.app[CONFIG]
@@ -136,22 +150,36 @@ class Connection:
                 await asyncio.gather(self.turn, return_exceptions=True)
 
     async def shut_down(self) -> None:
+        """After the drain (which ended every open stream properly): close with 1001."""
         self.closing = True
-        if self.turn is not None and not self.turn.done():
-            self.turn.cancel()
-            await asyncio.gather(self.turn, return_exceptions=True)
+        await self._settle(Draining())
         await self.ws.close(code=1001, message=b"server shutting down")
 
     def _expire(self) -> None:
         async def close() -> None:
             self.closing = True
-            if self.turn is not None and not self.turn.done():
-                self.turn.cancel()
-                await asyncio.gather(self.turn, return_exceptions=True)
+            await self._settle(Draining("websocket_connection_limit_reached",
+                                        "the WebSocket connection reached its time limit; the response was ended"))
             await self._error(400, "the WebSocket connection reached its time limit; open a new one",
                               code="websocket_connection_limit_reached")
             await self.ws.close(code=1000, message=b"connection limit reached")
-        asyncio.get_running_loop().create_task(close())
+        self._closer = asyncio.get_running_loop().create_task(close())
+
+    async def _settle(self, reason: Draining) -> None:
+        """End the turn in flight, if any: a streaming response gets its terminal event
+        (``reason``); one still waiting for the upstream's headers has sent nothing and is
+        cancelled."""
+        turn = self.turn
+        if turn is None or turn.done():
+            return
+        stream = self.sink.open_stream
+        if stream is not None:
+            stream.end(reason)
+            done, _ = await asyncio.wait([turn], timeout=5)
+            if done:
+                return
+        turn.cancel()
+        await asyncio.gather(turn, return_exceptions=True)
 
     async def _frame(self, data: str) -> None:
         if len(data) > self.app[CONFIG].server.max_body_bytes:

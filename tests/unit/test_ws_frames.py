@@ -1,0 +1,103 @@
+"""The WebSocket frame validator (tests/support/ws.py) rejects what it must: a check that cannot
+fail proves nothing about the frames the WebSocket tests receive."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support.ws import FrameLog, FrameViolation
+
+USAGE = {"input_tokens": 1, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+         "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1}
+
+
+def response(rid: str = "resp_1", terminal: str = "completed") -> list[dict[str, Any]]:
+    base = {"id": rid, "object": "response", "status": "in_progress", "output": [], "error": None,
+            "incomplete_details": None, "usage": None}
+    end: dict[str, Any] = {**base, "status": terminal, "usage": USAGE}
+    events = [{"type": "response.created", "response": base}, {"type": "response.in_progress", "response": base}]
+    if terminal == "failed":
+        end["error"] = {"code": "boom", "message": "it broke"}
+        events.append({"type": "error", "code": "boom", "message": "it broke", "param": None,
+                       "error": {"type": "server_error", "code": "boom", "message": "it broke", "param": None}})
+    events.append({"type": f"response.{terminal}", "response": end})
+    return [{**e, "sequence_number": n} for n, e in enumerate(events)]
+
+
+ERROR = {"type": "error", "status": 400, "error": {"type": "invalid_request_error", "code": "x", "message": "no",
+                                                    "param": None}}
+
+
+def log_of(*frames: dict[str, Any]) -> FrameLog:
+    log = FrameLog("test")
+    for frame in frames:
+        log.add(orjson.dumps(frame))
+    return log
+
+
+def test_valid_frames_pass() -> None:
+    first, second = response("resp_1"), response("resp_2", "failed")
+    # a request-level error may arrive in the middle of a response (a second create refused)
+    log = log_of(ERROR, *first[:2], ERROR, *first[2:], *second)
+    assert log.validate() == (2, 2)
+
+
+def test_cut_response_passes_only_when_allowed() -> None:
+    log = log_of(*response()[:2])
+    with pytest.raises(FrameViolation, match="never got its terminal event"):
+        log.validate()
+    log.allow_cut()
+    assert log.validate() == (0, 0)
+
+
+def broken_error(change: str) -> dict[str, Any]:
+    frame = copy.deepcopy(ERROR)
+    if change == "extra-key":
+        frame["code"] = "x"
+    elif change == "status-200":
+        frame["status"] = 200
+    elif change == "status-string":
+        frame["status"] = "400"
+    elif change == "no-param":
+        del frame["error"]["param"]
+    elif change == "empty-message":
+        frame["error"]["message"] = " "
+    elif change == "traceback":
+        frame["error"]["message"] = 'Traceback (most recent call last): File "proxy/x.py"'
+    elif change == "exception-name":
+        frame["error"]["message"] = "KeyError: 'model'"
+    return frame
+
+
+@pytest.mark.parametrize("change", ["extra-key", "status-200", "status-string", "no-param", "empty-message",
+                                    "traceback", "exception-name"])
+def test_error_frame_shape_is_exact(change: str) -> None:
+    with pytest.raises(FrameViolation):
+        log_of(broken_error(change)).validate()
+
+
+@pytest.mark.parametrize("frames", [
+    pytest.param(response()[1:], id="no-created"),
+    pytest.param(response() + response(), id="same-id-twice"),
+    pytest.param(response()[:2] + [{**response()[2], "sequence_number": 5}], id="numbering"),
+    pytest.param(response() + [{"type": "response.output_text.delta", "delta": "x", "sequence_number": 3}],
+                 id="after-terminal"),
+    pytest.param(response("r", "failed")[:3] + [{**response("r")[2], "sequence_number": 3}],
+                 id="error-then-completed"),
+])
+def test_response_rules(frames: list[dict[str, Any]]) -> None:
+    with pytest.raises(FrameViolation):
+        log_of(*frames).validate()
+
+
+def test_binary_and_non_json_frames_are_violations() -> None:
+    for bad in (lambda log: log.add_binary(b"{}"), lambda log: log.add("{nope"), lambda log: log.add("[1]")):
+        log = FrameLog("test")
+        with pytest.raises(FrameViolation):
+            bad(log)
+        with pytest.raises(FrameViolation):  # and recorded: teardown fails too
+            log.validate()
