@@ -133,17 +133,19 @@ async def relay(
             out = feed(first)
             stats.events_out += len(out)
             await write(render(out) if out else empty, last=pump.done)
+        last_data = deadline.last  # locals on the per-chunk path; the deadline reads them when it fires
         while not pump.done:
             try:
                 async with deadline.arm():
+                    move_at = deadline.move_at
                     while True:
                         chunk = await readany()
                         if not chunk:
                             break
-                        now = loop.time()
-                        deadline.last = now
-                        if now > deadline.move_at:  # move the deadline at most once a second: cheap
+                        last_data = now = loop.time()
+                        if now > move_at:  # move the deadline at most once a second: cheap
                             deadline.move(now)
+                            move_at = deadline.move_at
                         stats.chunks_in += 1
                         out = feed(chunk)
                         if pump.done:
@@ -158,6 +160,7 @@ async def relay(
                                 raise _ClientGone from None
                 break  # EOF, [DONE] or a terminal event
             except TimeoutError:
+                deadline.last = last_data
                 why = deadline.lapsed()
                 if why == "total":
                     raise _TotalTimeout from None

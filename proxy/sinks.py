@@ -77,11 +77,14 @@ class WebSocketSink:
     not masked). Flow control is aiohttp's: while the transport has paused writing, the write
     waits on the connection's ``drain``."""
 
-    __slots__ = ("ws", "request", "render", "write", "empty", "framing", "sent", "open_stream")
+    __slots__ = ("ws", "request", "render", "write", "empty", "framing", "sent", "open_stream", "_transport",
+                 "_protocol")
 
     def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest) -> None:
         self.ws = ws
         self.request = request
+        self._transport = request.transport  # the connection's, for its whole life
+        self._protocol = request.protocol
         self.render = render_json
         self.write = self._write
         self.empty: list[bytes] = []
@@ -90,12 +93,18 @@ class WebSocketSink:
         self.open_stream: Any = None  # the relay running into this sink (proxy.relay.OpenStream)
 
     async def _write(self, frames: list[bytes]) -> None:
-        transport = self.request.transport
-        if self.ws.closed or transport is None or transport.is_closing():
+        transport = self._transport
+        if transport is None or transport.is_closing() or self.ws.closed:
             raise ConnectionResetError("the client's socket is closed")
-        transport.write(text_frames(frames))
+        if len(frames) == 1:  # the common case on the per-chunk path
+            doc = frames[0]
+            n = len(doc)
+            transport.write((_LEN1(0x81, n) if n < 126 else _LEN2(0x81, 126, n) if n < 65536
+                             else _LEN3(0x81, 127, n)) + doc)
+        else:
+            transport.write(text_frames(frames))
         self.sent += len(frames)
-        if self.request.protocol.writing_paused:
+        if self._protocol.writing_paused:
             await self.request.writer.drain()
 
     async def flush(self) -> None:

@@ -206,6 +206,8 @@ def render_chat(chunks: list[Any]) -> bytes:
 def render_json(events: list[Any]) -> list[bytes]:
     """A machine's outputs as one JSON document each (a WebSocket text frame per event);
     ``bytes`` outputs are documents already rendered (wire mode with ``JSON_FRAMING``)."""
+    if len(events) == 1 and events[0].__class__ is bytes:  # the common case on the per-chunk path
+        return events  # type: ignore[return-value]
     dumps = orjson.dumps
     return [ev if ev.__class__ is bytes else dumps(ev) for ev in events]
 
