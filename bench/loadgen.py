@@ -3,6 +3,12 @@
 A raw asyncio HTTP/1.1 client (keep-alive, chunked or length-delimited bodies), so the load
 generator costs a few microseconds per event and the proxy under test stays the bottleneck.
 
+WebSocket mode (``transport="ws"``, Responses clients only): each of the C workers opens one
+socket (``GET /v1/responses`` upgraded, aiohttp's client) and sends its turns one after another
+on it, each a ``{"type": "response.create", ...}`` text frame; every event arrives as one JSON
+text frame and a turn ends with ``response.completed``. ``IdleSockets`` opens N sockets, runs
+one turn on each and keeps them open, idle (the runner's idle-socket check).
+
 For every stream it reads every SSE event and records:
   - time to first event (request written -> first complete SSE event read);
   - for each event carrying exactly one upstream timestamp (``T@`` + 12 digits, written by
@@ -16,6 +22,7 @@ Usage (prints one JSON object)::
 
     python bench/loadgen.py --url http://127.0.0.1:8102/v1/responses \
         --model bench:n=200,b=24,d=0,v=text -c 16 -t 5
+    python bench/loadgen.py --ws --url http://127.0.0.1:8102/v1/responses -c 16 -t 5   # WebSocket mode
 """
 
 from __future__ import annotations
@@ -53,6 +60,13 @@ def request_body(api: str, model: str, variant: str = "text") -> bytes:
             body["tools"] = [{"type": "function", "name": "lookup", "description": "look up",
                               "parameters": TOOL_PARAMS, "strict": False}]
     return orjson.dumps(body)
+
+
+def ws_create_frame(model: str, variant: str = "text") -> str:
+    """A WebSocket ``response.create`` frame: the Responses body without ``stream``."""
+    body = orjson.loads(request_body("responses", model, variant))
+    del body["stream"]
+    return orjson.dumps({"type": "response.create", **body}).decode()
 
 
 def http_request(host: str, port: int, path: str, body: bytes) -> bytes:
@@ -256,11 +270,117 @@ class StreamClient(asyncio.Protocol):
             fut.set_result(None)
 
 
+WS_MARK = MARK.decode()
+WS_TERMINAL_OK = '"response.completed"'
+WS_FAILED = ('"response.failed"', '"response.incomplete"', '"type":"error"')
+
+
+async def ws_connect(session, url: str):  # type: ignore[no-untyped-def]
+    return await session.ws_connect(url, autoping=True, heartbeat=None, compress=0, max_msg_size=0,
+                                    headers={"Authorization": "Bearer bench"})
+
+
+async def ws_turn(ws, frame: str, t: Totals) -> str | None:  # type: ignore[no-untyped-def]
+    """One turn on an open socket: send the create frame, read frames to the terminal one."""
+    from aiohttp import WSMsgType
+
+    text = WSMsgType.TEXT
+    t0 = _mono_ns()
+    await ws.send_str(frame)
+    first = True
+    receive = ws.receive
+    while True:
+        msg = await receive()
+        if msg.type is not text:
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return "conn_lost"
+            return "binary_frame"
+        data = msg.data
+        t.events += 1
+        t.bytes += len(data)
+        if first:
+            first = False
+            t.ttfe_us.append((_mono_ns() - t0) // 1000)
+        if data.count(WS_MARK) == 1:
+            i = data.find(WS_MARK) + 2
+            try:
+                t.lat_us.append((_mono_ns() // 1000 % TS_MOD - int(data[i:i + TS_DIGITS])) % TS_MOD)
+            except ValueError:
+                pass
+            continue
+        head = data[:120]
+        if WS_TERMINAL_OK in head:
+            return None
+        if any(k in head for k in WS_FAILED):
+            return "error_event"
+
+
+async def ws_supported(url: str, timeout: float = 5.0) -> bool:
+    """Does the target upgrade ``GET <url>`` to a WebSocket?"""
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+        try:
+            ws = await ws_connect(session, url)
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return False
+        await ws.close()
+        return True
+
+
+class IdleSockets:
+    """N sockets that each complete one turn (at most ``concurrency`` turns at once), then idle."""
+
+    def __init__(self, url: str, model: str, n: int, concurrency: int = 16, variant: str = "text") -> None:
+        self.url, self.model, self.n, self.concurrency, self.variant = url, model, n, concurrency, variant
+        self.session = None
+        self.sockets: list = []
+        self.totals = Totals()
+
+    async def open(self) -> dict:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        frame = ws_create_frame(self.model, self.variant)
+        sem = asyncio.Semaphore(self.concurrency)
+        t = self.totals
+
+        async def one() -> None:
+            async with sem:
+                try:
+                    ws = await ws_connect(self.session, self.url)
+                except (aiohttp.ClientError, OSError):
+                    t.error("connect")
+                    return
+                self.sockets.append(ws)
+                try:
+                    res = await asyncio.wait_for(ws_turn(ws, frame, t), 60)
+                except TimeoutError:
+                    res = "timeout"
+                if res is None:
+                    t.completed += 1
+                else:
+                    t.error(res)
+
+        await asyncio.gather(*(one() for _ in range(self.n)))
+        return {"sockets": len(self.sockets), "completed": t.completed, "errors": sum(t.errors.values()),
+                "error_kinds": dict(t.errors)}
+
+    def open_count(self) -> int:
+        return sum(1 for ws in self.sockets if not ws.closed)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(ws.close() for ws in self.sockets), return_exceptions=True)
+        if self.session is not None:
+            await self.session.close()
+
+
 @dataclass
 class LoadSpec:
     url: str                     # http://host:port/v1/chat/completions or /v1/responses
     model: str
     variant: str = "text"
+    transport: str = "sse"       # sse | ws (WebSocket mode, Responses clients: url .../v1/responses)
     concurrency: int = 1
     duration: float = 5.0        # seconds of launching new streams
     requests: int | None = None  # stop launching after this many (whichever comes first)
@@ -327,7 +447,64 @@ async def run_load(spec: LoadSpec) -> dict:
             if conn is not None and conn.transport is not None:
                 conn.transport.close()
 
-    tasks = [asyncio.ensure_future(worker(k)) for k in range(spec.concurrency)]
+    session = None
+    if spec.transport == "ws":
+        import aiohttp
+
+        if out_api != "responses":
+            raise ValueError("WebSocket mode is a Responses transport: the url must end in /responses")
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        frame = ws_create_frame(spec.model, spec.variant)
+
+    async def ws_worker(k: int) -> None:
+        """One socket per worker; its turns one after another on it (a new socket after a failure)."""
+        nonlocal launched
+        if spec.stagger > 0:
+            await asyncio.sleep(spec.stagger * k / max(1, spec.concurrency))
+        ws = None
+        in_turn = False
+        try:
+            while not stop and (spec.requests is None or launched < spec.requests):
+                launched += 1
+                if ws is None or ws.closed:
+                    try:
+                        ws = await ws_connect(session, spec.url)
+                    except aiohttp.WSServerHandshakeError as exc:
+                        t.error(f"ws_handshake_{exc.status}")
+                        ws = None
+                        await asyncio.sleep(0.05)
+                        continue
+                    except (aiohttp.ClientError, OSError):
+                        t.error("connect")
+                        ws = None
+                        await asyncio.sleep(0.05)
+                        continue
+                t.open_streams += 1
+                t.max_open = max(t.max_open, t.open_streams)
+                in_turn = True
+                try:
+                    res = await asyncio.wait_for(ws_turn(ws, frame, t), spec.stream_timeout)
+                except TimeoutError:
+                    res = "timeout"
+                finally:
+                    t.open_streams -= 1
+                in_turn = False  # (still True when the drain timeout cancels the turn)
+                if res is None:
+                    t.completed += 1
+                else:
+                    t.error(res)
+                    await ws.close()
+                    ws = None
+        except asyncio.CancelledError:
+            if in_turn:
+                t.error("cut_at_drain_timeout")
+            raise
+        finally:
+            if ws is not None and not ws.closed:
+                await ws.close()
+
+    run_worker = ws_worker if spec.transport == "ws" else worker
+    tasks = [asyncio.ensure_future(run_worker(k)) for k in range(spec.concurrency)]
     done_all = asyncio.gather(*tasks, return_exceptions=True)
     try:
         await asyncio.wait_for(asyncio.shield(done_all), spec.duration)
@@ -343,13 +520,15 @@ async def run_load(spec: LoadSpec) -> dict:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     t_end = loop.time()
+    if session is not None:
+        await session.close()
     cpu = time.process_time() - cpu0
     wall = t_end - t_start
     lat = sorted(t.lat_us)
     ttfe = sorted(t.ttfe_us)
     n_err = sum(t.errors.values())
     return {
-        "url": spec.url, "model": spec.model, "concurrency": spec.concurrency,
+        "url": spec.url, "model": spec.model, "concurrency": spec.concurrency, "transport": spec.transport,
         "wall_s": round(wall, 4), "launch_s": round(t_launch_end - t_start, 4),
         "completed": t.completed, "errors": n_err, "error_kinds": dict(t.errors),
         "streams_per_s": t.completed / wall if wall > 0 else 0.0,
@@ -372,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", required=True)
     ap.add_argument("--model", default="bench:n=200,b=24,d=0,v=text")
     ap.add_argument("--variant", default=None, help="text|tool|reasoning (default: from the model)")
+    ap.add_argument("--ws", action="store_true", help="WebSocket mode (url .../v1/responses)")
     ap.add_argument("-c", "--concurrency", type=int, default=16)
     ap.add_argument("-t", "--duration", type=float, default=5.0)
     ap.add_argument("-n", "--requests", type=int, default=None)
@@ -389,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
     variant = args.variant or ("tool" if "v=tool" in args.model else
                                "reasoning" if "v=reasoning" in args.model else "text")
-    spec = LoadSpec(url=args.url, model=args.model, variant=variant, concurrency=args.concurrency,
+    spec = LoadSpec(url=args.url, model=args.model, variant=variant, transport="ws" if args.ws else "sse",
+                    concurrency=args.concurrency,
                     duration=args.duration, requests=args.requests, drain_timeout=args.drain_timeout)
     res = asyncio.run(run_load(spec))
     sys.stdout.write(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -6,7 +6,10 @@ proxies under test. Serves on one port:
   POST /v1/chat/completions   chat.completion.chunk frames, a usage chunk, ``data: [DONE]``
   POST /v1/responses          the full Responses event sequence with sequence numbers
   GET  /healthz               200
-  GET  /stats                 {"frames": ..., "streams": ..., "bytes": ...} since start
+  GET  /stats                 {"frames": ..., "streams": ..., "bytes": ...} since start, and
+                              "open" (connections open now, this one included) and "active"
+                              (streams being written now), "unstreamed" (requests whose body did
+                              not say "stream": true)
 
 Parameters travel in the ``model`` name, because the model is the one field every translating
 proxy passes through in both directions::
@@ -411,6 +414,12 @@ class Stats:
     streams = 0
     bytes = 0
     sid = 0
+    open = 0    # client connections open now
+    active = 0  # streams being written now
+    unstreamed = 0  # requests whose body did not say "stream": true (streamed with --stream-always)
+
+
+STREAM_ALWAYS = False  # --stream-always: answer "stream": false with a stream too
 
 
 HEAD_SSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -436,9 +445,11 @@ class UpstreamProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        Stats.open += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        Stats.open -= 1
         if self.drain_waiter is not None and not self.drain_waiter.done():
             self.drain_waiter.set_result(None)
         if self.task is not None:
@@ -515,7 +526,8 @@ class UpstreamProtocol(asyncio.Protocol):
                 tr.write(_simple("200 OK", b"ok", b"text/plain"))
             elif method == "GET" and path == "/stats":
                 tr.write(_simple("200 OK", _j({"frames": Stats.frames, "streams": Stats.streams,
-                                              "bytes": Stats.bytes})))
+                                              "bytes": Stats.bytes, "open": Stats.open,
+                                              "active": Stats.active, "unstreamed": Stats.unstreamed})))
             elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions",
                                                "/v1/responses", "/responses"):
                 api = "chat" if path.endswith("chat/completions") else "responses"
@@ -529,12 +541,18 @@ class UpstreamProtocol(asyncio.Protocol):
                                      "param": None, "code": None}}
                     tr.write(_simple("400 Bad Request", _j(err)))
                     return
-                if req.get("stream") is False:
+                if req.get("stream") is not True:
+                    Stats.unstreamed += 1
+                if req.get("stream") is False and not STREAM_ALWAYS:
                     err = {"error": {"message": "the bench upstream only streams", "type": "invalid_request_error",
                                      "param": "stream", "code": None}}
                     tr.write(_simple("400 Bad Request", _j(err)))
                     return
-                await self._stream(plan)
+                Stats.active += 1
+                try:
+                    await self._stream(plan)
+                finally:
+                    Stats.active -= 1
             else:
                 tr.write(_simple("404 Not Found", b'{"error":{"message":"not found"}}'))
             if headers.get("connection", "").lower() == "close":
@@ -640,7 +658,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8101)
     ap.add_argument("--no-uvloop", action="store_true")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
+    ap.add_argument("--stream-always", action="store_true",
+                    help='stream even when the body says "stream": false (default: 400); /stats counts them')
     args = ap.parse_args(argv)
+    global STREAM_ALWAYS
+    STREAM_ALWAYS = args.stream_always
     if args.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
     if not args.no_uvloop:
