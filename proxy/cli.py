@@ -309,6 +309,10 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     details = [f"max body {getattr(s, 'max_body_bytes', '?')} bytes", f"drain {_secs(getattr(s, 'drain_seconds', '?'))}"]
     if getattr(s, "keepalive_seconds", None) is not None:
         details.append(f"SSE keepalive every {_secs(s.keepalive_seconds)}")
+    if getattr(s, "websocket", True):
+        details.append(f"WebSocket mode on GET /v1/responses (connections live {_secs(s.websocket_max_seconds)})")
+    else:
+        details.append("WebSocket mode off (the upgrade gets 426)")
     lines.append("  " + ", ".join(details))
     keys_env = getattr(s, "inbound_keys_env", None)
     if not keys_env:

@@ -269,7 +269,11 @@ class Connection:
         if not generate:
             history = await self._history(body, remembered)
             events = primed_response_events(body, ids=ids, now=self.app[CLOCK])
-            await self.sink.write(self.sink.render(events))  # type: ignore[arg-type]
+            try:
+                await self.sink.write(self.sink.render(events))  # type: ignore[arg-type]
+            except ConnectionResetError:
+                summary["terminal"] = "client_disconnected"
+                return
             final = events[-1]["response"]
             schedule_save(self.app, body, final, history, ids)
             summary.update(terminal="completed", primed=True)
