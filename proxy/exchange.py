@@ -139,15 +139,26 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
     stream limit, one leg (upstream call, sink, machine, relay), and the turn's summary fields.
     ``make_machine`` gets the sink's framing; a machine with ``start`` (the forward one) has its
     start events go out with the first upstream data. None: the client left before the stream."""
-    with request.app[LIMITS].admit(up):
-        upstream = await open_leg(request, up, path, upstream_body, summary)
-        sink = await _open(open_sink, upstream, summary)
+    app = request.app
+    with app[LIMITS].admit(up):
+        started = time.monotonic()  # open_leg, inlined: this runs for every streamed request
+        upstream = await open_upstream(app[SESSION], up, path, upstream_body, outbound_headers(request, up),
+                                       secrets=secrets(request, up))
+        summary["ttfb"] = time.monotonic() - started
+        try:
+            sink = await open_sink()
+        except BaseException:
+            upstream.close()
+            raise
         if sink is None:
+            upstream.close()
+            summary["terminal"] = "client_disconnected"
             return None
         machine = make_machine(sink.framing)
-        initial = machine.start() if hasattr(machine, "start") else None
+        initial = machine.start() if isinstance(machine, ChatToResponsesStream) else None
         stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial)
-    note_anomalies(request, getattr(machine, "diagnostics", None) or {})
+    if machine.diagnostics:
+        note_anomalies(request, machine.diagnostics)
     return machine, stats
 
 
@@ -205,15 +216,3 @@ async def reverse_turn(request: web.Request, body: dict[str, Any], rbody: dict[s
     if ran is not None:
         m, stats = ran
         summary.update(terminal=m.finish_reason or ("error" if m.error else stats.ending), usage=usage_counts(m.usage))
-
-
-async def _open(open_sink: SinkOpener, upstream: aiohttp.ClientResponse, summary: Summary) -> Sink | None:
-    try:
-        sink = await open_sink()
-    except BaseException:
-        upstream.close()
-        raise
-    if sink is None:
-        upstream.close()
-        summary["terminal"] = "client_disconnected"
-    return sink

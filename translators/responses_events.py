@@ -29,12 +29,13 @@ TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fai
 
 
 class ResponsesEventRelay:
-    __slots__ = ("done", "final_response", "_seq", "_resp", "_request", "_ids", "_now", "_model")
+    __slots__ = ("done", "final_response", "diagnostics", "_seq", "_resp", "_request", "_ids", "_now", "_model")
 
     def __init__(self, *, model: str, ids: IdFactory, now: Callable[[], int],
                  request: dict[str, Any] | None = None) -> None:
         self.done = False
         self.final_response: dict[str, Any] | None = None
+        self.diagnostics: dict[str, int] = {}  # nothing to absorb: the events pass through
         self._seq = 0
         self._resp: dict[str, Any] | None = None  # the latest Response snapshot the upstream sent
         self._request = request or {}
