@@ -1,10 +1,19 @@
 """The real Codex CLI through crossfeed, in front of a fake chat-only backend that streams.
 
 Codex (pinned in .ci/install-codex.sh) runs non-interactively (``codex exec``) with a throwaway
-CODEX_HOME whose provider points at crossfeed (``wire_api = "responses"``); everything it could
-reach outside is switched off (tests/e2e/codex_support.py). The fake backend plays the model:
-replies are scripted, and the ones after a tool call are computed from the tool output crossfeed
-delivered, so a passing test proves the whole round trip.
+CODEX_HOME; everything it could reach outside is switched off (tests/e2e/codex_support.py). Every
+scenario runs in both of Codex's configurations:
+
+- ``provider``: a ``[model_providers]`` block pointing at crossfeed (``wire_api = "responses"``):
+  HTTP and SSE only;
+- ``openai_base_url``: only the base URL of the built-in provider changed, the setup most users
+  have. That provider speaks WebSocket mode: a ``generate: false`` prewarm, then every request of
+  the session as a frame on one socket, chained with ``previous_response_id`` (docs/codex.md).
+  Each scenario must then run over the socket from start to end: no "Reconnecting" line, no
+  "Falling back" line, no ``POST /v1/responses`` at all.
+
+The fake backend plays the model: replies are scripted, and the ones after a tool call are
+computed from the tool output crossfeed delivered, so a passing test proves the whole round trip.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from proxy.observability import METRICS
+from proxy.websocket import ROUTE
 from tests.conftest import require_service
 from tests.e2e import codex_support as cx
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
@@ -68,66 +79,103 @@ def tool_outputs(req: Recorded) -> dict[str, str]:
     return {m["tool_call_id"]: m["content"] for m in req.body["messages"] if m.get("role") == "tool"}
 
 
-async def run_codex(proxy, tmp_path: Path, prompt: str, *, model: str = cx.FALLBACK_MODEL):
+@pytest.fixture(params=["provider", "openai_base_url"])
+def setup(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def run_codex(proxy, tmp_path: Path, prompt: str, setup: str, *, model: str = cx.FALLBACK_MODEL):
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir(exist_ok=True)
-    env = cx.write_codex_home(home, base_url=proxy.base_url, model=model)
+    write = cx.write_codex_home if setup == "provider" else cx.write_codex_home_builtin
+    env = write(home, base_url=proxy.base_url, model=model)
     proc = await asyncio.to_thread(cx.run_codex_exec, prompt, cwd=work, env=env, timeout=180)
     return proc, cx.parse_events(proc.stdout), work
 
 
-async def test_plain_answer(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+def requests_on(proxy, route: str, status: str | None = None) -> int:
+    """Requests (WebSocket turns, for the WebSocket route) the proxy counted on ``route``."""
+    total = 0.0
+    for metric in proxy.app[METRICS].registry.collect():
+        if metric.name == "crossfeed_requests":
+            total += sum(s.value for s in metric.samples if s.name.endswith("_total") and s.labels["route"] == route
+                         and status in (None, s.labels["status"]))
+    return int(total)
+
+
+def check_transport(proxy, proc, setup: str, upstream_calls: int) -> None:
+    """``provider``: every backend call was a POST. ``openai_base_url``: every one was a
+    WebSocket turn (plus Codex's ``generate: false`` prewarm), with no retry and no fallback."""
+    if setup == "provider":
+        assert requests_on(proxy, "/v1/responses") == upstream_calls and requests_on(proxy, ROUTE) == 0
+        return
+    out = proc.stdout + proc.stderr
+    assert "Reconnecting" not in out and "Falling back" not in out, out[-3000:]
+    assert requests_on(proxy, "/v1/responses") == 0
+    assert requests_on(proxy, ROUTE) == upstream_calls + 1
+
+
+async def test_plain_answer(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     upstream.reply(text("Hello from a chat-only backend.", reasoning="The user greets me."))
-    proc, events, _ = await run_codex(proxy, tmp_path, "say hi")
+    proc, events, _ = await run_codex(proxy, tmp_path, "say hi", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert cx.agent_messages(events)[-1] == "Hello from a chat-only backend."
     sent = upstream.requests[0].body
     assert sent["stream"] is True and sent["messages"][0]["role"] == "system"
     assert all(m["role"] != "developer" for m in sent["messages"])
+    assert "generate" not in sent
+    check_transport(proxy, proc, setup, 1)
 
 
-async def test_shell_command_and_answer_using_its_output(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+async def test_shell_command_and_answer_using_its_output(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     upstream.reply(calls(("call_sh", "exec_command", {"cmd": "echo crossfeed-$((6*7))"})),
                    lambda req: text(f"The command printed {tool_outputs(req)['call_sh'].split('crossfeed-')[1][:2]}."))
-    proc, events, _ = await run_codex(proxy, tmp_path, "run the command")
+    proc, events, _ = await run_codex(proxy, tmp_path, "run the command", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert any("crossfeed-42" in c.get("aggregated_output", "") for c in cx.command_executions(events))
     assert cx.agent_messages(events)[-1] == "The command printed 42."
+    # the second request continues the first (over a socket: previous_response_id and the
+    # call's output only); the backend got the whole conversation either way
+    second = upstream.requests[1].body["messages"]
+    assert second[0]["role"] == "system" and any(m.get("tool_calls") for m in second)
+    check_transport(proxy, proc, setup, 2)
 
 
-async def test_reasoning_then_tool_call_is_replayed(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+async def test_reasoning_then_tool_call_is_replayed(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     upstream.reply(calls(("call_r", "exec_command", {"cmd": "echo ok"}), reasoning="I should run echo first."),
                    text("Done."))
-    proc, events, _ = await run_codex(proxy, tmp_path, "think, then run echo")
+    proc, events, _ = await run_codex(proxy, tmp_path, "think, then run echo", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     second = upstream.requests[1].body["messages"]
     assistant = next(m for m in second if m.get("tool_calls"))
     assert assistant["reasoning_content"].strip() == "I should run echo first."
     assert assistant["tool_calls"][0]["id"] == "call_r"
     assert tool_outputs(upstream.requests[1])["call_r"]
+    check_transport(proxy, proc, setup, 2)
 
 
-async def test_two_parallel_tool_calls(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+async def test_two_parallel_tool_calls(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     upstream.reply(calls(("call_a", "exec_command", {"cmd": "echo alpha"}),
                          ("call_b", "exec_command", {"cmd": "echo beta"})),
                    lambda req: text("Got " + " and ".join(
                        "alpha" if "alpha" in out else "beta" for out in tool_outputs(req).values()) + "."))
-    proc, events, _ = await run_codex(proxy, tmp_path, "run both")
+    proc, events, _ = await run_codex(proxy, tmp_path, "run both", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert cx.agent_messages(events)[-1] == "Got alpha and beta."
     second = upstream.requests[1].body["messages"]
     assistant = next(m for m in second if m.get("tool_calls"))
     assert [tc["id"] for tc in assistant["tool_calls"]] == ["call_a", "call_b"]
+    check_transport(proxy, proc, setup, 2)
 
 
-async def test_apply_patch_through_the_custom_tool(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+async def test_apply_patch_through_the_custom_tool(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "hello.txt").write_text("hello world\n")
     patch = ("*** Begin Patch\n*** Update File: hello.txt\n@@\n-hello world\n+hello \"crossfeed\" \u00e9\n"
              "*** Add File: new.txt\n+created through a chat backend\n*** End Patch\n")
     upstream.reply(calls(("call_p", "apply_patch", {"input": patch})), text("Patched."))
-    proc, events, _ = await run_codex(proxy, tmp_path, "edit hello.txt", model=cx.APPLY_PATCH_MODEL)
+    proc, events, _ = await run_codex(proxy, tmp_path, "edit hello.txt", setup, model=cx.APPLY_PATCH_MODEL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (work / "hello.txt").read_text() == "hello \"crossfeed\" \u00e9\n"
     assert (work / "new.txt").read_text() == "created through a chat backend\n"
@@ -135,11 +183,29 @@ async def test_apply_patch_through_the_custom_tool(proxy, upstream: FakeUpstream
     assert tool["function"]["parameters"]["required"] == ["input"]
     assert "Begin Patch" in tool["function"]["description"]  # the grammar travels in the description
     assert tool_outputs(upstream.requests[1])["call_p"]
+    check_transport(proxy, proc, setup, 2)
 
 
-async def test_upstream_error_is_shown(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+async def test_upstream_error_is_shown(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     upstream.reply(JSONReply({"error": {"message": "context too long for model qwen-test", "type": "invalid_request_error",
                                         "param": "messages", "code": None}}, status=400))
-    proc, events, _ = await run_codex(proxy, tmp_path, "hello")
+    proc, events, _ = await run_codex(proxy, tmp_path, "hello", setup)
     assert proc.returncode != 0
     assert any("context too long for model qwen-test" in m for m in cx.error_messages(proc))
+    check_transport(proxy, proc, setup, 1)
+    assert len(upstream.requests) == 1  # a 400, in-band or not, is not retried
+
+
+@pytest.mark.parametrize("proxy_overrides", [{"server.websocket": False}])
+async def test_websocket_off_falls_back_to_http_at_once(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+    """``[server] websocket = false``: the upgrade gets 426 and the built-in provider uses HTTP
+    from the start, with no "Reconnecting" lines."""
+    assert proxy.config.server.websocket is False
+    upstream.reply(text("Hello over HTTP."))
+    proc, events, _ = await run_codex(proxy, tmp_path, "say hi", "openai_base_url")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert cx.agent_messages(events)[-1] == "Hello over HTTP."
+    out = proc.stdout + proc.stderr
+    assert "Reconnecting" not in out and "Falling back" not in out, out[-3000:]
+    assert requests_on(proxy, "/v1/responses", "426") >= 1  # the upgrade, refused
+    assert requests_on(proxy, "/v1/responses", "200") == 1 and requests_on(proxy, ROUTE) == 0
