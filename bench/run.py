@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -588,9 +589,8 @@ async def warm(env: Env, target: Target, quick: bool) -> None:
 # ---------------------------------------------------------------------------- idle-socket check
 
 
-def sched_ns(pid: int) -> int:
-    """CPU time run (ns, /proc/<pid>/task/<tid>/schedstat) of every thread of a process tree."""
-    total = 0
+def _thread_files(pid: int, name: str) -> Iterator[str]:
+    """The text of /proc/<p>/task/<tid>/<name> for every thread of a process tree (gone ones skipped)."""
     for p in tree(pid):
         try:
             tids = os.listdir(f"/proc/{p}/task")
@@ -598,29 +598,33 @@ def sched_ns(pid: int) -> int:
             continue
         for tid in tids:
             try:
-                with open(f"/proc/{p}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
+                with open(f"/proc/{p}/task/{tid}/{name}") as f:
+                    yield f.read()
+            except OSError:
                 pass
+
+
+def sched_ns(pid: int) -> int:
+    """CPU time run (ns, /proc/<pid>/task/<tid>/schedstat) of every thread of a process tree."""
+    total = 0
+    for text in _thread_files(pid, "schedstat"):
+        try:
+            total += int(text.split()[0])
+        except (ValueError, IndexError):
+            pass
     return total
 
 
 def ctx_switches(pid: int) -> int:
     """Voluntary + involuntary context switches of every thread of a process tree: its wake-ups."""
     total = 0
-    for p in tree(pid):
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{p}/task/{tid}/status") as f:
-                    for line in f:
-                        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                            total += int(line.split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
+    for text in _thread_files(pid, "status"):
+        for line in text.splitlines():
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                try:
+                    total += int(line.split()[1])
+                except (ValueError, IndexError):
+                    pass
     return total
 
 

@@ -229,16 +229,7 @@ def write_codex_home(
     home.mkdir(parents=True, exist_ok=True)
     cfg = codex_config(base_url=base_url, model=model, extra=extra, **config_kwargs)
     (home / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(_SCRUB_ENV_PREFIXES) and k not in _SCRUB_ENV
-    }
-    env["CODEX_HOME"] = str(home)
-    env[API_KEY_ENV] = DUMMY_API_KEY
-    env["NO_COLOR"] = "1"
-    env.setdefault("NO_PROXY", "127.0.0.1,localhost,::1")
-    return env
+    return _codex_env(home, API_KEY_ENV)
 
 
 #: The env var ``codex exec`` (and ``exec resume``) reads an API key from for the built-in
@@ -289,13 +280,15 @@ def write_codex_home_builtin(
         + "\n",
         encoding="utf-8",
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(_SCRUB_ENV_PREFIXES) and k not in _SCRUB_ENV
-    }
+    return _codex_env(home, BUILTIN_API_KEY_ENV)
+
+
+def _codex_env(home: Path, key_env: str) -> dict[str, str]:
+    """The current environment without CODEX_*/OPENAI_*/proxy variables, plus ``CODEX_HOME`` and
+    the dummy key in ``key_env``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_ENV_PREFIXES) and k not in _SCRUB_ENV}
     env["CODEX_HOME"] = str(home)
-    env[BUILTIN_API_KEY_ENV] = DUMMY_API_KEY
+    env[key_env] = DUMMY_API_KEY
     env["NO_COLOR"] = "1"
     env.setdefault("NO_PROXY", "127.0.0.1,localhost,::1")
     return env
