@@ -1,7 +1,7 @@
 """Golden transcripts, forward direction: recorded chat streams -> Responses events.
 
 Each case directory under ``cases/chat_to_responses/`` holds ``request.json`` (the client's
-Responses request), either ``source.txt`` (a capture under ../shared/captures) or ``upstream.sse``
+Responses request), either ``source.txt`` (a capture under tests/fixtures/captures) or ``upstream.sse``
 (a hand-made stream for a case no capture covers), optional ``tools.json`` (the ToolContext the
 request mapping would produce), an empty ``think_tags`` file (the upstream option is on),
 and ``expected.jsonl`` (one event per line). Each case is fed whole,
@@ -119,7 +119,7 @@ def _details_text(details: Any) -> str | None:
 
 def _normalized(chunk: dict) -> dict:
     """One upstream chunk in the plain shape ``accumulate_chat`` reads, each provider quirk (see
-    ../shared/captures/README.md) undone explicitly; reasoning goes to ``_reasoning``."""
+    tests/fixtures/captures/README.md) undone explicitly; reasoning goes to ``_reasoning``."""
     if chunk.get("error"):
         # An error chunk ends the answer; the usage it may carry (openrouter-minimax-error-midstream)
         # is still reported on the failed Response.

@@ -2,7 +2,7 @@
 
 Each case directory under ``cases/responses_to_chat/`` holds ``request.json`` (the chat client's
 request this stream answers; ``stream_options.include_usage`` decides the usage chunk), either
-``source.txt`` (a capture under ../shared/captures, see ``tests/support/captures.py``) or
+``source.txt`` (a capture under tests/fixtures/captures, see ``tests/support/captures.py``) or
 ``upstream.sse`` (a hand-made stream for a case no capture covers), and ``expected.jsonl`` (one
 chunk per line; the driver's ``data: [DONE]`` is not part of it). Each case is fed whole, byte by
 byte and at 20 seeded random split points through the production ``Pump``: the outputs must be

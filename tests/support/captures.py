@@ -1,8 +1,10 @@
-"""The recorded provider streams: ``../shared/captures`` beside the repository (not part of it).
+"""The recorded provider streams, carried by the repository in ``tests/fixtures/captures``.
 
-Same rule as every other external resource (``require_service`` in ``tests/conftest.py``): when the
-directory is missing, a test that needs it is skipped locally with a hint and fails in CI (``CI``
-set). A file missing from a directory that is there is always a failure (a broken reference).
+They are a byte-for-byte copy of the project's shared captures (``../shared/captures``, whose
+README, copied with them, says what each stream shows and where it came from), so a fresh clone
+runs every test. The copy is never edited: ``tests/unit/test_captures_copy.py`` compares it with
+the shared directory whenever that is beside the repository. A file missing from the directory
+is always a failure (a broken reference).
 
 Parametrizing over capture files happens at collection time, where a test cannot fail yet:
 ``capture_files`` then returns one placeholder path, and the test fails or skips when it reads it.
@@ -16,16 +18,16 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import require_service
 
-CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures"
-HINT = f"put the captures at {CAPTURES} (a sibling of the repository: ../shared/captures)"
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "captures"  # where they came from
+HINT = f"the captures belong at {CAPTURES} (a copy of ../shared/captures)"
 
 
 def captures_dir() -> Path:
-    """The captures directory; skips (locally) or fails (CI) when it is missing."""
+    """The captures directory (part of the repository: its absence is a broken checkout)."""
     if not CAPTURES.is_dir():
-        require_service("captures", HINT)
+        pytest.fail(HINT)
     return CAPTURES
 
 
