@@ -43,6 +43,7 @@ from .errors import (
     error_response,
     upstream_error_body,
 )
+from .exchange import forward_turn, map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys
 from .ids import RandomIds
 from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
@@ -54,11 +55,11 @@ from .observability import (
     Metrics,
     add_request_id_header,
     metrics_endpoint,
+    note_upstream_error,
     observe_middleware,
     usage_summary,
 )
 from .reasoning_seal import ReasoningSeal
-from .exchange import forward_turn, map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
 from .responses_api import (
     PENDING,
     SAVING,
@@ -71,11 +72,11 @@ from .responses_api import (
     schedule_save,
 )
 from .reverse import reverse_chat
-from .store import open_store
-from .websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
 from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
+from .store import open_store
 from .streams import outbound_headers, secrets
 from .upstream import encode_body, new_session, read_json, send
+from .websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
 
 log = structlog.get_logger("crossfeed")
 
@@ -171,9 +172,7 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         return await handler(request)
     except (ProxyError, TranslationError) as exc:
         if isinstance(exc, UpstreamError):
-            name = request[SUMMARY].get("upstream", "")
-            request.app[METRICS].upstream_errors.labels(name, exc.code or "error").inc()
-            request[SUMMARY]["error"] = exc.code
+            note_upstream_error(request.app, request[SUMMARY], exc.code)
         return error_response(exc)
     except web.HTTPRequestEntityTooLarge:
         return error_response(ClientRequestError("the request body is larger than the configured maximum",

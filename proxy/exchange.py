@@ -141,10 +141,7 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
     start events go out with the first upstream data. None: the client left before the stream."""
     app = request.app
     with app[LIMITS].admit(up):
-        started = time.monotonic()  # open_leg, inlined: this runs for every streamed request
-        upstream = await open_upstream(app[SESSION], up, path, upstream_body, outbound_headers(request, up),
-                                       secrets=secrets(request, up))
-        summary["ttfb"] = time.monotonic() - started
+        upstream = await open_leg(request, up, path, upstream_body, summary)
         try:
             sink = await open_sink()
         except BaseException:

@@ -143,6 +143,12 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
         REQUEST_FIELDS.reset(token)
 
 
+def note_upstream_error(app: web.Application, summary: dict[str, Any], code: str | None) -> None:
+    """An upstream failure that became the request's error answer: counted, and on its line."""
+    app[METRICS].upstream_errors.labels(summary.get("upstream") or "", code or "error").inc()
+    summary["error"] = code
+
+
 def record_request(app: web.Application, route: str, summary: dict[str, Any], status: int, duration: float) -> None:
     """One request's (or WebSocket turn's) metrics and its summary line."""
     metrics = app[METRICS]

@@ -51,7 +51,7 @@ from .errors import ClientRequestError, ProxyError, UpstreamError, error_parts
 from .exchange import forward_turn, map_forward, pick_upstream, relay_turn
 from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS
-from .observability import METRICS, REQUEST_ID, SUMMARY, record_request
+from .observability import REQUEST_ID, SUMMARY, note_upstream_error, record_request
 from .relay import Draining
 from .responses_api import load_history, schedule_save
 from .sinks import WebSocketSink
@@ -225,8 +225,7 @@ class Connection:
         except (ProxyError, TranslationError) as exc:
             status, envelope, _ = error_parts(exc)
             if isinstance(exc, UpstreamError):
-                self.app[METRICS].upstream_errors.labels(summary.get("upstream") or "", exc.code or "error").inc()
-                summary["error"] = exc.code
+                note_upstream_error(self.app, summary, exc.code)
             self._forget(prev)
             if getattr(exc, "code", None) == "previous_response_not_found":
                 status = 400  # what Codex takes as "start over with the full input" (docs/codex.md)

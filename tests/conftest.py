@@ -24,6 +24,7 @@ from proxy.config import Config, load_config
 from proxy.server import make_runner
 from tests.fakes.upstream import FakeUpstream
 from tests.support.validators import validate_chat_sse, validate_responses_sse
+from tests.support.ws import FrameRecorder
 from translators.ids import SequentialIds
 
 
@@ -134,6 +135,15 @@ async def captured() -> AsyncIterator[list[Captured]]:
     seen: list[Captured] = []
     yield seen
     validate_captured(seen)
+
+
+@pytest.fixture
+async def ws_frames() -> AsyncIterator[FrameRecorder]:
+    """The WebSocket counterpart of ``captured``: every frame a test's sockets receive is
+    validated at teardown (tests/support/ws.py)."""
+    recorder = FrameRecorder()
+    yield recorder
+    recorder.validate()
 
 
 @pytest.fixture

@@ -418,7 +418,7 @@ class ChatToResponsesStream:
         incomplete = _INCOMPLETE_REASONS.get(self._finish_reason or "")
         resp = self._resp
         resp["output"] = self._output
-        resp["usage"] = map_usage(_summed(self._spent + [self._usage]) if self._spent else self._usage)
+        resp["usage"] = map_usage(self._usage_so_far())
         self.done = True
         if incomplete:
             self.phase = Phase.INCOMPLETE
@@ -446,8 +446,8 @@ class ChatToResponsesStream:
         resp = self._resp
         resp["status"] = "failed"
         resp["output"] = self._output
-        spent = [u for u in (*self._spent, self._usage) if u]
-        resp["usage"] = map_usage(spent[0] if len(spent) == 1 else _summed(spent)) if spent else None
+        usage = self._usage_so_far()
+        resp["usage"] = map_usage(usage) if usage else None
         resp["error"] = {"code": code, "message": message}
         self._emit(
             {
@@ -875,6 +875,10 @@ class ChatToResponsesStream:
         else:
             message, code = str(error), "upstream_error"
         return self.fail(code, message)
+
+    def _usage_so_far(self) -> dict[str, Any] | None:
+        """The chat usage of every leg so far: the current one's, added to the earlier ones'."""
+        return _summed([*self._spent, self._usage]) if self._spent else self._usage
 
     def _snapshot(self) -> dict[str, Any]:
         return dict(self._resp)

@@ -41,7 +41,7 @@ from tests.integration.test_websocket_sdk import (
     user,
 )
 from tests.support.waiting import wait_until
-from tests.support.ws import FrameRecorder, RawWS, Turn, WSClosed, is_request_error, ws_frames, ws_url  # noqa: F401
+from tests.support.ws import FrameRecorder, RawWS, Turn, is_request_error, ws_url
 
 pytestmark = pytest.mark.timeout(90)
 

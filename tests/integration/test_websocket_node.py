@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import ProxyHandle, require_service
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.test_websocket_sdk import TOOLS, plain, text_reply, tool_reply, user
-from tests.support.ws import FrameRecorder, ws_frames  # noqa: F401 - the fixture
+from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
-from tests.support.ws import SDKWS, FrameRecorder, ws_frames  # noqa: F401 - the fixture
+from tests.support.ws import SDKWS, FrameRecorder
 
 pytestmark = pytest.mark.timeout(60)
 

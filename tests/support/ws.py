@@ -1,6 +1,7 @@
 """WebSocket frames, every one validated: the WebSocket counterpart of the ``captured`` fixture.
 
-A WebSocket test opens its sockets through the ``ws_frames`` fixture (a ``FrameRecorder``):
+A WebSocket test opens its sockets through the ``ws_frames`` fixture (tests/conftest.py, a
+``FrameRecorder``):
 ``ws_frames.connect(url)`` for a raw aiohttp client, ``ws_frames.attach(conn)`` for the official
 Python SDK's ``client.responses.connect()`` connection, ``ws_frames.log(label)`` for frames a test
 got some other way (the Node SDK's script prints them). Every frame received is recorded, in
@@ -33,7 +34,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-import pytest
 
 from tests.support.validators import StreamViolation, validate_responses_events
 
@@ -347,14 +347,6 @@ class FrameRecorder:
             responses += r
             errors += e
         return responses, errors
-
-
-@pytest.fixture
-async def ws_frames() -> AsyncIterator[FrameRecorder]:
-    """Import this fixture into a WebSocket test module; every frame is validated at teardown."""
-    recorder = FrameRecorder()
-    yield recorder
-    recorder.validate()
 
 
 def ws_url(http_url: str, path: str = "/v1/responses") -> str:
