@@ -6,6 +6,8 @@ Routes:
   GET  /metrics                     Prometheus metrics
   GET  /v1/models                   passed to the upstream unchanged
   POST /v1/responses                chat upstream: translated (exchange.py); responses upstream: passed through
+  POST /v1/responses/compact        chat upstream: compacted by crossfeed (compaction.py); responses: passed
+  POST /v1/responses/input_tokens   chat upstream: counted (tokenizer or estimate); responses: passed
   GET  /v1/responses, /responses    WebSocket mode (websocket.py): the same turns as JSON text frames
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
 
@@ -43,7 +45,8 @@ from .errors import (
     error_response,
     upstream_error_body,
 )
-from .exchange import forward_turn, map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
+from .compaction import compact_now, compact_response, forward_streamed, input_tokens_response
+from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys
 from .ids import RandomIds
 from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
@@ -109,6 +112,8 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/v1/models", models_endpoint)
     app.router.add_post("/v1/responses", responses_endpoint)
+    app.router.add_post("/v1/responses/compact", compact_endpoint)
+    app.router.add_post("/v1/responses/input_tokens", input_tokens_endpoint)
     for path in ("/v1/responses", "/responses"):  # WebSocket mode; some clients drop the /v1
         app.router.add_get(path, responses_get, allow_head=False)
     for method, handler in (("GET", get_response), ("DELETE", delete_response)):
@@ -223,6 +228,28 @@ async def responses_endpoint(request: web.Request) -> web.StreamResponse:
     return await forward_response(request, body, up)
 
 
+async def compact_endpoint(request: web.Request) -> web.StreamResponse:
+    body = await read_body(request)
+    up = pick_upstream(request, body)
+    if up.api == "responses":
+        return await passthrough(request, body=body, upstream=up)
+    return await compact_response(request, body, up)
+
+
+async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
+    """``model`` may be left out here (as in the API): the default upstream counts."""
+    body = await read_body(request)
+    if body.get("model") is None:
+        up = _default_upstream(request.app[CONFIG])
+        body = {**body, "model": "default"}
+        request[SUMMARY].update(upstream=up.name)
+    else:
+        up = pick_upstream(request, body)
+    if up.api == "responses":
+        return await passthrough(request, body=body, upstream=up)
+    return await input_tokens_response(request, body, up)
+
+
 async def chat_endpoint(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
     up = pick_upstream(request, body)
@@ -239,6 +266,9 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     summary = request[SUMMARY]
     summary["stream"] = stream
     if not stream:
+        compacted = await compact_now(request, body, up, mapped, history, summary=summary)
+        if compacted is not None:
+            return web.Response(body=orjson.dumps(compacted), content_type="application/json")
         upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
         completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
@@ -260,7 +290,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
             return None
         return SSESink(response, render_responses)
 
-    await forward_turn(request, body, up, open_sink, history=history, summary=summary, mapped=mapped)
+    await forward_streamed(request, body, up, open_sink, mapped, history, summary=summary)
     return response
 
 

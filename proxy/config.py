@@ -58,18 +58,36 @@ class Upstream(_Model):
     system_role: Literal["system", "developer"] = "system"
     max_concurrent_streams: int = Field(0, ge=0, description="0 = unlimited")
     think_tags: bool = Field(False, description="content may open with <think>...</think> reasoning")
+    system_messages: Literal["merge", "keep", "user"] = Field(
+        "merge", description="system/developer messages after the first: merged into one leading system message, "
+                             "kept in place, or sent as user messages")
+    compaction_prompt: str | None = Field(None, min_length=1, description="the prompt asking for a compaction summary")
+    tokenizer: Literal["estimate", "vllm", "llama.cpp"] = Field(
+        "estimate", description="how input tokens are counted: the documented estimate, or the server's /tokenize")
+    tokenize_url: str | None = Field(None, description="the tokenizer's URL (default: base_url without /v1 + /tokenize)")
+    context_window: int = Field(0, ge=0, description="the backend's context in tokens (0 = unknown): a longer "
+                                                     "compaction request is a 400")
 
-    @field_validator("base_url")
+    @field_validator("base_url", "tokenize_url")
     @classmethod
-    def _url(cls, v: str) -> str:
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return v.rstrip("/")
 
+    @property
+    def tokenize_endpoint(self) -> str:
+        """Where the server's tokenizer answers: ``tokenize_url``, or the server root + /tokenize."""
+        root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        return self.tokenize_url or root + "/tokenize"
+
     @cached_property
     def mapping(self) -> MappingOptions:
         return MappingOptions(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
-                              system_role=self.system_role)
+                              system_role=self.system_role, system_placement=self.system_messages,
+                              compaction_prompt=self.compaction_prompt)
 
     def matches_pattern(self, model: str) -> bool:
         """``model`` matches one of the glob patterns listed here, the bare ``*`` aside."""

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from translators.chat_request import include_usage
 from translators.chat_to_responses import ChatToResponsesStream
+from translators.compaction import SummaryLeg
 from translators.pump import Out, Pump
 from translators.responses_events import ResponsesEventRelay
 from translators.responses_request import MappedRequest, responses_request_to_chat
@@ -35,11 +36,11 @@ from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import Framing
 
 from .config import Upstream
-from .errors import ClientRequestError
+from .errors import ClientRequestError, ProxyError, UpstreamError
 from .guard import LIMITS
 from .keys import CLOCK, CONFIG, IDS, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS
-from .observability import METRICS, SUMMARY, usage_counts, usage_summary
+from .observability import METRICS, SUMMARY, note_upstream_error, usage_counts, usage_summary
 from .relay import RelayStats, relay
 from .responses_api import schedule_save
 from .sinks import Sink
@@ -79,7 +80,9 @@ def pick_upstream(request: web.Request, body: dict[str, Any], summary: dict[str,
 def map_forward(request: web.Request, body: dict[str, Any], up: Upstream,
                 history: list[dict[str, Any]] | None) -> MappedRequest:
     """The chat request for a Responses request (the upstream's model name in it)."""
-    mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=request.app[SEAL].open)
+    seal = request.app[SEAL]
+    mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.open,
+                                       open_summary=seal.open_summary)
     mapped.chat["model"] = up.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:
         log.info("request.ignored_fields", model=mapped.model, ignored=list(mapped.ignored))
@@ -103,7 +106,7 @@ async def open_leg(request: web.Request, up: Upstream, path: str, body: dict[str
 
 
 async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump, sink: Sink,
-                  summary: Summary, initial: list[Out] | None = None) -> RelayStats:
+                  summary: Summary, initial: list[Out] | None = None, *, close: bool = True) -> RelayStats:
     """Run the relay for one leg, registered as open for shutdown (the caller holds its place in
     the stream limits, which the active-streams metric reads).
 
@@ -116,7 +119,7 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     app = request.app
     task = asyncio.get_running_loop().create_task(relay(
         upstream, pump, sink, idle=up.timeouts.idle, keepalive=app[CONFIG].server.keepalive_seconds,
-        total=up.timeouts.total, initial=initial, registry=app[OPEN_STREAMS]))
+        total=up.timeouts.total, initial=initial, registry=app[OPEN_STREAMS], close=close))
     try:
         stats = await task
     except asyncio.CancelledError:
@@ -132,13 +135,18 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     return stats
 
 
+# After a leg: the next leg's upstream body and the machine its stream feeds, or None (the end).
+NextLeg = Callable[[Any], "tuple[dict[str, Any], Any] | None"]
+
+
 async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_body: dict[str, Any],
                       make_machine: Callable[[Framing], Any], open_sink: SinkOpener,
-                      summary: Summary) -> tuple[Any, RelayStats] | None:
+                      summary: Summary, *, then: NextLeg | None = None) -> tuple[Any, RelayStats] | None:
     """The streamed exchange every direction and transport shares: admission to the upstream's
     stream limit, one leg (upstream call, sink, machine, relay), and the turn's summary fields.
     ``make_machine`` gets the sink's framing; a machine with ``start`` (the forward one) has its
-    start events go out with the first upstream data. None: the client left before the stream."""
+    start events go out with the first upstream data. ``then``: more legs of the same Response
+    on the same sink (a compaction, then the answer). None: the client left before the stream."""
     app = request.app
     with app[LIMITS].admit(up):
         upstream = await open_leg(request, up, path, upstream_body, summary)
@@ -152,11 +160,40 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
             summary["terminal"] = "client_disconnected"
             return None
         machine = make_machine(sink.framing)
-        initial = machine.start() if isinstance(machine, ChatToResponsesStream) else None
-        stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial)
+        initial = machine.start() if isinstance(machine, (ChatToResponsesStream, SummaryLeg)) else None
+        stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial,
+                              close=then is None)
+        if then is not None:
+            stats = await _later_legs(request, up, path, machine, sink, summary, stats, then)
     if machine.diagnostics:
         note_anomalies(request, machine.diagnostics)
     return machine, stats
+
+
+async def _later_legs(request: web.Request, up: Upstream, path: str, machine: Any, sink: Sink, summary: Summary,
+                      stats: RelayStats, then: NextLeg) -> RelayStats:
+    """Run the legs after the first one into the open sink, then close it. An upstream that
+    fails to answer a later leg ends the Response with ``response.failed`` (the stream began)."""
+    try:
+        while stats.ending == "ok" and not machine.done:
+            nxt = then(machine)
+            if nxt is None:
+                break
+            body, machine = nxt
+            try:
+                upstream = await open_leg(request, up, path, body, summary)
+            except ProxyError as exc:
+                if isinstance(exc, UpstreamError):
+                    note_upstream_error(request.app, summary, exc.code)
+                summary["ending"] = exc.code
+                await sink.close(sink.render(machine.fail(str(exc.code), exc.message)))
+                return stats
+            stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, close=False)
+        if stats.ending != "client_disconnected":
+            await sink.close(sink.empty)
+    except ConnectionResetError:
+        stats.ending = "client_disconnected"
+    return stats
 
 
 async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *,

@@ -14,6 +14,10 @@ signatures, Claude's signed thinking, o3's and Grok's encrypted reasoning), whic
 back on the next turn of a tool-calling conversation, the token is ``cf2.`` and the plaintext
 the JSON object ``{"text": ..., "details": [...]}`` (its own associated data, so neither kind
 can pass for the other).
+
+A compaction item's ``encrypted_content`` (translators/compaction.py) is sealed the same way:
+``cfc1.`` + the sealed summary text, with associated data of its own, so a reasoning token cannot
+pass for a summary nor a summary for reasoning.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ _PREFIX = "cf1."
 _AAD = b"crossfeed-reasoning-v1"
 _PREFIX_DETAILS = "cf2."
 _AAD_DETAILS = b"crossfeed-reasoning-v2"
+_PREFIX_COMPACTION = "cfc1."
+_AAD_COMPACTION = b"crossfeed-compaction-v1"
 
 
 class ReasoningSeal:
@@ -78,6 +84,21 @@ class ReasoningSeal:
                 return None
             return text, [d for d in details if isinstance(d, dict)]
         return None
+
+    def seal_summary(self, summary: str) -> str:
+        """The ``encrypted_content`` of a compaction item holding ``summary``."""
+        return self._seal(_PREFIX_COMPACTION, summary.encode("utf-8"), _AAD_COMPACTION)
+
+    def open_summary(self, token: str) -> str | None:
+        """The summary a compaction token holds, or None when it is not crossfeed's, altered, or
+        sealed with another key."""
+        if not isinstance(token, str) or not token.startswith(_PREFIX_COMPACTION):
+            return None
+        plain = self._open(token[len(_PREFIX_COMPACTION):], _AAD_COMPACTION)
+        try:
+            return None if plain is None else plain.decode("utf-8")
+        except UnicodeError:
+            return None
 
     def reveal(self, token: str) -> str | None:
         """The reasoning text, or None when the token is not ours, altered, or sealed with another key."""

@@ -82,13 +82,16 @@ async def relay(
     initial: list[Out] | None = None,
     stats: RelayStats | None = None,
     registry: set[OpenStream] | None = None,
+    close: bool = True,
 ) -> RelayStats:
     """Pump one upstream stream into ``sink`` (open, nothing written yet).
 
     ``initial`` (the start events) goes out with the first upstream data, or alone after
     ``FIRST_FLUSH`` seconds of upstream silence, so a fast answer costs one write, not two (three
     with the headers of a plain ``StreamResponse``; see ``EventStreamResponse``). The last
-    write is the sink's ``close`` (for SSE it ends the chunked body and adds ``[DONE]``).
+    write is the sink's ``close`` (for SSE it ends the chunked body and adds ``[DONE]``), unless
+    ``close`` is false: a leg another leg of the same Response follows leaves the sink open, and
+    the exchange closes it once the Response has ended.
     """
     stats = stats or RelayStats()
     handle = sink.open_stream = OpenStream(upstream)
@@ -108,7 +111,10 @@ async def relay(
         try:
             if last:
                 ended = True
-                await sink.close(data)
+                if close:
+                    await sink.close(data)
+                elif data:
+                    await raw_write(data)
             elif data:
                 await raw_write(data)
             elif flush:  # an SSE sink still holds its headers

@@ -48,7 +48,8 @@ from translators.input_items import continued_history, normalize_input
 from translators.responses_events import primed_response_events
 
 from .errors import ClientRequestError, ProxyError, UpstreamError, error_parts
-from .exchange import forward_turn, map_forward, pick_upstream, relay_turn
+from .compaction import forward_streamed
+from .exchange import map_forward, pick_upstream, relay_turn
 from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS
 from .observability import REQUEST_ID, SUMMARY, note_upstream_error, record_request
@@ -281,8 +282,8 @@ class Connection:
         if up.api == "chat":
             history = await self._history(body, remembered)
             mapped = map_forward(self.request, body, up, history)
-            final = await forward_turn(self.request, body, up, self._open_sink, history=history,
-                                       summary=summary, mapped=mapped)
+            final = await forward_streamed(self.request, body, up, self._open_sink, mapped, history,
+                                           summary=summary)
         else:
             # The upstream never saw a remembered response: the whole conversation goes to it.
             # A turn that continued from the upstream's own store is not remembered (its history

@@ -409,6 +409,35 @@ class ChatToResponsesStream:
         self._emit({"type": "response.output_item.done", "output_index": index, "item": item})
         return out
 
+    def begin_item(self, item: dict[str, Any], *, then: str | None = None) -> tuple[list[Event], int]:
+        """Open an item the exchange builds over time (a compaction, while its summary is
+        written): ``output_item.added`` at the next output index, then the event ``then`` names
+        (``response.compaction.compacting``) about it. Returns the events and the index for
+        ``finish_item``; until then no upstream item may open."""
+        if self.phase is not Phase.STREAMING or self._open is not None or self._open_calls:
+            raise StreamStateError("begin_item() needs a streaming response with no open item")
+        out = self._out = []
+        index = self._next_index
+        self._next_index += 1
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": dict(item)})
+        if then:
+            self._emit({"type": then, "item_id": item["id"], "output_index": index})
+        return out, index
+
+    def finish_item(self, index: int, item: dict[str, Any]) -> list[Event]:
+        """``output_item.done`` of an item ``begin_item`` opened; it joins the output."""
+        if self.phase is not Phase.STREAMING:
+            raise StreamStateError(f"finish_item() in phase {self.phase.value}")
+        out = self._out = []
+        self._output.append(item)
+        self._emit({"type": "response.output_item.done", "output_index": index, "item": item})
+        return out
+
+    def spend(self, usage: dict[str, Any] | None) -> None:
+        """A chat usage of a call the machine did not read itself (it adds up in the Response)."""
+        if usage:
+            self._spent.append(usage)
+
     def end_response(self) -> list[Event]:
         """The terminal event, built from the accumulated state: ``response.completed``, or
         ``response.incomplete`` when the last leg was cut by a length or content filter."""

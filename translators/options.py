@@ -24,6 +24,11 @@ class MappingOptions:
     max_tokens_field: MaxTokensField = "both"
     # Role used for ``instructions`` and ``developer`` messages (many servers reject "developer").
     system_role: str = "system"
+    # Where system/developer messages after the first go (translators/compaction.place_system):
+    # "merge" into one leading system message, "user" messages, or "keep" them in place.
+    system_placement: Literal["merge", "keep", "user"] = "merge"
+    # The prompt that asks the backend for a compaction summary (None: compaction.COMPACTION_PROMPT).
+    compaction_prompt: str | None = None
 
 
 # The single string argument of the chat function that stands for a ``custom`` tool.

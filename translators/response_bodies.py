@@ -29,11 +29,21 @@ def chat_completion_to_response(
     seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
     think_tags: bool = False,
 ) -> dict[str, Any]:
+    machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning,
+                                    think_tags=think_tags)
+    machine.start()
+    feed_completion(machine, completion)
+    resp = machine.final_response
+    assert resp is not None
+    return resp
+
+
+def feed_completion(machine: ChatToResponsesStream, completion: Any) -> None:
+    """Feed a whole ``chat.completion`` to a machine as one chunk and end it (its Response is
+    then ``final_response``): the non-streamed answer of a leg."""
     if isinstance(completion, dict) and completion.get("error"):
-        machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning)
-        machine.start()
         machine.feed({"error": completion["error"]})
-        return machine.final_response or {}
+        return
     choices = completion.get("choices") if isinstance(completion, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise UpstreamProtocolError("the upstream answered without any choices")
@@ -50,12 +60,6 @@ def chat_completion_to_response(
                      "logprobs": choice.get("logprobs")}],
         "usage": completion.get("usage"),
     }
-    machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning,
-                                    think_tags=think_tags)
-    machine.start()
     machine.feed(chunk)
     if not machine.done:
         machine.finish()
-    resp = machine.final_response
-    assert resp is not None
-    return resp

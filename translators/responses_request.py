@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import compaction as cmp
 from .errors import InvalidRequest, UnsupportedFeature
 from .options import CUSTOM_ARG, MappingOptions, ToolContext
 from .tools_mapping import (
@@ -22,6 +23,8 @@ from .tools_mapping import (
 
 # An ``encrypted_content`` token -> (reasoning text, the backend's reasoning_details), or None.
 Reveal = Callable[[str], "tuple[str, list[dict[str, Any]]] | None"]
+# A compaction item's ``encrypted_content`` -> the summary it holds, or None.
+OpenSummary = Callable[[str], "str | None"]
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.
 _IGNORED_FIELDS = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier",
@@ -47,7 +50,7 @@ _DROPPED_ITEM_TYPES = frozenset({
     "computer_call", "computer_call_output", "local_shell_call", "local_shell_call_output",
     "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
     "mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
-    "tool_search_call", "tool_search_output", "compaction", "compaction_summary",
+    "tool_search_call", "tool_search_output", "compaction_summary",
 })
 _TOOL_IMAGE_NOTE = "(The tool returned image or file content; it follows in the next message.)"
 
@@ -58,11 +61,16 @@ class MappedRequest:
     tools: ToolContext    # for the stream machine (custom tool names, namespace map)
     ignored: tuple[str, ...]  # accepted but not sent, for one info log line
     model: str
+    # "trigger": the input ends with compaction_trigger and ``chat`` asks for the summary.
+    compact: str | None = None
+    # context_management's compact_threshold: compact first when the input counts more tokens.
+    threshold: int | None = None
 
 
 def responses_request_to_chat(body: Any, options: MappingOptions, *,
                               history: list[dict] | None = None,
-                              reveal_reasoning: Reveal | None = None) -> MappedRequest:
+                              reveal_reasoning: Reveal | None = None,
+                              open_summary: OpenSummary | None = None) -> MappedRequest:
     """Map a Responses create request onto a Chat Completions request.
 
     Rules:
@@ -83,6 +91,12 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
       stream:true                  -> stream:true + stream_options {include_usage:true}
       stream false/absent          -> stream:false, no stream_options
       store, previous_response_id, metadata -> not sent (proxy state / echoed on the Response)
+      input ending with compaction_trigger -> compact "trigger": chat asks for a summary
+          (compaction.summary_request); a trigger anywhere else, or two -> 400 input[i]
+      compaction item              -> the summary it seals, as a user message (compaction.py);
+          a token that does not open -> 400 input[i].encrypted_content invalid_encrypted_content
+      context_management compaction compact_threshold -> threshold (the proxy counts and compacts)
+      system/developer messages    -> placed per options.system_placement (compaction.place_system)
       conversation, prompt, background:true -> 400 naming the param
       truncation:"auto", service_tier, prompt_cache_key, safety_identifier, max_tool_calls,
       stream_options, unknown fields (client_metadata...) -> not sent, listed in ignored; the
@@ -101,7 +115,8 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
     ignored: list[str] = []
     chat: dict[str, Any] = {"model": model}
 
-    msgs = _Messages(options, reveal_reasoning, ignored)
+    trigger = cmp.trigger_in(body.get("input"))
+    msgs = _Messages(options, reveal_reasoning, ignored, open_summary)
     instructions = opt_str(body, "instructions", "")
     if instructions:
         msgs.out.append({"role": options.system_role, "content": instructions})
@@ -117,7 +132,7 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
     elif inp is not None:
         for i, item in enumerate(expect_list(inp, "input")):
             msgs.add_item(item, f"input[{i}]")
-    chat["messages"] = msgs.finish()
+    chat["messages"] = cmp.place_system(msgs.finish(), options.system_placement, options.system_role)
     if not chat["messages"]:
         raise missing("input")
 
@@ -142,7 +157,11 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
     if not keys.isdisjoint(_INCLUDE_KEYS):
         _map_include(body, chat, ignored)
     _map_misc(body, chat, ignored)
-    return MappedRequest(chat=chat, tools=table.context(arg), ignored=tuple(ignored), model=model)
+    threshold = cmp.compact_threshold(body)
+    if trigger:
+        chat = cmp.summary_request(chat, options.compaction_prompt or cmp.COMPACTION_PROMPT)
+    return MappedRequest(chat=chat, tools=table.context(arg), ignored=tuple(ignored), model=model,
+                         compact="trigger" if trigger else None, threshold=None if trigger else threshold)
 
 
 def _reject_unsupported(body: dict[str, Any]) -> None:
@@ -289,9 +308,11 @@ class _Messages:
       other/unknown types -> 400 input[i].type
     """
 
-    def __init__(self, options: MappingOptions, reveal: Reveal | None, ignored: list[str]) -> None:
+    def __init__(self, options: MappingOptions, reveal: Reveal | None, ignored: list[str],
+                 open_summary: OpenSummary | None = None) -> None:
         self.options = options
         self.reveal = reveal
+        self.open_summary = open_summary
         self.ignored = ignored
         self.out: list[dict[str, Any]] = []
         self.turn: dict[str, Any] | None = None   # the open assistant message
@@ -322,6 +343,10 @@ class _Messages:
             # Codex declares tools in the input for some models: they join the request's tools.
             for j, tool in enumerate(expect_list(item.get("tools") or [], f"{p}.tools")):
                 self.extra_tools.append((f"{p}.tools[{j}]", tool))
+        elif kind == cmp.ITEM:
+            self._compaction(item, p)
+        elif kind == cmp.TRIGGER:
+            pass  # its place was checked (compaction.trigger_in): it asks for this request's kind
         elif kind == "item_reference":
             raise UnsupportedFeature("item_reference needs items stored by id, which crossfeed "
                                      "does not keep: send the item itself.", param=p)
@@ -468,6 +493,20 @@ class _Messages:
         self._close()
         self.deferred = pending
         self.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+
+    def _compaction(self, item: dict[str, Any], p: str) -> None:
+        """The summary in place of the history it stands for: what came before it is kept only
+        where it is a system, developer or user message (compaction.window)."""
+        token = cmp.check_item(item, p)
+        summary = self.open_summary(token) if self.open_summary is not None else None
+        if summary is None:
+            raise InvalidRequest(
+                f"The compaction item {p} cannot be opened: its encrypted_content was not sealed by crossfeed "
+                "with this server's key, or it was altered. The history it stands for is not here; send that "
+                "history instead.", param=f"{p}.encrypted_content", code="invalid_encrypted_content")
+        self._close()
+        self.reasoning, self.details, self.reasoning_at = [], [], None
+        self.out[:] = [*cmp.window(self.out, self.options.system_role), cmp.summary_message(summary)]
 
     def _reasoning(self, item: dict[str, Any], p: str) -> None:
         text = self._visible_reasoning(item, p)

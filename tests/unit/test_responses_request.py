@@ -414,7 +414,7 @@ def test_hosted_item_and_orphan_reasoning_are_reported() -> None:
 
 
 def test_reasoning_field_and_system_role_options() -> None:
-    opts = MappingOptions(reasoning_field="reasoning", system_role="developer")
+    opts = MappingOptions(reasoning_field="reasoning", system_role="developer", system_placement="keep")
     res = mapped(body(instructions="i", input=[{"role": "developer", "content": "d"},
                                                {"role": "system", "content": "s"}, USER,
                                                rs(content=[rtext("r")]), fc("c1")]), opts)
@@ -634,8 +634,7 @@ def test_codex_shaped_request() -> None:
     assert "store" not in c and "include" not in c and "prompt_cache_key" not in c
     assert [t["function"]["name"] for t in c["tools"]] == ["exec_command", "apply_patch", "mcp__docs__search"]
     assert c["messages"] == [
-        {"role": "system", "content": "You are Codex, a coding agent."},
-        {"role": "system", "content": "<permissions/>"},
+        {"role": "system", "content": "You are Codex, a coding agent.\n\n<permissions/>"},  # merged: the default
         {"role": "user", "content": "<environment_context/>"},
         {"role": "user", "content": "fix the bug"},
         asst(None, [tc("call_1", "exec_command", "{\"cmd\":\"ls\"}")], "I should list files."),
