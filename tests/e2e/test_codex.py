@@ -29,6 +29,7 @@ from proxy.websocket import ROUTE
 from tests.conftest import require_service
 from tests.e2e import codex_support as cx
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from translators.compaction import COMPACTION_PROMPT, is_summary
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
@@ -84,11 +85,12 @@ def setup(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def run_codex(proxy, tmp_path: Path, prompt: str, setup: str, *, model: str = cx.FALLBACK_MODEL):
+async def run_codex(proxy, tmp_path: Path, prompt: str, setup: str, *, model: str = cx.FALLBACK_MODEL,
+                    extra: dict | None = None):
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir(exist_ok=True)
     write = cx.write_codex_home if setup == "provider" else cx.write_codex_home_builtin
-    env = write(home, base_url=proxy.base_url, model=model)
+    env = write(home, base_url=proxy.base_url, model=model, extra=extra)
     proc = await asyncio.to_thread(cx.run_codex_exec, prompt, cwd=work, env=env, timeout=180)
     return proc, cx.parse_events(proc.stdout), work
 
@@ -194,6 +196,46 @@ async def test_upstream_error_is_shown(proxy, upstream: FakeUpstream, tmp_path: 
     assert any("context too long for model qwen-test" in m for m in cx.error_messages(proc))
     check_transport(proxy, proc, setup, 1)
     assert len(upstream.requests) == 1  # a 400, in-band or not, is not retried
+
+
+def shell_steps(req: Recorded) -> SSEReply:
+    """A model that runs two commands, one per request, then answers; it reads what is done from
+    the tool outputs and from the summary of a compaction (what replaces them after one). Every
+    call reports a large usage, so Codex's low auto-compact limit is passed at each step."""
+    messages = req.body["messages"]
+    if messages[-1] == {"role": "user", "content": COMPACTION_PROMPT}:
+        seen = [str(m["content"]) for m in messages if m["role"] in ("tool", "user")]
+        done = [w for w in ("alpha-42", "beta-42") if any(w in text for text in seen)]
+        return text("Handoff: commands already run printed " + (" and ".join(done) or "nothing") + ".")
+    known = " ".join(str(m["content"]) for m in messages if m["role"] == "tool" or is_summary(m))
+    for step, cmd in (("alpha-42", "echo alpha-$((6*7))"), ("beta-42", "echo beta-$((6*7))")):
+        if step not in known:
+            reply = calls((f"call_{step[:4]}", "exec_command", {"cmd": cmd}))
+            reply.data = reply.data.replace(b'"total_tokens":120', b'"total_tokens":5000')
+            return reply
+    return text("Both commands ran: alpha-42 and beta-42.")
+
+
+async def test_long_task_compacts_remotely_and_finishes(proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+    """The built-in provider with a low ``model_auto_compact_token_limit`` compacts remotely
+    (a ``compaction_trigger`` request) between the steps of one task; crossfeed asks the backend
+    for a summary and answers with one sealed compaction item, and the requests after it carry
+    the summary instead of the history it replaced."""
+    upstream.default = shell_steps
+    proc, events, _ = await run_codex(proxy, tmp_path, "run the two commands, then tell me what they printed",
+                                      "openai_base_url", extra={"model_auto_compact_token_limit": 200})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert cx.agent_messages(events)[-1] == "Both commands ran: alpha-42 and beta-42."
+    assert "compact" not in " ".join(cx.error_messages(proc)).lower(), out[-3000:]
+    bodies = [r.body["messages"] for r in upstream.requests]
+    asked = [i for i, m in enumerate(bodies) if m[-1] == {"role": "user", "content": COMPACTION_PROMPT}]
+    assert asked, "the backend was never asked for a summary"
+    after = bodies[asked[0] + 1]
+    assert after[-1]["content"] != COMPACTION_PROMPT and any(is_summary(x) for x in after)
+    assert not any(x.get("tool_call_id") == "call_alph" for x in after)  # the history it replaced is gone
+    assert all(m["role"] != "system" for msgs in bodies for m in msgs[1:])  # templates' "system first"
+    assert requests_on(proxy, "/v1/responses") == 0 and "Reconnecting" not in out
 
 
 @pytest.mark.parametrize("proxy_overrides", [{"server.websocket": False}])
