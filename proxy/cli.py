@@ -358,6 +358,10 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             extras.append(f"reasoning field {u.reasoning_field}")
         limit = getattr(u, "max_concurrent_streams", 0)
         extras.append(f"max streams {limit or 'unlimited'}")
+        if u.api == "chat":
+            extras.append(f"system messages {u.system_messages}")
+            extras.append("tokens " + (u.tokenizer if u.tokenizer == "estimate" else
+                                       f"{u.tokenizer} at {u.tokenize_endpoint}"))
         if getattr(u, "headers", None):
             extras.append("extra headers " + ", ".join(sorted(u.headers)))  # names only: values may be secret
         lines.append(f"       other     {'; '.join(extras)}")
