@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -111,8 +111,8 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/v1/models", models_endpoint)
-    app.router.add_post("/v1/responses", responses_endpoint)
-    app.router.add_post("/v1/responses/compact", compact_endpoint)
+    app.router.add_post("/v1/responses", _responses_route(forward_response))
+    app.router.add_post("/v1/responses/compact", _responses_route(compact_response))
     app.router.add_post("/v1/responses/input_tokens", input_tokens_endpoint)
     for path in ("/v1/responses", "/responses"):  # WebSocket mode; some clients drop the /v1
         app.router.add_get(path, responses_get, allow_head=False)
@@ -220,34 +220,35 @@ async def read_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-async def responses_endpoint(request: web.Request) -> web.StreamResponse:
-    body = await read_body(request)
-    up = pick_upstream(request, body)
-    if up.api == "responses":
-        return await passthrough(request, body=body, upstream=up)
-    return await forward_response(request, body, up)
+ChatHandler = Callable[[web.Request, dict[str, Any], Upstream], Awaitable[web.StreamResponse]]
 
 
-async def compact_endpoint(request: web.Request) -> web.StreamResponse:
-    body = await read_body(request)
-    up = pick_upstream(request, body)
-    if up.api == "responses":
-        return await passthrough(request, body=body, upstream=up)
-    return await compact_response(request, body, up)
+def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A Responses endpoint: a Responses upstream gets the request unchanged, a chat upstream
+    is served by ``on_chat``."""
+
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        body = await read_body(request)
+        up = pick_upstream(request, body)
+        if up.api == "responses":
+            return await passthrough(request, body=body, upstream=up)
+        return await on_chat(request, body, up)
+
+    return endpoint
 
 
 async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
     """``model`` may be left out here (as in the API): the default upstream counts."""
     body = await read_body(request)
-    if body.get("model") is None:
-        up = _default_upstream(request.app[CONFIG])
-        body = {**body, "model": "default"}
-        request[SUMMARY].update(upstream=up.name)
-    else:
+    given = body.get("model") is not None
+    if given:
         up = pick_upstream(request, body)
+    else:
+        up = _default_upstream(request.app[CONFIG])
+        request[SUMMARY].update(upstream=up.name)
     if up.api == "responses":
         return await passthrough(request, body=body, upstream=up)
-    return await input_tokens_response(request, body, up)
+    return await input_tokens_response(request, body if given else {**body, "model": up.name}, up, model_given=given)
 
 
 async def chat_endpoint(request: web.Request) -> web.StreamResponse:
@@ -266,14 +267,14 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     summary = request[SUMMARY]
     summary["stream"] = stream
     if not stream:
-        compacted = await compact_now(request, body, up, mapped, history, summary=summary)
-        if compacted is not None:
-            return web.Response(body=orjson.dumps(compacted), content_type="application/json")
-        upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
-        completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
-        result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                             seal_reasoning=reasoning_sealer(request, body), think_tags=up.think_tags)
-        schedule_save(app, body, result, history, app[IDS])
+        result = await compact_now(request, body, up, mapped, history, summary=summary)
+        if result is None:
+            upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
+            completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
+            result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
+                                                 seal_reasoning=reasoning_sealer(request, body),
+                                                 think_tags=up.think_tags)
+            schedule_save(app, body, result, history, app[IDS])
         summary.update(terminal=result.get("status"), usage=usage_summary(result))
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
             err = result.get("error") or {}

@@ -33,7 +33,7 @@ from .config import Upstream
 from .errors import ClientRequestError, UpstreamError
 from .exchange import SinkOpener, Summary, forward_turn, map_forward, open_leg, reasoning_sealer, stream_turn
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
-from .observability import SUMMARY
+from .observability import SUMMARY, usage_summary
 from .responses_api import load_history, schedule_save
 from .streams import outbound_headers
 from .upstream import read_json
@@ -117,7 +117,7 @@ def _ended(request: web.Request, body: dict[str, Any], ran: Any, history: list[d
     final = ran[0].final_response
     if final is not None and final.get("status") != "failed":  # a failed compaction is not kept
         schedule_save(request.app, body, final, history, request.app[IDS])
-    summary.update(terminal=final.get("status") if final else ran[1].ending)
+    summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
     return final  # type: ignore[no-any-return]
 
 
@@ -207,8 +207,9 @@ async def _tokenize(request: web.Request, up: Upstream, chat: dict[str, Any]) ->
     timeout = aiohttp.ClientTimeout(total=up.timeouts.first_byte)
     url = up.tokenize_endpoint
     if up.tokenizer == "vllm":  # vLLM renders the chat template itself
-        payload: dict[str, Any] = {"model": chat.get("model"), "messages": chat.get("messages") or [],
-                                   "add_generation_prompt": True}
+        payload: dict[str, Any] = {"messages": chat.get("messages") or [], "add_generation_prompt": True}
+        if chat.get("model"):
+            payload["model"] = chat["model"]
         if chat.get("tools"):
             payload["tools"] = chat["tools"]
         async with session.post(url, json=payload, headers=headers, timeout=timeout) as r:
@@ -225,13 +226,16 @@ async def _tokenize(request: web.Request, up: Upstream, chat: dict[str, Any]) ->
         return len((await r.json(content_type=None))["tokens"])
 
 
-async def input_tokens_response(request: web.Request, body: dict[str, Any], up: Upstream) -> web.Response:
+async def input_tokens_response(request: web.Request, body: dict[str, Any], up: Upstream, *,
+                                model_given: bool = True) -> web.Response:
     """``POST /v1/responses/input_tokens`` on a chat upstream:
-    ``{"object": "response.input_tokens", "input_tokens": N}`` for a create-like body."""
+    ``{"object": "response.input_tokens", "input_tokens": N}`` for a create-like body (without
+    ``model_given``, the tokenizer is not told a model: the server counts for its own)."""
     history = await load_history(request.app, body)
     create = {k: v for k, v in body.items() if k not in ("stream", "context_management")}
     plan = map_forward(request, {**create, "stream": False}, up, history)
-    count, how = await count_tokens(request, up, plan.chat)
+    chat = plan.chat if model_given else {k: v for k, v in plan.chat.items() if k != "model"}
+    count, how = await count_tokens(request, up, chat)
     return web.Response(body=orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
                         content_type="application/json", headers={"x-crossfeed-token-count": how})
 
