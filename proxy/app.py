@@ -35,6 +35,7 @@ from translators.response_bodies import chat_completion_to_response
 from translators.sse import render_responses
 
 from . import upstream as upstream_client
+from .compaction import compact_response, input_tokens_response
 from .config import Config, Upstream
 from .deadline import Deadline
 from .errors import (
@@ -45,8 +46,8 @@ from .errors import (
     error_response,
     upstream_error_body,
 )
-from .compaction import compact_now, compact_response, forward_streamed, input_tokens_response
 from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
+from .forward import forward_now, forward_streamed
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys
 from .ids import RandomIds
 from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
@@ -267,7 +268,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
     summary = request[SUMMARY]
     summary["stream"] = stream
     if not stream:
-        result = await compact_now(request, body, up, mapped, history, summary=summary)
+        result = await forward_now(request, body, up, mapped, history, summary=summary)
         if result is None:
             upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
             completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)

@@ -31,7 +31,7 @@ from translators.responses_request import MappedRequest
 
 from .config import Upstream
 from .errors import ClientRequestError, UpstreamError
-from .exchange import SinkOpener, Summary, forward_turn, map_forward, open_leg, reasoning_sealer, stream_turn
+from .exchange import SinkOpener, Summary, map_forward, open_leg, reasoning_sealer, stream_turn
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .observability import SUMMARY, usage_summary
 from .responses_api import load_history, schedule_save
@@ -98,7 +98,7 @@ async def compacting_turn(request: web.Request, body: dict[str, Any], up: Upstre
     ask = cmp.summary_request(plan.chat, prompt)
     await check_size(request, up, ask)
 
-    def then(leg: Any) -> tuple[dict[str, Any], Any] | None:
+    async def then(leg: Any, sink: Any) -> tuple[dict[str, Any], Any] | None:
         if not isinstance(leg, SummaryLeg) or leg.summary is None:
             return None
         return _answer_body(plan, up, leg.summary), leg.main
@@ -239,15 +239,3 @@ async def input_tokens_response(request: web.Request, body: dict[str, Any], up: 
     return web.Response(body=orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
                         content_type="application/json", headers={"x-crossfeed-token-count": how})
 
-
-async def forward_streamed(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener,
-                           plan: MappedRequest, history: list[dict[str, Any]] | None, *,
-                           summary: Summary) -> dict[str, Any] | None:
-    """A streamed create on a chat upstream, both transports: a compaction when the input ends
-    with its trigger, the compaction then the answer over the context_management threshold,
-    else the ordinary turn."""
-    if plan.compact == "trigger":
-        return await compaction_turn(request, body, up, open_sink, plan, summary=summary)
-    if await over_threshold(request, up, plan):
-        return await compacting_turn(request, body, up, open_sink, plan, history, summary=summary)
-    return await forward_turn(request, body, up, open_sink, history=history, summary=summary, mapped=plan)

@@ -116,10 +116,47 @@ class Reasoning(_Model):
     key_env: str = "CROSSFEED_REASONING_KEY"
 
 
+SEARCH_URLS = {"brave": "https://api.search.brave.com/res/v1/web/search", "tavily": "https://api.tavily.com/search"}
+
+
+class WebSearch(_Model):
+    """The search service crossfeed runs the hosted ``web_search`` tool on (proxy/web_search.py)."""
+
+    backend: Literal["searxng", "brave", "tavily"] | None = Field(
+        None, description="unset: hosted search tools are dropped and logged")
+    url: str | None = Field(None, description="searxng: its base URL; brave/tavily: their API (default: the public one)")
+    api_key_env: str | None = Field(None, description="env var holding the search API's key (brave, tavily)")
+    max_results: int = Field(5, ge=1, le=20)
+    timeout_seconds: float = Field(10.0, gt=0, description="one search")
+    max_searches: int = Field(5, ge=1, le=50, description="searches in one response")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/") if v else v
+
+    @model_validator(mode="after")
+    def _needs(self) -> WebSearch:
+        if self.backend == "searxng" and not self.url:
+            raise ValueError("backend \"searxng\" needs url (the SearXNG instance, e.g. http://127.0.0.1:8888)")
+        if self.backend in ("brave", "tavily") and not self.api_key_env:
+            raise ValueError(f"backend \"{self.backend}\" needs api_key_env (the env var holding its API key)")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        if self.backend == "searxng":
+            return f"{self.url}/search"
+        return self.url or SEARCH_URLS.get(self.backend or "", "")
+
+
 class Config(_Model):
     server: Server = Field(default_factory=Server)
     logging: Logging = Field(default_factory=Logging)
     reasoning: Reasoning = Field(default_factory=Reasoning)
+    web_search: WebSearch = Field(default_factory=WebSearch)
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
     store: StoreConfig = Field(default_factory=StoreConfig)
 

@@ -28,11 +28,11 @@ from aiohttp import web
 
 from translators.chat_request import include_usage
 from translators.chat_to_responses import ChatToResponsesStream
-from translators.compaction import SummaryLeg
 from translators.pump import Out, Pump
 from translators.responses_events import ResponsesEventRelay
 from translators.responses_request import MappedRequest, responses_request_to_chat
 from translators.responses_to_chat import ResponsesToChatStream
+from translators.web_search_items import search_function_name
 from translators.sse import Framing
 
 from .config import Upstream
@@ -81,8 +81,10 @@ def map_forward(request: web.Request, body: dict[str, Any], up: Upstream,
                 history: list[dict[str, Any]] | None) -> MappedRequest:
     """The chat request for a Responses request (the upstream's model name in it)."""
     seal = request.app[SEAL]
+    searching = request.app[CONFIG].web_search.backend is not None
     mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.open,
-                                       open_summary=seal.open_summary)
+                                       open_summary=seal.open_summary,
+                                       search_function=search_function_name(body.get("tools")) if searching else None)
     mapped.chat["model"] = up.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:
         log.info("request.ignored_fields", model=mapped.model, ignored=list(mapped.ignored))
@@ -135,8 +137,9 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     return stats
 
 
-# After a leg: the next leg's upstream body and the machine its stream feeds, or None (the end).
-NextLeg = Callable[[Any], "tuple[dict[str, Any], Any] | None"]
+# After a leg (its machine, the open sink): the next leg's upstream body and the machine its
+# stream feeds, or None (the end). It may write events of its own to the sink first.
+NextLeg = Callable[[Any, Sink], Awaitable["tuple[dict[str, Any], Any] | None"]]
 
 
 async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_body: dict[str, Any],
@@ -160,7 +163,8 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
             summary["terminal"] = "client_disconnected"
             return None
         machine = make_machine(sink.framing)
-        initial = machine.start() if isinstance(machine, (ChatToResponsesStream, SummaryLeg)) else None
+        start = getattr(machine, "start", None)  # the forward machines open the Response themselves
+        initial = start() if start is not None else None
         stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial,
                               close=then is None)
         if then is not None:
@@ -176,7 +180,7 @@ async def _later_legs(request: web.Request, up: Upstream, path: str, machine: An
     fails to answer a later leg ends the Response with ``response.failed`` (the stream began)."""
     try:
         while stats.ending == "ok" and not machine.done:
-            nxt = then(machine)
+            nxt = await then(machine, sink)
             if nxt is None:
                 break
             body, machine = nxt

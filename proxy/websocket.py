@@ -48,7 +48,7 @@ from translators.input_items import continued_history, normalize_input
 from translators.responses_events import primed_response_events
 
 from .errors import ClientRequestError, ProxyError, UpstreamError, error_parts
-from .compaction import forward_streamed
+from .forward import forward_streamed
 from .exchange import map_forward, pick_upstream, relay_turn
 from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS

@@ -69,6 +69,7 @@ import orjson
 from . import ids as idp
 from .chat_fields import delta_logprobs, details_text, flat_annotation, mistral_parts
 from .chunk_frames import FRAME_ERRORS, as_dict, decode_chunk
+from .citations import citations
 from .errors import StreamStateError, UpstreamProtocolError
 from .ids import IdFactory
 from .json_string_stream import JsonStringField
@@ -112,6 +113,7 @@ _SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, Val
 _NOT_TEXT_REASON = "a finish_reason that is not text"
 
 MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_CALL = "message", "reasoning", "function_call", "custom_tool_call"
+HOSTED_CALL = "hosted_call"  # a call to a tool crossfeed runs: never an output item of its own
 
 
 class _Item:
@@ -137,14 +139,17 @@ _CALL_TYPES = frozenset({FUNCTION_CALL, CUSTOM_CALL})
 
 
 class LegEnd:
-    """What one upstream call ended with: its finish reason, its usage and the calls it made."""
+    """What one upstream call ended with: its finish reason, its usage, the calls it made for the
+    client (output items) and those to tools crossfeed runs (``hosted``: call_id, name, arguments)."""
 
-    __slots__ = ("finish_reason", "usage", "calls")
+    __slots__ = ("finish_reason", "usage", "calls", "hosted")
 
-    def __init__(self, finish_reason: str | None, usage: dict[str, Any] | None, calls: list[dict[str, Any]]) -> None:
+    def __init__(self, finish_reason: str | None, usage: dict[str, Any] | None, calls: list[dict[str, Any]],
+                 hosted: list[dict[str, str]] | None = None) -> None:
         self.finish_reason = finish_reason
         self.usage = usage
         self.calls = calls
+        self.hosted = hosted or []
 
 
 def _summed(usages: list[dict[str, Any] | None]) -> dict[str, Any]:
@@ -219,6 +224,8 @@ class ChatToResponsesStream:
         self._spent: list[dict[str, Any] | None] = []  # the usage of legs before this one
         self._leg_start = 0  # where this leg's items begin in _output
         self.leg: LegEnd | None = None  # what the last ended leg asked for
+        self._hosted: list[dict[str, str]] = []  # this leg's calls to hosted tools, closed
+        self._citable: list[tuple[str, str]] = []  # (url, title) a message may cite (cite())
         # With sealing: the backend's reasoning_details entries not yet sealed into a reasoning item.
         self._details: list[dict[str, Any]] = []
         self.diagnostics: dict[str, int] = {}
@@ -379,7 +386,8 @@ class ChatToResponsesStream:
         self._seal_details_left()
         self._live = False
         self.leg = LegEnd(reason, self._usage,
-                          [item for item in self._output[first:] if item.get("type") in _CALL_TYPES])
+                          [item for item in self._output[first:] if item.get("type") in _CALL_TYPES], self._hosted)
+        self._hosted = []
         return out
 
     def next_leg(self) -> None:
@@ -433,18 +441,38 @@ class ChatToResponsesStream:
         self._emit({"type": "response.output_item.done", "output_index": index, "item": item})
         return out
 
+    def item_event(self, event_type: str, index: int, item_id: str) -> list[Event]:
+        """An item-scoped event of an item the exchange runs (``response.web_search_call.searching``)."""
+        out = self._out = []
+        self._emit({"type": event_type, "item_id": item_id, "output_index": index})
+        return out
+
+    def cite(self, sources: list[tuple[str, str]]) -> None:
+        """The URLs (with titles) messages from now on may cite, ``[n]`` the n-th: each citing
+        span of their text gets a ``url_citation`` annotation (translators/citations.py)."""
+        self._citable = list(sources)
+
+    def output_since(self, start: int) -> list[dict[str, Any]]:
+        """The done output items from ``start`` on (what a leg produced)."""
+        return self._output[start:]
+
+    @property
+    def output_count(self) -> int:
+        return len(self._output)
+
     def spend(self, usage: dict[str, Any] | None) -> None:
         """A chat usage of a call the machine did not read itself (it adds up in the Response)."""
         if usage:
             self._spent.append(usage)
 
-    def end_response(self) -> list[Event]:
+    def end_response(self, *, incomplete: str | None = None) -> list[Event]:
         """The terminal event, built from the accumulated state: ``response.completed``, or
-        ``response.incomplete`` when the last leg was cut by a length or content filter."""
+        ``response.incomplete`` when the last leg was cut by a length or content filter, or when
+        the exchange says why (``incomplete``: a bound of its own fired)."""
         if self.phase is not Phase.STREAMING or self._live:
             raise StreamStateError("end_response() needs a leg that has ended")
         out = self._out = []
-        incomplete = _INCOMPLETE_REASONS.get(self._finish_reason or "")
+        incomplete = incomplete or _INCOMPLETE_REASONS.get(self._finish_reason or "")
         resp = self._resp
         resp["output"] = self._output
         resp["usage"] = map_usage(self._usage_so_far())
@@ -718,6 +746,13 @@ class ChatToResponsesStream:
     def _open_call(self, key: Any, call_id: str | None, name: str) -> _Item:
         if self._open is not None:
             self._close(self._open, "completed")
+        if name in self._tools.hosted:  # crossfeed runs it: nothing goes out, no output index
+            item = _Item(HOSTED_CALL, "", -1)
+            item.call_id = call_id or self._ids.new(idp.CALL)
+            item.name = name
+            self._calls[key] = item
+            self._open_calls.append(item)
+            return item
         custom = name in self._tools.custom_tools
         namespace = self._tools.namespaced.get(name)
         if not call_id or call_id in self._call_ids:
@@ -741,6 +776,8 @@ class ChatToResponsesStream:
 
     def _append_args(self, call: _Item, args: str) -> None:
         call.args.append(args)
+        if call.kind is HOSTED_CALL:
+            return
         if call.unwrap is None:
             if self._wire:
                 self._frame(call.head or self._head(call, _ARGS_DELTA, None), args)
@@ -805,6 +842,9 @@ class ChatToResponsesStream:
                 self._close(call, status)
 
     def _close(self, item: _Item, status: str) -> None:
+        if item.kind is HOSTED_CALL:
+            self._hosted.append({"call_id": item.call_id, "name": item.name, "arguments": "".join(item.args)})
+            return
         if item is self._open:
             self._open = None
         base = {"item_id": item.id, "output_index": item.index}
@@ -826,6 +866,11 @@ class ChatToResponsesStream:
         for ci, (kind, pieces, anns, lps) in enumerate(item.parts):
             text = "".join(pieces)
             if kind == "output_text":
+                if self._citable:
+                    for ann in citations(text, self._citable):
+                        anns.append(ann)
+                        self._emit({"type": "response.output_text.annotation.added", **base, "content_index": ci,
+                                    "annotation_index": len(anns) - 1, "annotation": ann})
                 self._emit({"type": "response.output_text.done", **base, "content_index": ci, "text": text, "logprobs": []})
                 part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": anns, "logprobs": lps}
             else:

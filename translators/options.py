@@ -43,11 +43,14 @@ class ToolContext:
     a call to one becomes a ``custom_tool_call`` item whose input is unwrapped from the single
     string argument named ``custom_arg``.
     ``namespaced``: chat function name -> (namespace, member name) for flattened namespace tools.
+    ``hosted``: chat function names that stand for tools crossfeed runs itself (web search): a
+    call to one streams nothing to the client; the exchange reads it from the leg's end.
     """
 
     custom_tools: frozenset[str] = frozenset()
     namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     custom_arg: str = CUSTOM_ARG
+    hosted: frozenset[str] = frozenset()
 
 
 NO_TOOLS = ToolContext()

@@ -20,6 +20,7 @@ from .tools_mapping import (
     expect_dict, expect_list, flat_name, map_text, map_tool_choice, map_tools, missing, opt_bool,
     opt_number, opt_str, req_str, type_error, value_error,
 )
+from .web_search_items import replayed
 
 # An ``encrypted_content`` token -> (reasoning text, the backend's reasoning_details), or None.
 Reveal = Callable[[str], "tuple[str, list[dict[str, Any]]] | None"]
@@ -70,7 +71,8 @@ class MappedRequest:
 def responses_request_to_chat(body: Any, options: MappingOptions, *,
                               history: list[dict] | None = None,
                               reveal_reasoning: Reveal | None = None,
-                              open_summary: OpenSummary | None = None) -> MappedRequest:
+                              open_summary: OpenSummary | None = None,
+                              search_function: str | None = None) -> MappedRequest:
     """Map a Responses create request onto a Chat Completions request.
 
     Rules:
@@ -97,6 +99,8 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
           a token that does not open -> 400 input[i].encrypted_content invalid_encrypted_content
       context_management compaction compact_threshold -> threshold (the proxy counts and compacts)
       system/developer messages    -> placed per options.system_placement (compaction.place_system)
+      web_search_call items, with search_function (crossfeed runs web search) -> the tool
+          exchange they were (web_search_items.replayed); without it -> dropped, ignored
       conversation, prompt, background:true -> 400 naming the param
       truncation:"auto", service_tier, prompt_cache_key, safety_identifier, max_tool_calls,
       stream_options, unknown fields (client_metadata...) -> not sent, listed in ignored; the
@@ -116,7 +120,7 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
     chat: dict[str, Any] = {"model": model}
 
     trigger = cmp.trigger_in(body.get("input"))
-    msgs = _Messages(options, reveal_reasoning, ignored, open_summary)
+    msgs = _Messages(options, reveal_reasoning, ignored, open_summary, search_function)
     instructions = opt_str(body, "instructions", "")
     if instructions:
         msgs.out.append({"role": options.system_role, "content": instructions})
@@ -309,10 +313,11 @@ class _Messages:
     """
 
     def __init__(self, options: MappingOptions, reveal: Reveal | None, ignored: list[str],
-                 open_summary: OpenSummary | None = None) -> None:
+                 open_summary: OpenSummary | None = None, search_function: str | None = None) -> None:
         self.options = options
         self.reveal = reveal
         self.open_summary = open_summary
+        self.search_function = search_function
         self.ignored = ignored
         self.out: list[dict[str, Any]] = []
         self.turn: dict[str, Any] | None = None   # the open assistant message
@@ -343,6 +348,12 @@ class _Messages:
             # Codex declares tools in the input for some models: they join the request's tools.
             for j, tool in enumerate(expect_list(item.get("tools") or [], f"{p}.tools")):
                 self.extra_tools.append((f"{p}.tools[{j}]", tool))
+        elif kind == "web_search_call" and self.search_function:
+            call_id = opt_str(item, "id", p) or "ws_" + "".join(c for c in p if c.isdigit())
+            call, result = replayed(item, self.search_function, call_id)
+            self._assistant().setdefault("tool_calls", []).append(call)
+            self._close()
+            self.out.append(result)
         elif kind == cmp.ITEM:
             self._compaction(item, p)
         elif kind == cmp.TRIGGER:
