@@ -10,6 +10,7 @@ Routes:
   POST /v1/responses/input_tokens   chat upstream: counted (tokenizer or estimate); responses: passed
   GET  /v1/responses, /responses    WebSocket mode (websocket.py): the same turns as JSON text frames
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
+  POST /v1/alpha/search             Codex's standalone web search, on [web_search] (standalone_search.py)
 
 Every error a client sees is OpenAI's envelope; no handler lets an exception escape as a 500
 page or a traceback (``error_middleware``).
@@ -18,6 +19,7 @@ page or a traceback (``error_middleware``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -77,8 +79,10 @@ from .responses_api import (
 )
 from .reverse import reverse_chat
 from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
+from .standalone_search import SESSIONS as SEARCH_SESSIONS
+from .standalone_search import alpha_search
 from .store import open_store
-from .streams import outbound_headers, secrets
+from .streams import outbound_headers, read_body, secrets
 from .upstream import encode_body, new_session, read_json, send
 from .websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
 
@@ -105,6 +109,7 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app.cleanup_ctx.append(probe_ctx(config, SESSION))
     app.on_response_prepare.append(add_request_id_header)
     app[SOCKETS] = set()
+    app[SEARCH_SESSIONS] = collections.OrderedDict()
     app.on_shutdown.append(refuse_new_turns)
     app.on_shutdown.append(drain)
     app.on_shutdown.append(close_sockets)
@@ -115,6 +120,7 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     app.router.add_post("/v1/responses", _responses_route(forward_response))
     app.router.add_post("/v1/responses/compact", _responses_route(compact_response))
     app.router.add_post("/v1/responses/input_tokens", input_tokens_endpoint)
+    app.router.add_post("/v1/alpha/search", alpha_search)
     for path in ("/v1/responses", "/responses"):  # WebSocket mode; some clients drop the /v1
         app.router.add_get(path, responses_get, allow_head=False)
     for method, handler in (("GET", get_response), ("DELETE", delete_response)):
@@ -207,18 +213,6 @@ async def readyz(request: web.Request) -> web.Response:
         problems.append("the response store does not answer")
     status = 503 if problems else 200
     return web.json_response({"status": "not ready" if problems else "ready", "problems": problems}, status=status)
-
-
-async def read_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object, or a 400 that says what is wrong with it."""
-    raw = await request.read()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise ClientRequestError("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise ClientRequestError("the request body must be a JSON object", code="invalid_type")
-    return body
 
 
 ChatHandler = Callable[[web.Request, dict[str, Any], Upstream], Awaitable[web.StreamResponse]]

@@ -1,11 +1,15 @@
-"""Shared pieces of the translating handlers: the upstream key and headers, anomalies."""
+"""Shared pieces of the translating handlers: the request body, the upstream key and headers, anomalies."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import structlog
 from aiohttp import web
 
 from .config import Upstream
+from .errors import ClientRequestError
 from .keys import CONFIG, ENV
 from .observability import METRICS
 from .upstream import upstream_headers
@@ -39,3 +43,15 @@ def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
         request.app[METRICS].anomalies.labels(kind).inc(n)
 
 
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, or a 400 that says what is wrong with it."""
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ClientRequestError("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ClientRequestError("the request body must be a JSON object", code="invalid_type")
+    return body

@@ -26,7 +26,10 @@ import pytest
 
 from proxy.observability import METRICS
 from proxy.websocket import ROUTE
-from tests.conftest import require_service
+from proxy.config import load_config
+from tests.conftest import require_service, start_proxy
+from tests.fakes.search import FakeSearch
+from translators.ids import SequentialIds
 from tests.e2e import codex_support as cx
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from translators.compaction import COMPACTION_PROMPT, is_summary
@@ -236,6 +239,93 @@ async def test_long_task_compacts_remotely_and_finishes(proxy, upstream: FakeUps
     assert not any(x.get("tool_call_id") == "call_alph" for x in after)  # the history it replaced is gone
     assert all(m["role"] != "system" for msgs in bodies for m in msgs[1:])  # templates' "system first"
     assert requests_on(proxy, "/v1/responses") == 0 and "Reconnecting" not in out
+
+
+@pytest.fixture
+async def search_proxy(upstream: FakeUpstream, tmp_path: Path):
+    """crossfeed with hosted web search on a fake SearXNG (tests/fakes/search.py)."""
+    fake = FakeSearch(pages={"*": [(RUST_URL, "Announcing Rust 1.80.0",
+                                    "Rust 1.80.0 stabilises LazyCell and LazyLock.")]})
+    await fake.start()
+    config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data"),
+                                    "web_search.backend": "searxng", "web_search.url": fake.url})
+    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
+    yield handle, fake
+    await handle.runner.cleanup()
+    await fake.close()
+
+
+RUST_URL = "https://blog.rust-lang.org/2024/07/25/Rust-1.80.0.html"
+
+
+def rollout_items(home: Path) -> list[dict]:
+    """The response items of every session rollout Codex wrote under ``home``."""
+    items = []
+    for path in sorted(home.glob("sessions/**/*.jsonl")):
+        for line in path.read_text().splitlines():
+            entry = orjson.loads(line)
+            if entry.get("type") == "response_item":
+                items.append(entry["payload"])
+    return items
+
+
+async def test_live_web_search_runs_inside_the_response(search_proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+    """The built-in provider with ``web_search = "live"``: Codex declares the hosted tool;
+    crossfeed offers the backend a search function, runs the search on SearXNG inside the
+    Response, and Codex records the ``web_search_call`` item and shows the answer."""
+    proxy, search = search_proxy
+
+    def model(req: Recorded) -> SSEReply:
+        last = req.body["messages"][-1]
+        if last["role"] == "tool":
+            found = "LazyCell" if "LazyCell" in last["content"] else "nothing"
+            return text(f"The search says Rust 1.80 stabilised {found}: [the announcement]({RUST_URL}).")
+        return calls(("call_ws", "web_search", {"query": "rust 1.80 release notes"}))
+
+    upstream.default = model
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    env = cx.write_codex_home_builtin(home, base_url=proxy.base_url, model=cx.FALLBACK_MODEL,
+                                      extra={"web_search": "live"})
+    proc = await asyncio.to_thread(cx.run_codex_exec, "what is new in rust 1.80? search the web", cwd=work,
+                                   env=env, timeout=180, ephemeral=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = cx.parse_events(proc.stdout)
+    assert "stabilised LazyCell" in cx.agent_messages(events)[-1]
+    assert [r.query["q"] for r in search.requests] == ["rust 1.80 release notes"]
+    first = upstream.requests[0].body
+    assert any(t["function"]["name"] == "web_search" for t in first["tools"])
+    searched = [i for i in rollout_items(home) if i.get("type") == "web_search_call"]
+    assert searched and searched[0]["action"]["query"] == "rust 1.80 release notes", rollout_items(home)[-5:]
+    assert searched[0]["status"] == "completed"
+    assert requests_on(proxy, "/v1/responses") == 0  # all of it over the socket
+
+
+async def test_standalone_web_search_for_a_custom_provider(search_proxy, upstream: FakeUpstream,
+                                                           tmp_path: Path) -> None:
+    """A provider with ``supports_standalone_web_search``: Codex gives the model ``web.run`` and
+    runs it through ``POST /v1/alpha/search``, which crossfeed answers from SearXNG."""
+    proxy, search = search_proxy
+
+    def model(req: Recorded) -> SSEReply:
+        last = req.body["messages"][-1]
+        if last["role"] == "tool":
+            return text("Found: " + ("LazyCell" if "LazyCell" in last["content"] else "nothing") + ".")
+        return calls(("call_run", "web__run", {"search_query": [{"q": "rust 1.80"}], "open": [{"ref_id": "turn0search0"}]}))
+
+    upstream.default = model
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    env = cx.write_codex_home(home, base_url=proxy.base_url, model=cx.FALLBACK_MODEL, web_search="live", extra={
+        "model_providers": {cx.PROVIDER_ID: {"supports_standalone_web_search": True}},
+        "features": {"standalone_web_search": True}, "suppress_unstable_features_warning": True})
+    proc = await asyncio.to_thread(cx.run_codex_exec, "search the web for rust 1.80", cwd=work, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert cx.agent_messages(cx.parse_events(proc.stdout))[-1] == "Found: LazyCell."
+    assert [r.query["q"] for r in search.requests] == ["rust 1.80"]
+    assert requests_on(proxy, "/v1/alpha/search") == 1
+    result = next(m for m in upstream.requests[1].body["messages"] if m["role"] == "tool")["content"]
+    assert "turn0search0" in result and RUST_URL in result and "does not fetch the page" in result
 
 
 @pytest.mark.parametrize("proxy_overrides", [{"server.websocket": False}])
