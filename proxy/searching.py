@@ -8,9 +8,10 @@ then ``completed``, or ``failed`` with no event of its own), the searches run co
 results go back to the backend as the tool results, and the next leg continues the same Response
 (its numbering, its output, its usage summed). The message that follows cites the results
 (translators/citations.py). Bounds: ``max_searches`` (and the request's ``max_tool_calls``): once
-spent, the function is no longer offered and a model that calls it anyway ends the Response
-``incomplete`` (``max_tool_calls``); the upstream's total timeout bounds the whole Response
-(``incomplete``, ``time_limit``).
+spent, further calls are not run (the model is told so) and one last leg with ``tool_choice:
+"none"`` must answer; a model that searches even then, or a Response that passes the upstream's
+total timeout between legs, ends ``incomplete`` with ``max_messages`` (the API's reason for a
+response that stopped at its bound of turns).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class SearchPlan:
     forced: bool
     tool: dict[str, Any]
     used: int = 0
+    final: bool = False  # the searches are spent: this leg must answer
     numbered: list[tuple[str, str]] = field(default_factory=list)  # every result so far, [n] = numbered[n-1]
     results: dict[str, str] = field(default_factory=dict)  # call_id -> the text the model read
 
@@ -134,49 +136,55 @@ class SearchLeg:
         assert leg is not None
         if not leg.hosted or leg.calls:
             return out + main.end_response()  # an answer, or calls the client runs
-        if self.sp.used >= self.sp.budget:
-            return out + main.end_response(incomplete="max_tool_calls")
+        if self.sp.final:  # told the searches were spent, and searching again
+            return out + main.end_response(incomplete="max_messages")
         return out
 
 
-async def _run(request: web.Request, sp: SearchPlan, call: dict[str, str]) -> tuple[str, list[Result] | str]:
-    """(query, results) or (query, why it failed)."""
+def _query(call: dict[str, str]) -> str | None:
+    """The query a search call asks for, or None when its arguments do not say."""
     try:
         args = orjson.loads(call["arguments"] or "{}")
     except orjson.JSONDecodeError:
-        args = None
+        return None
     query = args.get("query") if isinstance(args, dict) else None
-    if not isinstance(query, str) or not query.strip():
-        return "", 'the search call needs its arguments as {"query": "..."}'
-    query = query.strip()[:500]
+    return query.strip()[:500] if isinstance(query, str) and query.strip() else None
+
+
+async def _run(request: web.Request, sp: SearchPlan, query: str | None) -> list[Result] | str:
+    """The results, or why there are none."""
+    if query is None:
+        return 'the search call needs its arguments as {"query": "..."}'
     app = request.app
     try:
-        return query, await search(app[SESSION], app[CONFIG].web_search, app[ENV], query, count=sp.count,
-                                   domains=sp.domains, country=sp.country)
+        return await search(app[SESSION], app[CONFIG].web_search, app[ENV], query, count=sp.count,
+                            domains=sp.domains, country=sp.country)
     except SearchFailed as exc:
         log.warning("web_search.failed", backend=app[CONFIG].web_search.backend, error=exc.message)
-        return query, exc.message
+        return exc.message
 
 
 async def search_round(request: web.Request, main: ChatToResponsesStream, sp: SearchPlan, sink: Sink | None) -> None:
     """The searches one leg asked for, as ``web_search_call`` items between the legs."""
     calls = main.leg.hosted if main.leg else []
-    allowed, refused = calls[:max(0, sp.budget - sp.used)], calls[max(0, sp.budget - sp.used):]
+    room = max(0, sp.budget - sp.used)
+    allowed, refused = calls[:room], calls[room:]
     sp.used += len(allowed)
+    queries = [_query(c) for c in allowed]
     opened = []
     out: list[Any] = []
-    for _ in allowed:
+    for query in queries:
         item_id = request.app[IDS].new("ws_")
         events, index = main.begin_item({"id": item_id, "type": "web_search_call", "status": "in_progress",
-                                         "action": {"type": "search", "query": ""}},
+                                         "action": {"type": "search", "query": query or ""}},
                                         then="response.web_search_call.in_progress")
         out += events + main.item_event("response.web_search_call.searching", index, item_id)
         opened.append((item_id, index))
     await _write(sink, out)
-    ran = await asyncio.gather(*(_run(request, sp, c) for c in allowed))
+    ran = await asyncio.gather(*(_run(request, sp, q) for q in queries))
     out = []
-    for call, (item_id, index), (query, found) in zip(allowed, opened, ran):
-        action: dict[str, Any] = {"type": "search", "query": query}
+    for call, (item_id, index), query, found in zip(allowed, opened, queries, ran):
+        action: dict[str, Any] = {"type": "search", "query": query or ""}
         if isinstance(found, str):
             sp.results[call["call_id"]] = f"The search failed: {found}."
             out += main.finish_item(index, {"id": item_id, "type": "web_search_call", "status": "failed",
@@ -184,14 +192,15 @@ async def search_round(request: web.Request, main: ChatToResponsesStream, sp: Se
             continue
         start = len(sp.numbered)
         sp.numbered += [(r.url, r.title) for r in found]
-        sp.results[call["call_id"]] = results_text(query, found, start=start)
+        sp.results[call["call_id"]] = results_text(action["query"], found, start=start)
         if sp.sources:
             action["sources"] = [{"type": "url", "url": r.url} for r in found]
         out += main.item_event("response.web_search_call.completed", index, item_id)
         out += main.finish_item(index, {"id": item_id, "type": "web_search_call", "status": "completed",
                                         "action": action})
     for call in refused:
-        sp.results[call["call_id"]] = "Not searched: this response has used all the searches it may make."
+        sp.results[call["call_id"]] = ("Not searched: this response has used all the searches it may make. "
+                                       "Answer with what you have.")
     main.cite(sp.numbered)
     await _write(sink, out)
 
@@ -205,7 +214,7 @@ def next_body(body: dict[str, Any], main: ChatToResponsesStream, sp: SearchPlan,
               reasoning_field: str) -> dict[str, Any]:
     """The chat body of the leg after a search round: the leg's assistant turn (its text,
     reasoning and search calls), the results as tool messages; the function no longer forced,
-    and no longer offered once the searches are spent."""
+    and once the searches are spent, ``tool_choice: "none"`` for a last leg that must answer."""
     leg = main.leg
     assert leg is not None
     text, reasoning = [], []
@@ -226,12 +235,8 @@ def next_body(body: dict[str, Any], main: ChatToResponsesStream, sp: SearchPlan,
     if sp.forced:
         out["tool_choice"] = "auto"
     if sp.used >= sp.budget:
-        tools = [t for t in out.get("tools") or () if t["function"]["name"] != sp.fn]
-        if tools:
-            out["tools"] = tools
-        else:
-            for key in ("tools", "tool_choice", "parallel_tool_calls"):
-                out.pop(key, None)
+        out["tool_choice"] = "none"
+        sp.final = True
     return out
 
 
@@ -258,7 +263,7 @@ async def searching_turn(request: web.Request, body: dict[str, Any], up: Upstrea
             return None
         await search_round(request, main, sp, sink)
         if time.monotonic() > deadline:
-            await _write(sink, main.end_response(incomplete="time_limit"))
+            await _write(sink, main.end_response(incomplete="max_messages"))
             return None
         state["body"] = next_body(state["body"], main, sp, state["start"], up.mapping.reasoning_field)
         main.next_leg()
@@ -292,7 +297,7 @@ async def search_now(request: web.Request, body: dict[str, Any], up: Upstream, p
             break
         await search_round(request, main, sp, None)
         if time.monotonic() > deadline:
-            main.end_response(incomplete="time_limit")
+            main.end_response(incomplete="max_messages")
             break
         chat = next_body(chat, main, sp, start, up.mapping.reasoning_field)
         main.next_leg()

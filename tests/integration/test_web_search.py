@@ -211,10 +211,21 @@ async def test_the_search_budget_ends_the_response_incomplete(client: openai.Asy
     upstream.default = auto(lambda req: calls_reply("again"))  # a model that never stops searching
     resp = await client.responses.create(model="m", input="q", tools=SEARCH, max_tool_calls=2)
     assert resp.status == "incomplete" and resp.incomplete_details is not None
-    assert resp.incomplete_details.reason == "max_tool_calls"
+    assert resp.incomplete_details.reason == "max_messages"
     assert [o.type for o in resp.output] == ["web_search_call", "web_search_call"]
     assert len(search.requests) == 2 and len(upstream.requests) == 3
-    assert "tools" not in upstream.requests[2].body  # spent: no longer offered
+    last = upstream.requests[2].body
+    assert last["tool_choice"] == "none" and last["messages"][-1]["content"].startswith("The search") is False
+
+
+async def test_spent_searches_leave_one_leg_to_answer(client: openai.AsyncOpenAI, upstream: FakeUpstream,
+                                                      search: FakeSearch) -> None:
+    upstream.reply(auto(lambda req: calls_reply("one", "two")), auto(model))
+    resp = await client.responses.create(model="m", input="q", tools=SEARCH, max_tool_calls=1)
+    assert resp.status == "completed" and [o.type for o in resp.output] == ["web_search_call", "message"]
+    tools = [m for m in upstream.requests[1].body["messages"] if m["role"] == "tool"]
+    assert tools[0]["content"].startswith('Search results for "one"') and tools[1]["content"].startswith("Not searched")
+    assert upstream.requests[1].body["tool_choice"] == "none" and len(search.requests) == 1
 
 
 async def test_tool_choice_forces_the_first_search_only(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
@@ -291,3 +302,27 @@ async def test_without_a_search_backend_the_tool_is_dropped(upstream: FakeUpstre
     finally:
         await handle.runner.cleanup()
     assert resp.output_text == "No search here." and "tools" not in upstream.requests[0].body
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_agents_sdk_web_search_tool(client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch,
+                                          streamed: bool) -> None:
+    from agents import (Agent, OpenAIResponsesModel, RunConfig, Runner, WebSearchTool,
+                        set_tracing_disabled)
+    from agents.items import ToolCallItem
+    set_tracing_disabled(True)
+    upstream.default = auto(model)
+    agent = Agent(name="researcher", instructions="Search, then answer with sources.", tools=[WebSearchTool()],
+                  model=OpenAIResponsesModel(model="qwen3", openai_client=client))
+    config = RunConfig(tracing_disabled=True)
+    if streamed:
+        result = Runner.run_streamed(agent, "What is new in Rust 1.80?", run_config=config)
+        kinds = [event.type async for event in result.stream_events()]
+        assert "raw_response_event" in kinds
+    else:
+        result = await Runner.run(agent, "What is new in Rust 1.80?", run_config=config)
+    assert result.final_output == ANSWER
+    calls = [i for i in result.new_items if isinstance(i, ToolCallItem)]
+    assert [getattr(c.raw_item, "type", None) for c in calls] == ["web_search_call"]
+    assert len(upstream.requests) == 2 and len(search.requests) == 1  # one Response, two legs
+    assert [t["function"]["name"] for t in upstream.requests[0].body["tools"]] == ["web_search"]
