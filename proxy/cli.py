@@ -266,7 +266,31 @@ def check_config(path: Path, environ: Mapping[str, str], out: Any = None) -> int
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return 1
+    search = search_problem(config, environ)
+    if search:
+        print(f"crossfeed check-config: {path} is valid and `crossfeed serve` would start, but web search "
+              f"would not work: {search}", file=sys.stderr)
+        return 1
     return 0
+
+
+def search_problem(config: Config, environ: Mapping[str, str]) -> str | None:
+    """What stops the configured search backend from answering (its key unset, or one test
+    query that fails), or None; nothing is asked when no backend is configured."""
+    import asyncio
+
+    import aiohttp
+
+    from .web_search import probe
+
+    if config.web_search.backend is None:
+        return None
+
+    async def ask() -> str | None:
+        async with aiohttp.ClientSession() as session:
+            return await probe(session, config.web_search, environ)
+
+    return asyncio.run(ask())
 
 
 def environment_problems(config: Config, environ: Mapping[str, str]) -> list[str]:
@@ -365,6 +389,12 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
         if getattr(u, "headers", None):
             extras.append("extra headers " + ", ".join(sorted(u.headers)))  # names only: values may be secret
         lines.append(f"       other     {'; '.join(extras)}")
+    ws = config.web_search
+    lines.append("")
+    lines.append("web search: " + ("off (hosted web_search tools are dropped and logged)" if ws.backend is None else
+                                   f"{ws.backend} at {ws.endpoint}" + (f", key {_env_state(ws.api_key_env, environ)}"
+                                                                        if ws.api_key_env else "")
+                                   + f"; {ws.max_results} results, {ws.max_searches} searches a response"))
     default = next((u for u in config.upstreams if u.default), None)
     star = next((u for u in config.upstreams if "*" in u.models), None)
     lines.append("")

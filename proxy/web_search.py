@@ -81,7 +81,7 @@ async def search(session: aiohttp.ClientSession, cfg: WebSearch, environ: Mappin
             async with request as resp:
                 if resp.status >= 400:
                     raise SearchFailed(f"the search service answered HTTP {resp.status}")
-                raw = await resp.content.read(MAX_BODY + 1)
+                raw = await _read(resp)
     except TimeoutError:
         raise SearchFailed(f"the search service did not answer within {cfg.timeout_seconds:g}s") from None
     except aiohttp.ClientError:
@@ -103,6 +103,17 @@ async def search(session: aiohttp.ClientSession, cfg: WebSearch, environ: Mappin
             if len(out) >= count:
                 break
     return out
+
+
+async def _read(resp: aiohttp.ClientResponse) -> bytes:
+    """The body, or at most one byte more than ``MAX_BODY`` (the caller refuses that)."""
+    parts, size = [], 0
+    async for chunk in resp.content.iter_any():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY:
+            break
+    return b"".join(parts)
 
 
 def _entries(backend: str | None, doc: Any) -> list[Any] | None:

@@ -96,8 +96,7 @@ class FakeSearch:
             "query": q, "number_of_results": 0, "answers": [], "corrections": [], "infoboxes": [], "suggestions": [],
             "unresponsive_engines": [],
             "results": [{"url": u, "title": t, "content": c, "engine": "duckduckgo", "engines": ["duckduckgo"],
-                         "score": 1.0 / (i + 1), "category": "general", "parsed_url": ["https", u.split("/")[2], "", "",
-                                                                                        "", ""], "positions": [i + 1]}
+                         "score": 1.0 / (i + 1), "category": "general", "parsed_url": u.split("/"), "positions": [i + 1]}
                         for i, (u, t, c) in enumerate(self._found(q))]})
 
     async def _brave(self, request: web.Request) -> web.StreamResponse:
