@@ -26,7 +26,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from translators.chat_to_responses import ChatToResponsesStream
+from translators.chat_to_responses import ChatToResponsesStream, LegDriver
 from translators.response_bodies import feed_completion
 from translators.responses_request import MappedRequest
 from translators.web_search_items import HOSTED_TYPES, search_function_name
@@ -105,27 +105,18 @@ def first_body(plan: MappedRequest, sp: SearchPlan) -> dict[str, Any]:
     return chat
 
 
-class SearchLeg:
+class SearchLeg(LegDriver):
     """One leg of a searching Response, as the relay drives it: the forward machine, except that
     a leg whose model called the search function (and nothing for the client) leaves the
     Response open for the exchange to search and go on."""
 
     def __init__(self, main: ChatToResponsesStream, sp: SearchPlan) -> None:
-        self.main = main
+        super().__init__(main)
         self.sp = sp
         self.feed = main.feed  # the per-chunk path goes straight to the machine
         self.feed_frame = main.feed_frame
         self.fail = main.fail
         self.start = main.start
-        self.diagnostics = main.diagnostics
-
-    @property
-    def done(self) -> bool:
-        return self.main.done
-
-    @property
-    def final_response(self) -> dict[str, Any] | None:
-        return self.main.final_response
 
     def finish(self, *, clean: bool = True) -> list[Any]:
         main = self.main

@@ -986,3 +986,22 @@ class ChatToResponsesStream:
 def _logprobs(choice: dict[str, Any]) -> dict[str, Any] | None:
     lp = choice.get("logprobs")
     return lp if lp.__class__ is dict else None
+
+
+class LegDriver:
+    """Base of the machines that drive a leg of a ``ChatToResponsesStream`` their own way (a
+    compaction's summary, a searching leg): the Response, its end and its diagnostics are the
+    machine's."""
+
+    def __init__(self, main: ChatToResponsesStream) -> None:
+        self.main = main
+        self.diagnostics = main.diagnostics
+
+    @property
+    def done(self) -> bool:
+        return self.main.done
+
+    @property
+    def final_response(self) -> dict[str, Any] | None:
+        return self.main.final_response
+

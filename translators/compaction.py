@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import orjson
 
-from .chat_to_responses import ChatToResponsesStream
+from .chat_to_responses import ChatToResponsesStream, LegDriver
 from .errors import UpstreamProtocolError
 from .think_tags import ThinkSplitter
 from .tools_mapping import expect_dict, type_error, value_error
@@ -158,7 +158,7 @@ def compacted_output(items: list[dict[str, Any]], compaction: dict[str, Any]) ->
     return [*(i for i in items if (i.get("type") in (None, "message")) and i.get("role") == "user"), compaction]
 
 
-class SummaryLeg:
+class SummaryLeg(LegDriver):
     """The leg that asks for the summary, driven by the relay like any machine.
 
     It opens the Response (``response.created``/``in_progress``) when the backend answers,
@@ -171,7 +171,7 @@ class SummaryLeg:
 
     def __init__(self, main: ChatToResponsesStream, seal: Callable[[str], str], item_id: str, *,
                  last: bool, think_tags: bool = False) -> None:
-        self.main = main
+        super().__init__(main)
         self.item = {"id": item_id, "type": ITEM, "encrypted_content": ""}
         self._seal = seal
         self._last = last
@@ -180,15 +180,6 @@ class SummaryLeg:
         self._usage: dict[str, Any] | None = None
         self._reason: str | None = None
         self.summary: str | None = None  # once sealed
-        self.diagnostics = main.diagnostics
-
-    @property
-    def done(self) -> bool:
-        return self.main.done
-
-    @property
-    def final_response(self) -> dict[str, Any] | None:
-        return self.main.final_response
 
     def start(self) -> list[Any]:
         return self.main.start()
