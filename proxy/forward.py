@@ -2,7 +2,7 @@
 
   input ending with compaction_trigger         -> compaction.compaction_turn / compact_now
   context_management over its threshold        -> compaction.compacting_turn / compact_now
-  a hosted web_search tool, [web_search] set   -> searching.searching_turn / search_now
+  hosted tools crossfeed runs (web search)     -> tool_loop.hosted_turn / hosted_now
   anything else                                -> exchange.forward_turn / one completion
 """
 
@@ -17,7 +17,8 @@ from translators.responses_request import MappedRequest
 from .compaction import compact_now, compacting_turn, compaction_turn, over_threshold
 from .config import Upstream
 from .exchange import SinkOpener, Summary, forward_turn
-from .searching import search_now, search_plan, searching_turn
+from .searching import search_plan
+from .tool_loop import ToolLoop, hosted_now, hosted_turn
 
 
 async def forward_streamed(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener,
@@ -28,9 +29,9 @@ async def forward_streamed(request: web.Request, body: dict[str, Any], up: Upstr
         return await compaction_turn(request, body, up, open_sink, plan, summary=summary)
     if await over_threshold(request, up, plan):
         return await compacting_turn(request, body, up, open_sink, plan, history, summary=summary)
-    sp = search_plan(request, body, plan)
-    if sp is not None:
-        return await searching_turn(request, body, up, open_sink, plan, sp, history, summary=summary)
+    loop = tool_loop(request, body, plan)
+    if loop is not None:
+        return await hosted_turn(request, body, up, open_sink, plan, loop, history, summary=summary)
     return await forward_turn(request, body, up, open_sink, history=history, summary=summary, mapped=plan)
 
 
@@ -40,7 +41,18 @@ async def forward_now(request: web.Request, body: dict[str, Any], up: Upstream, 
     compacted = await compact_now(request, body, up, plan, history, summary=summary)
     if compacted is not None:
         return compacted
-    sp = search_plan(request, body, plan)
-    if sp is not None:
-        return await search_now(request, body, up, plan, sp, history, summary=summary)
+    loop = tool_loop(request, body, plan)
+    if loop is not None:
+        return await hosted_now(request, body, up, plan, loop, history, summary=summary)
     return None
+
+
+def tool_loop(request: web.Request, body: dict[str, Any], plan: MappedRequest) -> ToolLoop | None:
+    """The hosted tools a create asks for that crossfeed runs (web search, remote MCP), if any."""
+    if plan.compact:
+        return None
+    runners: list[Any] = [r for r in (search_plan(request, body, plan),) if r is not None]
+    if not runners:
+        return None
+    limit = body.get("max_tool_calls")
+    return ToolLoop(runners, limit if isinstance(limit, int) and not isinstance(limit, bool) else None)

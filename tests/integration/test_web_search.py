@@ -224,7 +224,7 @@ async def test_spent_searches_leave_one_leg_to_answer(client: openai.AsyncOpenAI
     resp = await client.responses.create(model="m", input="q", tools=SEARCH, max_tool_calls=1)
     assert resp.status == "completed" and [o.type for o in resp.output] == ["web_search_call", "message"]
     tools = [m for m in upstream.requests[1].body["messages"] if m["role"] == "tool"]
-    assert tools[0]["content"].startswith('Search results for "one"') and tools[1]["content"].startswith("Not searched")
+    assert tools[0]["content"].startswith('Search results for "one"') and tools[1]["content"].startswith("Not run")
     assert upstream.requests[1].body["tool_choice"] == "none" and len(search.requests) == 1
 
 
