@@ -152,11 +152,22 @@ class WebSearch(_Model):
         return self.url or SEARCH_URLS.get(self.backend or "", "")
 
 
+class Mcp(_Model):
+    """Remote MCP servers crossfeed may call for the hosted ``mcp`` tool (proxy/mcp_tools.py)."""
+
+    allowed_servers: tuple[str, ...] = Field(
+        (), description="shell-style patterns matched against the whole server_url; none: no MCP server is called")
+    call_timeout_seconds: float = Field(60.0, gt=0, description="one listing or one call")
+    max_calls: int = Field(20, ge=1, le=200, description="MCP calls in one response")
+    max_output_bytes: int = Field(65536, ge=1024, description="a call's output beyond this is cut")
+
+
 class Config(_Model):
     server: Server = Field(default_factory=Server)
     logging: Logging = Field(default_factory=Logging)
     reasoning: Reasoning = Field(default_factory=Reasoning)
     web_search: WebSearch = Field(default_factory=WebSearch)
+    mcp: Mcp = Field(default_factory=Mcp)
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
     store: StoreConfig = Field(default_factory=StoreConfig)
 

@@ -78,13 +78,15 @@ def pick_upstream(request: web.Request, body: dict[str, Any], summary: dict[str,
 
 
 def map_forward(request: web.Request, body: dict[str, Any], up: Upstream,
-                history: list[dict[str, Any]] | None) -> MappedRequest:
-    """The chat request for a Responses request (the upstream's model name in it)."""
+                history: list[dict[str, Any]] | None, *, mcp_results: dict[str, str] | None = None) -> MappedRequest:
+    """The chat request for a Responses request (the upstream's model name in it);
+    ``mcp_results``: what came of the MCP approvals this input answers (proxy/mcp_tools.py)."""
     seal = request.app[SEAL]
     searching = request.app[CONFIG].web_search.backend is not None
     mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.open,
                                        open_summary=seal.open_summary,
-                                       search_function=search_function_name(body.get("tools")) if searching else None)
+                                       search_function=search_function_name(body.get("tools")) if searching else None,
+                                       mcp_results=mcp_results)
     mapped.chat["model"] = up.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:
         log.info("request.ignored_fields", model=mapped.model, ignored=list(mapped.ignored))

@@ -2,7 +2,7 @@
 
   input ending with compaction_trigger         -> compaction.compaction_turn / compact_now
   context_management over its threshold        -> compaction.compacting_turn / compact_now
-  hosted tools crossfeed runs (web search)     -> tool_loop.hosted_turn / hosted_now
+  hosted tools crossfeed runs (web search, MCP) -> tool_loop.hosted_turn / hosted_now
   anything else                                -> exchange.forward_turn / one completion
 """
 
@@ -16,7 +16,8 @@ from translators.responses_request import MappedRequest
 
 from .compaction import compact_now, compacting_turn, compaction_turn, over_threshold
 from .config import Upstream
-from .exchange import SinkOpener, Summary, forward_turn
+from .exchange import SinkOpener, Summary, forward_turn, map_forward
+from .mcp_tools import plan_mcp
 from .searching import search_plan
 from .tool_loop import ToolLoop, hosted_now, hosted_turn
 
@@ -29,7 +30,7 @@ async def forward_streamed(request: web.Request, body: dict[str, Any], up: Upstr
         return await compaction_turn(request, body, up, open_sink, plan, summary=summary)
     if await over_threshold(request, up, plan):
         return await compacting_turn(request, body, up, open_sink, plan, history, summary=summary)
-    loop = tool_loop(request, body, plan)
+    loop, plan = await tool_loop(request, body, up, plan, history)
     if loop is not None:
         return await hosted_turn(request, body, up, open_sink, plan, loop, history, summary=summary)
     return await forward_turn(request, body, up, open_sink, history=history, summary=summary, mapped=plan)
@@ -41,18 +42,25 @@ async def forward_now(request: web.Request, body: dict[str, Any], up: Upstream, 
     compacted = await compact_now(request, body, up, plan, history, summary=summary)
     if compacted is not None:
         return compacted
-    loop = tool_loop(request, body, plan)
+    loop, plan = await tool_loop(request, body, up, plan, history)
     if loop is not None:
         return await hosted_now(request, body, up, plan, loop, history, summary=summary)
     return None
 
 
-def tool_loop(request: web.Request, body: dict[str, Any], plan: MappedRequest) -> ToolLoop | None:
-    """The hosted tools a create asks for that crossfeed runs (web search, remote MCP), if any."""
+async def tool_loop(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest,
+                    history: list[dict[str, Any]] | None) -> tuple[ToolLoop | None, MappedRequest]:
+    """The hosted tools a create asks for that crossfeed runs (web search, remote MCP), if any;
+    and the plan, mapped again when this input answers MCP approvals (the calls were made)."""
     if plan.compact:
-        return None
+        return None, plan
     runners: list[Any] = [r for r in (search_plan(request, body, plan),) if r is not None]
+    mcp, results = await plan_mcp(request, body, history)
+    if results is not None:
+        plan = map_forward(request, body, up, history, mcp_results=results)
+    if mcp is not None:
+        runners.append(mcp)
     if not runners:
-        return None
+        return None, plan
     limit = body.get("max_tool_calls")
-    return ToolLoop(runners, limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
+    return ToolLoop(runners, limit if isinstance(limit, int) and not isinstance(limit, bool) else None), plan

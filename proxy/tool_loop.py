@@ -170,9 +170,11 @@ def next_body(body: dict[str, Any], main: ChatToResponsesStream, loop: ToolLoop,
 
 def _machine(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, loop: ToolLoop,
              framing: Any = False) -> HostedLeg:
+    from .mcp_tools import redacted  # the echo never carries an MCP server's headers
+
     app = request.app
     tools = dataclasses.replace(plan.tools, hosted=loop.names)
-    main = ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=tools,
+    main = ChatToResponsesStream(redacted(body), ids=app[IDS], now=app[CLOCK], tools=tools,
                                  seal_reasoning=reasoning_sealer(request, body), think_tags=up.think_tags, wire=framing)
     return HostedLeg(main, loop)
 

@@ -441,10 +441,11 @@ class ChatToResponsesStream:
         self._emit({"type": "response.output_item.done", "output_index": index, "item": item})
         return out
 
-    def item_event(self, event_type: str, index: int, item_id: str) -> list[Event]:
-        """An item-scoped event of an item the exchange runs (``response.web_search_call.searching``)."""
+    def item_event(self, event_type: str, index: int, item_id: str, **fields: Any) -> list[Event]:
+        """An item-scoped event of an item the exchange runs (``response.web_search_call.searching``,
+        ``response.mcp_call_arguments.delta`` with its ``delta``)."""
         out = self._out = []
-        self._emit({"type": event_type, "item_id": item_id, "output_index": index})
+        self._emit({"type": event_type, "item_id": item_id, "output_index": index, **fields})
         return out
 
     def cite(self, sources: list[tuple[str, str]]) -> None:

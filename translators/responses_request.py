@@ -9,11 +9,12 @@ reason for each choice, is ``docs/request-mapping.md``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import compaction as cmp
+from . import mcp_items as mcp
 from .errors import InvalidRequest, UnsupportedFeature
 from .options import CUSTOM_ARG, MappingOptions, ToolContext
 from .tools_mapping import (
@@ -50,9 +51,9 @@ _DROPPED_ITEM_TYPES = frozenset({
     "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
     "computer_call", "computer_call_output", "local_shell_call", "local_shell_call_output",
     "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
-    "mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
     "tool_search_call", "tool_search_output", "compaction_summary",
 })
+_MCP_ITEMS = frozenset({"mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response"})
 _TOOL_IMAGE_NOTE = "(The tool returned image or file content; it follows in the next message.)"
 
 
@@ -72,7 +73,8 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
                               history: list[dict] | None = None,
                               reveal_reasoning: Reveal | None = None,
                               open_summary: OpenSummary | None = None,
-                              search_function: str | None = None) -> MappedRequest:
+                              search_function: str | None = None,
+                              mcp_results: Mapping[str, str] | None = None) -> MappedRequest:
     """Map a Responses create request onto a Chat Completions request.
 
     Rules:
@@ -99,6 +101,9 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
           a token that does not open -> 400 input[i].encrypted_content invalid_encrypted_content
       context_management compaction compact_threshold -> threshold (the proxy counts and compacts)
       system/developer messages    -> placed per options.system_placement (compaction.place_system)
+      mcp_call items -> the tool exchange they were; an mcp_approval_request answered by an
+          mcp_approval_response (mcp_results: what came of it) -> the call and its result;
+          unanswered requests, mcp_list_tools -> nothing (mcp_items.py)
       web_search_call items, with search_function (crossfeed runs web search) -> the tool
           exchange they were (web_search_items.replayed); without it -> dropped, ignored
       conversation, prompt, background:true -> 400 naming the param
@@ -121,6 +126,9 @@ def responses_request_to_chat(body: Any, options: MappingOptions, *,
 
     trigger = cmp.trigger_in(body.get("input"))
     msgs = _Messages(options, reveal_reasoning, ignored, open_summary, search_function)
+    msgs.mcp_results = mcp_results
+    msgs.client_functions = frozenset(t.get("name") for t in body.get("tools") or ()
+                                      if isinstance(t, dict) and t.get("type") == "function")
     instructions = opt_str(body, "instructions", "")
     if instructions:
         msgs.out.append({"role": options.system_role, "content": instructions})
@@ -318,6 +326,9 @@ class _Messages:
         self.reveal = reveal
         self.open_summary = open_summary
         self.search_function = search_function
+        self.mcp_results: Mapping[str, str] | None = None  # approval_request_id -> what came of it
+        self.client_functions: frozenset[Any] = frozenset()
+        self.approvals: dict[str, dict[str, Any]] = {}  # approval requests seen, by id
         self.ignored = ignored
         self.out: list[dict[str, Any]] = []
         self.turn: dict[str, Any] | None = None   # the open assistant message
@@ -354,6 +365,8 @@ class _Messages:
             self._assistant().setdefault("tool_calls", []).append(call)
             self._close()
             self.out.append(result)
+        elif kind in _MCP_ITEMS:
+            self._mcp(kind, item, p)
         elif kind == cmp.ITEM:
             self._compaction(item, p)
         elif kind == cmp.TRIGGER:
@@ -504,6 +517,27 @@ class _Messages:
         self._close()
         self.deferred = pending
         self.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+
+    def _mcp(self, kind: str, item: dict[str, Any], p: str) -> None:
+        """MCP items of earlier turns, as the tool exchanges they were (mcp_items.py)."""
+        label, tool = item.get("server_label"), item.get("name")
+        name = mcp.function_name(str(label), str(tool), self.client_functions) if label and tool else ""
+        if kind == "mcp_call" and name:
+            call, result = mcp.call_exchange(item, name)
+            self._assistant().setdefault("tool_calls", []).append(call)
+            self._close()
+            if result is not None:
+                self.out.append(result)
+        elif kind == "mcp_approval_request" and name and self.mcp_results is not None \
+                and str(item.get("id")) in self.mcp_results:
+            self._assistant().setdefault("tool_calls", []).append(mcp.approval_call(item, name))
+        elif kind == "mcp_approval_response" and self.mcp_results is not None:
+            rid = item.get("approval_request_id")
+            if isinstance(rid, str) and rid in self.mcp_results:
+                self._close()
+                self.out.append({"role": "tool", "tool_call_id": rid, "content": self.mcp_results[rid]})
+        else:
+            self.ignored.append(f"{p} {kind}")
 
     def _compaction(self, item: dict[str, Any], p: str) -> None:
         """The summary in place of the history it stands for: what came before it is kept only
