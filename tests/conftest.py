@@ -10,7 +10,7 @@ that escapes the validators.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +152,37 @@ async def client(proxy: ProxyHandle, captured: list[Captured]) -> AsyncIterator[
     c = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", http_client=http, max_retries=0)
     yield c
     await c.close()
+
+
+@pytest.fixture(scope="session")
+def mcp_urls() -> Iterator[dict[str, str]]:
+    """Two real MCP servers (tests/fakes/mcp_server.py) on loopback for the whole session:
+    ``http`` (streamable HTTP, wants ``TEST_TOKEN``) and ``sse``."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.fakes.mcp_server import TEST_TOKEN
+
+    root = Path(__file__).resolve().parents[1]
+    procs, urls = [], {}
+    try:
+        for name, transport, path, extra in (("http", "streamable-http", "/mcp", ["--token", TEST_TOKEN]),
+                                              ("sse", "sse", "/sse", [])):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_server", "--transport", transport,
+                                     "--port", str(port), *extra], cwd=root, stdout=subprocess.PIPE, text=True)
+            procs.append(proc)
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "LISTENING", f"{name} MCP server"
+            urls[name] = f"http://127.0.0.1:{port}{path}"
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
 
 
 def require_service(name: str, hint: str) -> None:

@@ -18,6 +18,8 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
+TEST_TOKEN = "mcp-secret-token-7f3a"  # what the tests' streamable HTTP server wants
+
 server = MCPServer("crossfeed-test")
 
 

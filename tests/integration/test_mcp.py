@@ -1,7 +1,8 @@
 """Remote MCP tools (the hosted ``mcp`` tool) on a chat backend, with real MCP servers.
 
 The servers are the ``mcp`` package's own (tests/fakes/mcp_server.py), one over streamable HTTP
-that wants a bearer token and one over SSE, started once for the module on loopback ports. The
+that wants a bearer token and one over SSE, started once for the session on loopback ports (the
+``mcp_urls`` fixture, tests/conftest.py). The
 fake chat backend plays a model that calls an MCP tool and then answers from what the tool
 returned, so a passing test proves the whole loop. Every SSE body and WebSocket frame passes the
 strict validator (extended for the MCP events).
@@ -10,10 +11,6 @@ strict validator (extended for the MCP events).
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,37 +20,14 @@ import orjson
 import pytest
 
 from tests.conftest import ProxyHandle
+from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(90)
 
-TOKEN = "mcp-secret-token-7f3a"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def mcp_urls() -> Iterator[dict[str, str]]:
-    procs, urls = [], {}
-    for name, transport, path, extra in (("http", "streamable-http", "/mcp", ["--token", TOKEN]),
-                                          ("sse", "sse", "/sse", [])):
-        port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_server", "--transport", transport,
-                                 "--port", str(port), *extra], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "LISTENING"
-        urls[name] = f"http://127.0.0.1:{port}{path}"
-    yield urls
-    for proc in procs:
-        proc.terminate()
-        proc.wait(10)
+TOKEN = TEST_TOKEN
 
 
 @pytest.fixture
