@@ -395,6 +395,10 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
                                    f"{ws.backend} at {ws.endpoint}" + (f", key {_env_state(ws.api_key_env, environ)}"
                                                                         if ws.api_key_env else "")
                                    + f"; {ws.max_results} results, {ws.max_searches} searches a response"))
+    mcp = config.mcp
+    lines.append("remote MCP: " + ("off (no allowed_servers: an mcp tool in a request is a 400)" if not mcp.allowed_servers
+                                   else "servers matching " + ", ".join(mcp.allowed_servers)
+                                   + f"; calls time out after {_secs(mcp.call_timeout_seconds)}, {mcp.max_calls} a response"))
     default = next((u for u in config.upstreams if u.default), None)
     star = next((u for u in config.upstreams if "*" in u.models), None)
     lines.append("")
