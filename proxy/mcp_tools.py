@@ -295,11 +295,14 @@ async def plan_mcp(request: web.Request, body: dict[str, Any],
     runner = McpRunner(servers, cfg, ids, taken)
     results: dict[str, str] = {}
     requests = {str(i.get("id")): i for i in earlier if isinstance(i, dict) and i.get("type") == "mcp_approval_request"}
-    for i, rid in enumerate(answers):
+    for rid in answers:
         asked = requests.get(rid)
         if asked is None:
-            raise ClientRequestError(f"no mcp_approval_request with id {rid!r} in this conversation",
-                                     param="input", code="invalid_value")
+            at = next(i for i, item in enumerate(inp) if isinstance(item, dict)
+                      and item.get("type") == "mcp_approval_response" and item.get("approval_request_id") == rid)
+            raise ClientRequestError(f"no mcp_approval_request with id {rid!r} in this conversation: answer the "
+                                     "approval requests of the response it continues",
+                                     param=f"input[{at}].approval_request_id", code="invalid_value")
         if not answers[rid]:
             results[rid] = REFUSED
             continue

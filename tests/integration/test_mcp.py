@@ -303,3 +303,22 @@ async def test_agents_sdk_approval_callback(client: openai.AsyncOpenAI, upstream
     agent = Agent(name="calc", model=OpenAIResponsesModel(model="m", openai_client=client), tools=[tool])
     result = await Runner.run(agent, "2+40?", run_config=RunConfig(tracing_disabled=True))
     assert asked == ["add"] and result.final_output == "Tools said: 42"
+
+
+async def test_approval_in_a_stateless_conversation(client: openai.AsyncOpenAI, upstream: FakeUpstream,
+                                                    mcp_urls: dict[str, str]) -> None:
+    """No previous_response_id: the client sends the whole input back, the answer with it."""
+    upstream.default = model()
+    tools = [mcp_tool(mcp_urls["http"], require_approval="always")]
+    first = await client.responses.create(model="m", input="2+40?", tools=tools, store=False)
+    history = [{"role": "user", "content": "2+40?"}, *(o.model_dump(exclude_none=True) for o in first.output)]
+    asked = first.output[1]
+    final = await client.responses.create(model="m", tools=tools, store=False, input=[
+        *history, {"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": True}])
+    assert [o.type for o in final.output] == ["mcp_call", "message"] and final.output[0].output == "42"
+    async with httpx2.AsyncClient(base_url=str(client.base_url), timeout=10) as http:
+        r = await http.post("responses", json={"model": "m", "tools": tools, "input": [
+            {"role": "user", "content": "x"},
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True}]})
+    assert r.status_code == 400 and "mcpr_nope" in r.json()["error"]["message"]  # answers nothing asked
+    assert r.json()["error"]["param"] == "input[1].approval_request_id"
