@@ -33,13 +33,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx2
 import orjson
 import structlog
 from aiohttp import web
-from mcp import Client
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 
 from translators import mcp_items
 from translators.chat_to_responses import ChatToResponsesStream
@@ -114,7 +110,15 @@ def redacted(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _client(server: McpServer, cfg: Mcp) -> AsyncIterator[Client]:
+async def _client(server: McpServer, cfg: Mcp) -> AsyncIterator[Any]:
+    """An ``mcp`` client session with the server. The package (and its HTTP client) is imported
+    here, when a request first uses MCP: a crossfeed that never does keeps its memory and its
+    start-up time (about 25 MB of modules)."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+
     if server.url.rstrip("/").endswith("/sse"):
         async with Client(sse_client(server.url, headers=server.headers, timeout=cfg.call_timeout_seconds,
                                      sse_read_timeout=cfg.call_timeout_seconds)) as c:
@@ -128,6 +132,8 @@ async def _client(server: McpServer, cfg: Mcp) -> AsyncIterator[Client]:
 
 def _why(exc: BaseException, cfg: Mcp) -> str:
     """A line about a failure, naming no header (nor any exception class)."""
+    import httpx2
+
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
