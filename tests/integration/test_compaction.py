@@ -423,3 +423,23 @@ async def test_keep_sends_them_in_place_and_such_a_template_refuses(client: open
     with pytest.raises(openai.BadRequestError) as info:
         await client.responses.create(model="m", input=CODEX_LIKE)
     assert "System message must be at the beginning" in str(info.value)
+
+
+@pytest.mark.parametrize("proxy_overrides", [{"upstream.compaction_prompt": "Summarise for a lawyer."}])
+async def test_the_prompt_is_configurable_per_upstream(client: openai.AsyncOpenAI, upstream: FakeUpstream,
+                                                       proxy_overrides: dict[str, Any]) -> None:
+    upstream.reply(text_sse(SUMMARY), text_json(SUMMARY))
+    stream = await client.responses.create(model="m", stream=True, input=[*HISTORY, {"type": "compaction_trigger"}])
+    assert [e async for e in stream][-1].type == "response.completed"
+    await client.responses.compact(model="m", input=HISTORY)
+    assert [r.body["messages"][-1]["content"] for r in upstream.requests] == ["Summarise for a lawyer."] * 2
+
+
+async def test_server_side_compaction_over_websocket(proxy: ProxyHandle, upstream: FakeUpstream,
+                                                     ws_frames: FrameRecorder) -> None:
+    upstream.reply(text_sse(SUMMARY), text_sse("Red bloom."))
+    async with ws_frames.connect(proxy.url.replace("http", "ws") + "/v1/responses") as ws:
+        turn = await ws.turn(type="response.create", model="m", input=HISTORY,
+                             context_management=[{"type": "compaction", "compact_threshold": 1}])
+    assert [i["type"] for i in turn.response["output"]] == ["compaction", "message"]
+    assert "response.compaction.compacting" in turn.types()
