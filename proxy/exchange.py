@@ -179,10 +179,21 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
 async def _later_legs(request: web.Request, up: Upstream, path: str, machine: Any, sink: Sink, summary: Summary,
                       stats: RelayStats, then: NextLeg) -> RelayStats:
     """Run the legs after the first one into the open sink, then close it. An upstream that
-    fails to answer a later leg ends the Response with ``response.failed`` (the stream began)."""
+    fails to answer a later leg, or a failure of crossfeed's own between two legs (a bug in a
+    tool runner), ends the Response with ``response.failed``: the stream began, so it still ends
+    with exactly one terminal event."""
     try:
         while stats.ending == "ok" and not machine.done:
-            nxt = await then(machine, sink)
+            try:
+                nxt = await then(machine, sink)
+            except (ConnectionResetError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                log.error("stream.internal_error", detail=repr(exc), where="between legs")
+                summary["ending"] = "internal_error"
+                end = [] if machine.done else machine.fail("internal_error", "crossfeed failed between two backend calls")
+                await sink.close(sink.render(end))
+                return stats
             if nxt is None:
                 break
             body, machine = nxt

@@ -12,7 +12,8 @@ Bounds: each runner's budget (``max_searches``, ``[mcp] max_calls``) and the req
 told) and one last leg with ``tool_choice: "none"`` must answer; a model that calls a hosted tool
 even then, or a Response still going past the upstream's total timeout, ends ``incomplete``
 with ``max_messages``. A runner may also stop the Response (``stop``: an MCP call that waits for
-the client's approval): it then completes after that round.
+the client's approval): it then completes after that round. So does a leg that also called the
+client's own functions: the hosted calls are made, and the client gets its calls to run.
 """
 
 from __future__ import annotations
@@ -118,11 +119,11 @@ class HostedLeg(LegDriver):
             return out
         leg = main.leg
         assert leg is not None
-        if not leg.hosted or leg.calls:
+        if not leg.hosted:
             return out + main.end_response()  # an answer, or calls the client runs
-        if self.loop.final:  # told the calls were spent, and calling again
+        if self.loop.final and not leg.calls:  # told the calls were spent, and calling again
             return out + main.end_response(incomplete="max_messages")
-        return out
+        return out  # the round runs the hosted calls (then ends when the client has calls to run)
 
 
 def first_body(plan: MappedRequest, loop: ToolLoop) -> dict[str, Any]:
@@ -190,7 +191,7 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
         main = leg.main
         if main.done:
             return None
-        go_on = await loop.round(request, main, sink)
+        go_on = await loop.round(request, main, sink) and not (main.leg and main.leg.calls)
         if not go_on or time.monotonic() > deadline:
             await write(sink, main.end_response() if not go_on else main.end_response(incomplete="max_messages"))
             return None
@@ -224,7 +225,7 @@ async def hosted_now(request: web.Request, body: dict[str, Any], up: Upstream, p
         feed_completion(leg, await read_json(upstream, up, MAX_NONSTREAM_BODY))  # type: ignore[arg-type]
         if main.done:
             break
-        go_on = await loop.round(request, main, None)
+        go_on = await loop.round(request, main, None) and not (main.leg and main.leg.calls)
         if not go_on or time.monotonic() > deadline:
             main.end_response() if not go_on else main.end_response(incomplete="max_messages")
             break

@@ -326,3 +326,36 @@ async def test_agents_sdk_web_search_tool(client: openai.AsyncOpenAI, upstream: 
     assert [getattr(c.raw_item, "type", None) for c in calls] == ["web_search_call"]
     assert len(upstream.requests) == 2 and len(search.requests) == 1  # one Response, two legs
     assert [t["function"]["name"] for t in upstream.requests[0].body["tools"]] == ["web_search"]
+
+
+async def test_a_leg_with_client_calls_too_runs_the_search_and_hands_the_client_its_calls(
+        client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch) -> None:
+    mine = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    body = chunk({"role": "assistant", "content": ""})
+    body += chunk({"tool_calls": [{"index": 0, "id": "call_s", "type": "function",
+                                   "function": {"name": "web_search", "arguments": '{"query": "rust"}'}}]})
+    body += chunk({"tool_calls": [{"index": 1, "id": "call_c", "type": "function",
+                                   "function": {"name": "lookup", "arguments": "{}"}}]})
+    upstream.reply(SSEReply(body + chunk({}, "tool_calls") + DONE))
+    stream = await client.responses.create(model="m", input="q", tools=[mine, *SEARCH], stream=True)
+    final = [e async for e in stream][-1].response
+    assert final.status == "completed"
+    assert [o.type for o in final.output] == ["function_call", "web_search_call"]
+    assert final.output[0].call_id == "call_c" and final.output[1].status == "completed"
+    assert len(upstream.requests) == 1 and len(search.requests) == 1
+
+
+async def test_a_failure_between_legs_still_ends_with_one_terminal_event(
+        proxy: ProxyHandle, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy import searching
+
+    async def broken(*args: Any, **kwargs: Any) -> dict[str, str]:
+        raise RuntimeError("a bug in a runner")
+
+    monkeypatch.setattr(searching, "_search_calls", broken)
+    upstream.default = auto(model)
+    async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=30) as http:
+        r = await http.post("/responses", json={"model": "m", "input": "q", "tools": SEARCH, "stream": True})
+    events = validate_responses_sse(r.content)
+    assert events[-1]["type"] == "response.failed" and events[-1]["response"]["error"]["code"] == "internal_error"
+    assert "bug" not in r.text and "Traceback" not in r.text
