@@ -191,8 +191,8 @@ async def _later_legs(request: web.Request, up: Upstream, path: str, machine: An
             except Exception as exc:
                 log.error("stream.internal_error", detail=repr(exc), where="between legs")
                 summary["ending"] = "internal_error"
-                end = [] if machine.done else machine.fail("internal_error", "crossfeed failed between two backend calls")
-                await sink.close(sink.render(end))
+                await sink.end([] if machine.done else machine.fail("internal_error",
+                                                                    "crossfeed failed between two backend calls"))
                 return stats
             if nxt is None:
                 break
@@ -203,11 +203,11 @@ async def _later_legs(request: web.Request, up: Upstream, path: str, machine: An
                 if isinstance(exc, UpstreamError):
                     note_upstream_error(request.app, summary, exc.code)
                 summary["ending"] = exc.code
-                await sink.close(sink.render(machine.fail(str(exc.code), exc.message)))
+                await sink.end(machine.fail(str(exc.code), exc.message))
                 return stats
             stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, close=False)
         if stats.ending != "client_disconnected":
-            await sink.close(sink.empty)
+            await sink.end([])
     except ConnectionResetError:
         stats.ending = "client_disconnected"
     return stats

@@ -273,7 +273,8 @@ async def plan_mcp(request: web.Request, body: dict[str, Any],
     """The runner of a request with ``mcp`` tools (listings made or reused, approvals answered
     in this input acted on), and what came of each approval for the request mapping."""
     servers = servers_of(request, body)
-    inp = body.get("input") if isinstance(body.get("input"), list) else []
+    raw_input = body.get("input")
+    inp: list[Any] = raw_input if isinstance(raw_input, list) else []
     earlier = [*(history or []), *inp]
     answers = mcp_items.answered(inp)
     if not servers:
@@ -312,13 +313,13 @@ async def plan_mcp(request: web.Request, body: dict[str, Any],
         if not answers[rid]:
             results[rid] = REFUSED
             continue
-        server = next((s for s in servers if s.label == asked.get("server_label")), None)
-        if server is None:
+        target = next((s for s in servers if s.label == asked.get("server_label")), None)
+        if target is None:
             results[rid] = "The MCP server of this call is not in this request's tools; the call was not made."
             continue
-        output, error = await call_tool(server, str(asked.get("name")), str(asked.get("arguments") or "{}"), cfg)
+        output, error = await call_tool(target, str(asked.get("name")), str(asked.get("arguments") or "{}"), cfg)
         runner.used += 1
-        runner.done_first.append({"id": ids.new("mcp_"), "type": "mcp_call", "server_label": server.label,
+        runner.done_first.append({"id": ids.new("mcp_"), "type": "mcp_call", "server_label": target.label,
                                   "name": asked.get("name"), "arguments": str(asked.get("arguments") or "{}"),
                                   "approval_request_id": rid, "status": "failed" if error else "completed",
                                   "output": output, "error": error})

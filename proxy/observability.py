@@ -14,7 +14,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from aiohttp import web
@@ -143,7 +143,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
         REQUEST_FIELDS.reset(token)
 
 
-def note_upstream_error(app: web.Application, summary: dict[str, Any], code: str | None) -> None:
+def note_upstream_error(app: web.Application, summary: MutableMapping[str, Any], code: str | None) -> None:
     """An upstream failure that became the request's error answer: counted, and on its line."""
     app[METRICS].upstream_errors.labels(summary.get("upstream") or "", code or "error").inc()
     summary["error"] = code

@@ -81,14 +81,18 @@ def search_plan(request: web.Request, body: dict[str, Any], mapped: MappedReques
     if hosted is None or mapped.compact:
         return None
     fn = search_function_name(tools)
-    filters = hosted.get("filters") if isinstance(hosted.get("filters"), dict) else {}
+    raw_filters = hosted.get("filters")
+    filters: dict[str, Any] = raw_filters if isinstance(raw_filters, dict) else {}
     domains = tuple(str(d).lower().removeprefix("https://").removeprefix("http://").strip("/")
                     for d in (filters.get("allowed_domains") or ()) if isinstance(d, str) and d)
-    location = hosted.get("user_location") if isinstance(hosted.get("user_location"), dict) else {}
-    country = location.get("country") if isinstance(location.get("country"), str) else None
+    raw_location = hosted.get("user_location")
+    location: dict[str, Any] = raw_location if isinstance(raw_location, dict) else {}
+    country = location.get("country")
+    country = country if isinstance(country, str) else None
     budget = cfg.max_searches
     choice = body.get("tool_choice")
-    include = body.get("include") if isinstance(body.get("include"), list) else []
+    raw_include = body.get("include")
+    include: list[Any] = raw_include if isinstance(raw_include, list) else []
     live = hosted.get("external_web_access") is not False
     tool = {"type": "function", "function": {"name": fn, "description": _description(live), "parameters": {
         "type": "object", "properties": {"query": {"type": "string", "description": "what to search for"}},

@@ -66,6 +66,10 @@ class SSESink:
     async def close(self, last: bytes) -> None:
         await self.response.write_eof(last + self.done_frame)
 
+    async def end(self, events: list[Any]) -> None:
+        """Close with these outputs as the last write (the exchange ending a Response)."""
+        await self.close(self.render(events) if events else self.empty)
+
 
 class WebSocketSink:
     """Frames of one response on a socket that outlives it. ``sent`` counts the frames written.
@@ -119,6 +123,10 @@ class WebSocketSink:
     async def close(self, last: list[bytes]) -> None:
         if last:
             await self._write(last)
+
+    async def end(self, events: list[Any]) -> None:
+        """Close with these outputs as the last write (the exchange ending a Response)."""
+        await self.close(self.render(events) if events else self.empty)
 
 
 _LEN1 = struct.Struct("!BB").pack

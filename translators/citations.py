@@ -28,7 +28,7 @@ def citations(text: str, sources: list[tuple[str, str]]) -> list[dict[str, Any]]
     """The annotations of ``text`` for ``sources`` (url, title), in order of their spans."""
     if not sources or not text:
         return []
-    titles = {}
+    titles: dict[str, tuple[str, str]] = {}
     for url, title in sources:
         titles.setdefault(_norm(url), (url, title))
     spans: list[tuple[int, int, str, str]] = []

@@ -28,8 +28,10 @@ def search_function_name(tools: Any) -> str:
 
 def replayed(item: dict[str, Any], name: str, call_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the tool_calls entry, the tool message) of an earlier ``web_search_call`` item."""
-    action = item.get("action") if isinstance(item.get("action"), dict) else {}
-    query = action.get("query") if isinstance(action.get("query"), str) else ""
+    raw = item.get("action")
+    action: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    query = action.get("query")
+    query = query if isinstance(query, str) else ""
     call = {"id": call_id, "type": "function",
             "function": {"name": name, "arguments": orjson.dumps({"query": query}).decode()}}
     sources = [s.get("url") for s in action.get("sources") or () if isinstance(s, dict) and isinstance(s.get("url"), str)]
