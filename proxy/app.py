@@ -50,7 +50,7 @@ from .errors import (
 )
 from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
 from .forward import forward_now, forward_streamed
-from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys
+from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, upstream_keys
 from .ids import RandomIds
 from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
@@ -91,6 +91,7 @@ log = structlog.get_logger("crossfeed")
 def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None,
                clock: Callable[[], int] | None = None) -> web.Application:
     keys = inbound_keys(config, environ)
+    upstream_keys(config, environ)
     middlewares = [observe_middleware, error_middleware, *([auth_middleware(keys)] if keys else [])]
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config

@@ -295,14 +295,15 @@ def search_problem(config: Config, environ: Mapping[str, str]) -> str | None:
 
 def environment_problems(config: Config, environ: Mapping[str, str]) -> list[str]:
     """What in this environment stops ``serve`` with this config (the checks it makes at start)."""
-    from .guard import inbound_keys
+    from .guard import inbound_keys, upstream_keys
     from .store import open_store
 
     problems = []
-    try:
-        inbound_keys(config, environ)
-    except ConfigError as exc:
-        problems.append(str(exc))
+    for check in (inbound_keys, upstream_keys):
+        try:
+            check(config, environ)
+        except ConfigError as exc:
+            problems.append(str(exc))
     try:
         open_store(config.store, env=environ)  # builds the backend object only: opens nothing
     except StoreError as exc:

@@ -34,6 +34,17 @@ def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[bytes, ...
     return keys
 
 
+def upstream_keys(config: Config, environ: Mapping[str, str]) -> None:
+    """An upstream's ``api_key_env`` that names an unset or empty variable is a start-up error:
+    otherwise the client's own key would go to that backend in its place."""
+    for i, up in enumerate(config.upstreams):
+        if up.api_key_env and not environ.get(up.api_key_env):
+            raise ConfigError(
+                f"upstreams.{i}.api_key_env (upstream {up.name!r}) names ${up.api_key_env}, which is unset or empty: "
+                "refusing to start, so that no other key is sent to that backend in its place (set "
+                f"${up.api_key_env}, or remove api_key_env to pass each client's own key through)")
+
+
 def auth_middleware(keys: tuple[bytes, ...]) -> Callable[..., Any]:
     """Installed only when keys are configured (no middleware layer at all otherwise)."""
     @web.middleware

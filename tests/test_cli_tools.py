@@ -116,9 +116,25 @@ def test_check_config_environment_applies_and_unset_keys_are_flagged(tmp_path: P
     assert r.returncode == 1, r.stderr.decode()
     out = r.stdout.decode()
     assert "listen 127.0.0.1:7001" in out and "CROSSFEED_PORT" in out
-    assert "$TEST_HOSTED_KEY (NOT SET" in out  # a backend key: reported, not a start-up problem
+    assert "$TEST_HOSTED_KEY (NOT SET" in out
     assert "NOT SET in this environment: serve refuses to start without them" in out
-    assert "TEST_INBOUND_KEYS" in r.stderr.decode() and "TEST_HOSTED_KEY" not in r.stderr.decode()
+    err = r.stderr.decode()
+    # a backend key named but unset is a start-up problem too: the client's key must not go in its place
+    assert "TEST_INBOUND_KEYS" in err and "names $TEST_HOSTED_KEY, which is unset or empty" in err
+    assert "api_key_env (upstream" in err
+
+
+def test_serve_refuses_an_upstream_key_variable_that_is_unset(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[upstreams]]
+        name = "hosted"
+        api_key_env = "TEST_UNSET_BACKEND_KEY"
+    """)
+    r = cli("serve", "--config", str(path), "--port", "0", env=base_env(tmp_path))
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "upstreams.0.api_key_env (upstream 'hosted') names $TEST_UNSET_BACKEND_KEY" in err
+    assert "Traceback" not in err
 
 
 def test_check_config_without_default_says_404(tmp_path: Path) -> None:
