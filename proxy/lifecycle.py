@@ -24,11 +24,13 @@ from aiohttp import web
 from .config import Config
 from .keys import CONFIG
 from .relay import OpenStream
+from .upstream import upstream_failure
 
 log = structlog.get_logger("crossfeed")
 
 OPEN_STREAMS = web.AppKey("open_streams", set)  # type: ignore[arg-type]
 PROBES = web.AppKey("probes", dict)  # type: ignore[arg-type]
+PROBE_ERRORS = web.AppKey("probe_errors", dict)  # type: ignore[arg-type]
 PROBE_INTERVAL = 20.0
 PROBE_HEADERS = {"User-Agent": "crossfeed-probe"}
 
@@ -42,14 +44,18 @@ async def probe_loop(app: web.Application, config: Config, session_key: Any) -> 
                                        headers=PROBE_HEADERS) as r:
                     await r.read()
                 app[PROBES][up.name] = time.monotonic()
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                log.info("upstream.probe.failed", upstream=up.name)
+                app[PROBE_ERRORS].pop(up.name, None)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                error = "no answer within 5s" if isinstance(exc, asyncio.TimeoutError) else upstream_failure(exc, up).message
+                app[PROBE_ERRORS][up.name] = error
+                log.info("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
         await asyncio.sleep(PROBE_INTERVAL)
 
 
 def probe_ctx(config: Config, session_key: Any) -> Any:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         app[PROBES] = {}
+        app[PROBE_ERRORS] = {}
         task = asyncio.get_running_loop().create_task(probe_loop(app, config, session_key))
         yield
         task.cancel()
@@ -62,7 +68,9 @@ def readiness(app: web.Application, config: Config) -> list[str]:
     for up in config.upstreams:
         seen = app[PROBES].get(up.name)
         if seen is None or now - seen > 3 * PROBE_INTERVAL:
-            problems.append(f"upstream '{up.name}' has not answered a probe recently")
+            error = app[PROBE_ERRORS].get(up.name)
+            problems.append(f"upstream '{up.name}' at {up.base_url} has not answered a probe (GET /models) in the "
+                            f"last {3 * PROBE_INTERVAL:g}s" + (f": {error}" if error else " (not probed yet)"))
     return problems
 
 

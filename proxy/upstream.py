@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,7 +93,9 @@ def upstream_failure(exc: BaseException, up: Upstream) -> UpstreamError:
     if isinstance(exc, TimeoutError):  # asyncio.timeout around the request (first_byte)
         return UpstreamTimeout("first_byte", t.first_byte)
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamUnavailable(f"cannot connect to the upstream at {up.base_url} ({exc.strerror or 'refused'})")
+        # The client is told which upstream, not where it is: the address is the operator's (logs, /readyz).
+        reason = os.strerror(exc.errno).lower() if exc.errno else "the connection failed"
+        return UpstreamUnavailable(f"cannot connect to the upstream {up.name!r} ({reason})")
     return UpstreamUnavailable(f"the upstream connection failed: {_describe(exc)}")
 
 

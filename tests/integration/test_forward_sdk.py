@@ -272,6 +272,7 @@ async def test_unreachable_upstream_is_502() -> None:
             await c.responses.create(model="m", input="x", stream=True)
         assert info.value.status_code == 502
         assert "cannot connect to the upstream" in info.value.message
+        assert "127.0.0.1" not in info.value.message  # the backend's address is the operator's, not the client's
         await c.close()
     finally:
         await handle.runner.cleanup()

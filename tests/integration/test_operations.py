@@ -196,7 +196,12 @@ async def test_readyz_follows_upstream_probe(upstream: FakeUpstream, tmp_path) -
                 "the probe of the dead upstream never failed"
             async with aiohttp.ClientSession() as s, s.get(dead.url + "/readyz") as r:
                 assert r.status == 503
-                assert "has not answered a probe" in (await r.json())["problems"][0]
+                problem = (await r.json())["problems"][0]
+            # the operator's page names the upstream, its URL and the last error
+            assert problem.startswith("upstream 'default' at http://127.0.0.1:9/v1 has not answered a probe")
+            assert "cannot connect to the upstream 'default'" in problem
+            failed = next(e for e in logs if e.get("event") == "upstream.probe.failed")
+            assert failed["url"] == "http://127.0.0.1:9/v1/models" and failed["error"]
             assert "default" not in dead.app[PROBES]
         finally:
             await dead.runner.cleanup()
