@@ -33,6 +33,7 @@ CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts it
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossfeed", description="Streaming translation proxy between the "
                                      "OpenAI Responses API and Chat Completions API.")
+    parser.add_argument("--version", action="version", version=f"crossfeed {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the proxy")
@@ -84,7 +85,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("crossfeed")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line; output cut short by a closed pipe (``crossfeed check-config ... | head``)
+    ends quietly, as other command-line tools do."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail again
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -32,6 +32,9 @@ _ID_COUNTER = itertools.count(1)
 SUMMARY = web.RequestKey("crossfeed_summary", dict)
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# No ``*_created`` series: a scrape gets the counts, not a timestamp per series (process-wide).
+disable_created_metrics()
+
 MAX_MODEL_LABELS = 200
 _TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -73,7 +76,10 @@ class Metrics:
         self._models: set[str] = set()
 
     def model_label(self, model: str) -> str:
-        """Client-chosen model names become labels: bounded, so no client can explode the series."""
+        """Client-chosen model names become labels: bounded, so no client can explode the series;
+        a request without one is ``none`` (never an empty label)."""
+        if not model:
+            return "none"
         if model in self._models:
             return model
         if len(self._models) >= MAX_MODEL_LABELS:
@@ -145,7 +151,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
 
 def note_upstream_error(app: web.Application, summary: MutableMapping[str, Any], code: str | None) -> None:
     """An upstream failure that became the request's error answer: counted, and on its line."""
-    app[METRICS].upstream_errors.labels(summary.get("upstream") or "", code or "error").inc()
+    app[METRICS].upstream_errors.labels(summary.get("upstream") or "none", code or "error").inc()
     summary["error"] = code
 
 

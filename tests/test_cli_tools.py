@@ -539,3 +539,19 @@ def test_pip_install_ships_every_package() -> None:
                    for p in (ROOT / top).rglob("__init__.py") if "__pycache__" not in p.parts)
     missing = [name for name in found if name not in listed]
     assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}: `pip install .` would omit them"
+
+
+def test_version_and_a_closed_pipe(tmp_path: Path) -> None:
+    r = cli("--version", env=base_env(tmp_path))
+    assert r.returncode == 0 and r.stdout.decode().startswith("crossfeed ")
+    # `crossfeed check-config FILE | head -1`: the reader is gone before the output is written
+    # (the read end of the pipe is closed first, so every write fails): no traceback, exit 0
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(ROOT / "config.example.toml")],
+                           cwd=ROOT, env=base_env(tmp_path), stdout=write, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write)
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"Traceback" not in r.stderr and b"BrokenPipe" not in r.stderr

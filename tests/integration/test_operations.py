@@ -477,3 +477,17 @@ async def test_upstream_cookies_are_not_kept_between_requests(upstream: FakeUpst
         await handle.runner.cleanup()
     assert len(upstream.requests) == 2
     assert "Cookie" not in upstream.requests[1].headers
+
+
+async def test_metrics_have_no_created_series_nor_empty_labels(proxy, upstream: FakeUpstream) -> None:
+    """A request the upstream never saw (no model) and one whose model is not routed leave no
+    empty label behind, and no series carries a creation timestamp."""
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/v1/responses", json={"input": "no model"}) as r:
+            assert r.status == 400
+        async with s.get(proxy.url + "/v1/nothing-here") as r:
+            assert r.status == 404
+        async with s.get(proxy.url + "/metrics") as r:
+            text = await r.text()
+    assert "crossfeed_requests_total{" in text
+    assert "_created" not in text and '=""' not in text, [x for x in text.splitlines() if '=""' in x or "_created" in x]
