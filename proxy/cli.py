@@ -141,7 +141,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
     path = args.config
     if path is None and os.environ.get(CONFIG_ENV):
         path = Path(os.environ[CONFIG_ENV])
-    return load_config(path, os.environ, overrides)
+    return load_config(path, os.environ, overrides, labels=FLAG_NAMES)
+
+
+# The flag behind each override, for the messages that blame a bad value on its source.
+FLAG_NAMES = {"server.host": "--host", "server.port": "--port", "upstream.base_url": "--upstream",
+              "upstream.api": "--upstream-api", "upstream.api_key_env": "--upstream-api-key-env",
+              "logging.level": "--log-level", "logging.format": "--log-format"}
 
 
 def serve(args: argparse.Namespace) -> int:

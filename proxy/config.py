@@ -27,6 +27,7 @@ from pydantic import (
 
 from translators.options import MappingOptions
 
+from .config_errors import Sources, explain, misspelt_variables, source_of
 from .errors import ConfigError
 from .store import StoreConfig
 
@@ -205,8 +206,10 @@ class Config(_Model):
         return found
 
 
-def load_config(path: Path | None, environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read, merge and validate. Raises ConfigError naming the bad key."""
+def load_config(path: Path | None, environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None,
+                labels: Mapping[str, str] | None = None) -> Config:
+    """Read, merge and validate. Raises ConfigError naming the bad key and where its value came
+    from (the file, a variable, or the flag ``labels`` names for an override)."""
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -215,19 +218,38 @@ def load_config(path: Path | None, environ: Mapping[str, str], overrides: Mappin
             raise ConfigError(f"config file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    _apply_env(raw, environ)
+    sources: Sources = {}
+    _apply_env(raw, environ, sources)
     for dotted, value in (overrides or {}).items():
         if value is not None:
-            _set(raw, dotted, value)
+            sources[_set(raw, dotted, value)] = (labels or {}).get(dotted) or f"the setting {dotted}"
+    misspelt = misspelt_variables(environ, _ENV_KEYS, _named_variables(raw))
+    if misspelt:
+        raise ConfigError("invalid configuration: unknown environment variables\n" + "\n".join(misspelt))
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {loc}: {err['msg']}")
-        where = f" in {path}" if path else ""
-        raise ConfigError(f"invalid configuration{where}:\n" + "\n".join(lines)) from None
+            loc = tuple(err["loc"])
+            name = ".".join(str(p) for p in loc) or "(top level)"
+            lines.append(f"  {name} ({source_of(loc, sources, path)}): {explain(err, Config)}")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def _named_variables(raw: Any) -> set[str]:
+    """Variable names the configuration itself names (``*_env`` keys): never misspellings."""
+    out: set[str] = set()
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            if isinstance(value, str) and key.endswith("_env"):
+                out.add(value)
+            else:
+                out |= _named_variables(value)
+    elif isinstance(raw, list):
+        for value in raw:
+            out |= _named_variables(value)
+    return out
 
 
 _ENV_KEYS = {
@@ -241,13 +263,13 @@ _ENV_KEYS = {
 }
 
 
-def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+def _apply_env(raw: dict[str, Any], environ: Mapping[str, str], sources: Sources) -> None:
     """Short aliases above, and any key as ``CROSSFEED_<SECTION>__<KEY>[__<KEY>]`` (``__`` = a dot);
     ``CROSSFEED_UPSTREAM__...`` sets a key on the single (or default) upstream. JSON values
     (``[...]``, ``{...}``) are parsed, so lists and maps can be given too."""
     for env, dotted in _ENV_KEYS.items():
         if environ.get(env):
-            _set(raw, dotted, environ[env])
+            sources[_set(raw, dotted, environ[env])] = f"${env}"
     for env, value in environ.items():
         if env.startswith("CROSSFEED_") and "__" in env and value != "":
             dotted = ".".join(part.lower() for part in env[len("CROSSFEED_"):].split("__"))
@@ -255,21 +277,29 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
                 try:
                     value = json.loads(value)
                 except ValueError:
-                    raise ConfigError(f"{env}: not valid JSON") from None
-            _set(raw, dotted, value)
+                    raise ConfigError(f"${env}: not valid JSON") from None
+            sources[_set(raw, dotted, value)] = f"${env}"
 
 
-def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set a dotted key. ``upstream.X`` means: on the single (or default, or first) upstream."""
+def _set(raw: dict[str, Any], dotted: str, value: Any) -> tuple[Any, ...]:
+    """Set a dotted key; returns its resolved path. ``upstream.X`` means: on the single (or
+    default, or first) upstream."""
     head, _, rest = dotted.partition(".")
     if head == "upstream":
         ups = raw.setdefault("upstreams", [{"default": True}])
-        node: dict[str, Any] = next((u for u in ups if u.get("default")), ups[0])
+        if not isinstance(ups, list) or not ups or not all(isinstance(u, dict) for u in ups):
+            raise ConfigError("upstreams: must be an array of tables: write [[upstreams]] (two brackets) above each "
+                              "backend's keys, not [upstreams]")
+        index = next((i for i, u in enumerate(ups) if u.get("default")), 0)
+        node: dict[str, Any] = ups[index]
+        path: tuple[Any, ...] = ("upstreams", index)
     else:
         node = raw.setdefault(head, {})
         if not isinstance(node, dict):
             raise ConfigError(f"{head}: expected a table")
+        path = (head,)
     *parents, last = rest.split(".")
     for key in parents:
         node = node.setdefault(key, {})
     node[last] = value
+    return (*path, *rest.split("."))

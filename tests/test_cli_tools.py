@@ -153,7 +153,7 @@ def test_check_config_without_default_says_404(tmp_path: Path) -> None:
      [[upstreams]]
      name = "a"
      bse_url = "http://x/v1"
-     """, ["upstreams.0.bse_url", "Extra inputs are not permitted"]),
+     """, ["upstreams.0.bse_url", "unknown key; did you mean 'base_url'?"]),
     ("""
      [server]
      port = "eighty"

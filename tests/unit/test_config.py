@@ -26,7 +26,7 @@ def test_precedence_file_env_flags(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
-    ("[server]\nprot = 1\n", "server.prot: Extra inputs are not permitted"),
+    ("[server]\nprot = 1\n", "server.prot (in "),
     ("[server]\nport = \"x\"\n", "server.port"),
     ("[[upstreams]]\nbase_url = \"ftp://x\"\n", "upstreams.0.base_url"),
     ("[[upstreams]]\nname = \"a\"\n[[upstreams]]\nname = \"a\"\n", "unique"),
@@ -126,3 +126,36 @@ def test_example_config_routes_the_commented_second_upstream(tmp_path: Path) -> 
     assert [u.name for u in cfg.upstreams] == ["local", "deepseek"]
     assert cfg.route("deepseek-chat").name == "deepseek"
     assert cfg.route("qwen3-8b").name == "local"
+
+
+def test_errors_blame_their_source_in_plain_words(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    cases = [
+        ({"CROSSFEED_PORT": "abc"}, None, "server.port (from $CROSSFEED_PORT): must be a whole number, got 'abc'"),
+        ({"CROSSFEED_UPSTREAM__TIMEOUTS__IDLE": "-1"}, None,
+         "upstreams.0.timeouts.idle (from $CROSSFEED_UPSTREAM__TIMEOUTS__IDLE): must be above 0"),
+        ({}, ({"server.port": 70000}, {"server.port": "--port"}), "server.port (from --port): must be at most 65535"),
+        ({"CROSSFEED_LOG_LEVEL": "loud"}, None, "logging.level (from $CROSSFEED_LOG_LEVEL): must be one of"),
+    ]
+    for env, flags, expected in cases:
+        with pytest.raises(ConfigError) as info:
+            load_config(empty, env, *(flags or ()))
+        assert expected in str(info.value), str(info.value)
+        assert "empty.toml" not in str(info.value)  # the file is not to blame
+    f = tmp_path / "c.toml"
+    f.write_text('[upstreams]\nname = "a"\n')
+    with pytest.raises(ConfigError, match=r"write \[\[upstreams\]\] \(two brackets\)"):
+        load_config(f, {})
+    f.write_text("[server]\nprot = 1\n")
+    with pytest.raises(ConfigError, match=r"server.prot \(in .*c.toml\): unknown key; did you mean 'port'\?"):
+        load_config(f, {})
+
+
+def test_a_misspelt_variable_is_named_with_the_right_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\$CROSSFEED_UPSTRAEM: .*did you mean \$CROSSFEED_UPSTREAM\?"):
+        load_config(None, {"CROSSFEED_UPSTRAEM": "http://x/v1"})
+    # a script's own CROSSFEED_* variables, and the ones the config names, are not typos
+    cfg = load_config(None, {"CROSSFEED_TEST_REDIS_URL": "redis://x", "CROSSFEED_CODEX_BIN": "/x",
+                             "CROSSFEED_HOSTS": "k", "CROSSFEED_UPSTREAM__API_KEY_ENV": "CROSSFEED_HOSTS"})
+    assert cfg.upstreams[0].api_key_env == "CROSSFEED_HOSTS"  # one letter from CROSSFEED_HOST, but named

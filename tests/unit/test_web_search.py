@@ -138,7 +138,7 @@ def test_results_text_numbers_run_on() -> None:
 
 def test_config_fails_fast_naming_the_key() -> None:
     from proxy.errors import ConfigError
-    with pytest.raises(ConfigError, match="web_search: .*needs url"):
+    with pytest.raises(ConfigError, match=r"web_search \(from \$CROSSFEED_WEB_SEARCH__BACKEND\): .*needs url"):
         load_config(None, {"CROSSFEED_WEB_SEARCH__BACKEND": "searxng"})
     with pytest.raises(ConfigError, match="web_search.backend"):
         load_config(None, {"CROSSFEED_WEB_SEARCH__BACKEND": "google"})
