@@ -30,13 +30,38 @@ from .store import StoreError
 CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts its file there)
 
 
+_EXAMPLES = {
+    "crossfeed": "examples:\n"
+                 "  crossfeed serve --upstream http://127.0.0.1:8000/v1      # in front of a chat backend\n"
+                 "  crossfeed check-config crossfeed.toml                     # what serve would do with it\n"
+                 "  crossfeed demo                                            # see it work, offline\n"
+                 "  crossfeed COMMAND --help                                  # each command's options",
+    "serve": "examples:\n"
+             "  crossfeed serve --upstream http://127.0.0.1:8000/v1\n"
+             "  crossfeed serve --config crossfeed.toml --port 9000\n"
+             "  BACKEND_KEY=sk-... crossfeed serve --upstream https://api.deepseek.com/v1 "
+             "--upstream-api-key-env BACKEND_KEY\n"
+             "  CROSSFEED_WEB_SEARCH__BACKEND=searxng CROSSFEED_WEB_SEARCH__URL=http://127.0.0.1:8888 crossfeed serve",
+    "check-config": "examples:\n"
+                    "  crossfeed check-config crossfeed.toml\n"
+                    "  CROSSFEED_PORT=9000 crossfeed check-config crossfeed.toml    # with the environment applied",
+    "demo": "examples:\n  crossfeed demo\n  crossfeed demo --no-sdk --delay 0.2",
+    "translate": "examples:\n"
+                 "  crossfeed translate --from chat --to responses captured-chat.sse\n"
+                 "  curl -sN ... | crossfeed translate --from responses --to chat --jsonl\n"
+                 "  crossfeed translate --from chat --to responses --request body.json stream.sse",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossfeed", description="Streaming translation proxy between the "
-                                     "OpenAI Responses API and Chat Completions API.")
+                                     "OpenAI Responses API and Chat Completions API.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES["crossfeed"])
     parser.add_argument("--version", action="version", version=f"crossfeed {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the proxy")
+    serve = sub.add_parser("serve", help="run the proxy", epilog=_EXAMPLES["serve"],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--config", type=Path,
                        help=f"TOML config file (see config.example.toml; default: ${CONFIG_ENV} when set)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -53,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "variables applied), report the first problems by key path (exit 2), or print "
                            "the resolved routing table: exit 0 when `serve` would start with it here, 1 when "
                            "this environment lacks what the file names (inbound keys, a Redis URL). Secrets "
-                           "are shown only by variable name.")
+                           "are shown only by variable name.", epilog=_EXAMPLES["check-config"],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("file", type=Path, metavar="FILE")
 
     demo = sub.add_parser("demo", help="see crossfeed work: a scripted chat backend, crossfeed in front of it, "
@@ -61,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Start a built-in scripted Chat Completions backend and crossfeed in "
                           "front of it on free loopback ports, send streaming Responses requests with the "
                           "OpenAI SDK (aiohttp when the SDK is not installed), and print the translated "
-                          "events as they arrive. Needs no network and no config.")
+                          "events as they arrive. Needs no network and no config.", epilog=_EXAMPLES["demo"],
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--no-sdk", action="store_true", help="use a plain aiohttp client instead of the OpenAI SDK")
     demo.add_argument("--delay", type=float, default=0.02, metavar="SECONDS",
                       help="pause between the backend's chunks (default 0.02)")
@@ -70,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Read a captured SSE stream (a backend's raw response body) from FILE or "
                         "stdin and translate it with the same code the server runs. Prints SSE frames "
                         "(default) or one JSON event per line (--jsonl) on stdout, a one-line summary on "
-                        "stderr. A stream that translates into a failure is printed too (exit 0).")
+                        "stderr. A stream that translates into a failure is printed too (exit 0). A stream "
+                        "of the other API than --from says is pointed out.", epilog=_EXAMPLES["translate"],
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_argument("--from", dest="source", required=True, choices=["chat", "responses"],
                     help="the API of the captured stream")
     tr.add_argument("--to", dest="target", required=True, choices=["chat", "responses"],

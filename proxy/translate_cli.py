@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -262,6 +263,28 @@ def _read_chunks(src: BinaryIO) -> Any:
         yield chunk
 
 
+_SSE_DATA = re.compile(rb"^data: ?(\{.*)$", re.MULTILINE)
+
+
+def other_api(head: bytes, source: str) -> str | None:
+    """A hint when the stream's first events are the other API's (``--from`` the wrong way)."""
+    for m in _SSE_DATA.finditer(head):
+        try:
+            first = orjson.loads(m.group(1))
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(first, dict):
+            return None
+        responses = str(first.get("type", "")).startswith("response.")
+        chat = first.get("object") == "chat.completion.chunk" or "choices" in first
+        if source == "chat" and responses:
+            return "this is a Responses API stream (its events are response.*): use --from responses --to chat"
+        if source == "responses" and chat and not responses:
+            return "this is a Chat Completions stream (chat.completion.chunk): use --from chat --to responses"
+        return None
+    return None
+
+
 def translate_stream(src: BinaryIO, dst: BinaryIO, *, source: str, request: dict[str, Any] | None = None,
                      jsonl: bool = False, reasoning_field: str = "reasoning_content") -> dict[str, Any]:
     """Translate ``src`` to ``dst``; returns a summary (events in/out, ending, notes, diagnostics)."""
@@ -282,8 +305,14 @@ def translate_stream(src: BinaryIO, dst: BinaryIO, *, source: str, request: dict
             dst.write(render(out))
         dst.flush()
 
+    head = b""
     for chunk in _read_chunks(src):
+        if len(head) < 65536:
+            head += chunk
         emit(translator.feed(chunk))
+    other = other_api(head, source)
+    if other:
+        translator.notes.append(other)
     emit(translator.finish())
     if to_chat and not jsonl:
         dst.write(DONE_FRAME)

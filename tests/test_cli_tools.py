@@ -555,3 +555,24 @@ def test_version_and_a_closed_pipe(tmp_path: Path) -> None:
         os.close(write)
     assert r.returncode == 0, r.stderr.decode()
     assert b"Traceback" not in r.stderr and b"BrokenPipe" not in r.stderr
+
+
+def test_translate_says_when_the_stream_is_the_other_api(tmp_path: Path) -> None:
+    responses = tmp_path / "r.sse"
+    responses.write_bytes(b'event: response.created\ndata: {"type":"response.created","sequence_number":0,'
+                          b'"response":{"id":"r"}}\n\n')
+    r = cli("translate", "--from", "chat", "--to", "responses", str(responses), env=base_env(tmp_path))
+    assert "this is a Responses API stream" in r.stderr.decode() and "--from responses --to chat" in r.stderr.decode()
+    chat = tmp_path / "c.sse"
+    chat.write_bytes(b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}'
+                     b"\n\ndata: [DONE]\n\n")
+    r = cli("translate", "--from", "responses", "--to", "chat", str(chat), env=base_env(tmp_path))
+    assert "this is a Chat Completions stream" in r.stderr.decode()
+    r = cli("translate", "--from", "chat", "--to", "responses", str(chat), env=base_env(tmp_path))
+    assert "note:" not in r.stderr.decode()  # the right way round: no hint
+
+
+def test_every_command_has_examples_in_its_help(tmp_path: Path) -> None:
+    for command in ([], ["serve"], ["check-config"], ["demo"], ["translate"]):
+        r = cli(*command, "--help", env=base_env(tmp_path))
+        assert r.returncode == 0 and "examples:\n  crossfeed " in r.stdout.decode(), command
