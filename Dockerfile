@@ -1,9 +1,13 @@
 # crossfeed: streaming translation proxy between the OpenAI Responses and Chat Completions APIs.
 #
-#   docker build -t crossfeed .
-#   docker run --rm -p 8080:8080 -e CROSSFEED_UPSTREAM=http://host.docker.internal:8000/v1 crossfeed
-#   docker run --rm -p 8080:8080 -v "$PWD/deploy/crossfeed.toml:/etc/crossfeed/config.toml:ro" \
+#   docker build -t crossfeed .            (podman: podman build --format docker -t crossfeed .)
+#   docker run --rm -p 8080:8080 --add-host=host.docker.internal:host-gateway \
+#       -e CROSSFEED_UPSTREAM=http://host.docker.internal:8000/v1 crossfeed
+#   docker run --rm -p 8080:8080 --add-host=host.docker.internal:host-gateway \
+#       -v "$PWD/deploy/crossfeed.toml:/etc/crossfeed/config.toml:ro" \
+#       -e CROSSFEED_INBOUND_KEYS=change-me -e CROSSFEED_UPSTREAM=http://host.docker.internal:8000/v1 \
 #       crossfeed --config /etc/crossfeed/config.toml
+#   (podman: drop --add-host and use http://host.containers.internal:8000/v1; see deploy/README.md)
 #
 # Configuration: a mounted TOML file (--config FILE, or CROSSFEED_CONFIG=FILE) and/or CROSSFEED_*
 # environment variables (CROSSFEED_UPSTREAM, CROSSFEED_UPSTREAM_API, CROSSFEED_UPSTREAM_API_KEY_ENV,
