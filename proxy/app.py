@@ -75,7 +75,7 @@ from .responses_api import (
     get_response,
     list_input_items,
     load_history,
-    schedule_save,
+    save_before_final,
 )
 from .reverse import reverse_chat
 from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
@@ -270,7 +270,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
             result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
                                                  seal_reasoning=reasoning_sealer(request, body),
                                                  think_tags=up.think_tags)
-            schedule_save(app, body, result, history, app[IDS])
+            await save_before_final(app, body, result, history, app[IDS])
         summary.update(terminal=result.get("status"), usage=usage_summary(result))
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
             err = result.get("error") or {}

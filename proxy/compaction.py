@@ -34,7 +34,7 @@ from .errors import ClientRequestError, UpstreamError
 from .exchange import SinkOpener, Summary, map_forward, open_leg, reasoning_sealer, stream_turn
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .observability import SUMMARY, usage_summary
-from .responses_api import load_history, schedule_save
+from .responses_api import final_saver, load_history, save_before_final
 from .streams import outbound_headers
 from .upstream import read_json
 
@@ -86,8 +86,8 @@ async def compaction_turn(request: web.Request, body: dict[str, Any], up: Upstre
     await check_size(request, up, plan.chat)
     ran = await stream_turn(request, up, "/chat/completions", plan.chat,
                             lambda framing: _leg(request, _main(request, body, up, plan, framing), up, last=True),
-                            open_sink, summary)
-    return _ended(request, body, ran, None, summary)
+                            open_sink, summary, before_end=final_saver(request.app, body, None, keep_failed=False))
+    return _ended(ran, summary)
 
 
 async def compacting_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener,
@@ -106,17 +106,15 @@ async def compacting_turn(request: web.Request, body: dict[str, Any], up: Upstre
     summary["compacted"] = True
     ran = await stream_turn(request, up, "/chat/completions", ask,
                             lambda framing: _leg(request, _main(request, body, up, plan, framing), up, last=False),
-                            open_sink, summary, then=then)
-    return _ended(request, body, ran, history, summary)
+                            open_sink, summary, then=then,
+                            before_end=final_saver(request.app, body, history, keep_failed=False))
+    return _ended(ran, summary)
 
 
-def _ended(request: web.Request, body: dict[str, Any], ran: Any, history: list[dict[str, Any]] | None,
-           summary: Summary) -> dict[str, Any] | None:
+def _ended(ran: Any, summary: Summary) -> dict[str, Any] | None:
     if ran is None:
         return None
     final = ran[0].final_response
-    if final is not None and final.get("status") != "failed":  # a failed compaction is not kept
-        schedule_save(request.app, body, final, history, request.app[IDS])
     summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
     return final  # type: ignore[no-any-return]
 
@@ -161,7 +159,7 @@ async def compact_now(request: web.Request, body: dict[str, Any], up: Upstream, 
     final = main.final_response
     assert final is not None
     if final.get("status") != "failed":
-        schedule_save(request.app, body, final, history, request.app[IDS])
+        await save_before_final(request.app, body, final, history, request.app[IDS])
     return final
 
 

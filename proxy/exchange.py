@@ -42,7 +42,7 @@ from .keys import CLOCK, CONFIG, IDS, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS
 from .observability import METRICS, SUMMARY, note_upstream_error, usage_counts, usage_summary
 from .relay import RelayStats, relay
-from .responses_api import schedule_save
+from .responses_api import final_saver
 from .sinks import Sink
 from .streams import note_anomalies, outbound_headers, secrets
 from .upstream import open_upstream
@@ -110,7 +110,8 @@ async def open_leg(request: web.Request, up: Upstream, path: str, body: dict[str
 
 
 async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump, sink: Sink,
-                  summary: Summary, initial: list[Out] | None = None, *, close: bool = True) -> RelayStats:
+                  summary: Summary, initial: list[Out] | None = None, *, close: bool = True,
+                  before_end: BeforeEnd | None = None) -> RelayStats:
     """Run the relay for one leg, registered as open for shutdown (the caller holds its place in
     the stream limits, which the active-streams metric reads).
 
@@ -123,7 +124,8 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     app = request.app
     task = asyncio.get_running_loop().create_task(relay(
         upstream, pump, sink, idle=up.timeouts.idle, keepalive=app[CONFIG].server.keepalive_seconds,
-        total=up.timeouts.total, initial=initial, registry=app[OPEN_STREAMS], close=close))
+        total=up.timeouts.total, initial=initial, registry=app[OPEN_STREAMS], close=close,
+        before_end=before_end))
     try:
         stats = await task
     except asyncio.CancelledError:
@@ -139,6 +141,8 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     return stats
 
 
+# Awaited with the machine before its terminal event is written (the Response is saved there).
+BeforeEnd = Callable[[Any], Awaitable[None]]
 # After a leg (its machine, the open sink): the next leg's upstream body and the machine its
 # stream feeds, or None (the end). It may write events of its own to the sink first.
 NextLeg = Callable[[Any, Sink], Awaitable["tuple[dict[str, Any], Any] | None"]]
@@ -146,12 +150,14 @@ NextLeg = Callable[[Any, Sink], Awaitable["tuple[dict[str, Any], Any] | None"]]
 
 async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_body: dict[str, Any],
                       make_machine: Callable[[Framing], Any], open_sink: SinkOpener,
-                      summary: Summary, *, then: NextLeg | None = None) -> tuple[Any, RelayStats] | None:
+                      summary: Summary, *, then: NextLeg | None = None,
+                      before_end: BeforeEnd | None = None) -> tuple[Any, RelayStats] | None:
     """The streamed exchange every direction and transport shares: admission to the upstream's
     stream limit, one leg (upstream call, sink, machine, relay), and the turn's summary fields.
     ``make_machine`` gets the sink's framing; a machine with ``start`` (the forward one) has its
     start events go out with the first upstream data. ``then``: more legs of the same Response
-    on the same sink (a compaction, then the answer). None: the client left before the stream."""
+    on the same sink (a compaction, then the answer). ``before_end``: awaited once, with the
+    machine, before the terminal event goes out. None: the client left before the stream."""
     app = request.app
     with app[LIMITS].admit(up):
         upstream = await open_leg(request, up, path, upstream_body, summary)
@@ -167,17 +173,33 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
         machine = make_machine(sink.framing)
         start = getattr(machine, "start", None)  # the forward machines open the Response themselves
         initial = start() if start is not None else None
+        once = _once(before_end)
         stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial,
-                              close=then is None)
+                              close=then is None, before_end=once)
         if then is not None:
-            stats = await _later_legs(request, up, path, machine, sink, summary, stats, then)
+            stats = await _later_legs(request, up, path, machine, sink, summary, stats, then, once)
     if machine.diagnostics:
         note_anomalies(request, machine.diagnostics)
     return machine, stats
 
 
+def _once(before_end: BeforeEnd | None) -> BeforeEnd | None:
+    """``before_end`` that runs at most once, whichever write ends the Response."""
+    if before_end is None:
+        return None
+    ran = False
+
+    async def once(machine: Any) -> None:
+        nonlocal ran
+        if not ran:
+            ran = True
+            await before_end(machine)
+
+    return once
+
+
 async def _later_legs(request: web.Request, up: Upstream, path: str, machine: Any, sink: Sink, summary: Summary,
-                      stats: RelayStats, then: NextLeg) -> RelayStats:
+                      stats: RelayStats, then: NextLeg, before_end: BeforeEnd | None) -> RelayStats:
     """Run the legs after the first one into the open sink, then close it. An upstream that
     fails to answer a later leg, or a failure of crossfeed's own between two legs (a bug in a
     tool runner), ends the Response with ``response.failed``: the stream began, so it still ends
@@ -191,8 +213,8 @@ async def _later_legs(request: web.Request, up: Upstream, path: str, machine: An
             except Exception as exc:
                 log.error("stream.internal_error", detail=repr(exc), where="between legs")
                 summary["ending"] = "internal_error"
-                await sink.end([] if machine.done else machine.fail("internal_error",
-                                                                    "crossfeed failed between two backend calls"))
+                end = [] if machine.done else machine.fail("internal_error", "crossfeed failed between two backend calls")
+                await _end(sink, machine, end, before_end)
                 return stats
             if nxt is None:
                 break
@@ -203,14 +225,21 @@ async def _later_legs(request: web.Request, up: Upstream, path: str, machine: An
                 if isinstance(exc, UpstreamError):
                     note_upstream_error(request.app, summary, exc.code)
                 summary["ending"] = exc.code
-                await sink.end(machine.fail(str(exc.code), exc.message))
+                await _end(sink, machine, machine.fail(str(exc.code), exc.message), before_end)
                 return stats
-            stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, close=False)
+            stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, close=False,
+                                  before_end=before_end)
         if stats.ending != "client_disconnected":
-            await sink.end([])
+            await _end(sink, machine, [], before_end)
     except ConnectionResetError:
         stats.ending = "client_disconnected"
     return stats
+
+
+async def _end(sink: Sink, machine: Any, events: list[Any], before_end: BeforeEnd | None) -> None:
+    if before_end is not None and machine.done:
+        await before_end(machine)
+    await sink.end(events)
 
 
 async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *,
@@ -226,11 +255,11 @@ async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream,
         return ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=plan.tools, seal_reasoning=sealer,
                                      think_tags=up.think_tags, wire=framing)
 
-    ran = await stream_turn(request, up, "/chat/completions", plan.chat, machine, open_sink, summary)
+    ran = await stream_turn(request, up, "/chat/completions", plan.chat, machine, open_sink, summary,
+                            before_end=final_saver(app, body, history))
     if ran is None:
         return None
     final = ran[0].final_response
-    schedule_save(app, body, final, history, app[IDS])
     summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
     return final  # type: ignore[no-any-return]
 

@@ -21,6 +21,7 @@ once. The idle and total bounds are a ``Deadline`` (proxy/deadline.py), as on pa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,7 @@ async def relay(
     stats: RelayStats | None = None,
     registry: set[OpenStream] | None = None,
     close: bool = True,
+    before_end: Callable[[Any], Awaitable[None]] | None = None,
 ) -> RelayStats:
     """Pump one upstream stream into ``sink`` (open, nothing written yet).
 
@@ -91,7 +93,8 @@ async def relay(
     with the headers of a plain ``StreamResponse``; see ``EventStreamResponse``). The last
     write is the sink's ``close`` (for SSE it ends the chunked body and adds ``[DONE]``), unless
     ``close`` is false: a leg another leg of the same Response follows leaves the sink open, and
-    the exchange closes it once the Response has ended.
+    the exchange closes it once the Response has ended. ``before_end(machine)`` is awaited before
+    the write that carries the terminal event (the exchange saves the Response there).
     """
     stats = stats or RelayStats()
     handle = sink.open_stream = OpenStream(upstream)
@@ -106,6 +109,8 @@ async def relay(
 
     async def write(data: Any, *, last: bool = False, flush: bool = False) -> None:
         nonlocal pending, ended
+        if last and before_end is not None and pump.machine.done:
+            await before_end(pump.machine)
         if pending:
             data, pending = pending + data, empty
         try:

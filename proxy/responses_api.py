@@ -3,8 +3,10 @@
 - A response created with ``store`` true (the default) is saved when it ends, whatever its
   terminal status, with the whole resolved input that produced it (the previous chain's items,
   then this request's input), so one lookup rebuilds any conversation.
-- Saving runs in a background task after the client has its answer: a storage failure is logged
-  and counted, never seen by the client (the response is delivered; only a later
+- Saved before final: the terminal event (or the non-streamed body) waits for the save, up to
+  ``[store] save_timeout_seconds``, so a follow-up on another replica finds the response. A store
+  that is slower or down does not keep the client waiting: the save goes on in the background, and
+  its failure is logged and counted, never seen by the client (only a later
   ``previous_response_id``/``GET`` on it answers 404).
 - ``GET /v1/responses/{id}`` (``?stream=true`` replays it as events), ``DELETE`` and
   ``GET .../input_items`` (``limit``, ``order``, ``after``, ``before``).
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -24,6 +27,7 @@ from translators.response_replay import replay_events
 from translators.sse import render_responses
 
 from .errors import ClientRequestError, ProxyError
+from .keys import CONFIG, IDS
 from .observability import METRICS
 from .store import ResponseStore, StoredResponse, StoreError
 from .store.pagination import InvalidParam, paginate
@@ -62,10 +66,43 @@ async def load_history(app: web.Application, body: dict[str, Any]) -> list[dict[
     return continued_history(record.input_items, record.response)
 
 
-def schedule_save(app: web.Application, body: dict[str, Any], response: dict[str, Any] | None,
-                  history: list[dict[str, Any]] | None, ids: Any) -> None:
-    if response is None or body.get("store") is False:
+async def save_before_final(app: web.Application, body: dict[str, Any], response: dict[str, Any] | None,
+                            history: list[dict[str, Any]] | None, ids: Any) -> None:
+    """Save ``response`` and wait for it, up to ``save_timeout_seconds`` (then it finishes in the
+    background, and a wait in this process still finds it)."""
+    task = schedule_save(app, body, response, history, ids)
+    if task is None:
         return
+    timeout = app[CONFIG].store.save_timeout_seconds
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        app[METRICS].store_failures.labels("save_late").inc()
+        log.warning("store.save_late", response_id=response["id"] if response else None, waited_seconds=timeout)
+
+
+def final_saver(app: web.Application, body: dict[str, Any], history: list[dict[str, Any]] | None, *,
+                keep_failed: bool = True) -> Callable[[Any], Awaitable[None]]:
+    """The exchange's ``before_end``: saves the machine's final Response before its terminal
+    event goes out, once however many ends the turn has (``keep_failed`` false: a failed
+    Response is not kept, as for a compaction)."""
+    saved = False
+
+    async def save(machine: Any) -> None:
+        nonlocal saved
+        final = machine.final_response
+        if saved or final is None or (not keep_failed and final.get("status") == "failed"):
+            return
+        saved = True
+        await save_before_final(app, body, final, history, app[IDS])
+
+    return save
+
+
+def schedule_save(app: web.Application, body: dict[str, Any], response: dict[str, Any] | None,
+                  history: list[dict[str, Any]] | None, ids: Any) -> asyncio.Task[None] | None:
+    """Start saving ``response`` (a background task, returned); None when nothing is saved."""
+    if response is None or body.get("store") is False:
+        return None
     items = (history or []) + normalize_input(body.get("input"), ids)
     record = StoredResponse(id=response["id"], created_at=int(response.get("created_at") or 0),
                             response=response, input_items=items,
@@ -79,6 +116,7 @@ def schedule_save(app: web.Application, body: dict[str, Any], response: dict[str
         app[SAVING].pop(record.id, None)
 
     task.add_done_callback(done)
+    return task
 
 
 async def _save(app: web.Application, record: StoredResponse) -> None:
@@ -95,6 +133,9 @@ def _count_failure(app: web.Application, op: str, exc: StoreError) -> None:
 
 async def _record(request: web.Request) -> StoredResponse:
     rid = request.match_info["response_id"]
+    saving = request.app[SAVING].get(rid)
+    if saving is not None:  # a save still finishing in this process (a slow store): wait for it
+        await asyncio.wait([saving], timeout=10)
     try:
         record = await request.app[STORE].get(rid)
     except StoreError as exc:

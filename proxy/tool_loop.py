@@ -32,7 +32,7 @@ from translators.responses_request import MappedRequest
 from .config import Upstream
 from .exchange import SinkOpener, Summary, open_leg, reasoning_sealer, stream_turn
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY
-from .responses_api import schedule_save
+from .responses_api import final_saver, save_before_final
 from .sinks import Sink
 from .upstream import read_json
 
@@ -186,6 +186,7 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
     """Streamed (SSE or WebSocket): legs and rounds until the model answers."""
     deadline = time.monotonic() + up.timeouts.total
     state: dict[str, Any] = {"body": first_body(plan, loop), "start": 0}
+    save = final_saver(request.app, body, history)
 
     async def then(leg: Any, sink: Sink) -> tuple[dict[str, Any], Any] | None:
         main = leg.main
@@ -193,7 +194,9 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
             return None
         go_on = await loop.round(request, main, sink) and not (main.leg and main.leg.calls)
         if not go_on or time.monotonic() > deadline:
-            await write(sink, main.end_response() if not go_on else main.end_response(incomplete="max_messages"))
+            events = main.end_response() if not go_on else main.end_response(incomplete="max_messages")
+            await save(leg)  # saved before the terminal event goes out
+            await write(sink, events)
             return None
         state["body"] = next_body(state["body"], main, loop, state["start"], up.mapping.reasoning_field)
         main.next_leg()
@@ -202,11 +205,10 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
 
     ran = await stream_turn(request, up, "/chat/completions", state["body"],
                             lambda framing: _machine(request, body, up, plan, loop, framing), open_sink, summary,
-                            then=then)
+                            then=then, before_end=save)
     if ran is None:
         return None
     final = ran[0].final_response
-    schedule_save(request.app, body, final, history, request.app[IDS])
     summary.update(terminal=final.get("status") if final else ran[1].ending, hosted_calls=loop.used)
     return final  # type: ignore[no-any-return]
 
@@ -234,7 +236,7 @@ async def hosted_now(request: web.Request, body: dict[str, Any], up: Upstream, p
         start = main.output_count
     final = main.final_response
     assert final is not None
-    schedule_save(request.app, body, final, history, request.app[IDS])
+    await save_before_final(request.app, body, final, history, request.app[IDS])
     summary.update(hosted_calls=loop.used)
     return final
 

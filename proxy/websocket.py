@@ -54,7 +54,7 @@ from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS
 from .observability import REQUEST_ID, SUMMARY, note_upstream_error, record_request
 from .relay import Draining
-from .responses_api import load_history, schedule_save
+from .responses_api import load_history, save_before_final
 from .sinks import WebSocketSink
 
 log = structlog.get_logger("crossfeed")
@@ -269,13 +269,13 @@ class Connection:
         if not generate:
             history = await self._history(body, remembered)
             events = primed_response_events(body, ids=ids, now=self.app[CLOCK])
+            final = events[-1]["response"]
+            await save_before_final(self.app, body, final, history, ids)  # before its terminal event
             try:
                 await self.sink.write(self.sink.render(events))  # type: ignore[arg-type]
             except ConnectionResetError:
                 summary["terminal"] = "client_disconnected"
                 return
-            final = events[-1]["response"]
-            schedule_save(self.app, body, final, history, ids)
             summary.update(terminal="completed", primed=True)
             self._remember(body, history, final, primed=True)
             return

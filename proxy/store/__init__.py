@@ -83,6 +83,10 @@ class StoreConfig(BaseModel):
     sweep_interval_seconds: float = Field(default=60.0, ge=0)
     # Connect and command timeout for Redis.
     redis_timeout_seconds: float = Field(default=5.0, gt=0)
+    # How long the terminal event (or a non-streamed body) waits for its response to be saved:
+    # saved before the client has its answer, so another replica finds it; a slower store is
+    # left to finish in the background (logged and counted), the client is not kept waiting.
+    save_timeout_seconds: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
     def _check_backend_options(self) -> StoreConfig:

@@ -168,3 +168,33 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
         await handle.runner.cleanup()
     # The stream delivered while the store was down passes the strict validator.
     assert validate_captured(captured) == 1
+
+
+@pytest.mark.parametrize("proxy_overrides", [{"store.save_timeout_seconds": 0.2}])
+async def test_a_slow_store_does_not_hold_the_answer(client: openai.AsyncOpenAI, proxy, upstream: FakeUpstream,
+                                                     monkeypatch: pytest.MonkeyPatch, proxy_overrides) -> None:
+    """The terminal event waits for the save only up to save_timeout_seconds: a slower store gets
+    the save finished in the background (counted as save_late), and the response is found then."""
+    from proxy.observability import METRICS
+    from proxy.responses_api import STORE
+
+    store = proxy.app[STORE]
+    real_save = store.save
+    release = asyncio.Event()
+
+    async def slow_save(record):  # held until the client has its answer
+        await release.wait()
+        await real_save(record)
+
+    monkeypatch.setattr(store, "save", slow_save)
+    upstream.reply(text_reply("Eventually stored."))
+    stream = await client.responses.create(model="m", input="hi", stream=True)
+    final = [e async for e in stream][-1].response
+    assert final.status == "completed" and final.output_text == "Eventually stored."
+    late = proxy.app[METRICS].store_failures.labels("save_late")._value.get()
+    assert late == 1
+    assert await store.get(final.id) is None  # not yet: the answer did not wait for it
+    release.set()
+    # the save goes on in the background; a GET in this process waits for it
+    assert (await client.responses.retrieve(final.id)).output_text == "Eventually stored."
+    assert await store.get(final.id) is not None

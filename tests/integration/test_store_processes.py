@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import openai
+import orjson
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, JSONReply
+from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,3 +86,79 @@ async def test_two_replicas_share_redis(upstream: FakeUpstream, tmp_path: Path, 
     assert upstream.requests[-1].body["messages"] == [
         {"role": "user", "content": "started on a"}, {"role": "assistant", "content": "from a"},
         {"role": "user", "content": "continued on b"}]
+
+
+def sse_reply(text: str) -> SSEReply:
+    frames = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}]
+    return SSEReply(b"".join(b"data: " + orjson.dumps(f) + b"\n\n" for f in frames) + b"data: [DONE]\n\n")
+
+
+class SlowLink:
+    """A TCP relay on loopback that holds every chunk a client sends for ``delay`` seconds before
+    passing it on: replica A's Redis is then slow to write to, as a busy or distant one is."""
+
+    def __init__(self, target: tuple[str, int], delay: float) -> None:
+        self.target, self.delay = target, delay
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float) -> None:
+            try:
+                while data := await src.read(65536):
+                    if delay:
+                        await asyncio.sleep(delay)
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer, self.delay), pipe(up_reader, writer, 0))
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+@pytest.mark.timeout(240)
+async def test_a_follow_up_on_another_replica_finds_the_response_at_once(upstream: FakeUpstream, tmp_path: Path,
+                                                                          redis_url: str) -> None:
+    """Saved before final: as soon as replica A's stream says response.completed, replica B
+    continues it, 200 times in a row, and never answers 404. A reaches Redis through a link that
+    holds each write 30 ms, so a save still on its way when the terminal event left would be
+    missed by B every time (it was: the save used to run after the terminal event)."""
+    cfg = write_config(tmp_path / "c.toml", upstream, f'backend = "redis"\nkey_prefix = "cf-final-{os.getpid()}:"')
+    upstream.default = lambda req: sse_reply("ok") if req.body.get("stream") else reply("ok")
+    host, port = redis_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    link = SlowLink((host, int(port)), 0.03)
+    slow_url = f"redis://127.0.0.1:{await link.start()}/" + redis_url.rsplit("/", 1)[1]
+    a = await start(cfg, {"CROSSFEED_REDIS_URL": slow_url})
+    b = await start(cfg, {"CROSSFEED_REDIS_URL": redis_url})
+    misses = 0
+    try:
+        async with openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0) as ca, \
+                openai.AsyncOpenAI(base_url=b.url + "/v1", api_key="k", max_retries=0) as cb:
+            for i in range(200):
+                stream = await ca.responses.create(model="m", input=f"turn {i}", stream=True)
+                async for event in stream:
+                    if event.type == "response.completed":
+                        rid = event.response.id
+                        break
+                try:
+                    await cb.responses.create(model="m", input="and then?", previous_response_id=rid)
+                except openai.NotFoundError:
+                    misses += 1
+                await stream.close()
+    finally:
+        assert await a.stop() == 0
+        assert await b.stop() == 0
+        await link.close()
+    assert misses == 0
