@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from .config import Upstream
 from .errors import ClientRequestError
@@ -46,8 +47,16 @@ def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
 
 
 async def read_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object, or a 400 that says what is wrong with it."""
-    raw = await request.read()
+    """The request's JSON object, or a 400 that says what is wrong with it. A body compressed as
+    its ``Content-Encoding`` says (gzip, deflate, zstd) is read decompressed; one that is not what
+    the header says is a 400, not a failure of crossfeed's."""
+    try:
+        raw = await request.read()
+    except RequestPayloadError:
+        encoding = request.headers.get("Content-Encoding", "")
+        raise ClientRequestError(
+            f"the request body could not be read as its Content-Encoding ({encoding or 'none'}) says: send it "
+            "compressed that way, or without the header", code="invalid_body") from None
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

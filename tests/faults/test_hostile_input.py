@@ -259,6 +259,31 @@ CASES += [Case(f"c-message-{n}", "reverse", post(C, {**GOOD_C, "messages": [m]})
 CASES += [Case("c-empty-messages", "reverse", post(C, {**GOOD_C, "messages": []}), status=400, param="messages")]
 
 
+def _encoded(kind: str, obj: Any) -> bytes:
+    import gzip
+    import zlib
+
+    from backports import zstd
+
+    raw = js(obj)
+    return {"gzip": gzip.compress, "deflate": zlib.compress, "zstd": zstd.compress}[kind](raw)
+
+
+# Content-Encoding: a body that is what its header says is read; one that lies is a 400 envelope.
+CASES += [Case(f"encoding-{kind}-real-{direction}", direction, http("POST", path, _encoded(kind, good),
+                                                      headers={"Content-Encoding": kind}), expect="ok")
+          for kind in ("gzip", "deflate", "zstd") for direction, path, good in (("forward", R, GOOD_R),
+                                                                                 ("reverse", C, GOOD_C))]
+CASES += [Case(f"encoding-{kind}-lies-{direction}", direction, http("POST", path, js(good), headers={"Content-Encoding": kind}),
+               status=400)
+          for kind in ("gzip", "deflate", "zstd") for direction, path, good in (("forward", R, GOOD_R),
+                                                                                 ("reverse", C, GOOD_C))]
+CASES += [Case("encoding-gzip-truncated", "forward",
+               http("POST", R, _encoded("gzip", GOOD_R)[:20], headers={"Content-Encoding": "gzip"}), status=400),
+          Case("encoding-unknown", "forward", http("POST", R, js(GOOD_R), headers={"Content-Encoding": "br"}),
+               status=400)]
+
+
 @pytest.fixture
 async def proxies(fault_upstream: FaultUpstream) -> Any:
     async with running_proxy(fault_config(fault_upstream.base_url, "forward")) as fwd, \
