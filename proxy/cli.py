@@ -396,12 +396,15 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
         details.append("WebSocket mode off (the upgrade gets 426)")
     lines.append("  " + ", ".join(details))
     keys_env = getattr(s, "inbound_keys_env", None)
-    if not keys_env:
+    named = getattr(s, "inbound_keys", ())
+    if not keys_env and not named:
         auth = "off (every request is accepted)"
-    elif environ.get(keys_env):
-        auth = f"keys from ${keys_env} (set)"
     else:
-        auth = f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them"
+        parts = [f"{k.name} from {_env_state(k.key_env, environ)}" for k in named]
+        if keys_env:
+            parts.append(f"key-1, key-2... from ${keys_env} (set)" if environ.get(keys_env) else
+                         f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them")
+        auth = "; ".join(parts) + "; stored responses belong to the key that made them"
     lines.append(f"  inbound auth: {auth}")
     lg = config.logging
     lines.append(f"logging: level {lg.level}, format {lg.format}")

@@ -31,6 +31,7 @@ from translators.responses_request import MappedRequest
 
 from .config import Upstream
 from .errors import ClientRequestError, UpstreamError
+from .guard import KEY_NAME
 from .exchange import SinkOpener, Summary, map_forward, open_leg, reasoning_sealer, stream_turn
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .observability import SUMMARY, usage_summary
@@ -52,7 +53,10 @@ def _main(request: web.Request, body: dict[str, Any], up: Upstream, plan: Mapped
 
 def _leg(request: web.Request, main: ChatToResponsesStream, up: Upstream, *, last: bool) -> SummaryLeg:
     app = request.app
-    return SummaryLeg(main, app[SEAL].seal_summary, app[IDS].new(ITEM_PREFIX), last=last, think_tags=up.think_tags)
+    seal = app[SEAL]
+    owner = KEY_NAME.get() or ""
+    return SummaryLeg(main, lambda text: seal.seal_summary(text, owner), app[IDS].new(ITEM_PREFIX), last=last,
+                      think_tags=up.think_tags)
 
 
 def _answer_body(plan: MappedRequest, up: Upstream, summary_text: str) -> dict[str, Any]:
@@ -179,7 +183,8 @@ async def compact_response(request: web.Request, body: dict[str, Any], up: Upstr
     plan = map_forward(request, create, up, history)
     await check_size(request, up, plan.chat)
     text, usage = await _summarise(request, up, plan.chat, summary)
-    item = {"id": app[IDS].new(ITEM_PREFIX), "type": cmp.ITEM, "encrypted_content": app[SEAL].seal_summary(text)}
+    item = {"id": app[IDS].new(ITEM_PREFIX), "type": cmp.ITEM,
+            "encrypted_content": app[SEAL].seal_summary(text, KEY_NAME.get() or "")}
     conversation = [*(history or []), *normalize_input(items, app[IDS])]
     answer = {"id": app[IDS].new(idp.RESPONSE), "object": "response.compaction", "created_at": app[CLOCK](),
               "output": cmp.compacted_output(conversation, item), "usage": map_usage(usage)}

@@ -95,11 +95,21 @@ class Upstream(_Model):
         return any(p != "*" and fnmatch.fnmatchcase(model, p) for p in self.models if any(c in p for c in "*?["))
 
 
+class InboundKey(_Model):
+    """One client key: its name (what logs, metrics and stored responses carry) and the variable
+    holding it (the key itself is never in the file)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    key_env: str = Field(min_length=1)
+
+
 class Server(_Model):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     inbound_keys_env: str | None = None
+    inbound_keys: tuple[InboundKey, ...] = Field(
+        (), description="named client keys ([[server.inbound_keys]]); with inbound_keys_env, theirs come first")
     drain_seconds: float = Field(20.0, ge=0)
     keepalive_seconds: float = Field(15.0, gt=0, description="SSE comment sent after this much upstream silence")
     max_header_bytes: int = Field(16384, ge=1024, description="longest request line or header field")

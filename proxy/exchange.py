@@ -37,7 +37,7 @@ from translators.sse import Framing
 
 from .config import Upstream
 from .errors import ClientRequestError, ProxyError, UpstreamError
-from .guard import LIMITS
+from .guard import KEY_NAME, LIMITS
 from .keys import CLOCK, CONFIG, IDS, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS
 from .observability import METRICS, SUMMARY, note_upstream_error, usage_counts, usage_summary
@@ -82,9 +82,10 @@ def map_forward(request: web.Request, body: dict[str, Any], up: Upstream,
     """The chat request for a Responses request (the upstream's model name in it);
     ``mcp_results``: what came of the MCP approvals this input answers (proxy/mcp_tools.py)."""
     seal = request.app[SEAL]
+    owner = KEY_NAME.get() or ""
     searching = request.app[CONFIG].web_search.backend is not None
     mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.open,
-                                       open_summary=seal.open_summary,
+                                       open_summary=lambda token: seal.open_summary(token, owner),
                                        search_function=search_function_name(body.get("tools")) if searching else None,
                                        mcp_results=mcp_results)
     mapped.chat["model"] = up.model_map.get(mapped.model, mapped.model)

@@ -12,26 +12,41 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from aiohttp import web
 
 from .config import Config, Upstream
 from .errors import ClientRequestError, ConfigError, error_response
+from .observability import SUMMARY
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[bytes, ...]:
-    """The accepted keys. Named but unset or empty is a start-up error: never fail open."""
-    env = config.server.inbound_keys_env
-    if not env:
-        return ()
-    keys = tuple(k.strip().encode() for k in environ.get(env, "").split(",") if k.strip())
-    if not keys:
-        raise ConfigError(f"server.inbound_keys_env names ${env}, which is unset or empty: refusing to start "
-                          "without inbound keys (unset inbound_keys_env to run without authentication)")
-    return keys
+def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[tuple[bytes, str], ...]:
+    """The accepted keys with their names: ``[[server.inbound_keys]]`` by their own names, the
+    comma-separated keys of ``inbound_keys_env`` as ``key-1``, ``key-2``... Named but unset or
+    empty is a start-up error: never fail open."""
+    server = config.server
+    keys: list[tuple[bytes, str]] = []
+    for i, entry in enumerate(server.inbound_keys):
+        value = environ.get(entry.key_env, "").strip()
+        if not value:
+            raise ConfigError(f"server.inbound_keys.{i}.key_env (key {entry.name!r}) names ${entry.key_env}, which "
+                              "is unset or empty: refusing to start without that key")
+        keys.append((value.encode(), entry.name))
+    env = server.inbound_keys_env
+    if env:
+        found = [k.strip().encode() for k in environ.get(env, "").split(",") if k.strip()]
+        if not found:
+            raise ConfigError(f"server.inbound_keys_env names ${env}, which is unset or empty: refusing to start "
+                              "without inbound keys (unset inbound_keys_env to run without authentication)")
+        keys += [(k, f"key-{n}") for n, k in enumerate(found, 1)]
+    names = [name for _, name in keys]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"server.inbound_keys: key names must be unique: {names}")
+    return tuple(keys)
 
 
 def upstream_keys(config: Config, environ: Mapping[str, str]) -> None:
@@ -45,20 +60,28 @@ def upstream_keys(config: Config, environ: Mapping[str, str]) -> None:
                 f"${up.api_key_env}, or remove api_key_env to pass each client's own key through)")
 
 
-def auth_middleware(keys: tuple[bytes, ...]) -> Callable[..., Any]:
+# The name of the key the current request came with (None without inbound keys). Set by the auth
+# middleware; the tasks a request starts (its relay, a WebSocket's turns) see it too.
+KEY_NAME: ContextVar[str | None] = ContextVar("crossfeed_key_name", default=None)
+
+
+def auth_middleware(keys: tuple[tuple[bytes, str], ...]) -> Callable[..., Any]:
     """Installed only when keys are configured (no middleware layer at all otherwise)."""
     @web.middleware
     async def check(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
         if request.path not in OPEN_PATHS:
             header = request.headers.get("Authorization", "")
             token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
-            ok = False
-            for key in keys:  # compare with every key, so timing says nothing about which matched
-                ok |= hmac.compare_digest(token, key)
-            if not ok:
+            name = None
+            for key, key_name in keys:  # compare with every key, so timing says nothing about which matched
+                if hmac.compare_digest(token, key) and name is None:
+                    name = key_name
+            if name is None:
                 return error_response(ClientRequestError(
                     "Incorrect or missing API key. Send Authorization: Bearer <key>.", status=401,
                     code="invalid_api_key"), headers={"WWW-Authenticate": "Bearer"})
+            KEY_NAME.set(name)
+            request[SUMMARY]["key"] = name
         return await handler(request)
 
     return check

@@ -57,7 +57,8 @@ class Metrics:
     def __init__(self, open_streams: Callable[[], Mapping[str, int]] = dict) -> None:
         """``open_streams``: the number of streams open per upstream, read at each scrape."""
         self.registry = r = CollectorRegistry()
-        self.requests = Counter("crossfeed_requests", "Requests handled", ["route", "model", "status"], registry=r)
+        self.requests = Counter("crossfeed_requests", "Requests handled", ["route", "model", "status", "key"],
+                                registry=r)
         r.register(_OpenStreams(open_streams))
         self.ttfb = Histogram("crossfeed_time_to_first_byte_seconds", "Time until the upstream answered",
                               ["route"], buckets=_TIME_BUCKETS, registry=r)
@@ -72,7 +73,7 @@ class Metrics:
         self.anomalies = Counter("crossfeed_translation_anomalies", "Upstream quirks absorbed by translation",
                                  ["kind"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
-        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._request_children: dict[tuple[str, str, int, str], tuple[Any, Any]] = {}
         self._models: set[str] = set()
 
     def model_label(self, model: str) -> str:
@@ -87,13 +88,13 @@ class Metrics:
         self._models.add(model)
         return model
 
-    def request_children(self, route: str, model: str, status: int) -> tuple[Any, Any]:
-        """The request counter and duration series of one (route, model, status): found with one
-        lookup, since every request records both."""
-        key = (route, model, status)
+    def request_children(self, route: str, model: str, status: int, key_name: str = "none") -> tuple[Any, Any]:
+        """The request counter and duration series of one (route, model, status, key name): found
+        with one lookup, since every request records both."""
+        key = (route, model, status, key_name)
         found = self._request_children.get(key)
         if found is None:
-            found = self._request_children[key] = (self.requests.labels(route, model, str(status)),
+            found = self._request_children[key] = (self.requests.labels(route, model, str(status), key_name),
                                                    self.duration.labels(route))
         return found
 
@@ -159,7 +160,7 @@ def record_request(app: web.Application, route: str, summary: dict[str, Any], st
     """One request's (or WebSocket turn's) metrics and its summary line."""
     metrics = app[METRICS]
     model = metrics.model_label(str(summary.get("model") or ""))
-    count, durations = metrics.request_children(route, model, status)
+    count, durations = metrics.request_children(route, model, status, str(summary.get("key") or "none"))
     count.inc()
     durations.observe(duration)
     ttfb = summary.pop("ttfb", None)

@@ -85,16 +85,17 @@ class ReasoningSeal:
             return text, [d for d in details if isinstance(d, dict)]
         return None
 
-    def seal_summary(self, summary: str) -> str:
-        """The ``encrypted_content`` of a compaction item holding ``summary``."""
-        return self._seal(_PREFIX_COMPACTION, summary.encode("utf-8"), _AAD_COMPACTION)
+    def seal_summary(self, summary: str, owner: str = "") -> str:
+        """The ``encrypted_content`` of a compaction item holding ``summary``, bound to the
+        inbound key's name ``owner`` (its associated data): no other key's requests open it."""
+        return self._seal(_PREFIX_COMPACTION, summary.encode("utf-8"), _AAD_COMPACTION + owner.encode())
 
-    def open_summary(self, token: str) -> str | None:
-        """The summary a compaction token holds, or None when it is not crossfeed's, altered, or
-        sealed with another key."""
+    def open_summary(self, token: str, owner: str = "") -> str | None:
+        """The summary a compaction token holds, or None when it is not crossfeed's, altered,
+        sealed with another key, or made for another inbound key's requests."""
         if not isinstance(token, str) or not token.startswith(_PREFIX_COMPACTION):
             return None
-        plain = self._open(token[len(_PREFIX_COMPACTION):], _AAD_COMPACTION)
+        plain = self._open(token[len(_PREFIX_COMPACTION):], _AAD_COMPACTION + owner.encode())
         try:
             return None if plain is None else plain.decode("utf-8")
         except UnicodeError:

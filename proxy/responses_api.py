@@ -27,6 +27,7 @@ from translators.response_replay import replay_events
 from translators.sse import render_responses
 
 from .errors import ClientRequestError, ProxyError
+from .guard import KEY_NAME
 from .keys import CONFIG, IDS
 from .observability import METRICS
 from .store import ResponseStore, StoredResponse, StoreError
@@ -56,7 +57,7 @@ async def load_history(app: web.Application, body: dict[str, Any]) -> list[dict[
     if saving is not None:  # the client was faster than our background save: wait for it
         await asyncio.wait([saving], timeout=10)
     try:
-        record = await app[STORE].get(prev)
+        record = visible(await app[STORE].get(prev))
     except StoreError as exc:
         _count_failure(app, "get", exc)
         raise StoreUnavailable("the response store is unavailable; try again later") from None
@@ -106,7 +107,7 @@ def schedule_save(app: web.Application, body: dict[str, Any], response: dict[str
     items = (history or []) + normalize_input(body.get("input"), ids)
     record = StoredResponse(id=response["id"], created_at=int(response.get("created_at") or 0),
                             response=response, input_items=items,
-                            previous_response_id=body.get("previous_response_id"))
+                            previous_response_id=body.get("previous_response_id"), owner=KEY_NAME.get())
     task = asyncio.get_running_loop().create_task(_save(app, record))
     app[PENDING].add(task)
     app[SAVING][record.id] = task
@@ -131,13 +132,21 @@ def _count_failure(app: web.Application, op: str, exc: StoreError) -> None:
     log.warning("store.failed", operation=op, error=str(exc))
 
 
+def visible(record: StoredResponse | None) -> StoredResponse | None:
+    """The record, if the current request's key may see it: with inbound keys, a stored response
+    belongs to the key that made it, and to any other key it is as if it did not exist."""
+    if record is None or record.owner == KEY_NAME.get():
+        return record
+    return None
+
+
 async def _record(request: web.Request) -> StoredResponse:
     rid = request.match_info["response_id"]
     saving = request.app[SAVING].get(rid)
     if saving is not None:  # a save still finishing in this process (a slow store): wait for it
         await asyncio.wait([saving], timeout=10)
     try:
-        record = await request.app[STORE].get(rid)
+        record = visible(await request.app[STORE].get(rid))
     except StoreError as exc:
         _count_failure(request.app, "get", exc)
         raise StoreUnavailable("the response store is unavailable; try again later") from None
@@ -165,6 +174,7 @@ async def get_response(request: web.Request) -> web.StreamResponse:
 
 async def delete_response(request: web.Request) -> web.Response:
     rid = request.match_info["response_id"]
+    await _record(request)  # another key's response is not there for this one: 404
     try:
         deleted = await request.app[STORE].delete(rid)
     except StoreError as exc:

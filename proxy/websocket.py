@@ -50,6 +50,7 @@ from translators.responses_events import primed_response_events
 from .errors import ClientRequestError, ProxyError, UpstreamError, error_parts
 from .forward import forward_streamed
 from .exchange import map_forward, pick_upstream, relay_turn
+from .guard import KEY_NAME
 from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS
 from .observability import REQUEST_ID, SUMMARY, note_upstream_error, record_request
@@ -216,6 +217,8 @@ class Connection:
 
     async def _turn(self, body: dict[str, Any], n: int) -> None:
         summary: dict[str, Any] = {"transport": "websocket"}
+        if KEY_NAME.get() is not None:
+            summary["key"] = KEY_NAME.get()
         token = REQUEST_FIELDS.set({"request_id": f"{self.request.get(REQUEST_ID, 'ws')}.{n}", "route": ROUTE,
                                     "method": "WS"})
         start = time.monotonic()

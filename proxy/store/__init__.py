@@ -131,6 +131,7 @@ class StoredResponse:
     response: dict[str, Any]
     input_items: list[dict[str, Any]]
     previous_response_id: str | None = None
+    owner: str | None = None  # the name of the inbound key that created it (never the key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,7 @@ def encode_record(record: StoredResponse, backend: str = "") -> bytes:
                 "id": record.id,
                 "created_at": record.created_at,
                 "previous_response_id": record.previous_response_id,
+                "owner": record.owner,
                 "response": record.response,
                 "input_items": record.input_items,
             }
@@ -176,6 +178,7 @@ def decode_record(blob: bytes | str, backend: str = "") -> StoredResponse:
             response=d["response"],
             input_items=d["input_items"],
             previous_response_id=d.get("previous_response_id"),
+            owner=d.get("owner"),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise StoreError(f"corrupt stored record: {exc}", backend=backend) from exc

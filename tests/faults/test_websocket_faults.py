@@ -322,8 +322,8 @@ async def test_summary_line_and_metrics_per_turn(upstream: FakeUpstream, ws_fram
     assert done["ws-sum-1.2"]["status"] == 400
     (closed,) = [e for e in lines() if e.get("event") == "websocket.closed"]
     assert closed["turns"] == 2 and closed["request_id"] == "ws-sum-1"
-    assert f'crossfeed_requests_total{{model="m",route="{ROUTE}",status="200"}} 1.0' in metrics
-    assert f'crossfeed_requests_total{{model="m",route="{ROUTE}",status="400"}} 1.0' in metrics
+    assert f'crossfeed_requests_total{{key="none",model="m",route="{ROUTE}",status="200"}} 1.0' in metrics
+    assert f'crossfeed_requests_total{{key="none",model="m",route="{ROUTE}",status="400"}} 1.0' in metrics
     assert f'crossfeed_terminal_events_total{{route="{ROUTE}",terminal="completed"}} 1.0' in metrics
     assert 'route="/v1/responses",' not in metrics  # the socket itself is no request of the HTTP route
     assert ws_frames.validate() == (1, 1)

@@ -123,7 +123,7 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
     assert done and done[0]["status"] == 200 and done[0]["terminal"] == "completed" and done[0]["model"] == "m"
     assert done[0]["usage"] == {"in": 3, "out": 2}
     assert "sk-secret-value" not in buf.getvalue()
-    assert 'crossfeed_requests_total{model="m",route="/v1/responses",status="200"} 1.0' in text
+    assert 'crossfeed_requests_total{key="none",model="m",route="/v1/responses",status="200"} 1.0' in text
     assert 'crossfeed_tokens_total{direction="out",model="m"} 2.0' in text
     assert 'crossfeed_terminal_events_total{route="/v1/responses",terminal="completed"} 1.0' in text
     assert "crossfeed_active_streams" in text and "crossfeed_time_to_first_byte_seconds_bucket" in text
