@@ -18,7 +18,6 @@ against what a client would accumulate from the upstream chunks directly (``test
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import orjson
 import pytest
 
 from tests.support.captures import data_objects, read_capture
+from tests.support.golden import check_expected
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import accumulate_chat, sse_frames, validate_responses_events
 from translators.chat_to_responses import ChatToResponsesStream
@@ -36,7 +36,6 @@ from translators.pump import Pump
 from translators.sse import render_responses
 
 CASES = Path(__file__).parent / "cases" / "chat_to_responses"
-UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
 
 
 def upstream_bytes(case: Path) -> bytes:
@@ -84,12 +83,7 @@ def test_golden(case: Path) -> None:
     whole = translate(case, [data])
     validate_responses_events(whole)
     expected_file = case / "expected.jsonl"
-    if UPDATE or not expected_file.exists():
-        expected_file.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in whole))
-        if not UPDATE:
-            pytest.fail(f"wrote a new {expected_file}; review it and run again")
-    expected = [orjson.loads(line) for line in expected_file.read_bytes().splitlines() if line.strip()]
-    assert whole == expected
+    check_expected(expected_file, whole)
     # The typed per-frame decoding (chunk_frames.py) and plain JSON into ``feed`` agree.
     assert translate(case, [data], typed_frames=False) == whole
     # The frames the machine renders itself (wire mode) are the bytes of the dicts' frames.

@@ -8,7 +8,6 @@ to ``expected.jsonl`` for every split. ``CROSSFEED_UPDATE_GOLDEN=1`` rewrites th
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,13 @@ from proxy.config import load_config
 from tests.conftest import start_proxy
 from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.golden import check_expected
 from tests.support.validators import validate_responses_sse
 from translators.ids import SequentialIds
 
 pytestmark = pytest.mark.timeout(120)
 
 CASES = Path(__file__).parent / "cases" / "mcp"
-UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
 SPLITS = [(0, 1), (1, 9), (2, 61), (3, 4096)]
 
 
@@ -57,12 +56,7 @@ async def test_golden_mcp(case: Path, mcp_urls: dict[str, str], tmp_path: Path) 
         event.clear()
         event.update(orjson.loads(event_text))
     expected_file = case / "expected.jsonl"
-    if UPDATE or not expected_file.exists():
-        expected_file.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in whole))
-        if not UPDATE:
-            pytest.fail(f"wrote a new {expected_file}; review it and run again")
-    expected = [orjson.loads(line) for line in expected_file.read_bytes().splitlines() if line.strip()]
-    assert whole == expected
+    check_expected(expected_file, whole)
     assert TEST_TOKEN not in expected_file.read_text()
     for seed, piece in SPLITS[:-1]:
         split = await run(case, mcp_urls["http"], seed, piece, tmp_path / f"split{seed}")

@@ -10,7 +10,6 @@ the expected files for review.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,13 @@ from proxy.config import load_config
 from tests.conftest import start_proxy
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.golden import check_expected
 from tests.support.validators import validate_responses_sse
 from translators.ids import SequentialIds
 
 pytestmark = pytest.mark.timeout(120)
 
 CASES = Path(__file__).parent / "cases" / "web_search"
-UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
 SPLITS = [(0, 1), (1, 7), (2, 23), (3, 97), (4, 4096)]  # (seed, largest piece)
 
 
@@ -68,12 +67,7 @@ async def test_golden_web_search(case: Path, tmp_path: Path) -> None:
     whole, upstream = await run(case, *SPLITS[-1], tmp_path / "whole")
     assert len(upstream.requests) == len(list(case.glob("upstream_*.sse")))  # every leg was asked for
     expected_file = case / "expected.jsonl"
-    if UPDATE or not expected_file.exists():
-        expected_file.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in whole))
-        if not UPDATE:
-            pytest.fail(f"wrote a new {expected_file}; review it and run again")
-    expected = [orjson.loads(line) for line in expected_file.read_bytes().splitlines() if line.strip()]
-    assert whole == expected
+    check_expected(expected_file, whole)
     for seed, piece in SPLITS[:-1]:
         split, _ = await run(case, seed, piece, tmp_path / f"split{seed}")
         assert split == whole, f"split seed {seed}, pieces up to {piece} bytes"

@@ -11,12 +11,12 @@ from typing import Any
 
 import httpx2
 import openai
-import orjson
 import pytest
 
 from proxy.keys import SEAL
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.chat_chunks import chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 from translators.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
@@ -34,14 +34,6 @@ HISTORY: list[dict[str, Any]] = [
     {"type": "function_call_output", "call_id": "call_1", "output": "poem.txt"},
     {"role": "assistant", "content": "Too long a draft."},
 ]
-
-
-def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: tuple[int, int] | None = None) -> bytes:
-    body: dict[str, Any] = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    if usage:
-        body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def text_sse(text: str, usage: tuple[int, int] = (120, 30), reasoning: str = "") -> SSEReply:

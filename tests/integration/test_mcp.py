@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import ProxyHandle
 from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.chat_chunks import chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 
@@ -34,14 +35,6 @@ TOKEN = TEST_TOKEN
 def proxy_overrides() -> dict[str, Any]:
     return {"mcp.allowed_servers": ["http://127.0.0.1:*"], "mcp.call_timeout_seconds": 3,
             "mcp.max_output_bytes": 4096}
-
-
-def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: tuple[int, int] | None = None) -> bytes:
-    body: dict[str, Any] = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    if usage:
-        body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def calls_sse(*calls: tuple[str, dict[str, Any]]) -> SSEReply:

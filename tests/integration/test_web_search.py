@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import ProxyHandle
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.chat_chunks import chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 
@@ -32,14 +33,6 @@ DOCS = "https://doc.rust-lang.org/std/"
 PAGES = {"*": [(BLOG, "Announcing Rust 1.80.0", "The Rust team is happy to announce 1.80.0 with LazyCell."),
                (DOCS, "std - Rust", "The Rust Standard Library.")]}
 SEARCH = [{"type": "web_search"}]
-
-
-def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: tuple[int, int] | None = None) -> bytes:
-    body: dict[str, Any] = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    if usage:
-        body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def calls_reply(*queries: str, name: str = "web_search", text: str = "") -> SSEReply:
