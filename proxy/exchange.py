@@ -32,8 +32,8 @@ from translators.pump import Out, Pump
 from translators.responses_events import ResponsesEventRelay
 from translators.responses_request import MappedRequest, responses_request_to_chat
 from translators.responses_to_chat import ResponsesToChatStream
-from translators.web_search_items import search_function_name
 from translators.sse import Framing
+from translators.web_search_items import search_function_name
 
 from .config import Upstream
 from .errors import ClientRequestError, ProxyError, UpstreamError
@@ -142,7 +142,8 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     return stats
 
 
-# Awaited with the machine before its terminal event is written (the Response is saved there).
+# Awaited with the machine before a write that may carry its terminal event (the Response is
+# saved there); it may be awaited more than once and acts once (responses_api.final_saver).
 BeforeEnd = Callable[[Any], Awaitable[None]]
 # After a leg (its machine, the open sink): the next leg's upstream body and the machine its
 # stream feeds, or None (the end). It may write events of its own to the sink first.
@@ -157,8 +158,8 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
     stream limit, one leg (upstream call, sink, machine, relay), and the turn's summary fields.
     ``make_machine`` gets the sink's framing; a machine with ``start`` (the forward one) has its
     start events go out with the first upstream data. ``then``: more legs of the same Response
-    on the same sink (a compaction, then the answer). ``before_end``: awaited once, with the
-    machine, before the terminal event goes out. None: the client left before the stream."""
+    on the same sink (a compaction, then the answer). ``before_end``: awaited with the machine
+    before the terminal event goes out. None: the client left before the stream."""
     app = request.app
     with app[LIMITS].admit(up):
         upstream = await open_leg(request, up, path, upstream_body, summary)
@@ -174,29 +175,13 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
         machine = make_machine(sink.framing)
         start = getattr(machine, "start", None)  # the forward machines open the Response themselves
         initial = start() if start is not None else None
-        once = _once(before_end)
         stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial,
-                              close=then is None, before_end=once)
+                              close=then is None, before_end=before_end)
         if then is not None:
-            stats = await _later_legs(request, up, path, machine, sink, summary, stats, then, once)
+            stats = await _later_legs(request, up, path, machine, sink, summary, stats, then, before_end)
     if machine.diagnostics:
         note_anomalies(request, machine.diagnostics)
     return machine, stats
-
-
-def _once(before_end: BeforeEnd | None) -> BeforeEnd | None:
-    """``before_end`` that runs at most once, whichever write ends the Response."""
-    if before_end is None:
-        return None
-    ran = False
-
-    async def once(machine: Any) -> None:
-        nonlocal ran
-        if not ran:
-            ran = True
-            await before_end(machine)
-
-    return once
 
 
 async def _later_legs(request: web.Request, up: Upstream, path: str, machine: Any, sink: Sink, summary: Summary,

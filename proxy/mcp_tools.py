@@ -275,10 +275,10 @@ async def plan_mcp(request: web.Request, body: dict[str, Any],
     servers = servers_of(request, body)
     raw_input = body.get("input")
     inp: list[Any] = raw_input if isinstance(raw_input, list) else []
-    earlier = [*(history or []), *inp]
     answers = mcp_items.answered(inp)
     if not servers:
         return None, ({rid: REFUSED for rid in answers} if answers else None)
+    earlier = [*(history or []), *inp]  # only for a request with mcp tools: most creates stop above
     cfg: Mcp = request.app[CONFIG].mcp
     ids = request.app[IDS]
     reuse = mcp_items.listed(earlier)

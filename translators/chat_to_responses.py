@@ -408,14 +408,8 @@ class ChatToResponsesStream:
         and done at once at the next output index."""
         if self.phase is not Phase.STREAMING or self._live:
             raise StreamStateError("emit_item() between legs only")
-        out = self._out = []
-        index = self._next_index
-        self._next_index += 1
-        self._emit({"type": "response.output_item.added", "output_index": index,
-                    "item": {**item, "status": "in_progress"}})
-        self._output.append(item)
-        self._emit({"type": "response.output_item.done", "output_index": index, "item": item})
-        return out
+        added, index = self.begin_item({**item, "status": "in_progress"})
+        return added + self.finish_item(index, item)
 
     def begin_item(self, item: dict[str, Any], *, then: str | None = None) -> tuple[list[Event], int]:
         """Open an item the exchange builds over time (a compaction, while its summary is

@@ -16,13 +16,13 @@ with every chunk a dict (``wire=False``).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.support.captures import read_capture
+from tests.support.golden import check_expected
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import accumulate_chat, sse_frames, validate_chat_chunks
 from translators.chat_bodies import ResponseFailed, response_to_chat_completion
@@ -34,7 +34,6 @@ from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import SSEDecoder, render_chat
 
 CASES = Path(__file__).parent / "cases" / "responses_to_chat"
-UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"
 OPTIONS = MappingOptions()
 
 
@@ -80,13 +79,7 @@ def test_golden(case: Path) -> None:
     data = upstream_bytes(case)
     whole, _ = translate(case, [data])
     validate_chat_chunks(whole)
-    expected_file = case / "expected.jsonl"
-    if UPDATE or not expected_file.exists():
-        expected_file.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in whole))
-        if not UPDATE:
-            pytest.fail(f"wrote a new {expected_file}; review it and run again")
-    expected = [orjson.loads(line) for line in expected_file.read_bytes().splitlines() if line.strip()]
-    assert whole == expected
+    check_expected(case / "expected.jsonl", whole)
     # The frames the machine renders itself (wire mode) are the bytes of the dicts' frames.
     assert body(case, [data])[0] == body(case, [data], wire=False)[0]
     assert translate(case, byte_by_byte(data))[0] == whole
