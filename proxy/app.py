@@ -269,7 +269,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
             completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
             result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
                                                  seal_reasoning=reasoning_sealer(request, body),
-                                                 think_tags=up.think_tags)
+                                                 profile=up.profile)
             await save_before_final(app, body, result, history, app[IDS])
         summary.update(terminal=result.get("status"), usage=usage_summary(result))
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status

@@ -48,7 +48,7 @@ def _main(request: web.Request, body: dict[str, Any], up: Upstream, plan: Mapped
           framing: Any = False) -> ChatToResponsesStream:
     app = request.app
     return ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=plan.tools,
-                                 seal_reasoning=reasoning_sealer(request, body), think_tags=up.think_tags, wire=framing)
+                                 seal_reasoning=reasoning_sealer(request, body), profile=up.profile, wire=framing)
 
 
 def _leg(request: web.Request, main: ChatToResponsesStream, up: Upstream, *, last: bool) -> SummaryLeg:
@@ -56,12 +56,12 @@ def _leg(request: web.Request, main: ChatToResponsesStream, up: Upstream, *, las
     seal = app[SEAL]
     owner = KEY_NAME.get() or ""
     return SummaryLeg(main, lambda text: seal.seal_summary(text, owner), app[IDS].new(ITEM_PREFIX), last=last,
-                      think_tags=up.think_tags)
+                      profile=up.profile)
 
 
 def _answer_body(plan: MappedRequest, up: Upstream, summary_text: str) -> dict[str, Any]:
     """The chat body of the answer after a compaction: the compacted window, then the summary."""
-    kept = cmp.window(plan.chat["messages"], up.mapping.system_role)
+    kept = cmp.window(plan.chat["messages"], up.profile.system_role)
     return {**plan.chat, "messages": [*kept, cmp.summary_message(summary_text)]}
 
 
@@ -98,7 +98,7 @@ async def compacting_turn(request: web.Request, body: dict[str, Any], up: Upstre
                           plan: MappedRequest, history: list[dict[str, Any]] | None, *,
                           summary: Summary) -> dict[str, Any] | None:
     """Streamed: the compaction item, then the answer to the compacted window, in one Response."""
-    prompt = up.mapping.compaction_prompt or cmp.COMPACTION_PROMPT
+    prompt = up.profile.compaction_prompt or cmp.COMPACTION_PROMPT
     ask = cmp.summary_request(plan.chat, prompt)
     await check_size(request, up, ask)
 
@@ -145,7 +145,7 @@ async def compact_now(request: web.Request, body: dict[str, Any], up: Upstream, 
     if plan.compact == "trigger":
         ask = plan.chat
     elif await over_threshold(request, up, plan):
-        ask = cmp.summary_request(plan.chat, up.mapping.compaction_prompt or cmp.COMPACTION_PROMPT)
+        ask = cmp.summary_request(plan.chat, up.profile.compaction_prompt or cmp.COMPACTION_PROMPT)
     else:
         return None
     await check_size(request, up, ask)

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 
 from .config_errors import Sources, explain, misspelt_variables, source_of
 from .errors import ConfigError
@@ -59,6 +59,10 @@ class Upstream(_Model):
     system_role: Literal["system", "developer"] = "system"
     max_concurrent_streams: int = Field(0, ge=0, description="0 = unlimited")
     think_tags: bool = Field(False, description="content may open with <think>...</think> reasoning")
+    tool_markup: Literal["hermes", "qwen3_coder", "mistral"] | None = Field(
+        None, description="tool calls the server writes as markup in content (no tool parser): their dialect")
+    normalize_stream: bool = Field(
+        False, description="api = responses: re-emit the server's stream as a strict one (numbering, ids, done events)")
     system_messages: Literal["merge", "keep", "user"] = Field(
         "merge", description="system/developer messages after the first: merged into one leading system message, "
                              "kept in place, or sent as user messages")
@@ -85,10 +89,12 @@ class Upstream(_Model):
         return self.tokenize_url or root + "/tokenize"
 
     @cached_property
-    def mapping(self) -> MappingOptions:
-        return MappingOptions(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
+    def profile(self) -> BackendProfile:
+        """The backend's dialect, as the translators take it (translators/options.py)."""
+        return BackendProfile(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
                               system_role=self.system_role, system_placement=self.system_messages,
-                              compaction_prompt=self.compaction_prompt)
+                              compaction_prompt=self.compaction_prompt, think_tags=self.think_tags,
+                              tool_markup=self.tool_markup, normalize_stream=self.normalize_stream)
 
     def matches_pattern(self, model: str) -> bool:
         """``model`` matches one of the glob patterns listed here, the bare ``*`` aside."""

@@ -84,7 +84,7 @@ def map_forward(request: web.Request, body: dict[str, Any], up: Upstream,
     seal = request.app[SEAL]
     owner = KEY_NAME.get() or ""
     searching = request.app[CONFIG].web_search.backend is not None
-    mapped = responses_request_to_chat(body, up.mapping, history=history, reveal_reasoning=seal.open,
+    mapped = responses_request_to_chat(body, up.profile, history=history, reveal_reasoning=seal.open,
                                        open_summary=lambda token: seal.open_summary(token, owner),
                                        search_function=search_function_name(body.get("tools")) if searching else None,
                                        mcp_results=mcp_results)
@@ -239,7 +239,7 @@ async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream,
 
     def machine(framing: Framing) -> ChatToResponsesStream:
         return ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=plan.tools, seal_reasoning=sealer,
-                                     think_tags=up.think_tags, wire=framing)
+                                     profile=up.profile, wire=framing)
 
     ran = await stream_turn(request, up, "/chat/completions", plan.chat, machine, open_sink, summary,
                             before_end=final_saver(app, body, history))
@@ -275,7 +275,7 @@ async def reverse_turn(request: web.Request, body: dict[str, Any], rbody: dict[s
     app = request.app
 
     def machine(framing: Framing) -> ResponsesToChatStream:
-        return ResponsesToChatStream(include_usage=include_usage(body), options=up.mapping, ids=app[IDS],
+        return ResponsesToChatStream(include_usage=include_usage(body), options=up.profile, ids=app[IDS],
                                      now=app[CLOCK], model=str(body.get("model")), wire=framing)
 
     ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)

@@ -29,7 +29,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
     app = request.app
     stream = stream_flag(body)
     ignored: list[str] = []
-    rbody = chat_request_to_responses(body, up.mapping, ignored=ignored)
+    rbody = chat_request_to_responses(body, up.profile, ignored=ignored)
     rbody["model"] = up.model_map.get(rbody["model"], rbody["model"])
     rbody["stream"] = stream
     if ignored:
@@ -41,7 +41,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         result = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         if not isinstance(result, dict):
             result = {}
-        completion = response_to_chat_completion(result, options=up.mapping, ids=app[IDS], now=app[CLOCK])
+        completion = response_to_chat_completion(result, options=up.profile, ids=app[IDS], now=app[CLOCK])
         summary.update(terminal=completion["choices"][0]["finish_reason"], usage=usage_summary(completion))
         return web.Response(body=orjson.dumps(completion), content_type="application/json")
     response = EventStreamResponse(headers=SSE_HEADERS)

@@ -176,7 +176,7 @@ def _machine(request: web.Request, body: dict[str, Any], up: Upstream, plan: Map
     app = request.app
     tools = dataclasses.replace(plan.tools, hosted=loop.names)
     main = ChatToResponsesStream(redacted(body), ids=app[IDS], now=app[CLOCK], tools=tools,
-                                 seal_reasoning=reasoning_sealer(request, body), think_tags=up.think_tags, wire=framing)
+                                 seal_reasoning=reasoning_sealer(request, body), profile=up.profile, wire=framing)
     return HostedLeg(main, loop)
 
 
@@ -198,7 +198,7 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
             await save(leg)  # saved before the terminal event goes out
             await write(sink, events)
             return None
-        state["body"] = next_body(state["body"], main, loop, state["start"], up.mapping.reasoning_field)
+        state["body"] = next_body(state["body"], main, loop, state["start"], up.profile.reasoning_field)
         main.next_leg()
         state["start"] = main.output_count
         return state["body"], leg
@@ -231,7 +231,7 @@ async def hosted_now(request: web.Request, body: dict[str, Any], up: Upstream, p
         if not go_on or time.monotonic() > deadline:
             main.end_response() if not go_on else main.end_response(incomplete="max_messages")
             break
-        chat = next_body(chat, main, loop, start, up.mapping.reasoning_field)
+        chat = next_body(chat, main, loop, start, up.profile.reasoning_field)
         main.next_leg()
         start = main.output_count
     final = main.final_response

@@ -36,7 +36,7 @@ import orjson
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.errors import TranslationError
 from translators.ids import SequentialIds
-from translators.options import NO_TOOLS, MappingOptions, ToolContext
+from translators.options import NO_TOOLS, BackendProfile, ToolContext
 from translators.pump import Pump
 from translators.sse import DONE_FRAME, SSEDecoder, render_chat, render_responses
 
@@ -76,7 +76,7 @@ class ForwardTranslator:
     """Chat chunks -> Responses events. The machine is built once the first chunk shows the model
     and creation time (or at once, when the request names the model)."""
 
-    def __init__(self, request: dict[str, Any] | None, options: MappingOptions) -> None:
+    def __init__(self, request: dict[str, Any] | None, options: BackendProfile) -> None:
         self.notes: list[str] = []
         self._tools: ToolContext = NO_TOOLS
         self._request: dict[str, Any] | None = None
@@ -188,7 +188,7 @@ class _FinishAdapter:
 class ReverseTranslator:
     """Responses events -> chat.completion.chunk objects (then ``data: [DONE]``)."""
 
-    def __init__(self, request: dict[str, Any] | None, options: MappingOptions) -> None:
+    def __init__(self, request: dict[str, Any] | None, options: BackendProfile) -> None:
         from translators.responses_to_chat import ResponsesToChatStream
 
         self.notes: list[str] = []
@@ -288,7 +288,7 @@ def other_api(head: bytes, source: str) -> str | None:
 def translate_stream(src: BinaryIO, dst: BinaryIO, *, source: str, request: dict[str, Any] | None = None,
                      jsonl: bool = False, reasoning_field: str = "reasoning_content") -> dict[str, Any]:
     """Translate ``src`` to ``dst``; returns a summary (events in/out, ending, notes, diagnostics)."""
-    options = MappingOptions(reasoning_field=reasoning_field)
+    options = BackendProfile(reasoning_field=reasoning_field)
     translator: ForwardTranslator | ReverseTranslator = (
         ForwardTranslator(request, options) if source == "chat" else ReverseTranslator(request, options))
     to_chat = source == "responses"

@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import TranslationError, UpstreamProtocolError, json_kind
 from .ids import CHAT_COMPLETION, IdFactory
-from .options import MappingOptions
+from .options import BackendProfile
 
 SEPARATOR = "\n\n"  # between message items' text, and between reasoning segments
 
@@ -263,7 +263,7 @@ def _join_parts(texts: list[str], into: list[str]) -> None:
 def response_to_chat_completion(
     resp: dict[str, Any],
     *,
-    options: MappingOptions,
+    options: BackendProfile,
     ids: IdFactory,
     now: Callable[[], int] | None = None,
 ) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import InvalidRequest, UnsupportedFeature
-from .options import MappingOptions
+from .options import BackendProfile
 from .tools_mapping import (
     expect_dict, expect_list, missing, opt_bool, opt_number, opt_str, req_str, type_error, value_error,
 )
@@ -39,7 +39,7 @@ def include_usage(body: dict[str, Any]) -> bool:
     return isinstance(so, dict) and so.get("include_usage") is True
 
 
-def chat_request_to_responses(body: Any, options: MappingOptions, *,
+def chat_request_to_responses(body: Any, options: BackendProfile, *,
                               ignored: list[str] | None = None) -> dict[str, Any]:
     """Map a Chat Completions request onto a Responses request.
 
@@ -336,7 +336,7 @@ class _Messages:
     - message ``name`` and unknown message keys are dropped (listed in ``ignored``).
     """
 
-    def __init__(self, options: MappingOptions, ignored: list[str]) -> None:
+    def __init__(self, options: BackendProfile, ignored: list[str]) -> None:
         self.instructions: list[str] = []
         self.items: list[dict[str, Any]] = []
         self._rfield = options.reasoning_field

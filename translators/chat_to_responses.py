@@ -73,8 +73,8 @@ from .citations import citations
 from .errors import StreamStateError, UpstreamProtocolError
 from .ids import IdFactory
 from .json_string_stream import JsonStringField
-from .options import NO_TOOLS, ToolContext
-from .think_tags import ThinkSplitter
+from .options import DEFAULT_PROFILE, NO_TOOLS, BackendProfile, ToolContext
+from .content_split import ContentSplitter, Split, function_schemas
 from .response_object import map_usage, new_response
 from .sse import SSE_FRAMING, Framing, framing_of
 
@@ -176,7 +176,7 @@ class ChatToResponsesStream:
         now: Callable[[], int],
         tools: ToolContext = NO_TOOLS,
         seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
-        think_tags: bool = False,
+        profile: BackendProfile = DEFAULT_PROFILE,
         wire: bool | Framing = False,
     ) -> None:
         """Args:
@@ -187,7 +187,8 @@ class ChatToResponsesStream:
             reasoning text and the backend's ``reasoning_details`` (Gemini's thought signatures,
             Claude's signed thinking, encrypted reasoning: what the backend wants back on the
             next turn) into the opaque ``encrypted_content`` put on reasoning items.
-        think_tags: the content may open with ``<think>...</think>`` reasoning (think_tags.py).
+        profile: the backend's dialect; the machine reads what hides in its content from it:
+            inline ``<think>`` reasoning and tool-call markup (content_split.py).
         wire: the delta events of text, reasoning text and call arguments come out as finished
             SSE frames (``bytes``, rendered from a per-item template) instead of dicts; every
             other event stays a dict. ``translators.sse.render_responses`` writes both kinds,
@@ -217,7 +218,10 @@ class ChatToResponsesStream:
         self._calls: dict[Any, _Item] = {}  # upstream tool index -> open call
         self._open_calls: list[_Item] = []
         self._held_space = ""
-        self._think = ThinkSplitter() if think_tags else None
+        self._think = (ContentSplitter(think_tags=profile.think_tags, tool_markup=profile.tool_markup,
+                                       schemas=function_schemas(request))
+                       if profile.think_tags or profile.tool_markup else None)
+        self._markup_calls = 0
         self._call_ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
@@ -380,6 +384,8 @@ class ChatToResponsesStream:
         if reason is not None and reason not in _KNOWN_FINISH:
             self._note("unknown_finish_reason")
         out = self._out = []
+        if self._usage is None:  # e.g. llama-cpp-python ignores include_usage: usage counts 0
+            self._note("usage_not_reported")
         self._flush_think()
         first = self._leg_start
         self._close_all("incomplete" if _INCOMPLETE_REASONS.get(reason or "") else "completed")
@@ -555,15 +561,21 @@ class ChatToResponsesStream:
             for tc in tool_calls:
                 self._tool_fragment(tc)
         function_call = delta.get("function_call")
-        if function_call:  # legacy single-function streaming
+        if function_call and not tool_calls:
+            # Legacy single-function streaming. A server that sends it beside ``tool_calls`` in the
+            # same delta (llama-cpp-python) repeats the same fragment there: one call, not two.
             self._tool_fragment({"index": "legacy", "id": None, "function": function_call})
 
-    def _split_think(self, pieces: list[tuple[str, str]]) -> None:
-        for kind, text in pieces:
-            if kind == "reasoning":
-                self._reasoning(text)
-            else:
-                self._text("output_text", text, None)
+    def _split_think(self, pieces: list[Split]) -> None:
+        for piece in pieces:
+            if piece[0] == "reasoning":
+                self._reasoning(piece[1])
+            elif piece[0] == "text":
+                self._text("output_text", piece[1], None)
+            else:  # a call the backend wrote as markup in its content: a call like any other
+                self._markup_calls += 1
+                self._tool_fragment({"index": f"markup-{self._markup_calls}", "id": None,
+                                     "function": {"name": piece[1], "arguments": piece[2]}})
 
     def _flush_think(self) -> None:
         if self._think is not None:

@@ -29,6 +29,7 @@ import orjson
 
 from .chat_to_responses import ChatToResponsesStream, LegDriver
 from .errors import UpstreamProtocolError
+from .options import DEFAULT_PROFILE, BackendProfile
 from .think_tags import ThinkSplitter
 from .tools_mapping import expect_dict, type_error, value_error
 
@@ -170,13 +171,13 @@ class SummaryLeg(LegDriver):
     failed Response has no compaction item: nothing partial is ever handed out."""
 
     def __init__(self, main: ChatToResponsesStream, seal: Callable[[str], str], item_id: str, *,
-                 last: bool, think_tags: bool = False) -> None:
+                 last: bool, profile: BackendProfile = DEFAULT_PROFILE) -> None:
         super().__init__(main)
         self.item = {"id": item_id, "type": ITEM, "encrypted_content": ""}
         self._seal = seal
         self._last = last
         self._parts: list[str] = []
-        self._think = ThinkSplitter() if think_tags else None
+        self._think = ThinkSplitter() if profile.think_tags else None  # a summary calls no tools
         self._usage: dict[str, Any] | None = None
         self._reason: str | None = None
         self.summary: str | None = None  # once sealed

@@ -10,7 +10,7 @@ from typing import Any
 from . import compaction as cmp
 from . import mcp_items as mcp
 from .errors import InvalidRequest, UnsupportedFeature
-from .options import CUSTOM_ARG, MappingOptions
+from .options import CUSTOM_ARG, BackendProfile
 from .tools_mapping import expect_dict, expect_list, flat_name, missing, opt_str, req_str, value_error
 from .web_search_items import replayed
 
@@ -63,7 +63,7 @@ class InputMessages:
       other/unknown types -> 400 input[i].type
     """
 
-    def __init__(self, options: MappingOptions, reveal: Reveal | None, ignored: list[str],
+    def __init__(self, options: BackendProfile, reveal: Reveal | None, ignored: list[str],
                  open_summary: OpenSummary | None = None, search_function: str | None = None) -> None:
         self.options = options
         self.reveal = reveal
@@ -159,6 +159,11 @@ class InputMessages:
         elif self.reasoning or self.details:
             self.ignored.append(f"{self.reasoning_at} reasoning (no assistant message follows)")
             self.reasoning, self.details, self.reasoning_at = [], [], None
+        turn = self.turn
+        if turn is not None and turn["content"] is None and turn.get("tool_calls"):
+            # No text beside the calls: the content is left out (the spec's "required unless
+            # tool_calls"), not null, which llama-cpp-python rejects and templates print as "None".
+            del turn["content"]
         self.turn = None
         self._flush_deferred()
 

@@ -1,4 +1,4 @@
-"""Options and per-request context shared by the request mapping and the stream machines.
+"""The backend profile and the per-request context shared by the request mapping and the machines.
 
 Both are frozen and passed explicitly: no translator reads configuration or globals.
 """
@@ -9,12 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .tool_markup import Dialect
+
 MaxTokensField = Literal["max_tokens", "max_completion_tokens", "both"]
 
 
 @dataclass(frozen=True, slots=True)
-class MappingOptions:
-    """Per-upstream choices about the chat dialect the backend speaks."""
+class BackendProfile:
+    """Everything about the dialect one backend speaks, in one place: what the request mappers
+    send it and what the stream machines expect from it. A new quirk is one field here, the code
+    path that reads it, and its test (the README's backend notes say which server needs which)."""
 
     # Field that carries reasoning text on chat messages and deltas, for replay to the backend
     # (forward) and for chat clients (reverse). DeepSeek, GLM, Qwen, llama.cpp: reasoning_content;
@@ -29,6 +33,15 @@ class MappingOptions:
     system_placement: Literal["merge", "keep", "user"] = "merge"
     # The prompt that asks the backend for a compaction summary (None: compaction.COMPACTION_PROMPT).
     compaction_prompt: str | None = None
+    # The content may open with <think>...</think> reasoning (translators/think_tags.py).
+    think_tags: bool = False
+    # Tool calls written as markup in the content, in this dialect (translators/tool_markup.py).
+    tool_markup: Dialect | None = None
+    # A Responses backend's stream is re-emitted through translators/responses_normalize.py.
+    normalize_stream: bool = False
+
+
+DEFAULT_PROFILE = BackendProfile()
 
 
 # The single string argument of the chat function that stands for a ``custom`` tool.

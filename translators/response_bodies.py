@@ -16,7 +16,7 @@ from typing import Any
 from .chat_to_responses import ChatToResponsesStream
 from .errors import UpstreamProtocolError
 from .ids import IdFactory
-from .options import NO_TOOLS, ToolContext
+from .options import DEFAULT_PROFILE, NO_TOOLS, BackendProfile, ToolContext
 
 
 def chat_completion_to_response(
@@ -27,10 +27,10 @@ def chat_completion_to_response(
     now: Callable[[], int],
     tools: ToolContext = NO_TOOLS,
     seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
-    think_tags: bool = False,
+    profile: BackendProfile = DEFAULT_PROFILE,
 ) -> dict[str, Any]:
     machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning,
-                                    think_tags=think_tags)
+                                    profile=profile)
     machine.start()
     feed_completion(machine, completion)
     resp = machine.final_response

@@ -15,7 +15,7 @@ from typing import Any
 from . import compaction as cmp
 from .errors import InvalidRequest, UnsupportedFeature
 from .input_messages import InputMessages, OpenSummary, Reveal
-from .options import CUSTOM_ARG, MappingOptions, ToolContext
+from .options import CUSTOM_ARG, BackendProfile, ToolContext
 from .tools_mapping import (
     expect_dict, expect_list, map_text, map_tool_choice, map_tools, missing, opt_bool, opt_number, opt_str,
     req_str, type_error, value_error,
@@ -54,7 +54,7 @@ class MappedRequest:
     threshold: int | None = None
 
 
-def responses_request_to_chat(body: Any, options: MappingOptions, *,
+def responses_request_to_chat(body: Any, options: BackendProfile, *,
                               history: list[dict] | None = None,
                               reveal_reasoning: Reveal | None = None,
                               open_summary: OpenSummary | None = None,
@@ -178,7 +178,7 @@ def _reject_unsupported(body: dict[str, Any]) -> None:
             param="background", code="unsupported_value")
 
 
-def _map_sampling(body: dict[str, Any], options: MappingOptions, chat: dict[str, Any]) -> None:
+def _map_sampling(body: dict[str, Any], options: BackendProfile, chat: dict[str, Any]) -> None:
     tokens = opt_number(body, "max_output_tokens", integer=True, low=1)
     if tokens is not None:
         if options.max_tokens_field in ("max_tokens", "both"):

@@ -77,7 +77,7 @@ from .chat_bodies import (
 )
 from .errors import UpstreamProtocolError
 from .ids import CALL, CHAT_COMPLETION, IdFactory
-from .options import MappingOptions
+from .options import BackendProfile
 from .sse import SSE_FRAMING, Framing, framing_of
 
 _dumps = orjson.dumps
@@ -174,7 +174,7 @@ class ResponsesToChatStream:
                  "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_framing", "_heads", "_after",
                  "usage")
 
-    def __init__(self, *, include_usage: bool, options: MappingOptions, ids: IdFactory,
+    def __init__(self, *, include_usage: bool, options: BackendProfile, ids: IdFactory,
                  now: Callable[[], int], model: str | None = None, wire: bool | Framing = False) -> None:
         """``model``: reported only if no lifecycle event names one (default ``"unknown"``).
         ``wire``: the chunks of content and reasoning text without logprobs come out as finished

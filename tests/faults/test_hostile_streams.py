@@ -25,7 +25,7 @@ from tests.support.validators import validate_chat_chunks, validate_responses_ev
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.errors import UpstreamProtocolError
 from translators.ids import SequentialIds
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 from translators.pump import Pump
 from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import SSEDecoder
@@ -176,7 +176,7 @@ def run_forward(chunks: list[bytes], fail_at: int | None) -> list[dict[str, Any]
 
 
 def run_reverse(chunks: list[bytes], fail_at: int | None, usage: bool) -> list[dict[str, Any]]:
-    machine = ResponsesToChatStream(include_usage=usage, options=MappingOptions(), ids=SequentialIds(),
+    machine = ResponsesToChatStream(include_usage=usage, options=BackendProfile(), ids=SequentialIds(),
                                     now=lambda: 1, model="m")
     pump = Pump(machine, max_event_bytes=4096)
     out: list[dict[str, Any]] = []

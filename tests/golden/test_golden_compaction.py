@@ -25,7 +25,7 @@ from tests.support.validators import sse_frames, validate_responses_events
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.compaction import COMPACTION_PROMPT, SummaryLeg, summary_message, summary_request, window
 from translators.ids import SequentialIds
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 from translators.pump import Pump
 from translators.responses_request import MappedRequest, responses_request_to_chat
 from translators.sse import render_responses
@@ -41,7 +41,7 @@ def open_summary(token: str) -> str | None:
 
 def plan(case: Path) -> tuple[dict[str, Any], MappedRequest]:
     request = orjson.loads((case / "request.json").read_bytes())
-    return request, responses_request_to_chat(request, MappingOptions(), open_summary=open_summary)
+    return request, responses_request_to_chat(request, BackendProfile(), open_summary=open_summary)
 
 
 def chat_requests(case: Path, summary_text: str | None) -> list[dict[str, Any]]:
@@ -57,9 +57,9 @@ def chat_requests(case: Path, summary_text: str | None) -> list[dict[str, Any]]:
 def run(case: Path, pieces: list[bytes], answer: list[bytes]) -> tuple[list[dict], str | None]:
     request, mapped = plan(case)
     main = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=mapped.tools,
-                                 think_tags=(case / "think_tags").exists(), wire=True)
+                                 profile=BackendProfile(think_tags=(case / "think_tags").exists()), wire=True)
     leg = SummaryLeg(main, lambda text: "sealed:" + text, "cmp_test", last=mapped.threshold is None,
-                     think_tags=(case / "think_tags").exists())
+                     profile=BackendProfile(think_tags=(case / "think_tags").exists()))
     pump = Pump(leg)
     out = leg.start()
     for piece in pieces:

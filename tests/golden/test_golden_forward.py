@@ -3,8 +3,9 @@
 Each case directory under ``cases/chat_to_responses/`` holds ``request.json`` (the client's
 Responses request), either ``source.txt`` (a capture under tests/fixtures/captures) or ``upstream.sse``
 (a hand-made stream for a case no capture covers), optional ``tools.json`` (the ToolContext the
-request mapping would produce), an empty ``think_tags`` file (the upstream option is on),
-and ``expected.jsonl`` (one event per line). Each case is fed whole,
+request mapping would produce), an empty ``think_tags`` file (the upstream option is on), a
+``tool_markup`` file naming the profile's markup dialect (with ``markup.json``: the text and the
+calls a reader of that markup finds, written by hand), and ``expected.jsonl`` (one event per line). Each case is fed whole,
 byte by byte, and at 20 seeded random split points: the outputs must be identical, match the
 expected file, and pass the strict validator; fed whole with the typed frame decoding off, the
 output must be the same too. The events are what a client receives: the machine runs in wire
@@ -31,11 +32,16 @@ from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import accumulate_chat, sse_frames, validate_responses_events
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.ids import SequentialIds
-from translators.options import ToolContext
+from translators.options import BackendProfile, ToolContext
 from translators.pump import Pump
 from translators.sse import render_responses
 
 CASES = Path(__file__).parent / "cases" / "chat_to_responses"
+
+
+def markup_of(case: Path) -> Any:
+    marker = case / "tool_markup"
+    return marker.read_text().strip() if marker.exists() else None
 
 
 def upstream_bytes(case: Path) -> bytes:
@@ -54,7 +60,8 @@ def body(case: Path, pieces: list[bytes], *, typed_frames: bool = True, wire: bo
                             namespaced={k: tuple(v) for k, v in t.get("namespaced", {}).items()})
     sealer = (lambda text, details: f"sealed:{len(text)}") if (case / "seal").exists() else None
     machine = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=tools,
-                                    seal_reasoning=sealer, think_tags=(case / "think_tags").exists(), wire=wire)
+                                    seal_reasoning=sealer, profile=BackendProfile(think_tags=(case / "think_tags").exists(),
+                                                                   tool_markup=markup_of(case)), wire=wire)
     pump = Pump(machine, typed_frames=typed_frames)
     out = machine.start()
     for piece in pieces:
@@ -155,6 +162,10 @@ def upstream_answer(case: Path, data: bytes) -> dict:
                     del delta["content"]
     acc = accumulate_chat(chunks, reasoning_field="_reasoning")
     text, reasoning = acc["content"] or "", acc["reasoning"]
+    if markup_of(case):  # the calls are in the text: what the hand-written markup.json says is there
+        found = orjson.loads((case / "markup.json").read_bytes())
+        text = found["text"]
+        acc["tool_calls"] = [{"name": n, "arguments": a} for n, a in found["calls"]]
     if (case / "think_tags").exists():  # the upstream's think_tags option splits inline <think> off
         think = re.fullmatch(r"\s*<think>(.*?)</think>\s*(.*)", text, re.DOTALL)
         assert think, "a think_tags case whose content has no <think>...</think>"

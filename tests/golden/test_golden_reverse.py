@@ -28,13 +28,13 @@ from tests.support.validators import accumulate_chat, sse_frames, validate_chat_
 from translators.chat_bodies import ResponseFailed, response_to_chat_completion
 from translators.chat_request import chat_request_to_responses, include_usage
 from translators.ids import SequentialIds
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 from translators.pump import Pump
 from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import SSEDecoder, render_chat
 
 CASES = Path(__file__).parent / "cases" / "responses_to_chat"
-OPTIONS = MappingOptions()
+OPTIONS = BackendProfile()
 
 
 def case_dirs() -> list[Path]:

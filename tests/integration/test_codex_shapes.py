@@ -186,7 +186,7 @@ def test_the_strict_chat_check_catches_what_backends_reject() -> None:
         {**good, "messages": [{"role": "user", "content": [{"type": "image_url",
                                                             "image_url": {"url": "u", "detail": "original"}}]}]},
         {**good, "messages": [{"role": "user", "content": "x", "id": "msg_1"}]},
-        {**good, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+        {**good, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
         {**good, "messages": [{"role": "user", "content": "x"},
                               {"role": "tool", "tool_call_id": "c9", "content": "r"}]},

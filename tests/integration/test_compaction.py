@@ -124,7 +124,7 @@ async def test_replay_drops_what_the_summary_stands_for(client: openai.AsyncOpen
         {"role": "system", "content": "You are a poet."},
         {"role": "user", "content": "Write a haiku about rust."},
         {"role": "user", "content": f"{SUMMARY_PREFIX}\n\n{SUMMARY}"},
-        {"role": "assistant", "content": None,
+        {"role": "assistant",
          "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c2", "content": "done"},
     ]

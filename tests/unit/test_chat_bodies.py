@@ -12,7 +12,7 @@ from translators.chat_bodies import (
 )
 from translators.errors import TranslationError
 from translators.ids import SequentialIds
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 
 USAGE = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 1},
          "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 15}
@@ -29,7 +29,7 @@ def text_msg(*texts: str, annotations: list | None = None) -> dict:
 
 
 def convert(resp: dict, **opts: Any) -> dict:
-    return response_to_chat_completion(resp, options=MappingOptions(**opts), ids=SequentialIds())
+    return response_to_chat_completion(resp, options=BackendProfile(**opts), ids=SequentialIds())
 
 
 def message(resp: dict, **opts: Any) -> dict:
@@ -49,7 +49,7 @@ def test_envelope() -> None:
 
 def test_created_falls_back_to_the_clock_and_usage_is_omitted_when_absent() -> None:
     resp = response([text_msg("x")], created_at=None, usage=None)
-    out = response_to_chat_completion(resp, options=MappingOptions(), ids=SequentialIds(), now=lambda: 99)
+    out = response_to_chat_completion(resp, options=BackendProfile(), ids=SequentialIds(), now=lambda: 99)
     assert out["created"] == 99 and "usage" not in out
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from translators.chat_request import chat_request_to_responses, include_usage
 from translators.errors import InvalidRequest, UnsupportedFeature
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 
-OPTIONS = MappingOptions()
+OPTIONS = BackendProfile()
 USER = {"role": "user", "content": "Hi"}
 
 
@@ -24,7 +24,7 @@ def mapped(**kw: Any) -> dict:
 
 
 def msgs(*messages: dict, **opts: Any) -> dict:
-    return chat_request_to_responses({"model": "m", "messages": list(messages)}, MappingOptions(**opts))
+    return chat_request_to_responses({"model": "m", "messages": list(messages)}, BackendProfile(**opts))
 
 
 # ---------------------------------------------------------------- top-level fields

@@ -152,6 +152,19 @@ def test_legacy_function_call_delta() -> None:
     assert (item["name"], item["arguments"]) == ("f", '{"a":1}')
 
 
+def test_legacy_function_call_beside_tool_calls_is_one_call() -> None:
+    """llama-cpp-python sends every fragment twice in one delta: in ``tool_calls`` and in the
+    legacy ``function_call``. One call, its arguments once."""
+    def both(args: str, first: bool = False) -> dict:
+        head = {"id": "call_1", "type": "function"} if first else {}
+        return {"function_call": {"name": "get_weather", "arguments": args},
+                "tool_calls": [{"index": 0, **head, "function": {"name": "get_weather", "arguments": args}}]}
+    out = run([ch(both("{", first=True)), ch(both('"city": "Paris"')), ch(both("}")), ch({}, "tool_calls")])
+    calls = [i for i in out[-1]["response"]["output"] if i["type"] == "function_call"]
+    assert [(c["call_id"], c["name"], c["arguments"]) for c in calls] == [("call_1", "get_weather", '{"city": "Paris"}')]
+    assert types(out).count("response.output_item.added") == 1
+
+
 def test_upstream_error_chunk_fails_with_its_message() -> None:
     m = machine()
     out = m.start() + m.feed(ch({"content": "x"})) + m.feed({"error": {"message": "boom", "code": "overloaded"}})
@@ -216,7 +229,7 @@ def test_extra_choices_counted_not_mixed() -> None:
     out += m.finish()
     check(out)
     assert out[-1]["response"]["output"][0]["content"][0]["text"] == "a"
-    assert m.diagnostics == {"extra_choice_ignored": 1}
+    assert m.diagnostics == {"extra_choice_ignored": 1, "usage_not_reported": 1}
 
 
 def test_namespace_call_carries_namespace() -> None:

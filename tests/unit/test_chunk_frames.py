@@ -18,7 +18,7 @@ from tests.support.validators import validate_responses_events
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.chunk_frames import Chunk, as_dict, decode_chunk
 from translators.ids import SequentialIds
-from translators.options import ToolContext
+from translators.options import BackendProfile, ToolContext
 from translators.pump import Pump
 from translators.sse import render_responses
 
@@ -26,7 +26,7 @@ from translators.sse import render_responses
 def machine(think_tags: bool = False, wire: bool = False) -> ChatToResponsesStream:
     tools = ToolContext(custom_tools=frozenset({"apply_patch"}))
     return ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, tools=tools,
-                                 think_tags=think_tags, wire=wire)
+                                 profile=BackendProfile(think_tags=think_tags), wire=wire)
 
 
 def translate(frames: list[bytes], *, typed: bool, think_tags: bool = False, whole: bool = False,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.reasoning_seal import ReasoningSeal
+from translators.options import BackendProfile
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.compaction import (
     SUMMARY_PREFIX, SummaryLeg, compact_threshold, compacted_output, estimate_tokens, place_system,
@@ -101,7 +102,7 @@ def test_compacted_output_is_the_user_messages_then_the_item() -> None:
 
 def _leg(last: bool = True, think: bool = False) -> tuple[ChatToResponsesStream, SummaryLeg]:
     main = ChatToResponsesStream({"model": "m"}, ids=SequentialIds(), now=lambda: 1)
-    return main, SummaryLeg(main, lambda s: "sealed:" + s, "cmp_1", last=last, think_tags=think)
+    return main, SummaryLeg(main, lambda s: "sealed:" + s, "cmp_1", last=last, profile=BackendProfile(think_tags=think))
 
 
 def _chunk(text: str | None = None, finish: str | None = None) -> dict[str, Any]:

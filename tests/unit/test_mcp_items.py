@@ -4,7 +4,7 @@ what the conversation already holds, and the replayed items in the request mappi
 from __future__ import annotations
 
 from translators import mcp_items as m
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 from translators.responses_request import responses_request_to_chat
 
 
@@ -49,18 +49,18 @@ def test_replayed_mcp_items() -> None:
         {"type": "mcp_approval_request", "id": "r1", "server_label": "calc", "name": "add", "arguments": "{}"},
         {"type": "mcp_approval_request", "id": "r2", "server_label": "calc", "name": "add", "arguments": "{}"},
         {"type": "mcp_approval_response", "approval_request_id": "r1", "approve": True}]}
-    chat = responses_request_to_chat(body, MappingOptions(), mcp_results={"r1": "7"}).chat
+    chat = responses_request_to_chat(body, BackendProfile(), mcp_results={"r1": "7"}).chat
     assert chat["messages"] == [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": [
+        {"role": "assistant", "tool_calls": [
             {"id": "mc1", "type": "function", "function": {"name": "mcp__calc__add", "arguments": '{"a":1}'}}]},
         {"role": "tool", "tool_call_id": "mc1", "content": "2"},
-        {"role": "assistant", "content": None, "tool_calls": [
+        {"role": "assistant", "tool_calls": [
             {"id": "mc2", "type": "function", "function": {"name": "mcp__calc__fail", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "mc2", "content": "Error: boom"},
-        {"role": "assistant", "content": None, "tool_calls": [
+        {"role": "assistant", "tool_calls": [
             {"id": "r1", "type": "function", "function": {"name": "mcp__calc__add", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "r1", "content": "7"},  # r2 is unanswered: nothing of it
     ]
-    plain = responses_request_to_chat(body, MappingOptions()).chat["messages"]
+    plain = responses_request_to_chat(body, BackendProfile()).chat["messages"]
     assert all(t["id"] not in ("r1", "r2") for msg in plain for t in msg.get("tool_calls") or ())

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from proxy.reasoning_seal import ReasoningSeal
 from translators.ids import SequentialIds
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 from translators.response_bodies import chat_completion_to_response
 from translators.responses_request import responses_request_to_chat
 
@@ -235,8 +235,8 @@ def sealed_item(token: str) -> dict[str, Any]:
 
 
 def replay(items: list[dict[str, Any]], reveal: Callable[[str], tuple[str, list] | None] | None,
-           options: MappingOptions | None = None) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
-    mapped = responses_request_to_chat({"model": "m", "input": items}, options or MappingOptions(),
+           options: BackendProfile | None = None) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    mapped = responses_request_to_chat({"model": "m", "input": items}, options or BackendProfile(),
                                        reveal_reasoning=reveal)
     return mapped.chat["messages"], mapped.ignored
 
@@ -245,7 +245,7 @@ def replay(items: list[dict[str, Any]], reveal: Callable[[str], tuple[str, list]
 def test_revealed_reasoning_goes_on_the_assistant_message(field: str) -> None:
     token = ReasoningSeal(SECRET).seal("I should list files.")
     messages, ignored = replay([USER, sealed_item(token), assistant_item("Done."), NEXT],
-                               ReasoningSeal(SECRET).open, MappingOptions(reasoning_field=field))
+                               ReasoningSeal(SECRET).open, BackendProfile(reasoning_field=field))
     assert messages == [USER, {"role": "assistant", "content": "Done.", field: "I should list files."}, NEXT]
     assert ignored == ()
 
@@ -259,7 +259,7 @@ def test_revealed_reasoning_goes_on_the_tool_call_turn() -> None:
     messages, ignored = replay(items, ReasoningSeal(SECRET).open)
     assert messages == [
         USER,
-        {"role": "assistant", "content": None, "reasoning_content": "Run ls.",
+        {"role": "assistant", "reasoning_content": "Run ls.",
          "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
     ]
@@ -339,7 +339,7 @@ def test_sealed_details_go_back_on_the_tool_call_turn() -> None:
     for items in ([USER, sealed_item(token), call, output],  # as crossfeed orders the items
                   [USER, call, sealed_item(token), output]):  # the reasoning last in its turn
         messages, ignored = replay(items, ReasoningSeal(SECRET).open)
-        assert messages[1] == {"role": "assistant", "content": None, "reasoning_details": GEMINI_DETAILS,
+        assert messages[1] == {"role": "assistant", "reasoning_details": GEMINI_DETAILS,
                                "tool_calls": [{"id": "tool_add_1", "type": "function",
                                                "function": {"name": "add", "arguments": "{}"}}]}
         assert ignored == ()

@@ -23,7 +23,7 @@ from tests.support.validators import validate_responses_events
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.errors import UpstreamProtocolError
 from translators.ids import SequentialIds
-from translators.options import NO_TOOLS, ToolContext
+from translators.options import NO_TOOLS, BackendProfile, ToolContext
 from translators.response_bodies import chat_completion_to_response
 
 REQUEST: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
@@ -389,7 +389,7 @@ def test_sealed_reasoning_when_asked() -> None:
     (False, [message(text("<think>plan</think>\n\nanswer"))]),
 ], ids=["on", "off"])
 def test_think_tags(think_tags: bool, expected: list[dict[str, Any]]) -> None:
-    resp = translate(completion({"content": "<think>plan</think>\n\nanswer"}), think_tags=think_tags)
+    resp = translate(completion({"content": "<think>plan</think>\n\nanswer"}), profile=BackendProfile(think_tags=think_tags))
     assert [shape(item) for item in resp["output"]] == expected
 
 
@@ -526,7 +526,7 @@ def as_completion(a: Answer) -> dict[str, Any]:
 
 
 def options(a: Answer) -> dict[str, Any]:
-    return {"tools": a.tools, "think_tags": a.think_tags,
+    return {"tools": a.tools, "profile": BackendProfile(think_tags=a.think_tags),
             "seal_reasoning": (lambda t, details: f"sealed({len(t)},{len(details or ())}):{t[::-1]}") if a.seal else None}
 
 

@@ -15,15 +15,15 @@ import pytest
 
 from tests.support.captures import CAPTURES, capture_files, capture_path
 from translators.errors import InvalidRequest, UnsupportedFeature
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 from translators.responses_request import MappedRequest, responses_request_to_chat
 
-OPTS = MappingOptions()
+OPTS = BackendProfile()
 CODEX_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 USER = {"role": "user", "content": "hi"}
 
 
-def mapped(body: Any, options: MappingOptions = OPTS, **kw: Any) -> MappedRequest:
+def mapped(body: Any, options: BackendProfile = OPTS, **kw: Any) -> MappedRequest:
     return responses_request_to_chat(body, options, **kw)
 
 
@@ -117,7 +117,7 @@ def test_params(row_id: str, req: dict, expected: dict, ignored: tuple) -> None:
     ("both", {"max_tokens": 7, "max_completion_tokens": 7}),
 ])
 def test_max_tokens_field_option(field: str, expected: dict) -> None:
-    out = mapped(body(max_output_tokens=7), MappingOptions(max_tokens_field=field))  # type: ignore[arg-type]
+    out = mapped(body(max_output_tokens=7), BackendProfile(max_tokens_field=field))  # type: ignore[arg-type]
     assert out.chat == chat(**expected)
 
 
@@ -291,6 +291,8 @@ def tool(call_id: str, content: str = "ok") -> dict[str, Any]:
 
 def asst(content: str | None = None, calls: list | None = None, reasoning: str | None = None) -> dict:
     msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if content is None and calls:
+        del msg["content"]  # calls alone: no content key (never null)
     if reasoning is not None:
         msg["reasoning_content"] = reasoning
     if calls is not None:
@@ -414,14 +416,14 @@ def test_hosted_item_and_orphan_reasoning_are_reported() -> None:
 
 
 def test_reasoning_field_and_system_role_options() -> None:
-    opts = MappingOptions(reasoning_field="reasoning", system_role="developer", system_placement="keep")
+    opts = BackendProfile(reasoning_field="reasoning", system_role="developer", system_placement="keep")
     res = mapped(body(instructions="i", input=[{"role": "developer", "content": "d"},
                                                {"role": "system", "content": "s"}, USER,
                                                rs(content=[rtext("r")]), fc("c1")]), opts)
     assert res.chat["messages"] == [
         {"role": "developer", "content": "i"}, {"role": "developer", "content": "d"},
         {"role": "system", "content": "s"}, USER,
-        {"role": "assistant", "content": None, "reasoning": "r", "tool_calls": [tc("c1")]}]
+        {"role": "assistant", "reasoning": "r", "tool_calls": [tc("c1")]}]
 
 
 def test_encrypted_reasoning_revealed() -> None:

@@ -17,7 +17,7 @@ from tests.support.validators import (
     validate_chat_sse,
 )
 from translators.ids import SequentialIds
-from translators.options import MappingOptions
+from translators.options import BackendProfile
 from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import render_chat
 
@@ -75,7 +75,7 @@ def ctc(call_id: str = "call_c", name: str = "patch", inp: str = "") -> dict:
 
 
 def machine(include_usage: bool = True, wire: bool = False, **opts: Any) -> ResponsesToChatStream:
-    return ResponsesToChatStream(include_usage=include_usage, options=MappingOptions(**opts), ids=SequentialIds(),
+    return ResponsesToChatStream(include_usage=include_usage, options=BackendProfile(**opts), ids=SequentialIds(),
                                  now=lambda: NOW, model="req-model", wire=wire)
 
 
