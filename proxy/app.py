@@ -48,7 +48,7 @@ from .errors import (
     error_response,
     upstream_error_body,
 )
-from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, stream_flag
+from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, relay_turn, stream_flag
 from .forward import forward_now, forward_streamed
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, upstream_keys
 from .ids import RandomIds
@@ -227,6 +227,8 @@ def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[
         body = await read_body(request)
         up = pick_upstream(request, body)
         if up.api == "responses":
+            if up.normalize_stream and stream_flag(body):
+                return await normalized_stream(request, body, up)
             return await passthrough(request, body=body, upstream=up)
         return await on_chat(request, body, up)
 
@@ -288,6 +290,23 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         return SSESink(response, render_responses)
 
     await forward_streamed(request, body, up, open_sink, mapped, history, summary=summary)
+    return response
+
+
+async def normalized_stream(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
+    """A streamed create on a Responses upstream whose profile says ``normalize_stream``: its
+    events re-emitted as a strict stream (translators/responses_normalize.py)."""
+    request[SUMMARY]["stream"] = True
+    response = EventStreamResponse(headers=SSE_HEADERS)
+
+    async def open_sink() -> SSESink | None:
+        try:
+            await response.prepare(request)
+        except ConnectionResetError:
+            return None
+        return SSESink(response, render_responses)
+
+    await relay_turn(request, body, up, open_sink, summary=request[SUMMARY])
     return response
 
 

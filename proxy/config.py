@@ -61,6 +61,8 @@ class Upstream(_Model):
     think_tags: bool = Field(False, description="content may open with <think>...</think> reasoning")
     tool_markup: Literal["hermes", "qwen3_coder", "mistral"] | None = Field(
         None, description="tool calls the server writes as markup in content (no tool parser): their dialect")
+    min_output_tokens: int = Field(
+        16, ge=1, description="api = responses: the smallest max_output_tokens the server accepts (OpenAI: 16)")
     normalize_stream: bool = Field(
         False, description="api = responses: re-emit the server's stream as a strict one (numbering, ids, done events)")
     system_messages: Literal["merge", "keep", "user"] = Field(
@@ -94,7 +96,8 @@ class Upstream(_Model):
         return BackendProfile(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
                               system_role=self.system_role, system_placement=self.system_messages,
                               compaction_prompt=self.compaction_prompt, think_tags=self.think_tags,
-                              tool_markup=self.tool_markup, normalize_stream=self.normalize_stream)
+                              tool_markup=self.tool_markup, normalize_stream=self.normalize_stream,
+                              min_output_tokens=self.min_output_tokens)
 
     def matches_pattern(self, model: str) -> bool:
         """``model`` matches one of the glob patterns listed here, the bare ``*`` aside."""

@@ -11,7 +11,8 @@ terminal event are the exchange's Response; ``run_leg`` records what the leg did
 summary line and in the metrics, whatever the transport.
 
   forward_turn    Responses client, chat upstream: ChatToResponsesStream; saved to the store
-  relay_turn      Responses client, Responses upstream, events relayed (the WebSocket transport)
+  relay_turn      Responses client, Responses upstream, events relayed, or normalised when the
+                  upstream's profile says so (WebSocket; SSE with normalize_stream)
   reverse_turn    chat client, Responses upstream: ResponsesToChatStream (SSE only)
 """
 
@@ -30,6 +31,7 @@ from translators.chat_request import include_usage
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.pump import Out, Pump
 from translators.responses_events import ResponsesEventRelay
+from translators.responses_normalize import NormalizeResponses
 from translators.responses_request import MappedRequest, responses_request_to_chat
 from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import Framing
@@ -258,7 +260,11 @@ async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, o
     if isinstance(body.get("model"), str):
         rbody["model"] = up.model_map.get(body["model"], body["model"])
 
-    def machine(framing: Framing) -> ResponsesEventRelay:
+    def machine(framing: Framing) -> ResponsesEventRelay | NormalizeResponses:
+        if up.profile.normalize_stream:
+            limit = body.get("max_output_tokens")
+            return NormalizeResponses(ids=app[IDS], now=app[CLOCK], model=str(body.get("model") or ""),
+                                      max_output_tokens=limit if isinstance(limit, int) else None)
         return ResponsesEventRelay(model=str(body.get("model") or ""), ids=app[IDS], now=app[CLOCK], request=body)
 
     ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
@@ -275,8 +281,10 @@ async def reverse_turn(request: web.Request, body: dict[str, Any], rbody: dict[s
     app = request.app
 
     def machine(framing: Framing) -> ResponsesToChatStream:
+        limit = rbody.get("max_output_tokens")
         return ResponsesToChatStream(include_usage=include_usage(body), options=up.profile, ids=app[IDS],
-                                     now=app[CLOCK], model=str(body.get("model")), wire=framing)
+                                     now=app[CLOCK], model=str(body.get("model")), wire=framing,
+                                     max_output_tokens=limit if isinstance(limit, int) else None)
 
     ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
     if ran is not None:

@@ -41,7 +41,9 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         result = await read_json(upstream, up, MAX_NONSTREAM_BODY)
         if not isinstance(result, dict):
             result = {}
-        completion = response_to_chat_completion(result, options=up.profile, ids=app[IDS], now=app[CLOCK])
+        limit = rbody.get("max_output_tokens")
+        completion = response_to_chat_completion(result, options=up.profile, ids=app[IDS], now=app[CLOCK],
+                                                 max_output_tokens=limit if isinstance(limit, int) else None)
         summary.update(terminal=completion["choices"][0]["finish_reason"], usage=usage_summary(completion))
         return web.Response(body=orjson.dumps(completion), content_type="application/json")
     response = EventStreamResponse(headers=SSE_HEADERS)

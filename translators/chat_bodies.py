@@ -254,6 +254,13 @@ def incomplete_finish_reason(details: Any) -> str:
     return "content_filter" if reason == "content_filter" else "length"
 
 
+def output_tokens_of(resp: dict[str, Any]) -> int:
+    """The Response's ``usage.output_tokens``; -1 when it reports none."""
+    usage = resp.get("usage")
+    tokens = usage.get("output_tokens") if type(usage) is dict else None
+    return tokens if type(tokens) is int else -1
+
+
 def _join_parts(texts: list[str], into: list[str]) -> None:
     text = "".join(texts)
     if text:
@@ -266,6 +273,7 @@ def response_to_chat_completion(
     options: BackendProfile,
     ids: IdFactory,
     now: Callable[[], int] | None = None,
+    max_output_tokens: int | None = None,
 ) -> dict[str, Any]:
     """A final Response object -> a ``chat.completion``.
 
@@ -283,7 +291,8 @@ def response_to_chat_completion(
       non-streaming shape; streams use a function-typed call instead, see responses_to_chat);
     - hosted-tool items (web search...) are dropped;
     - ``finish_reason``: completed -> ``tool_calls`` when a call was made else ``stop``;
-      incomplete -> ``length`` / ``content_filter``;
+      incomplete -> ``length`` / ``content_filter``; completed having spent ``max_output_tokens``
+      (the request's limit; llama-server reports a cut answer as completed) -> ``length``;
     - ``output_text`` part logprobs -> ``choices[0].logprobs.content`` (``null`` when none);
     - ``usage`` mapped by ``chat_usage`` when the upstream reported it;
     - a field read above with the wrong JSON type (``output`` not an array, an item or part not an
@@ -363,6 +372,8 @@ def response_to_chat_completion(
         message["tool_calls"] = tool_calls
     if status == "incomplete":
         finish = incomplete_finish_reason(resp.get("incomplete_details"))
+    elif max_output_tokens is not None and output_tokens_of(resp) >= max_output_tokens:
+        finish = "length"
     else:
         finish = "tool_calls" if tool_calls else "stop"
     created = up_number(resp, "created_at", "response")

@@ -17,7 +17,6 @@ from .tools_mapping import (
     expect_dict, expect_list, missing, opt_bool, opt_number, opt_str, req_str, type_error, value_error,
 )
 
-MIN_OUTPUT_TOKENS = 16  # OpenAI Responses rejects max_output_tokens < 16
 _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 # Same name, same meaning: copied when set (strings).
 _PASS_STR = ("user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "service_tier")
@@ -51,7 +50,8 @@ def chat_request_to_responses(body: Any, options: BackendProfile, *,
       ``functions`` -> function tools; ``web_search_options`` -> a ``web_search`` tool;
     - ``tool_choice`` none/auto/required kept, ``{type:function, function:{name}}`` -> flat,
       ``allowed_tools`` unwrapped with flat entries; legacy ``function_call`` when no tool_choice;
-    - ``max_completion_tokens`` (else ``max_tokens``) -> ``max_output_tokens``, raised to 16 when lower;
+    - ``max_completion_tokens`` (else ``max_tokens``) -> ``max_output_tokens``, raised to the profile's ``min_output_tokens``
+      (OpenAI rejects less than 16) when lower;
     - ``temperature``, ``top_p``, ``parallel_tool_calls``, ``metadata``, ``user``,
       ``safety_identifier``, ``prompt_cache_key``, ``prompt_cache_retention``, ``service_tier`` copied;
     - ``response_format`` -> ``text.format`` (json_schema flattened, ``strict`` explicit);
@@ -103,7 +103,7 @@ def chat_request_to_responses(body: Any, options: BackendProfile, *,
     parallel = opt_bool(body, "parallel_tool_calls", "")
     if parallel is not None:
         out["parallel_tool_calls"] = parallel
-    _map_sampling(body, out)
+    _map_sampling(body, out, options.min_output_tokens)
     for key in _PASS_STR:
         if opt_str(body, key, "") is not None:
             out[key] = body[key]
@@ -151,14 +151,14 @@ def _reject_unsupported(body: dict[str, Any]) -> None:
             raise _unsupported(key)
 
 
-def _map_sampling(body: dict[str, Any], out: dict[str, Any]) -> None:
+def _map_sampling(body: dict[str, Any], out: dict[str, Any], floor: int) -> None:
     tokens = opt_number(body, "max_completion_tokens", integer=True, low=1)
     if tokens is None:
         tokens = opt_number(body, "max_tokens", integer=True, low=1)
     else:
         opt_number(body, "max_tokens", integer=True, low=1)
     if tokens is not None:
-        out["max_output_tokens"] = max(tokens, MIN_OUTPUT_TOKENS)
+        out["max_output_tokens"] = max(tokens, floor)
     for key, high in (("temperature", 2), ("top_p", 1)):
         value = opt_number(body, key, low=0, high=high)
         if value is not None:

@@ -39,6 +39,9 @@ class BackendProfile:
     tool_markup: Dialect | None = None
     # A Responses backend's stream is re-emitted through translators/responses_normalize.py.
     normalize_stream: bool = False
+    # The smallest max_output_tokens the Responses backend accepts (OpenAI: 16; llama-server: 1):
+    # a chat client's smaller max_tokens is raised to it.
+    min_output_tokens: int = 16
 
 
 DEFAULT_PROFILE = BackendProfile()

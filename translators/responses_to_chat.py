@@ -73,7 +73,7 @@ import orjson
 
 from .chat_bodies import (
     SEPARATOR, bad_field, chat_annotations, chat_logprobs, chat_usage, error_body, incomplete_finish_reason,
-    json_kind, up_dict, up_items, up_list, up_str,
+    json_kind, output_tokens_of, up_dict, up_items, up_list, up_str,
 )
 from .errors import UpstreamProtocolError
 from .ids import CALL, CHAT_COMPLETION, IdFactory
@@ -119,6 +119,15 @@ def _oi(ev: dict[str, Any]) -> Any:
     if item_id is None or type(item_id) is str:
         return item_id
     raise bad_field(ev["type"], "item_id", item_id, "a string")
+
+
+def _item_oi(ev: dict[str, Any], item: dict[str, Any]) -> Any:
+    """``_oi`` of an item event; with neither index nor ``item_id`` (llama-server), the item's own
+    id, which its deltas name as ``item_id``."""
+    oi = _oi(ev)
+    if oi is None and type(item.get("id")) is str:
+        return item["id"]
+    return oi
 
 
 def _index(ev: dict[str, Any], key: str) -> int:
@@ -172,11 +181,14 @@ class ResponsesToChatStream:
     __slots__ = ("_usage_on", "_rfield", "_ids", "_now", "_fallback_model", "_phase", "_id", "_model",
                  "_created", "_parts", "_calls", "_held", "_anns", "_last_msg", "_last_seg", "_content_len",
                  "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_framing", "_heads", "_after",
-                 "usage")
+                 "usage", "_limit")
 
     def __init__(self, *, include_usage: bool, options: BackendProfile, ids: IdFactory,
-                 now: Callable[[], int], model: str | None = None, wire: bool | Framing = False) -> None:
+                 now: Callable[[], int], model: str | None = None, wire: bool | Framing = False,
+                 max_output_tokens: int | None = None) -> None:
         """``model``: reported only if no lifecycle event names one (default ``"unknown"``).
+        ``max_output_tokens``: the limit the request set; a ``completed`` Response that spent it
+        all was cut (llama-server says ``completed`` of an answer cut by the limit): ``length``.
         ``wire``: the chunks of content and reasoning text without logprobs come out as finished
         SSE frames (``bytes``, from a per-stream template) instead of dicts; all other chunks stay
         dicts. ``translators.sse.render_chat`` writes both, and the bytes are exactly what it would
@@ -210,6 +222,7 @@ class ResponsesToChatStream:
         self._framing = framing or SSE_FRAMING
         self._heads: dict[str, bytes] = {}  # wire mode: delta key -> the frame up to the text
         self._after = b""  # wire mode: the frame after the text
+        self._limit = max_output_tokens
 
     # -- public interface ------------------------------------------------------------------
 
@@ -573,7 +586,7 @@ class ResponsesToChatStream:
 
     def _on_item_added(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         item = self._item(ev)
-        oi = _oi(ev)
+        oi = _item_oi(ev, item)
         self._streamed = True
         kind = item["type"]
         custom = _CALL_TYPES.get(kind)
@@ -585,7 +598,7 @@ class ResponsesToChatStream:
 
     def _on_item_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         item = self._item(ev)
-        oi = _oi(ev)
+        oi = _item_oi(ev, item)
         self._streamed = True
         return self._item_tails(oi, item, False)
 
@@ -627,6 +640,9 @@ class ResponsesToChatStream:
         # Everything read from the terminal Response is checked before anything is sent.
         if t == "response.incomplete":
             finish = incomplete_finish_reason(resp.get("incomplete_details"))
+        elif self._limit is not None and output_tokens_of(resp) >= self._limit:
+            finish = "length"
+            self._count("limit_reached_as_completed")
         else:
             finish = None
         usage = None

@@ -51,11 +51,17 @@ def request_of(case: Path) -> dict:
     return orjson.loads((case / "request.json").read_bytes())
 
 
+def limit_of(request: dict) -> int | None:
+    """The token limit the chat client set, as the proxy hands it to the machines."""
+    return request.get("max_completion_tokens") or request.get("max_tokens")
+
+
 def body(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[bytes, ResponsesToChatStream]:
     """The SSE body a chat client receives for ``pieces`` (without the relay's ``[DONE]``)."""
     request = request_of(case)
     machine = ResponsesToChatStream(include_usage=include_usage(request), options=OPTIONS,
-                                    ids=SequentialIds(), now=lambda: 1_700_000_000, model=request["model"], wire=wire)
+                                    ids=SequentialIds(), now=lambda: 1_700_000_000, model=request["model"], wire=wire,
+                                    max_output_tokens=limit_of(request))
     pump = Pump(machine)
     out: list[dict] = []
     for piece in pieces:
@@ -148,7 +154,8 @@ def test_stream_agrees_with_final_response(case: Path) -> None:
     chunks, _ = translate(case, [data])
     acc = accumulate_chat(chunks)
     try:
-        completion = response_to_chat_completion(final, options=OPTIONS, ids=SequentialIds())
+        completion = response_to_chat_completion(final, options=OPTIONS, ids=SequentialIds(),
+                                                 max_output_tokens=limit_of(request_of(case)))
     except ResponseFailed as exc:
         assert acc["error"] is not None
         assert (acc["error"]["message"], acc["error"]["code"]) == (exc.body["error"]["message"], exc.body["error"]["code"])

@@ -29,6 +29,7 @@ NON_DEFAULT = {
     "think_tags": True,
     "tool_markup": "hermes",
     "normalize_stream": True,
+    "min_output_tokens": 1,
 }
 CONFIG_NAME = {"system_placement": "system_messages"}
 
