@@ -15,9 +15,10 @@ How the weights pick a script:
   never contains them). Each has an identity dimension in the embedding, and the output matrix
   maps it to its successor in the script: a bigram chain, ending in ``<|im_end|>``.
 - The chat template puts one selector token at the very start of the prompt, chosen from the
-  request: ``<|sel_after_tool|>`` when the last message is a tool result, ``<|sel_call_NAME|>`` when
-  a known tool is declared, ``<|sel_markup_DIALECT|>`` when the system message says
-  ``markup=DIALECT``, else ``<|sel_text|>``. The one attention head attends from every position to
+  request: ``<|sel_after_tool|>`` when the last message is a tool result, ``<|sel_text|>`` when
+  the last user message says "hello", ``<|sel_markup_DIALECT|>`` when the system message says
+  ``markup=DIALECT``, ``<|sel_call_NAME|>`` when a known tool is declared, else ``<|sel_text|>``.
+  The one attention head attends from every position to
   the selector (its key is the only non-zero one; the query and key live in a dimension RoPE
   leaves alone), and copies the selector's identity into the residual stream.
 - The output matrix maps the selector to its script's first token, and gives the tokens of that
@@ -75,6 +76,9 @@ CHAT_TEMPLATE = (
         "{% if 'markup=" + m + "' in messages[0].content %}{% set ns.sel = '<|sel_markup_" + m + "|>' %}{% endif %}"
         for m in MARKUP)
     + "{% endif %}"
+    "{% if messages and messages[-1].role == 'user' and messages[-1].content is string"
+    " and ('hello' in messages[-1].content or 'Hello' in messages[-1].content) %}"
+    "{% set ns.sel = '<|sel_text|>' %}{% endif %}"
     "{% if messages and messages[-1].role == 'tool' %}{% set ns.sel = '<|sel_after_tool|>' %}{% endif %}"
     "{{ ns.sel }}"
     "{% if tools %}"

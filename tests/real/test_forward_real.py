@@ -135,7 +135,7 @@ async def test_twenty_concurrent_streams_each_match_their_reference(client: open
                                                                    direct: Direct) -> None:
     asks = [{"input": "Say hello", "max_output_tokens": 1 + i % 10} for i in range(14)]
     asks += [{"input": "Weather?", "tools": [WEATHER], "tool_choice": NAMED} for _ in range(3)]
-    asks += [{"input": "Say hello", "instructions": f"markup={m}"} for m in ("hermes", "mistral", "qwen3")]
+    asks += [{"input": "Weather?", "instructions": f"markup={m}"} for m in ("hermes", "mistral", "qwen3")]
     refs = []
     for ask in asks:
         messages = ([{"role": "system", "content": ask["instructions"]}] if "instructions" in ask else [])
