@@ -90,6 +90,19 @@ class Upstream(_Model):
         root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
         return self.tokenize_url or root + "/tokenize"
 
+    @model_validator(mode="after")
+    def _dialect_fits_the_api(self) -> Upstream:
+        """A switch for the other API's streams would be silently ignored: refuse it instead."""
+        if self.api == "chat":
+            wrong = [k for k in ("normalize_stream", "min_output_tokens") if k in self.model_fields_set]
+        else:
+            wrong = [k for k in ("think_tags", "tool_markup") if k in self.model_fields_set]
+        if wrong:
+            other = "responses" if self.api == "chat" else "chat"
+            raise ValueError(f"{', '.join(wrong)} only applies to api = \"{other}\" upstreams "
+                             f"(this one is api = \"{self.api}\")")
+        return self
+
     @cached_property
     def profile(self) -> BackendProfile:
         """The backend's dialect, as the translators take it (translators/options.py)."""

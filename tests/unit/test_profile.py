@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from proxy.config import Upstream
 from translators.chunk_frames import Choice, Chunk, Delta
@@ -37,8 +38,20 @@ CONFIG_NAME = {"system_placement": "system_messages"}
 def test_every_profile_field_is_configurable() -> None:
     fields = {f.name for f in dataclasses.fields(BackendProfile)}
     assert fields == set(NON_DEFAULT), "a new profile field needs a config key and a line here"
-    up = Upstream(**{CONFIG_NAME.get(k, k): v for k, v in NON_DEFAULT.items()})
-    assert dataclasses.asdict(up.profile) == NON_DEFAULT
+    responses_only = {"normalize_stream", "min_output_tokens"}
+    chat_only = {"think_tags", "tool_markup"}
+    for api, skip in (("chat", responses_only), ("responses", chat_only)):
+        given = {k: v for k, v in NON_DEFAULT.items() if k not in skip}
+        up = Upstream(api=api, **{CONFIG_NAME.get(k, k): v for k, v in given.items()})
+        got = dataclasses.asdict(up.profile)
+        assert {k: got[k] for k in given} == given
+
+
+def test_a_switch_for_the_other_api_is_refused() -> None:
+    with pytest.raises(ValueError, match='tool_markup only applies to api = "chat" upstreams'):
+        Upstream(api="responses", tool_markup="hermes")
+    with pytest.raises(ValueError, match='normalize_stream only applies to api = "responses" upstreams'):
+        Upstream(api="chat", normalize_stream=True)
 
 
 def _reads(path: Path, receivers: set[str]) -> dict[str, set[str]]:
