@@ -1,10 +1,10 @@
 """Record the real llama.cpp server streams the golden cases replay.
 
-    python -m tests.fakes.record_llama [OUT_DIR]    # default tests/fixtures/captures
+    python -m tests.fakes.record_llama [OUT_DIR]    # default tests/fixtures/recorded
 
 Starts both servers (built by .ci/build-llama.sh) on the tiny scripted model, sends each request
 below, and writes the raw response body byte for byte (``chat/`` or ``responses/``), with the
-request beside it. The README under tests/fixtures/captures lists what each one shows.
+request beside it. The README under tests/fixtures/recorded lists what each one shows.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def post(url: str, body: dict[str, object]) -> bytes:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+    out = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
     bins = ls.binaries()
     if bins is None:
         print(ls.BUILD_HINT, file=sys.stderr)

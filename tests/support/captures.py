@@ -20,6 +20,7 @@ import pytest
 
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+RECORDED = CAPTURES.parent / "recorded"  # this project's own recordings of real local servers
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "captures"  # where they came from
 HINT = f"the captures belong at {CAPTURES} (a copy of ../shared/captures)"
 
@@ -32,7 +33,13 @@ def captures_dir() -> Path:
 
 
 def capture_path(relative: str | Path) -> Path:
-    """One capture file, e.g. ``capture_path("chat/deepseek-chat-length.sse")``."""
+    """One capture file, e.g. ``capture_path("chat/deepseek-chat-length.sse")``; a path under
+    ``recorded/`` is one of the project's own recordings (tests/fixtures/recorded)."""
+    if str(relative).startswith("recorded/"):
+        path = RECORDED.parent / relative
+        if not path.is_file():
+            pytest.fail(f"recording {path} is missing")
+        return path
     path = captures_dir() / relative
     if not path.is_file():
         pytest.fail(f"capture {path} is missing from {CAPTURES}")
