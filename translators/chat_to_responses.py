@@ -381,6 +381,10 @@ class ChatToResponsesStream:
         failed = _FAILED_REASONS.get(reason or "")
         if failed is not None:
             return self.fail(*failed)
+        if reason is None and self._open is None and not self._open_calls and len(self._output) == self._leg_start:
+            # [DONE] with nothing before it, not even a finish_reason: a request the server cut
+            # short (llama-cpp-python interrupts one for the next), never a successful empty answer.
+            return self.fail("upstream_truncated", "the upstream ended the stream without an answer")
         if reason is not None and reason not in _KNOWN_FINISH:
             self._note("unknown_finish_reason")
         out = self._out = []

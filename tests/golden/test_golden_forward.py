@@ -173,7 +173,8 @@ def upstream_answer(case: Path, data: bytes) -> dict:
     if acc["error"] is not None:
         status = ("failed", None)
     elif acc["finish_reason"] is None:  # no finish_reason (snowflake): completed if [DONE] came
-        status = ("completed", None) if b"data: [DONE]" in data else ("failed", None)
+        said = text or reasoning or acc["refusal"] or acc["tool_calls"]  # ... after an answer
+        status = ("completed", None) if b"data: [DONE]" in data and said else ("failed", None)
     else:
         status = RESPONSE_STATUS[acc["finish_reason"]]
     usage = acc["usage"]
