@@ -78,7 +78,7 @@ from .responses_api import (
     save_before_final,
 )
 from .reverse import reverse_chat
-from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
+from .sinks import sse_opener
 from .standalone_search import SESSIONS as SEARCH_SESSIONS
 from .standalone_search import alpha_search
 from .store import open_store
@@ -280,15 +280,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
             raise UpstreamError(str(err.get("message") or "the upstream failed"), code=code,
                                 status=error_status(code))
         return web.Response(body=orjson.dumps(result), content_type="application/json")
-    response = EventStreamResponse(headers=SSE_HEADERS)
-
-    async def open_sink() -> SSESink | None:
-        try:
-            await response.prepare(request)
-        except ConnectionResetError:
-            return None
-        return SSESink(response, render_responses)
-
+    response, open_sink = sse_opener(request, render_responses)
     await forward_streamed(request, body, up, open_sink, mapped, history, summary=summary)
     return response
 
@@ -297,15 +289,7 @@ async def normalized_stream(request: web.Request, body: dict[str, Any], up: Upst
     """A streamed create on a Responses upstream whose profile says ``normalize_stream``: its
     events re-emitted as a strict stream (translators/responses_normalize.py)."""
     request[SUMMARY]["stream"] = True
-    response = EventStreamResponse(headers=SSE_HEADERS)
-
-    async def open_sink() -> SSESink | None:
-        try:
-            await response.prepare(request)
-        except ConnectionResetError:
-            return None
-        return SSESink(response, render_responses)
-
+    response, open_sink = sse_opener(request, render_responses)
     await relay_turn(request, body, up, open_sink, summary=request[SUMMARY])
     return response
 

@@ -21,7 +21,7 @@ from .config import Upstream
 from .exchange import open_leg, reverse_turn, stream_flag
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY
 from .observability import SUMMARY, usage_summary
-from .sinks import SSE_HEADERS, EventStreamResponse, SSESink
+from .sinks import sse_opener
 from .streams import log
 from .upstream import read_json
 
@@ -46,14 +46,7 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
                                                  max_output_tokens=limit if isinstance(limit, int) else None)
         summary.update(terminal=completion["choices"][0]["finish_reason"], usage=usage_summary(completion))
         return web.Response(body=orjson.dumps(completion), content_type="application/json")
-    response = EventStreamResponse(headers=SSE_HEADERS)
-
-    async def open_sink() -> SSESink | None:
-        try:
-            await response.prepare(request)
-        except ConnectionResetError:
-            return None
-        return SSESink(response, render_chat, done_frame=DONE_FRAME)
+    response, open_sink = sse_opener(request, render_chat, done_frame=DONE_FRAME)
 
     await reverse_turn(request, body, rbody, up, open_sink, summary=summary)
     return response

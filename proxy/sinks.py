@@ -145,3 +145,19 @@ def text_frames(docs: list[bytes]) -> bytes:
 
 
 Sink = SSESink | WebSocketSink
+
+
+def sse_opener(request: web.Request, render: Callable[[list[Any]], bytes], *,
+               done_frame: bytes = b"") -> tuple[EventStreamResponse, Callable[[], Awaitable[SSESink | None]]]:
+    """An event-stream response and the opener a turn calls when its stream begins: it sends
+    the headers then, and gives None when the client has already gone."""
+    response = EventStreamResponse(headers=SSE_HEADERS)
+
+    async def open_sink() -> SSESink | None:
+        try:
+            await response.prepare(request)
+        except ConnectionResetError:
+            return None
+        return SSESink(response, render, done_frame=done_frame)
+
+    return response, open_sink

@@ -576,7 +576,7 @@ class ChatToResponsesStream:
                 self._reasoning(piece[1])
             elif piece[0] == "text":
                 self._text("output_text", piece[1], None)
-            else:  # a call the backend wrote as markup in its content: a call like any other
+            elif len(piece) == 3:  # a call the backend wrote as markup in its content: a call like any other
                 self._markup_calls += 1
                 self._tool_fragment({"index": f"markup-{self._markup_calls}", "id": None,
                                      "function": {"name": piece[1], "arguments": piece[2]}})

@@ -56,9 +56,11 @@ def function_schemas(request: Mapping[str, Any]) -> dict[str, Any]:
     """Function name -> parameters schema of the request's function tools (both wire shapes)."""
     out: dict[str, Any] = {}
     for tool in request.get("tools") or ():
-        if not isinstance(tool, dict):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
             continue
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-        if tool.get("type") == "function" and isinstance(fn.get("name"), str):
-            out[fn["name"]] = fn.get("parameters")
+        inner = tool.get("function")
+        fn: Mapping[str, Any] = inner if isinstance(inner, dict) else tool
+        name = fn.get("name")
+        if isinstance(name, str):
+            out[name] = fn.get("parameters")
     return out
