@@ -59,15 +59,15 @@ def flat_annotation(ann: Any) -> dict[str, Any] | None:
 
 
 def delta_logprobs(logprobs: dict[str, Any], part: list[Any]) -> list[dict[str, Any]]:
-    """Chat logprobs -> delta-event logprobs (no bytes); the part keeps the full entries."""
+    """Chat logprobs -> delta-event logprobs; the part keeps the same entries. ``bytes`` is on
+    both: OpenAI's delta events leave it out, the Open Responses schema requires it (clients of
+    the first ignore it)."""
     entries = logprobs.get("content") or ()
-    out, full = [], []
+    full = []
     for e in entries:  # built completely before the part is touched, so a bad entry changes nothing
         top = e.get("top_logprobs") or ()
-        out.append({"token": e.get("token", ""), "logprob": e.get("logprob", 0.0),
-                    "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob", 0.0)} for t in top]})
         full.append({"token": e.get("token", ""), "bytes": e.get("bytes") or [], "logprob": e.get("logprob", 0.0),
                      "top_logprobs": [{"token": t.get("token", ""), "bytes": t.get("bytes") or [],
                                        "logprob": t.get("logprob", 0.0)} for t in top]})
     part[3].extend(full)
-    return out
+    return full

@@ -196,6 +196,7 @@ class ChatToResponsesStream:
             a ``Framing`` (``JSON_FRAMING``: WebSocket text frames) is the sink's own choice.
         """
         self._ids = ids
+        self._now = now
         framing = framing_of(wire)
         self._wire = framing is not None
         self._framing = framing or SSE_FRAMING
@@ -490,6 +491,7 @@ class ChatToResponsesStream:
         else:
             self.phase = Phase.COMPLETED
             resp["status"] = "completed"
+            resp["completed_at"] = self._now()
             self._emit({"type": "response.completed", "response": resp})
         return out
 

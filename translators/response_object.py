@@ -20,6 +20,8 @@ _ECHO_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("tools", []),
     ("top_logprobs", 0),
     ("top_p", 1.0),
+    ("presence_penalty", 0.0),
+    ("frequency_penalty", 0.0),
     ("truncation", "disabled"),
     ("user", None),
     ("prompt_cache_key", None),
@@ -30,12 +32,26 @@ _ECHO_DEFAULTS: tuple[tuple[str, Any], ...] = (
 )
 
 
+def echoed_tool(tool: Any) -> Any:
+    """A function tool as the Response echoes it: every field present, as sent or defaulted
+    (``strict`` defaults to true in the Responses API). Other tools are echoed as sent."""
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        return tool
+    return {"type": "function", "name": tool.get("name"), "description": tool.get("description"),
+            "parameters": tool.get("parameters"), "strict": True if tool.get("strict") is None else tool["strict"],
+            **{k: v for k, v in tool.items() if k not in _FUNCTION_TOOL_FIELDS}}
+
+
+_FUNCTION_TOOL_FIELDS = frozenset({"type", "name", "description", "parameters", "strict"})
+
+
 def new_response(request: dict[str, Any], *, response_id: str, created_at: int, model: str) -> dict[str, Any]:
     """An ``in_progress`` Response with empty output that echoes the client's request."""
     resp: dict[str, Any] = {
         "id": response_id,
         "object": "response",
         "created_at": created_at,
+        "completed_at": None,  # set when the Response completes
         "status": "in_progress",
         "error": None,
         "incomplete_details": None,
@@ -47,6 +63,8 @@ def new_response(request: dict[str, Any], *, response_id: str, created_at: int, 
     for key, default in _ECHO_DEFAULTS:
         value = request.get(key)
         resp[key] = default if value is None else value
+    if resp["tools"]:
+        resp["tools"] = [echoed_tool(t) for t in resp["tools"]]
     reasoning = request.get("reasoning") or {}
     resp["reasoning"] = {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")}
     text = dict(request.get("text") or {})
@@ -76,3 +94,19 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
 def _count(value: Any) -> int:
     """A token count; anything that is not a non-negative integer counts as unknown (0)."""
     return value if value.__class__ is int and value >= 0 else 0
+
+
+def fill_response(resp: dict[str, Any]) -> dict[str, Any]:
+    """A Response from a Responses backend, with every field the Open Responses schema requires
+    present: what it sent is kept, what it left out gets the value the API reports when unset
+    (``completed_at``: null, unknown). Returns the same dict."""
+    for key, default in _ECHO_DEFAULTS:
+        if key not in resp:
+            resp[key] = default
+    resp.setdefault("completed_at", None)
+    resp.setdefault("metadata", {})
+    resp.setdefault("text", {"format": {"type": "text"}, "verbosity": "medium"})
+    reasoning = resp.get("reasoning")
+    if isinstance(reasoning, dict) and ("effort" not in reasoning or "summary" not in reasoning):
+        resp["reasoning"] = {"effort": reasoning.get("effort"), "summary": reasoning.get("summary"), **reasoning}
+    return resp

@@ -22,7 +22,7 @@ from typing import Any
 from . import ids as idp
 from .errors import StreamStateError
 from .ids import IdFactory
-from .response_object import map_usage, new_response
+from .response_object import fill_response, map_usage, new_response
 
 Event = dict[str, Any]
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -51,7 +51,7 @@ class ResponsesEventRelay:
             return self.fail("upstream_protocol_error", "the upstream sent an event without a type")
         resp = event.get("response")
         if isinstance(resp, dict):
-            self._resp = resp
+            self._resp = fill_response(resp)
         if kind in TERMINAL:
             self.done = True
             self.final_response = resp if isinstance(resp, dict) else self._snapshot()

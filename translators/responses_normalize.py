@@ -184,6 +184,9 @@ class NormalizeResponses:
         up = resp if isinstance(resp, dict) else {}
         rid, created, model = up.get("id"), up.get("created_at"), up.get("model")
         base = self._resp = {**new_response({}, response_id="", created_at=0, model=""), **up}
+        reasoning = base.get("reasoning")
+        if isinstance(reasoning, dict):  # the Open Responses schema wants both keys
+            base["reasoning"] = {"effort": reasoning.get("effort"), "summary": reasoning.get("summary"), **reasoning}
         base.update(id=rid if rid.__class__ is str and rid else self._ids.new(idp.RESPONSE), object="response",
                     created_at=created if created.__class__ in (int, float) else self._now() if self._now else 0,
                     model=model if model.__class__ is str and model else self._model,
@@ -231,9 +234,14 @@ class NormalizeResponses:
         base = self._resp
         assert base is not None
         model = up.get("model")
-        return {**base, **up, "id": base["id"], "object": "response", "created_at": base["created_at"],
-                "status": status, "output": self._output,
-                "model": model if model.__class__ is str and model else base["model"]}
+        final = {**base, **up, "id": base["id"], "object": "response", "created_at": base["created_at"],
+                 "status": status, "output": self._output,
+                 "model": model if model.__class__ is str and model else base["model"], "reasoning": base.get("reasoning")}
+        if status == "completed" and final.get("completed_at") is None:
+            final["completed_at"] = self._now() if self._now else final["created_at"]
+        elif status != "completed":
+            final.setdefault("completed_at", None)
+        return final
 
     def _end(self, kind: str, final: dict[str, Any]) -> None:
         self.done = True

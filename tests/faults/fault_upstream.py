@@ -28,6 +28,8 @@ from typing import Any
 
 import orjson
 
+from translators.response_object import new_response
+
 TEXT = "Hello, wörld! Ünïcödé 日本語テキスト 🎉🚀 done."
 ERROR_MESSAGE = "fault: the model is overloaded mid-stream"
 LEAK = "LEAKED-AFTER-END"
@@ -133,10 +135,10 @@ def _usage(output_tokens: int = 9) -> dict[str, Any]:
 
 
 def response_object(status: str, output: list[dict[str, Any]], *, error: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"id": "resp_fault", "object": "response", "created_at": 1, "status": status, "model": MODEL,
-            "output": output, "error": error, "incomplete_details": None, "instructions": None,
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "temperature": 1.0, "top_p": 1.0,
-            "usage": _usage() if status != "in_progress" else None, "metadata": {}}
+    """A whole Response, every field as OpenAI's API sends it."""
+    return {**new_response({}, response_id="resp_fault", created_at=1, model=MODEL), "status": status,
+            "completed_at": 2 if status == "completed" else None, "output": output, "error": error,
+            "usage": _usage() if status != "in_progress" else None}
 
 
 def message_item(text: str, status: str = "completed") -> dict[str, Any]:

@@ -22,6 +22,7 @@ from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
 from tests.support.ws import SDKWS, FrameRecorder
+from translators.response_object import new_response
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -226,8 +227,7 @@ async def test_generate_false_primes_the_connection(sdk: Callable[..., Any], ups
 
 def responses_sse(rid: str, text: str, pieces: int = 4) -> SSEReply:
     """A Responses backend's stream of one message, numbered its own way (from 100)."""
-    base = {"id": rid, "object": "response", "created_at": 1, "model": MODEL, "output": [],
-            "status": "in_progress", "error": None, "incomplete_details": None, "usage": None}
+    base = new_response({}, response_id=rid, created_at=1, model=MODEL)  # every field, as OpenAI sends
     item = {"id": f"msg_{rid}", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
     part = {"type": "output_text", "text": "", "annotations": []}
     scope = {"item_id": item["id"], "output_index": 0, "content_index": 0}

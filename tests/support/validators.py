@@ -28,6 +28,8 @@ from typing import Any, NoReturn
 
 import orjson
 
+from .open_responses import check_events
+
 __all__ = [
     "StreamViolation",
     "accumulate_chat",
@@ -572,13 +574,18 @@ class _ResponsesChecker:
         slot.streams_done.add(prefix)
 
 
-def validate_responses_events(events: list[dict], *, require_terminal: bool = True) -> None:
+def validate_responses_events(events: list[dict], *, require_terminal: bool = True,
+                              open_responses: bool = True) -> None:
     """Check parsed Responses events against every strict-client rule; raise StreamViolation.
 
     With ``require_terminal=False`` a stream cut before its terminal event is accepted (every
     event present is still checked); a terminal event, if present, is checked in full.
+    ``open_responses``: also validate every event and Response against the Open Responses schema
+    (tests/support/open_responses.py); off only for streams crossfeed did not produce (captures).
     """
     _ResponsesChecker().run(events, require_terminal)
+    if open_responses:
+        check_events(events)
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -650,7 +657,7 @@ def _parse(data: bytes, where: str) -> dict:
     return value
 
 
-def validate_responses_sse(raw: bytes, *, require_terminal: bool = True) -> list[dict]:
+def validate_responses_sse(raw: bytes, *, require_terminal: bool = True, open_responses: bool = True) -> list[dict]:
     """Parse a Responses SSE body, check its framing and events, return the events.
 
     Framing (``sse_frames``): every frame has an ``event:`` line equal to its data's ``type``;
@@ -667,7 +674,7 @@ def validate_responses_sse(raw: bytes, *, require_terminal: bool = True) -> list
         if name != event.get("type"):
             raise StreamViolation(f"frame #{pos}: event line {name!r} != data type {event.get('type')!r}")
         events.append(event)
-    validate_responses_events(events, require_terminal=require_terminal)
+    validate_responses_events(events, require_terminal=require_terminal, open_responses=open_responses)
     return events
 
 

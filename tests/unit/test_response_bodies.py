@@ -403,7 +403,9 @@ def test_response_echoes_the_request() -> None:
     well_formed(resp)
     assert (resp["instructions"], resp["metadata"], resp["temperature"], resp["max_output_tokens"]) == (
         "Be brief.", {"ticket": "7"}, 0.2, 300)
-    assert resp["tools"] == request["tools"]
+    # echoed complete, as the Open Responses schema has it (strict: the API's default, true)
+    assert resp["tools"] == [{"type": "function", "name": "f", "description": None, "parameters": {}, "strict": True}]
+    assert resp["completed_at"] == resp["created_at"] and (resp["presence_penalty"], resp["frequency_penalty"]) == (0, 0)
 
 
 # -- errors ---------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ answer; errors as a bare ``data: {"error": {...}}`` frame.
 
 from __future__ import annotations
 
+import functools
+
 import copy
 from typing import Any
 
@@ -19,7 +21,15 @@ import pytest
 
 from tests.support.captures import capture_files, data_objects, read_capture
 from tests.support.splitting import byte_by_byte, split_points
-from tests.support.validators import StreamViolation, validate_responses_events, validate_responses_sse
+from tests.support import validators
+from tests.support.open_responses import check_events
+from tests.support.validators import StreamViolation
+
+# The normaliser guarantees the strict-client rules for any producer; the fields a third party's
+# Response carries are its own, so the Open Responses schema is checked only on the recorded
+# llama-server streams (test_recorded_llama_server_streams_are_open_responses).
+validate_responses_events = functools.partial(validators.validate_responses_events, open_responses=False)
+validate_responses_sse = functools.partial(validators.validate_responses_sse, open_responses=False)
 from translators.ids import SequentialIds
 from translators.pump import Pump
 from translators.responses_normalize import NormalizeResponses
@@ -276,7 +286,7 @@ def test_strict_capture_comes_out_unchanged(name: str) -> None:
     """Every event equal (ids, indexes, text, numbering); the lifecycle Responses keep every
     field the upstream sent. An upstream error ends the stream: its response.failed is dropped."""
     upstream = data_objects(read_capture(f"responses/{name}"))
-    validate_responses_events(upstream)
+    validate_responses_events(upstream, open_responses=False)  # OpenAI's own stream: the strict rules
     out = run(upstream)
     if name.endswith("error-then-failed.sse"):  # the error event gains the flat fields OpenAI also sends
         assert out[2] == {**upstream[2], "code": "insufficient_quota", "message": upstream[2]["error"]["message"],
@@ -285,11 +295,20 @@ def test_strict_capture_comes_out_unchanged(name: str) -> None:
     assert types(out) == types(upstream)
     for got, sent in zip(out, upstream):
         if "response" in sent:
-            assert {k: got["response"][k] for k in sent["response"] if k != "output"} == \
+            # every field the upstream sent is kept (the normaliser may add the ones the Open
+            # Responses schema requires: completed_at, the penalties, reasoning.summary)
+            assert {k: _sent_part(got["response"][k], v) for k, v in sent["response"].items() if k != "output"} == \
                 {k: v for k, v in sent["response"].items() if k != "output"}
             assert _sealed(got["response"]["output"]) == _sealed(sent["response"]["output"])
         else:
             assert got == sent
+
+
+def _sent_part(got: Any, sent: Any) -> Any:
+    """``got`` restricted to the keys of ``sent`` when both are objects."""
+    if isinstance(got, dict) and isinstance(sent, dict):
+        return {k: got.get(k) for k in sent}
+    return got
 
 
 def _sealed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -521,3 +540,11 @@ def test_pumped_error_frame_and_eof() -> None:
     failed = check(pumped(raw + frame))
     assert failed[-1]["response"]["error"] == {"code": "503", "message": "Loading model"}
     assert failed[-2]["error"]["message"] == "Loading model"
+
+
+@pytest.mark.parametrize("name", ["llamaserver-native-text", "llamaserver-native-cut", "llamaserver-native-tool-call"])
+def test_recorded_llama_server_streams_are_open_responses(name: str) -> None:
+    upstream = data_objects(read_capture(f"recorded/responses/{name}.sse"))
+    out = run(upstream)
+    check_events(out)
+    assert out[-1]["response"]["completed_at"] == 1700000000 or out[-1]["type"] != "response.completed"

@@ -10,14 +10,14 @@ import orjson
 import pytest
 
 from tests.support.ws import FrameLog, FrameViolation
+from translators.response_object import new_response
 
 USAGE = {"input_tokens": 1, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1}
 
 
 def response(rid: str = "resp_1", terminal: str = "completed") -> list[dict[str, Any]]:
-    base = {"id": rid, "object": "response", "status": "in_progress", "output": [], "error": None,
-            "incomplete_details": None, "usage": None}
+    base = new_response({}, response_id=rid, created_at=1, model="m")  # every field a Response has
     end: dict[str, Any] = {**base, "status": terminal, "usage": USAGE}
     events = [{"type": "response.created", "response": base}, {"type": "response.in_progress", "response": base}]
     if terminal == "failed":
