@@ -83,6 +83,8 @@ Event = dict[str, Any]
 _dumps = orjson.dumps
 _TEXT_DELTA = "response.output_text.delta"
 _REASONING_DELTA = "response.reasoning_text.delta"
+_SUMMARY_DELTA = "response.reasoning_summary_text.delta"
+SUMMARY_TEXT = "summary_text"
 _ARGS_DELTA = "response.function_call_arguments.delta"
 _TEXT_TAIL = b',"logprobs":[],"sequence_number":'
 _SEQ_TAIL = b',"sequence_number":'
@@ -223,6 +225,10 @@ class ChatToResponsesStream:
                                        schemas=function_schemas(request))
                        if profile.think_tags or profile.tool_markup else None)
         self._markup_calls = 0
+        # reasoning.summary asked ("auto", "concise", "detailed"): reasoning streams as a summary
+        # part, as OpenAI's own models send it; otherwise as reasoning_text content.
+        wanted = request.get("reasoning")
+        self._summaries = bool(wanted.get("summary")) if isinstance(wanted, dict) else False
         self._call_ids: set[str] = set()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
@@ -604,12 +610,23 @@ class ChatToResponsesStream:
             if item is None or item.kind != REASONING:
                 self._close_all("completed")
                 item = self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []})
-            part = {"type": "reasoning_text", "text": ""}
-            item.parts.append(["reasoning_text", []])
-            self._emit(self._part_event("response.content_part.added", item, 0, part))
+            if self._summaries:  # the client asked for reasoning.summary: the reasoning is one
+                item.parts.append([SUMMARY_TEXT, []])
+                self._emit({"type": "response.reasoning_summary_part.added", "item_id": item.id,
+                            "output_index": item.index, "summary_index": 0,
+                            "part": {"type": SUMMARY_TEXT, "text": ""}})
+            else:
+                part = {"type": "reasoning_text", "text": ""}
+                item.parts.append(["reasoning_text", []])
+                self._emit(self._part_event("response.content_part.added", item, 0, part))
         item.parts[0][1].append(text)
         if self._wire:
-            self._frame(item.head or self._head(item, _REASONING_DELTA, 0), text)
+            self._frame(item.head or (self._head(item, _SUMMARY_DELTA, 0, b"summary_index") if self._summaries
+                                      else self._head(item, _REASONING_DELTA, 0)), text)
+            return
+        if self._summaries:
+            self._emit({"type": _SUMMARY_DELTA, "item_id": item.id, "output_index": item.index,
+                        "summary_index": 0, "delta": text})
             return
         self._emit(
             {
@@ -895,14 +912,21 @@ class ChatToResponsesStream:
 
     def _close_reasoning(self, item: _Item, base: dict[str, Any]) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
+        summary: list[dict[str, Any]] = []
         text = ""
-        if item.parts:  # (an item opened for the backend's reasoning_details alone has none)
+        if item.parts and item.parts[0][0] == SUMMARY_TEXT:
+            text = "".join(item.parts[0][1])
+            self._emit({"type": "response.reasoning_summary_text.done", **base, "summary_index": 0, "text": text})
+            part = {"type": SUMMARY_TEXT, "text": text}
+            self._emit({"type": "response.reasoning_summary_part.done", **base, "summary_index": 0, "part": part})
+            summary.append(part)
+        elif item.parts:  # (an item opened for the backend's reasoning_details alone has none)
             text = "".join(item.parts[0][1])
             self._emit({"type": "response.reasoning_text.done", **base, "content_index": 0, "text": text})
             part = {"type": "reasoning_text", "text": text}
             self._emit(self._part_event("response.content_part.done", item, 0, part))
             content.append(part)
-        done: dict[str, Any] = {"id": item.id, "type": REASONING, "summary": [], "content": content}
+        done: dict[str, Any] = {"id": item.id, "type": REASONING, "summary": summary, "content": content}
         if self._seal is not None:
             done["encrypted_content"] = self._seal(text, self._details or None)
             self._details = []
@@ -970,13 +994,13 @@ class ChatToResponsesStream:
     def _snapshot(self) -> dict[str, Any]:
         return dict(self._resp)
 
-    def _head(self, item: _Item, event_type: str, ci: int | None) -> bytes:
+    def _head(self, item: _Item, event_type: str, ci: int | None, index_key: bytes = b"content_index") -> bytes:
         """The wire-mode template of ``item``'s delta event: its frame up to the delta text, in
         the key order of the dict the event would be (orjson keeps insertion order)."""
         head = b'%s{"type":"%s","item_id":%s,"output_index":%d' % (
             self._framing.named(event_type), event_type.encode(), _dumps(item.id), item.index)
         if ci is not None:
-            head += b',"content_index":%d' % ci
+            head += b',"%s":%d' % (index_key, ci)
         item.head = head = head + b',"delta":'
         item.head_ci = ci if ci is not None else 0
         return head

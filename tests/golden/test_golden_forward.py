@@ -190,7 +190,8 @@ def response_answer(response: dict) -> dict:
     """The same fields, read from the translated final Response."""
     output = response["output"]
     parts = [p for item in output if item["type"] == "message" for p in item["content"]]
-    reasoning = [p["text"] for item in output if item["type"] == "reasoning" for p in item.get("content") or []]
+    reasoning = [p["text"] for item in output if item["type"] == "reasoning"
+                 for p in [*(item.get("summary") or []), *(item.get("content") or [])]]
     usage = response.get("usage")
     return {"status": (response["status"], (response.get("incomplete_details") or {}).get("reason")),
             "text": "".join(p["text"] for p in parts if p["type"] == "output_text"),
