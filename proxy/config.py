@@ -74,6 +74,9 @@ class Upstream(_Model):
     tokenize_url: str | None = Field(None, description="the tokenizer's URL (default: base_url without /v1 + /tokenize)")
     context_window: int = Field(0, ge=0, description="the backend's context in tokens (0 = unknown): a longer "
                                                      "compaction request is a 400")
+    drop_params: tuple[str, ...] = Field(
+        (), description="api = responses: chat request fields the backend lacks (seed, logit_bias, ...) that are "
+                        "dropped and logged instead of answered with a 400")
 
     @field_validator("base_url", "tokenize_url")
     @classmethod
@@ -94,7 +97,7 @@ class Upstream(_Model):
     def _dialect_fits_the_api(self) -> Upstream:
         """A switch for the other API's streams would be silently ignored: refuse it instead."""
         if self.api == "chat":
-            wrong = [k for k in ("normalize_stream", "min_output_tokens") if k in self.model_fields_set]
+            wrong = [k for k in ("normalize_stream", "min_output_tokens", "drop_params") if k in self.model_fields_set]
         else:
             wrong = [k for k in ("think_tags", "tool_markup") if k in self.model_fields_set]
         if wrong:
@@ -110,7 +113,7 @@ class Upstream(_Model):
                               system_role=self.system_role, system_placement=self.system_messages,
                               compaction_prompt=self.compaction_prompt, think_tags=self.think_tags,
                               tool_markup=self.tool_markup, normalize_stream=self.normalize_stream,
-                              min_output_tokens=self.min_output_tokens)
+                              min_output_tokens=self.min_output_tokens, drop_params=self.drop_params)
 
     def matches_pattern(self, model: str) -> bool:
         """``model`` matches one of the glob patterns listed here, the bare ``*`` aside."""

@@ -19,12 +19,13 @@ machine): absent or ``null`` gives the default, any other wrong type raises
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .errors import TranslationError, UpstreamProtocolError, json_kind
 from .ids import CHAT_COMPLETION, IdFactory
 from .options import BackendProfile
+from .stop_sequences import find_stop, normalize
 
 SEPARATOR = "\n\n"  # between message items' text, and between reasoning segments
 
@@ -261,6 +262,13 @@ def output_tokens_of(resp: dict[str, Any]) -> int:
     return tokens if type(tokens) is int else -1
 
 
+def _token_starts(entries: list[dict[str, Any]], pos: int, into: list[int]) -> None:
+    """The offset in the content of each logprob entry's token, from ``pos`` (the part's start)."""
+    for entry in entries:
+        into.append(pos)
+        pos += len(entry["token"] or "")
+
+
 def _join_parts(texts: list[str], into: list[str]) -> None:
     text = "".join(texts)
     if text:
@@ -274,6 +282,7 @@ def response_to_chat_completion(
     ids: IdFactory,
     now: Callable[[], int] | None = None,
     max_output_tokens: int | None = None,
+    stop: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A final Response object -> a ``chat.completion``.
 
@@ -294,6 +303,11 @@ def response_to_chat_completion(
       incomplete -> ``length`` / ``content_filter``; completed having spent ``max_output_tokens``
       (the request's limit; llama-server reports a cut answer as completed) -> ``length``;
     - ``output_text`` part logprobs -> ``choices[0].logprobs.content`` (``null`` when none);
+    - ``stop`` (the chat request's stop sequences, applied by crossfeed: the Responses API has
+      none): the content ends before the first one (translators/stop_sequences.py, the same cut
+      as the stream's), ``finish_reason`` is ``stop``, and what came after it goes too: the
+      annotations and logprobs past the cut, and every later output item (calls, reasoning);
+      ``usage`` stays the upstream's (what it generated);
     - ``usage`` mapped by ``chat_usage`` when the upstream reported it;
     - a field read above with the wrong JSON type (``output`` not an array, an item or part not an
       object, a text that is not a string, a call without a name...) -> ``UpstreamProtocolError``.
@@ -314,6 +328,9 @@ def response_to_chat_completion(
     tool_calls: list[dict[str, Any]] = []
     logprobs: list[dict[str, Any]] = []
     offset = 0
+    stops = normalize(stop) if stop else ()
+    token_starts: list[int] = []  # with stops: where each logprob's token starts in the content
+    stopped = False
     for i, item in enumerate(up_items(up_list(resp, "output", "response"), "response.output")):
         where = f"response.output[{i}]"
         kind = up_str(item, "type", where)
@@ -333,7 +350,10 @@ def response_to_chat_completion(
                             annotations.append(mapped)
                     lps = up_list(part, "logprobs", pwhere)
                     if lps:
-                        logprobs.extend(chat_logprobs(lps, f"{pwhere}.logprobs"))
+                        entries = chat_logprobs(lps, f"{pwhere}.logprobs")
+                        logprobs.extend(entries)
+                        if stops:
+                            _token_starts(entries, pos, token_starts)
                     pos += len(text)
                 elif ptype == "refusal":
                     refusals.append(up_str(part, "refusal", pwhere) or "")
@@ -341,6 +361,17 @@ def response_to_chat_completion(
                 content.append(item_text)
                 offset = pos
             _join_parts(refusals, refusal)
+            if stops and item_text:
+                joined = SEPARATOR.join(content)
+                at = find_stop(joined, stops)
+                if at is not None:  # the answer ends here: nothing after the stop sequence
+                    stopped = True
+                    content = [joined[:at]]
+                    annotations = [a for a in annotations if a["url_citation"]["start_index"] < at]
+                    for a in annotations:
+                        a["url_citation"]["end_index"] = min(a["url_citation"]["end_index"], at)
+                    logprobs = [lp for lp, start in zip(logprobs, token_starts) if start < at]
+                    break
         elif kind == "reasoning":
             for j, s in enumerate(up_items(up_list(item, "summary", where), f"{where}.summary")):
                 text = up_str(s, "text", f"{where}.summary[{j}]")
@@ -370,7 +401,9 @@ def response_to_chat_completion(
         message["annotations"] = annotations
     if tool_calls:
         message["tool_calls"] = tool_calls
-    if status == "incomplete":
+    if stopped:
+        finish = "stop"
+    elif status == "incomplete":
         finish = incomplete_finish_reason(resp.get("incomplete_details"))
     elif max_output_tokens is not None and output_tokens_of(resp) >= max_output_tokens:
         finish = "length"

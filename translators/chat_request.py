@@ -3,8 +3,9 @@
 ``chat_request_to_responses`` validates the chat client's JSON (``InvalidRequest`` /
 ``UnsupportedFeature`` naming the ``param`` OpenAI-style: ``messages[2].content[0].type``,
 ``temperature``), maps every field it knows (wire-spec 3.3), and rejects the fields whose effect a
-Responses backend cannot reproduce. The table with the reason for each choice is
-``docs/reverse-mapping.md``.
+Responses backend cannot reproduce, unless the upstream's ``drop_params`` names them. ``n`` and
+``stop`` are not sent: the proxy runs them (``choice_count``, ``stop_sequences``). The table with
+the reason for each choice is ``docs/reverse-mapping.md``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from .errors import InvalidRequest, UnsupportedFeature
 from .options import BackendProfile
+from .stop_sequences import normalize
 from .tools_mapping import (
     expect_dict, expect_list, missing, opt_bool, opt_number, opt_str, req_str, type_error, value_error,
 )
@@ -29,13 +31,45 @@ _HANDLED = frozenset({
     "web_search_options", "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias",
     "audio", "modalities", "prediction", "moderation", *_PASS_STR, *_DROPPED,
 })
-_NO_EQUIVALENT = "the Responses API has no equivalent, and dropping it would change the output"
+_NO_EQUIVALENT = ("the Responses API has no equivalent, and dropping it would change the output (the "
+                  "upstream's drop_params can list it to have it dropped)")
+# Never dropped by drop_params: without them there is no request.
+_NOT_DROPPABLE = frozenset({"model", "messages", "stream"})
+MAX_CHOICES = 8  # n: that many Responses calls run for one request
+MAX_STOP_SEQUENCES = 4  # as OpenAI's Chat API
 
 
 def include_usage(body: dict[str, Any]) -> bool:
     """True when the chat client asked for the final usage chunk (``stream_options.include_usage``)."""
     so = body.get("stream_options")
     return isinstance(so, dict) and so.get("include_usage") is True
+
+
+def stop_sequences(body: dict[str, Any], options: BackendProfile) -> tuple[str, ...]:
+    """The request's ``stop``, for crossfeed to apply (the Responses API has none): a string or
+    up to 4 strings; ``null``, ``""`` and ``[]`` (and empty strings in the list) mean none, as
+    does ``stop`` listed in the upstream's ``drop_params``. Invalid -> 400 ``stop``."""
+    if "stop" in options.drop_params:
+        return ()
+    raw = body.get("stop")
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        return normalize((raw,))
+    if not isinstance(raw, list) or not all(isinstance(s, str) for s in raw):
+        raise type_error("stop", "a string or an array of strings", raw)
+    if len(raw) > MAX_STOP_SEQUENCES:
+        raise value_error("stop", f"expected at most {MAX_STOP_SEQUENCES} stop sequences, got {len(raw)}.")
+    return normalize(raw)
+
+
+def choice_count(body: dict[str, Any], options: BackendProfile) -> int:
+    """The request's ``n`` (1 when absent, null, or listed in ``drop_params``): an integer from
+    1 to ``MAX_CHOICES``, else 400 ``n``. Each choice is its own Responses call."""
+    if "n" in options.drop_params:
+        return 1
+    n = opt_number(body, "n", integer=True, low=1, high=MAX_CHOICES)
+    return 1 if n is None else int(n)
 
 
 def chat_request_to_responses(body: Any, options: BackendProfile, *,
@@ -61,15 +95,23 @@ def chat_request_to_responses(body: Any, options: BackendProfile, *,
     - ``store`` -> ``store``, false unless the client sent ``true`` (Responses defaults to true);
       ``stream`` copied as a bool (the caller sets it anyway); ``stream_options.include_obfuscation``
       copied; ``include_usage`` is for the stream machine (see ``include_usage``);
-    - ``n > 1``, ``stop``, ``seed``, ``frequency_penalty``/``presence_penalty`` other than 0,
-      non-empty ``logit_bias``, ``audio``, ``modalities`` other than ``["text"]``, ``prediction``,
-      ``moderation`` -> 400 ``unsupported_parameter`` naming the param (they change the output);
+    - ``frequency_penalty`` / ``presence_penalty`` (-2..2) copied when not 0 (the default);
+    - ``n`` (1..8) and ``stop`` (a string or up to 4) are checked and not sent: crossfeed runs
+      them (``choice_count``, ``stop_sequences``: n calls, the text cut at the stop sequence);
+    - ``seed``, non-empty ``logit_bias``, ``audio``, ``modalities`` other than ``["text"]``,
+      ``prediction``, ``moderation`` -> 400 ``unsupported_parameter`` naming the param (they
+      change the output);
     - ``prompt_cache_options`` accepted and dropped (listed in ``ignored``); any other field -> 400
-      ``Unrecognized request argument`` (as OpenAI answers), never silently dropped.
+      ``Unrecognized request argument`` (as OpenAI answers), never silently dropped;
+    - fields named in ``options.drop_params`` (the upstream's ``drop_params``) are removed first,
+      whatever they are (``model``, ``messages`` and ``stream`` aside), and listed in ``ignored``
+      when they had a value: the operator's choice to drop what the backend lacks.
     """
     dropped = ignored if ignored is not None else []
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
+    if options.drop_params:
+        body = _drop_params(body, options.drop_params, dropped)
     for key in body:
         if key not in _HANDLED:
             raise UnsupportedFeature(f"Unrecognized request argument supplied: {key}", param=key,
@@ -79,7 +121,7 @@ def chat_request_to_responses(body: Any, options: BackendProfile, *,
         raise missing("model")
     if not isinstance(model, str) or not model:
         raise type_error("model", "a non-empty string", model)
-    _reject_unsupported(body)
+    _reject_unsupported(body, options)
     msgs = _Messages(options, dropped)
     messages = body.get("messages")
     if messages is None:
@@ -125,22 +167,27 @@ def chat_request_to_responses(body: Any, options: BackendProfile, *,
     return out
 
 
+def _drop_params(body: dict[str, Any], names: tuple[str, ...], dropped: list[str]) -> dict[str, Any]:
+    """``body`` without the fields the upstream's ``drop_params`` names (each reported once in
+    ``dropped`` when it was given a value); ``model``, ``messages`` and ``stream`` are kept."""
+    gone = [key for key in dict.fromkeys(names) if key in body and key not in _NOT_DROPPABLE]
+    if not gone:
+        return body
+    dropped.extend(key for key in gone if body[key] is not None)
+    return {k: v for k, v in body.items() if k not in gone}
+
+
 def _unsupported(param: str, what: str = _NO_EQUIVALENT) -> UnsupportedFeature:
     return UnsupportedFeature(f"'{param}' is not supported by crossfeed's Responses upstream: {what}.",
                               param=param)
 
 
-def _reject_unsupported(body: dict[str, Any]) -> None:
-    n = opt_number(body, "n", integer=True, low=1)
-    if n is not None and n > 1:
-        raise _unsupported("n", "a Responses call returns one choice")
-    if body.get("stop") not in (None, "", []):
-        raise _unsupported("stop")
+def _reject_unsupported(body: dict[str, Any], options: BackendProfile) -> None:
+    # n and stop are crossfeed's to run (several calls; the text cut): checked here, not sent.
+    choice_count(body, options)
+    stop_sequences(body, options)
     if body.get("seed") is not None:
         raise _unsupported("seed")
-    for key in ("frequency_penalty", "presence_penalty"):
-        if opt_number(body, key, low=-2, high=2):
-            raise _unsupported(key)
     if body.get("logit_bias") not in (None, {}):
         raise _unsupported("logit_bias")
     modalities = body.get("modalities")
@@ -162,6 +209,10 @@ def _map_sampling(body: dict[str, Any], out: dict[str, Any], floor: int) -> None
     for key, high in (("temperature", 2), ("top_p", 1)):
         value = opt_number(body, key, low=0, high=high)
         if value is not None:
+            out[key] = value
+    for key in ("frequency_penalty", "presence_penalty"):  # same names in Responses (Open Responses)
+        value = opt_number(body, key, low=-2, high=2)
+        if value:  # 0 is the default: not sent, for backends that do not know the field
             out[key] = value
     text: dict[str, Any] = {}
     rf = body.get("response_format")

@@ -42,6 +42,9 @@ class BackendProfile:
     # The smallest max_output_tokens the Responses backend accepts (OpenAI: 16; llama-server: 1):
     # a chat client's smaller max_tokens is raised to it.
     min_output_tokens: int = 16
+    # Chat request fields a Responses backend lacks (seed, logit_bias, vendor extras...) that the
+    # reverse request mapping drops, reported in its ``ignored`` list, instead of answering 400.
+    drop_params: tuple[str, ...] = ()
 
 
 DEFAULT_PROFILE = BackendProfile()

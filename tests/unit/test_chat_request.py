@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from translators.chat_request import chat_request_to_responses, include_usage
+from translators.chat_request import (
+    MAX_CHOICES, chat_request_to_responses, choice_count, include_usage, stop_sequences,
+)
 from translators.errors import InvalidRequest, UnsupportedFeature
 from translators.options import BackendProfile
 
@@ -35,7 +37,7 @@ BASE = {"model": "gpt-5", "input": [{"type": "message", "role": "user", "content
 # Chat-only request keys: never part of a Responses request, whatever the row.
 CHAT_ONLY = frozenset({
     "messages", "max_tokens", "max_completion_tokens", "response_format", "reasoning_effort", "verbosity",
-    "logprobs", "n", "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias", "modalities",
+    "logprobs", "n", "stop", "seed", "logit_bias", "modalities",
     "audio", "prediction", "moderation", "functions", "function_call", "web_search_options",
     "prompt_cache_options",
 })
@@ -87,6 +89,11 @@ FIELD_CASES = [
      {"n", "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias", "modalities"}),
     ({"stop": []}, {}, {"stop"}),
     ({"stop": ""}, {}, {"stop"}),
+    # Crossfeed runs these itself: checked, never sent.
+    ({"stop": ["\n", "END"], "n": 3}, {}, {"stop", "n"}),
+    # Penalties have the same names in Responses (Open Responses): sent when not the default 0.
+    ({"frequency_penalty": 0.5, "presence_penalty": -1}, {"frequency_penalty": 0.5, "presence_penalty": -1}, set()),
+    ({"presence_penalty": 2}, {"presence_penalty": 2}, {"frequency_penalty"}),
 ]
 
 
@@ -255,14 +262,16 @@ REJECTIONS = [
     ({"model": "m"}, InvalidRequest, "messages"),
     ({"model": "m", "messages": []}, InvalidRequest, "messages"),
     ({"model": "m", "messages": "hi"}, InvalidRequest, "messages"),
-    (body(n=2), UnsupportedFeature, "n"),
     (body(n="2"), InvalidRequest, "n"),
-    (body(stop="\n"), UnsupportedFeature, "stop"),
-    (body(stop=["a"]), UnsupportedFeature, "stop"),
+    (body(n=0), InvalidRequest, "n"),
+    (body(n=MAX_CHOICES + 1), InvalidRequest, "n"),
+    (body(stop=5), InvalidRequest, "stop"),
+    (body(stop=["a", 1]), InvalidRequest, "stop"),
+    (body(stop={"a": 1}), InvalidRequest, "stop"),
+    (body(stop=["a", "b", "c", "d", "e"]), InvalidRequest, "stop"),
     (body(seed=1), UnsupportedFeature, "seed"),
-    (body(frequency_penalty=0.5), UnsupportedFeature, "frequency_penalty"),
-    (body(presence_penalty=-1), UnsupportedFeature, "presence_penalty"),
     (body(presence_penalty=3), InvalidRequest, "presence_penalty"),
+    (body(frequency_penalty="0.5"), InvalidRequest, "frequency_penalty"),
     (body(logit_bias={"50256": -100}), UnsupportedFeature, "logit_bias"),
     (body(audio={"voice": "alloy", "format": "wav"}), UnsupportedFeature, "audio"),
     (body(modalities=["text", "audio"]), UnsupportedFeature, "modalities"),
@@ -323,3 +332,57 @@ def test_rejections_name_the_param(request_body: Any, error: type, param: str | 
     assert type(info.value) is error
     assert info.value.param == param
     assert info.value.http_status == 400 and info.value.message
+
+
+# ---------------------------------------------------------------- n, stop and drop_params
+
+@pytest.mark.parametrize("fields, expected", [
+    ({}, ()), ({"stop": None}, ()), ({"stop": ""}, ()), ({"stop": []}, ()),
+    ({"stop": "\n"}, ("\n",)), ({"stop": ["a", "", "b", "a"]}, ("a", "b")),
+    ({"stop": ["1", "2", "3", "4"]}, ("1", "2", "3", "4")),
+])
+def test_stop_sequences(fields: dict, expected: tuple) -> None:
+    assert stop_sequences(body(**fields), OPTIONS) == expected
+
+
+@pytest.mark.parametrize("fields, expected", [({}, 1), ({"n": None}, 1), ({"n": 1}, 1), ({"n": MAX_CHOICES}, MAX_CHOICES)])
+def test_choice_count(fields: dict, expected: int) -> None:
+    assert choice_count(body(**fields), OPTIONS) == expected
+
+
+DROPPING = BackendProfile(drop_params=("seed", "logit_bias", "top_k", "temperature", "model", "messages", "stream"))
+
+
+def test_drop_params_drops_what_it_names_and_reports_it() -> None:
+    ignored: list[str] = []
+    b = body(seed=7, logit_bias={"1": 2}, top_k=40, temperature=0.3, stream=True)
+    out = chat_request_to_responses(b, DROPPING, ignored=ignored)
+    assert out == {**BASE, "stream": True}
+    assert ignored == ["seed", "logit_bias", "top_k", "temperature"]  # each once; model/messages/stream kept
+    assert b["seed"] == 7  # the client's body is not modified
+
+
+def test_drop_params_reports_only_fields_given_a_value() -> None:
+    ignored: list[str] = []
+    assert chat_request_to_responses(body(seed=None), DROPPING, ignored=ignored) == BASE
+    assert ignored == []
+
+
+def test_without_drop_params_the_same_fields_are_refused() -> None:
+    for fields, param in (({"seed": 7}, "seed"), ({"logit_bias": {"1": 2}}, "logit_bias"), ({"top_k": 40}, "top_k")):
+        with pytest.raises(UnsupportedFeature) as info:
+            chat_request_to_responses(body(**fields), OPTIONS)
+        assert info.value.param == param
+        # the operator's way out is named, except in OpenAI's own words for an unknown field
+        assert ("drop_params" in info.value.message) is (param != "top_k")
+
+
+def test_n_and_stop_in_drop_params_are_not_run() -> None:
+    profile = BackendProfile(drop_params=("n", "stop"))
+    b = body(n=3, stop=["x"])
+    ignored: list[str] = []
+    chat_request_to_responses(b, profile, ignored=ignored)
+    assert ignored == ["n", "stop"]
+    assert choice_count(b, profile) == 1 and stop_sequences(b, profile) == ()
+    # an invalid value is dropped, not checked
+    assert choice_count(body(n=99), profile) == 1

@@ -31,6 +31,7 @@ NON_DEFAULT = {
     "tool_markup": "hermes",
     "normalize_stream": True,
     "min_output_tokens": 1,
+    "drop_params": ("seed", "logit_bias"),
 }
 CONFIG_NAME = {"system_placement": "system_messages"}
 
@@ -38,7 +39,7 @@ CONFIG_NAME = {"system_placement": "system_messages"}
 def test_every_profile_field_is_configurable() -> None:
     fields = {f.name for f in dataclasses.fields(BackendProfile)}
     assert fields == set(NON_DEFAULT), "a new profile field needs a config key and a line here"
-    responses_only = {"normalize_stream", "min_output_tokens"}
+    responses_only = {"normalize_stream", "min_output_tokens", "drop_params"}
     chat_only = {"think_tags", "tool_markup"}
     for api, skip in (("chat", responses_only), ("responses", chat_only)):
         given = {k: v for k, v in NON_DEFAULT.items() if k not in skip}
