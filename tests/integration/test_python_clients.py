@@ -1,0 +1,156 @@
+"""LangChain (``ChatOpenAI(use_responses_api=True)``) and pydantic-ai (``OpenAIResponsesModel``)
+as their users run them, through crossfeed in front of a fake chat backend that streams
+DeepSeek-style ``reasoning_content``. Reasoning must be visible to them (they ask for
+``reasoning.summary``), and a streamed tool round trip must send the reasoning back to the
+backend (DeepSeek-style backends refuse a tool turn without it). Every SDK stream is validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+
+from tests.conftest import Captured, ProxyHandle, TeeTransport
+from tests.fakes.upstream import FakeUpstream, SSEReply
+
+REASONING = "The user wants the weather; I should call the tool."
+ANSWER = "It is sunny in Paris."
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+
+
+USAGE = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+         b'"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}\n\n')
+
+
+def reasoning_then(text: str | None = None, call: tuple[str, dict[str, Any]] | None = None) -> SSEReply:
+    body = chunk({"role": "assistant", "content": None})
+    for word in REASONING.split(" "):
+        body += chunk({"reasoning_content": word + " "})
+    if text:
+        for word in text.split(" "):
+            body += chunk({"content": word + " "})
+    finish = "stop"
+    if call:
+        args = orjson.dumps(call[1]).decode()
+        body += chunk({"tool_calls": [{"index": 0, "id": "call_w", "type": "function",
+                                       "function": {"name": call[0], "arguments": args[:5]}}]})
+        body += chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[5:]}}]})
+        finish = "tool_calls"
+    return SSEReply(body + chunk({}, finish) + USAGE + b"data: [DONE]\n\n", max_piece=17)
+
+
+def http(captured: list[Captured]) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
+
+
+# -- LangChain ------------------------------------------------------------------------------------
+
+
+def langchain(proxy: ProxyHandle, captured: list[Captured]) -> Any:
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(model="deepseek-reasoner", base_url=proxy.base_url, api_key="sk-test", use_responses_api=True,
+                      reasoning={"effort": "medium", "summary": "auto"}, http_async_client=http(captured),
+                      max_retries=0)
+
+
+def _reasoning_text(message: Any) -> str:
+    return "".join(b.get("reasoning", "") for b in message.content_blocks if b.get("type") == "reasoning")
+
+
+async def test_langchain_stream_shows_the_reasoning(proxy: ProxyHandle, upstream: FakeUpstream,
+                                                    captured: list[Captured]) -> None:
+    upstream.reply(reasoning_then(ANSWER))
+    full = None
+    async for piece in langchain(proxy, captured).astream("Weather in Paris?"):
+        full = piece if full is None else full + piece
+    assert full is not None
+    assert _reasoning_text(full).strip() == REASONING
+    assert full.text.strip() == ANSWER
+
+
+async def test_langchain_streamed_tool_loop_sends_the_reasoning_back(proxy: ProxyHandle, upstream: FakeUpstream,
+                                                                     captured: list[Captured]) -> None:
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    upstream.reply(reasoning_then(call=("get_weather", {"city": "Paris"})), reasoning_then(ANSWER))
+    model = langchain(proxy, captured).bind_tools([get_weather])
+    question = HumanMessage("Weather in Paris?")
+    first = None
+    async for piece in model.astream([question]):
+        first = piece if first is None else first + piece
+    assert first is not None and [c["name"] for c in first.tool_calls] == ["get_weather"]
+    call = first.tool_calls[0]
+    result = ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"])
+    second = None
+    async for piece in model.astream([question, first, result]):
+        second = piece if second is None else second + piece
+    assert second is not None and second.text.strip() == ANSWER
+    sent = upstream.requests[1].body["messages"]
+    turn = next(m for m in sent if m["role"] == "assistant")
+    assert turn["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert turn.get("reasoning_content", "").strip() == REASONING  # the backend gets its reasoning back
+    assert sent[-1] == {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "content": "sunny in Paris"}
+
+
+# -- pydantic-ai ----------------------------------------------------------------------------------
+
+
+def agent(proxy: ProxyHandle, captured: list[Captured], **kw: Any) -> Any:
+    import openai
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test", http_client=http(captured), max_retries=0)
+    model = OpenAIResponsesModel("deepseek-reasoner", provider=OpenAIProvider(openai_client=client))
+    settings = OpenAIResponsesModelSettings(openai_reasoning_summary="detailed", openai_reasoning_effort="medium",
+                                            openai_send_reasoning_ids=True)
+    return Agent(model, model_settings=settings, **kw)
+
+
+async def test_pydantic_ai_run_stream_shows_thinking(proxy: ProxyHandle, upstream: FakeUpstream,
+                                                     captured: list[Captured]) -> None:
+    from pydantic_ai.messages import ThinkingPart
+
+    upstream.reply(reasoning_then(ANSWER))
+    async with agent(proxy, captured).run_stream("Weather in Paris?") as run:
+        text = await run.get_output()
+        messages = run.all_messages()
+    assert text.strip() == ANSWER
+    thinking = [p.content for m in messages for p in getattr(m, "parts", ()) if isinstance(p, ThinkingPart)]
+    assert "".join(thinking).strip() == REASONING
+
+
+async def test_pydantic_ai_tool_run(proxy: ProxyHandle, upstream: FakeUpstream, captured: list[Captured]) -> None:
+    upstream.reply(reasoning_then(call=("get_weather", {"city": "Paris"})), reasoning_then(ANSWER))
+    a = agent(proxy, captured)
+
+    @a.tool_plain
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    async with a.run_stream("Weather in Paris?") as run:
+        output = await run.get_output()
+    assert output.strip() == ANSWER
+    sent = upstream.requests[1].body["messages"]
+    assert any(m["role"] == "tool" and m["content"] == "sunny in Paris" for m in sent)
+    turn = next(m for m in sent if m["role"] == "assistant")
+    assert turn.get("reasoning_content", "").strip() == REASONING
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
