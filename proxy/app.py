@@ -48,6 +48,7 @@ from .errors import (
     error_response,
     upstream_error_body,
 )
+from .codex_catalog import catalog as codex_catalog
 from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, relay_turn, stream_flag
 from .forward import forward_now, forward_streamed
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, upstream_keys
@@ -354,16 +355,21 @@ async def _relay_unchanged(request: web.Request, up: Upstream, url: str, body: d
 
 
 async def models_endpoint(request: web.Request) -> web.StreamResponse:
-    """One upstream: passed through. Several: every upstream's list merged, plus the exact model
-    names the config routes (renamed back to the client-facing names)."""
+    """Every upstream's list merged, plus the exact model names the config routes (renamed back
+    to the client-facing names), in ``data``; and the catalog Codex reads, in ``models``
+    (proxy/codex_catalog.py). A lone Responses upstream's list is passed through, as is a lone
+    upstream's error."""
     config = request.app[CONFIG]
-    if len(config.upstreams) == 1:
+    if len(config.upstreams) == 1 and config.upstreams[0].api == "responses":
         return await passthrough(request)
-    async def fetch(up: Upstream) -> list[dict[str, Any]]:
+
+    async def fetch(up: Upstream) -> tuple[int, list[dict[str, Any]]]:
         headers = outbound_headers(request, up)
+        status, body = 0, {}
         try:
             async with request.app[SESSION].get(up.base_url + "/models", headers=headers,
                                                 timeout=aiohttp.ClientTimeout(total=10)) as r:
+                status = r.status
                 body = await r.json(content_type=None) if r.status == 200 else {}
         except (aiohttp.ClientError, TimeoutError, ValueError):
             body = {}
@@ -372,13 +378,19 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
         out = [{**m, "id": back.get(m.get("id"), m.get("id"))} for m in data or () if isinstance(m, dict)]
         out += [{"id": name, "object": "model", "created": 0, "owned_by": up.name}
                 for name in (*up.models, *up.model_map) if not any(c in name for c in "*?[")]
-        return out
+        return status, out
 
+    answers = await asyncio.gather(*(fetch(u) for u in config.upstreams))
+    if len(config.upstreams) == 1 and answers[0][0] != 200:
+        return await passthrough(request)  # the upstream's own error, status and message kept
     merged: dict[str, dict[str, Any]] = {}
-    for models in await asyncio.gather(*(fetch(u) for u in config.upstreams)):
+    listed: list[tuple[str, Upstream]] = []
+    for up, (_, models) in zip(config.upstreams, answers):
         for m in models:
             merged.setdefault(str(m.get("id")), m)
-    return web.json_response({"object": "list", "data": list(merged.values())})
+            listed.append((str(m.get("id")), up))
+    return web.json_response({"object": "list", "data": list(merged.values()),
+                              "models": codex_catalog(config, listed)})
 
 
 def _default_upstream(config: Config) -> Upstream:

@@ -198,6 +198,21 @@ class Mcp(_Model):
     max_output_bytes: int = Field(65536, ge=1024, description="a call's output beyond this is cut")
 
 
+class CodexModel(_Model):
+    """What ``GET /v1/models`` tells Codex about one model (its catalog entry, proxy/codex_catalog.py)."""
+
+    context_window: int | None = Field(None, gt=0, description="tokens (default: the upstream's context_window, "
+                                                                 "else 128000)")
+    apply_patch: Literal["freeform", "function", "none"] = Field(
+        "freeform", description="how Codex offers apply_patch: a custom (freeform) tool, a function, or not at all")
+    reasoning_levels: tuple[Literal["minimal", "low", "medium", "high", "xhigh"], ...] = ("low", "medium", "high")
+    default_reasoning: Literal["minimal", "low", "medium", "high", "xhigh"] = "medium"
+    display_name: str | None = None
+    description: str = "A model served through crossfeed."
+    instructions: str | None = Field(None, min_length=1, description="the base instructions Codex sends with this "
+                                                                      "model (default: crossfeed's short coding-agent prompt)")
+
+
 class Config(_Model):
     server: Server = Field(default_factory=Server)
     logging: Logging = Field(default_factory=Logging)
@@ -206,6 +221,8 @@ class Config(_Model):
     mcp: Mcp = Field(default_factory=Mcp)
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    codex_models: dict[str, CodexModel] = Field(
+        default_factory=dict, description="per-model entries of the catalog Codex reads from GET /v1/models")
 
     @model_validator(mode="after")
     def _check_upstreams(self) -> Config:

@@ -341,3 +341,40 @@ async def test_websocket_off_falls_back_to_http_at_once(proxy, upstream: FakeUps
     assert "Reconnecting" not in out and "Falling back" not in out, out[-3000:]
     assert requests_on(proxy, "/v1/responses", "426") >= 1  # the upgrade, refused
     assert requests_on(proxy, "/v1/responses", "200") == 1 and requests_on(proxy, ROUTE) == 0
+
+
+@pytest.fixture
+async def catalog_proxy(upstream: FakeUpstream, tmp_path: Path):
+    toml = tmp_path / "crossfeed.toml"
+    toml.write_text('[codex_models."qwen3-coder-local"]\ncontext_window = 40960\n')
+    config = load_config(toml, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "d")})
+    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
+    yield handle
+    await handle.runner.cleanup()
+
+
+async def test_model_catalog_gives_a_local_model_apply_patch_and_its_context_window(
+        catalog_proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+    """``model_catalog_url`` pointed at crossfeed's ``GET /v1/models``: for a model name Codex does
+    not know, and no ``model_map`` to one it does, Codex offers ``apply_patch`` as a custom tool
+    and takes the context window from the catalog (its rollout records it)."""
+    def by_path(req: Recorded) -> JSONReply | SSEReply:  # crossfeed lists the backend's models too
+        if req.path.endswith("/models"):
+            return JSONReply({"object": "list", "data": [{"id": "qwen3-coder-local", "object": "model"}]})
+        return text("Catalog read.")
+
+    upstream.default = by_path
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    env = cx.write_codex_home(home, base_url=catalog_proxy.base_url, model="qwen3-coder-local", extra={
+        "model_providers": {cx.PROVIDER_ID: {"model_catalog_url": catalog_proxy.base_url + "/models"}}})
+    proc = await asyncio.to_thread(cx.run_codex_exec, "say hi", cwd=work, env=env, timeout=180, ephemeral=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert cx.agent_messages(cx.parse_events(proc.stdout))[-1] == "Catalog read."
+    sent = next(r.body for r in upstream.requests if r.path.endswith("/chat/completions"))
+    tools = {t["function"]["name"] for t in sent["tools"]}
+    assert "apply_patch" in tools  # a custom (freeform) tool, wrapped as a chat function
+    rollout = "".join(p.read_text() for p in (home / "sessions").rglob("*.jsonl"))
+    # Codex keeps 95% of a catalog window as the effective one (40960 -> 38912)
+    assert f'"model_context_window":{40960 * 95 // 100}' in rollout.replace(" ", "")
+    assert "not found" not in proc.stderr  # no "Model metadata for ... not found" fallback
