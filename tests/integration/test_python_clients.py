@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from tests.conftest import Captured, ProxyHandle, TeeTransport
-from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 
 REASONING = "The user wants the weather; I should call the tool."
 ANSWER = "It is sunny in Paris."
@@ -154,3 +154,52 @@ async def test_pydantic_ai_tool_run(proxy: ProxyHandle, upstream: FakeUpstream, 
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+async def test_langchain_with_structured_output(proxy: ProxyHandle, upstream: FakeUpstream,
+                                                captured: list[Captured]) -> None:
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        sunny: bool
+
+    upstream.reply(JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                              "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                  "role": "assistant", "content": '{"city": "Paris", "sunny": true}'}}],
+                              "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}}))
+    llm = langchain(proxy, captured).with_structured_output(Weather)
+    got = await llm.ainvoke("Weather in Paris?")
+    assert got == Weather(city="Paris", sunny=True)
+    fmt = upstream.requests[0].body["response_format"]
+    assert fmt["type"] == "json_schema" and set(fmt["json_schema"]["schema"]["properties"]) == {"city", "sunny"}
+
+
+# -- LangChain in chat mode, reverse: a Responses backend --------------------------------------------
+
+async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: Any, captured: list[Captured]) -> None:
+    """``ChatOpenAI`` in chat mode (no Responses API) in front of a Responses backend: ``stop=``
+    is applied by crossfeed across chunks, ``n=2`` gives two generations."""
+    from langchain_openai import ChatOpenAI
+
+    from proxy.config import load_config
+    from tests.conftest import start_proxy
+    from langchain_core.messages import HumanMessage
+
+    from tests.integration.test_reverse_emulation import answer, final_response
+
+    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url, "upstream.api": "responses",
+                                                      "store.data_dir": str(tmp_path / "d")}))
+    try:
+        llm = ChatOpenAI(model="m", base_url=handle.base_url, api_key="k", max_retries=0,
+                         http_async_client=http(captured))
+        upstream.reply(SSEReply(b"".join(answer(["The weather ", "is sun", "ny. END here", " more"]))))
+        cut = ""
+        async for piece in llm.astream("Weather?", stop=["END"]):
+            cut += piece.text
+        assert cut == "The weather is sunny. "
+        upstream.reply(JSONReply(final_response("One.")), JSONReply(final_response("Two.")))
+        result = await llm.agenerate([[HumanMessage("Count")]], n=2)
+        assert sorted(g.text for g in result.generations[0]) == ["One.", "Two."]
+    finally:
+        await handle.runner.cleanup()
