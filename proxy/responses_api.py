@@ -10,6 +10,10 @@
   ``previous_response_id``/``GET`` on it answers 404).
 - ``GET /v1/responses/{id}`` (``?stream=true`` replays it as events), ``DELETE`` and
   ``GET .../input_items`` (``limit``, ``order``, ``after``, ``before``).
+- ``item_reference`` input items (``{"type": "item_reference", "id": ...}``, or ``{"id": ...}``)
+  are replaced by the items they name, looked up by item id in the store (an output or input item
+  of a stored response of this key), before the request is mapped; the stored input then holds
+  the items themselves. An id not found for this key -> 400 ``input[i].id``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import structlog
 from aiohttp import web
 
 from translators.input_items import continued_history, normalize_input
+from translators.input_messages import item_references, resolve_references
 from translators.response_replay import replay_events
 from translators.sse import render_responses
 
@@ -30,7 +35,7 @@ from .errors import ClientRequestError, ProxyError
 from .guard import KEY_NAME
 from .keys import CONFIG, IDS
 from .observability import METRICS
-from .store import ResponseStore, StoredResponse, StoreError
+from .store import ResponseStore, StoredResponse, StoreError, stored_item
 from .store.pagination import InvalidParam, paginate
 
 log = structlog.get_logger("crossfeed")
@@ -46,7 +51,57 @@ class StoreUnavailable(ProxyError):
 
 
 async def load_history(app: web.Application, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The conversation a ``previous_response_id`` continues, or None without one."""
+    """The conversation a ``previous_response_id`` continues, or None without one. The body's
+    ``item_reference`` input items are resolved here too (``resolve_item_references``)."""
+    history = await _previous(app, body)
+    await resolve_item_references(app, body)
+    return history
+
+
+async def resolve_item_references(app: web.Application, body: dict[str, Any]) -> None:
+    """Put in ``body["input"]`` (a new list; the items the client sent are not changed) the
+    stored items its ``item_reference`` items name, so that the mapping, the saved input and the
+    hosted-tool loops all see the items themselves. Looked up by item id (an indexed store read),
+    keyed by the request's key name: another key's items are not found. An id not found -> 400
+    ``input[i].id`` (translators.input_messages.resolve_references)."""
+    inp = body.get("input")
+    refs = item_references(inp)
+    if not refs or not isinstance(inp, list):
+        return
+    wanted = list(dict.fromkeys(ref for _, ref in refs))
+    found = await _find_items(app, wanted)
+    if len(found) < len(wanted) and app[SAVING]:
+        # A save of this process still finishing (a slow store) may hold them: wait for it.
+        await asyncio.wait(list(app[SAVING].values()), timeout=10)
+        found.update(await _find_items(app, [ref for ref in wanted if ref not in found]))
+    body["input"] = resolve_references(inp, found)
+
+
+async def _find_items(app: web.Application, item_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The items of ``item_ids`` found for this key. One read per record, not per id: a record
+    found for one id is searched for the others too (a conversation's latest response holds its
+    whole history, so a client replaying it by reference costs one read)."""
+    store, owner = app[STORE], KEY_NAME.get()
+    found: dict[str, dict[str, Any]] = {}
+    left = list(item_ids)
+    while left:
+        item_id = left.pop()  # the latest first: the newest record holds the earlier ones too
+        try:
+            record = visible(await store.get_by_item(item_id, owner))
+        except StoreError as exc:
+            _count_failure(app, "get", exc)
+            raise StoreUnavailable("the response store is unavailable; try again later") from None
+        if record is None:
+            continue
+        for other in [item_id, *left]:
+            item = stored_item(record, other)
+            if item is not None:
+                found[other] = item
+        left = [other for other in left if other not in found]
+    return found
+
+
+async def _previous(app: web.Application, body: dict[str, Any]) -> list[dict[str, Any]] | None:
     prev = body.get("previous_response_id")
     if prev is None:
         return None

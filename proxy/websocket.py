@@ -55,7 +55,7 @@ from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS
 from .observability import REQUEST_ID, SUMMARY, note_upstream_error, record_request
 from .relay import Draining
-from .responses_api import load_history, save_before_final
+from .responses_api import load_history, resolve_item_references, save_before_final
 from .sinks import WebSocketSink
 
 log = structlog.get_logger("crossfeed")
@@ -308,6 +308,7 @@ class Connection:
 
     async def _history(self, body: dict[str, Any], remembered: _Remembered | None) -> list[dict[str, Any]] | None:
         if remembered is not None:
+            await resolve_item_references(self.app, body)  # (load_history does it on the other path)
             return continued_history(remembered.items, remembered.response)
         return await load_history(self.app, body)
 

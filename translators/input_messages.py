@@ -1,5 +1,7 @@
 """Responses input items -> chat messages (pure): the folding the request mapping uses for the
-history and the input alike (translators/responses_request.py)."""
+history and the input alike (translators/responses_request.py). Also the pure half of
+``item_reference`` items: finding them (``item_references``) and putting in their place the
+items the proxy looked up in its store (``resolve_references``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from . import compaction as cmp
 from . import mcp_items as mcp
 from .errors import InvalidRequest, UnsupportedFeature
 from .options import CUSTOM_ARG, BackendProfile
-from .tools_mapping import expect_dict, expect_list, flat_name, missing, opt_str, req_str, value_error
+from .tools_mapping import (
+    expect_dict, expect_list, flat_name, missing, opt_str, req_str, type_error, value_error,
+)
 from .web_search_items import replayed
 
 # An ``encrypted_content`` token -> (reasoning text, the backend's reasoning_details), or None.
@@ -27,6 +31,53 @@ _DROPPED_ITEM_TYPES = frozenset({
 })
 _MCP_ITEMS = frozenset({"mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response"})
 _TOOL_IMAGE_NOTE = "(The tool returned image or file content; it follows in the next message.)"
+ITEM_REFERENCE = "item_reference"
+_REFERENCE_KEYS = frozenset({"id", "type"})
+
+
+def is_item_reference(item: Any) -> bool:
+    """``{"type": "item_reference", "id": ...}``, or the same without a type (it is optional in
+    the API: an object of only ``id``, with ``type`` absent or null)."""
+    if not isinstance(item, dict):
+        return False
+    kind = item.get("type")
+    return kind == ITEM_REFERENCE or (kind is None and "id" in item and item.keys() <= _REFERENCE_KEYS)
+
+
+def item_references(inp: Any) -> list[tuple[int, str]]:
+    """``(i, id)`` of each item reference in a request's ``input`` (none unless it is a list);
+    an id that is not a non-empty string -> 400 ``input[i].id``."""
+    if not isinstance(inp, list):
+        return []
+    refs = []
+    for i, item in enumerate(inp):
+        if not is_item_reference(item):
+            continue
+        ref = item.get("id")
+        if ref is None or ref == "":
+            raise missing(f"input[{i}].id")
+        if not isinstance(ref, str):
+            raise type_error(f"input[{i}].id", "a string", ref)
+        refs.append((i, ref))
+    return refs
+
+
+def resolve_references(inp: list[Any], found: Mapping[str, dict[str, Any]]) -> list[Any]:
+    """A copy of ``inp`` with each item reference replaced by (a copy of) the item ``found``
+    holds for its id; the input itself is not changed. An id ``found`` lacks (the proxy did not
+    find it, or not for this key) -> 400 ``input[i].id`` saying what to send instead."""
+    out = list(inp)
+    for i, ref in item_references(inp):
+        item = found.get(ref)
+        if item is None:
+            raise InvalidRequest(
+                f"Item with id '{ref}' not found: an item_reference can only name an item of a "
+                "response crossfeed stored for this API key (created with store not false, and not "
+                "expired or deleted). Send the item itself in `input` instead, or continue the "
+                "conversation with `previous_response_id`.",
+                param=f"input[{i}].id", code="item_not_found")
+        out[i] = dict(item)
+    return out
 
 
 def _text_of(parts: list[str]) -> str:
@@ -59,7 +110,9 @@ class InputMessages:
           others want them back: Gemini's thought signatures, signed thinking); the turn is the
           next assistant item's, or the open one's when a non-assistant item comes first; no
           assistant item around it -> dropped and listed in ignored
-      item_reference -> 400; hosted-tool items (web_search_call, ...) -> dropped, ignored
+      item_reference (or {id} alone) -> 400: the proxy replaces references with the stored items
+          before mapping (resolve_references); one left here was not resolved
+      hosted-tool items (web_search_call, ...) -> dropped, ignored
       other/unknown types -> 400 input[i].type
     """
 
@@ -86,6 +139,8 @@ class InputMessages:
         kind = item.get("type")
         if kind is None and "role" in item:
             kind = "message"
+        elif is_item_reference(item):
+            kind = ITEM_REFERENCE
         if kind == "message":
             self._message(item, p)
         elif kind in ("function_call", "custom_tool_call"):
@@ -114,9 +169,10 @@ class InputMessages:
             self._compaction(item, p)
         elif kind == cmp.TRIGGER:
             pass  # its place was checked (compaction.trigger_in): it asks for this request's kind
-        elif kind == "item_reference":
-            raise UnsupportedFeature("item_reference needs items stored by id, which crossfeed "
-                                     "does not keep: send the item itself.", param=p)
+        elif kind == ITEM_REFERENCE:
+            raise UnsupportedFeature("this item_reference could not be resolved to a stored item "
+                                     "here: send the item itself, or continue the conversation "
+                                     "with previous_response_id.", param=p)
         elif kind in _DROPPED_ITEM_TYPES:
             self.ignored.append(f"{p} {kind}")
         elif kind is None:

@@ -66,6 +66,8 @@ def responses_request_to_chat(body: Any, options: BackendProfile, *,
       body not an object           -> 400 param None; model missing -> 400 param "model"
       instructions                 -> first message, role options.system_role ("" is skipped)
       history (previous_response_id, resolved by the proxy) + input -> messages (see input_messages.InputMessages)
+      item_reference items        -> replaced by the proxy with the stored items they name before
+          this mapping (input_messages.resolve_references); one still here -> 400 input[i]
       input string                 -> one user message; no messages at all -> 400 "input"
       tools / tool_choice          -> tools_mapping.map_tools / map_tool_choice
       parallel_tool_calls          -> same (only when tools are sent)
@@ -74,7 +76,8 @@ def responses_request_to_chat(body: Any, options: BackendProfile, *,
       text.format json_schema      -> response_format {type:json_schema, json_schema:{...}}
       text.format json_object      -> response_format {type:json_object}; text -> nothing
       text.verbosity               -> verbosity
-      reasoning.effort             -> reasoning_effort; reasoning.summary/others -> ignored
+      reasoning.effort             -> reasoning_effort; reasoning.summary: the reasoning streams as a
+                                      summary part (chat_to_responses); others -> ignored
       include logprobs / top_logprobs -> logprobs:true (+ top_logprobs)
       include reasoning.encrypted_content -> honoured by crossfeed (not sent); others -> ignored
       stream:true                  -> stream:true + stream_options {include_usage:true}
@@ -198,9 +201,10 @@ def _map_reasoning(reasoning: Any, chat: dict[str, Any], ignored: list[str]) -> 
     effort = opt_str(reasoning, "effort", "reasoning")
     if effort is not None:
         chat["reasoning_effort"] = effort
-    for key in ("summary", "generate_summary"):  # ignored, but typed (strings or null)
+    for key in ("summary", "generate_summary"):  # typed (strings or null); the stream machine reads summary
         opt_str(reasoning, key, "reasoning")
-    ignored.extend(f"reasoning.{k}" for k, v in reasoning.items() if k != "effort" and v is not None)
+    ignored.extend(f"reasoning.{k}" for k, v in reasoning.items()
+                   if k not in ("effort", "summary", "generate_summary") and v is not None)
 
 
 def _map_include(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) -> None:

@@ -16,6 +16,13 @@ purged lazily (on ``get``/``delete``) and by a sweep amortised over ``save`` cal
 work per call. Optionally ``max_count`` (all backends) and ``max_bytes`` (sqlite, memory: the sum of
 the stored JSON sizes) evict the oldest-saved records first; re-saving an id makes it the newest.
 
+Items by id: every item a record holds (its response's output items and its input items) is
+indexed under (owner, item id) when the record is saved, so ``get_by_item`` (what an input
+``item_reference`` resolves with) is one indexed read, never a scan. The index lives and dies
+with the records: a record that expires, is evicted, deleted or re-saved leaves it in the same
+operation (redis: see proxy/store/redis.py). An item several records hold (a conversation's
+history is in every later record) resolves from the newest live one.
+
 Every backend failure is raised as ``StoreError`` so the proxy can log and count it without
 breaking the client's stream.
 """
@@ -44,7 +51,10 @@ __all__ = [
     "StoredResponse",
     "decode_record",
     "encode_record",
+    "item_ids",
     "open_store",
+    "owner_tag",
+    "stored_item",
 ]
 
 Clock = Callable[[], float]
@@ -143,6 +153,34 @@ class StoreStats:
     expired: int  # purged after their TTL, by this instance
 
 
+def owner_tag(owner: str | None) -> str:
+    """The owner as the item index spells it: ``""`` for no owner (no inbound keys), else the
+    name prefixed by its length, so that no (owner, item id) pair can spell another's key."""
+    return "" if owner is None else f"{len(owner)}={owner}"
+
+
+def item_ids(record: StoredResponse) -> list[str]:
+    """The ids of the items a record holds (its output items, then its input items), each once:
+    what the item index keeps for it."""
+    output = record.response.get("output")
+    seen: dict[str, None] = {}
+    for item in [*(output if isinstance(output, list) else ()), *record.input_items]:
+        if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
+            seen[item["id"]] = None
+    return list(seen)
+
+
+def stored_item(record: StoredResponse | None, item_id: str) -> dict[str, Any] | None:
+    """The item with ``item_id`` a record holds (an output item first, then an input item)."""
+    if record is None:
+        return None
+    output = record.response.get("output")
+    for item in [*(output if isinstance(output, list) else ()), *record.input_items]:
+        if isinstance(item, dict) and item.get("id") == item_id:
+            return item
+    return None
+
+
 def encode_record(record: StoredResponse, backend: str = "") -> bytes:
     """Validate and serialise a record (raises ``StoreError``, never anything else)."""
     if not isinstance(record, StoredResponse):
@@ -198,6 +236,11 @@ class ResponseStore(ABC):
         """The record, or None if unknown, deleted, evicted or expired."""
 
     @abstractmethod
+    async def get_by_item(self, item_id: str, owner: str | None) -> StoredResponse | None:
+        """The newest live record of ``owner`` holding an item (output or input) with ``item_id``,
+        or None. Records of another owner are never returned (the index is keyed by owner)."""
+
+    @abstractmethod
     async def delete(self, response_id: str) -> bool:
         """Remove the record; True if a live (unexpired) record was removed."""
 
@@ -236,6 +279,10 @@ class MemoryStore(ResponseStore):
         self._interval = config.sweep_interval_seconds
         self._clock = clock
         self._data: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # oldest saved first
+        # (owner tag, item id) -> the ids of the records holding it, oldest saved first; and
+        # each record's index keys, so that dropping a record drops its index entries.
+        self._holders: dict[tuple[str, str], dict[str, None]] = {}
+        self._keys_of: dict[str, list[tuple[str, str]]] = {}
         self._bytes = 0
         self._evicted = 0
         self._expired = 0
@@ -250,6 +297,12 @@ class MemoryStore(ResponseStore):
         entry = self._data.pop(response_id, None)
         if entry is not None:
             self._bytes -= len(entry[1])
+        for key in self._keys_of.pop(response_id, ()):
+            holders = self._holders.get(key)
+            if holders is not None:
+                holders.pop(response_id, None)
+                if not holders:
+                    del self._holders[key]
         return entry
 
     async def save(self, record: StoredResponse) -> None:
@@ -263,6 +316,11 @@ class MemoryStore(ResponseStore):
         self._drop(record.id)
         self._data[record.id] = (now + self._ttl, blob)
         self._bytes += len(blob)
+        tag = owner_tag(record.owner)
+        keys = [(tag, item_id) for item_id in item_ids(record)]
+        self._keys_of[record.id] = keys
+        for key in keys:
+            self._holders.setdefault(key, {})[record.id] = None
         while len(self._data) > self._max_count or (
             self._max_bytes is not None and self._bytes > self._max_bytes
         ):
@@ -295,6 +353,15 @@ class MemoryStore(ResponseStore):
             return None
         return decode_record(entry[1], self.backend)
 
+    async def get_by_item(self, item_id: str, owner: str | None) -> StoredResponse | None:
+        self._check_open()
+        holders = self._holders.get((owner_tag(owner), item_id))
+        for rid in reversed(list(holders or ())):
+            record = await self.get(rid)  # an expired one is purged there, with its index entries
+            if record is not None:
+                return record
+        return None
+
     async def delete(self, response_id: str) -> bool:
         self._check_open()
         entry = self._drop(response_id)
@@ -314,6 +381,8 @@ class MemoryStore(ResponseStore):
     async def close(self) -> None:
         self._closed = True
         self._data.clear()
+        self._holders.clear()
+        self._keys_of.clear()
         self._bytes = 0
 
 

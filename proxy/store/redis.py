@@ -9,6 +9,13 @@ Layout (``P`` = ``key_prefix``):
   record, purges expired records from the front of the index (bounded), and evicts the oldest
   records beyond ``max_count``: atomic with respect to every other replica, so the limit holds
   across them.
+- ``P item:<owner tag>:<item id>``: a sorted set of the ids of the records holding that item
+  (output or input), scored by save order, with the TTL of the newest of them (reset on every
+  save that adds to it), so it never outlives the records it names. The record's hash keeps the
+  list of its item keys (``items``, JSON), so that every removal crossfeed makes (delete, eviction,
+  the trim of expired records, re-saving an id) takes the record out of its item sets in the same
+  script. A record Redis itself expired leaves a stale member behind until ``get_by_item`` meets
+  it (and removes it) or the set's own TTL ends.
 
 ``exp`` lets a replica treat a record as expired by its own clock (and tests use a fake clock);
 replicas are assumed to have NTP-synchronised clocks. Single Redis (or primary/replica) only: the
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import time
 
+import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
@@ -31,7 +39,19 @@ from proxy.store import (
     StoreStats,
     decode_record,
     encode_record,
+    item_ids,
+    owner_tag,
 )
+
+# Takes record `rid` (hash key `rkey`) out of the item sets it is in; the record stays.
+_UNINDEX_LUA = """
+local function unindex(rkey, rid)
+  local keys = redis.call('HGET', rkey, 'items')
+  if keys then
+    for _, k in ipairs(cjson.decode(keys)) do redis.call('ZREM', k, rid) end
+  end
+end
+"""
 
 # Drops expired records from the front (oldest) of the index, at most `batch`, stopping at the
 # first live one. Needs locals idx, prefix, now, batch; sets `expired`.
@@ -41,6 +61,7 @@ local front = redis.call('ZRANGE', idx, 0, batch - 1)
 for _, oid in ipairs(front) do
   local e = redis.call('HGET', prefix .. oid, 'exp')
   if e and tonumber(e) > now then break end
+  unindex(prefix .. oid, oid)
   redis.call('DEL', prefix .. oid)
   redis.call('ZREM', idx, oid)
   expired = expired + 1
@@ -48,17 +69,25 @@ end
 """
 
 # KEYS: record key, index, sequence counter. ARGV: id, blob, exp, ttl, now, max_count (0 = none),
-# record key prefix, sweep batch, evict batch. Returns {evicted, expired}.
+# record key prefix, sweep batch, evict batch, the record's item keys as a JSON list.
+# Returns {evicted, expired}.
 _SAVE_LUA = (
-    """
+    _UNINDEX_LUA
+    + """
 local rkey, idx, seqkey = KEYS[1], KEYS[2], KEYS[3]
 local ttl, now = tonumber(ARGV[4]), tonumber(ARGV[5])
 local maxc, prefix = tonumber(ARGV[6]), ARGV[7]
 local batch, evict_batch = tonumber(ARGV[8]), tonumber(ARGV[9])
+unindex(rkey, ARGV[1])
 redis.call('DEL', rkey)
-redis.call('HSET', rkey, 'exp', ARGV[3], 'data', ARGV[2])
+redis.call('HSET', rkey, 'exp', ARGV[3], 'data', ARGV[2], 'items', ARGV[10])
 redis.call('EXPIRE', rkey, ttl)
-redis.call('ZADD', idx, redis.call('INCR', seqkey), ARGV[1])
+local seq = redis.call('INCR', seqkey)
+redis.call('ZADD', idx, seq, ARGV[1])
+for _, k in ipairs(cjson.decode(ARGV[10])) do
+  redis.call('ZADD', k, seq, ARGV[1])
+  redis.call('EXPIRE', k, ttl)
+end
 """
     + _TRIM_LUA
     + """
@@ -68,7 +97,10 @@ if maxc > 0 then
   if excess > evict_batch then excess = evict_batch end
   if excess > 0 then
     local old = redis.call('ZRANGE', idx, 0, excess - 1)
-    for _, oid in ipairs(old) do redis.call('DEL', prefix .. oid) end
+    for _, oid in ipairs(old) do
+      unindex(prefix .. oid, oid)
+      redis.call('DEL', prefix .. oid)
+    end
     redis.call('ZREMRANGEBYRANK', idx, 0, excess - 1)
     evicted = #old
   end
@@ -81,7 +113,8 @@ return {evicted, expired}
 
 # KEYS: index. ARGV: now, record key prefix, batch. Returns the number purged.
 _SWEEP_LUA = (
-    """
+    _UNINDEX_LUA
+    + """
 local idx, now, prefix, batch = KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 """
     + _TRIM_LUA
@@ -89,6 +122,35 @@ local idx, now, prefix, batch = KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(AR
 return expired
 """
 )
+
+# KEYS: record key, index. ARGV: id. Removes the record, from the index and its item sets.
+# Returns {exp or false, keys deleted}.
+_DELETE_LUA = (
+    _UNINDEX_LUA
+    + """
+local exp = redis.call('HGET', KEYS[1], 'exp')
+unindex(KEYS[1], ARGV[1])
+local deleted = redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return {exp or false, deleted}
+"""
+)
+
+# KEYS: an item set. ARGV: now, record key prefix. The newest live record holding the item (its
+# data), or false; members whose record is gone are removed on the way.
+_BY_ITEM_LUA = """
+local rids = redis.call('ZREVRANGE', KEYS[1], 0, -1)
+for _, rid in ipairs(rids) do
+  local v = redis.call('HMGET', ARGV[2] .. rid, 'exp', 'data')
+  if v[2] then
+    local e = tonumber(v[1])
+    if e and e > tonumber(ARGV[1]) then return v[2] end
+  else
+    redis.call('ZREM', KEYS[1], rid)
+  end
+end
+return false
+"""
 
 
 class RedisStore(ResponseStore):
@@ -104,6 +166,7 @@ class RedisStore(ResponseStore):
         self._record_prefix = f"{config.key_prefix}resp:"
         self._index = f"{config.key_prefix}index"
         self._seq = f"{config.key_prefix}seq"
+        self._item_prefix = f"{config.key_prefix}item:"
         self._closed = False
         self._evicted = 0
         self._expired = 0
@@ -120,9 +183,14 @@ class RedisStore(ResponseStore):
         self._client = aioredis.Redis(connection_pool=pool)
         self._save_script = self._client.register_script(_SAVE_LUA)
         self._sweep_script = self._client.register_script(_SWEEP_LUA)
+        self._delete_script = self._client.register_script(_DELETE_LUA)
+        self._by_item_script = self._client.register_script(_BY_ITEM_LUA)
 
     def _key(self, response_id: str) -> str:
         return self._record_prefix + response_id
+
+    def _item_key(self, item_id: str, owner: str | None) -> str:
+        return f"{self._item_prefix}{owner_tag(owner)}:{item_id}"
 
     def _check_open(self) -> None:
         if self._closed:
@@ -134,6 +202,7 @@ class RedisStore(ResponseStore):
     async def save(self, record: StoredResponse) -> None:
         self._check_open()
         blob = encode_record(record, self.backend)
+        item_keys = orjson.dumps([self._item_key(i, record.owner) for i in item_ids(record)])
         now = self._clock()
         try:
             evicted, expired = await self._save_script(
@@ -148,6 +217,7 @@ class RedisStore(ResponseStore):
                     self._record_prefix,
                     self.SWEEP_BATCH,
                     self.EVICT_BATCH,
+                    item_keys,
                 ],
             )
         except (RedisError, OSError) as exc:
@@ -163,24 +233,27 @@ class RedisStore(ResponseStore):
             if data is None:
                 return None
             if exp is None or float(exp) <= self._clock():
-                async with self._client.pipeline(transaction=True) as pipe:
-                    await pipe.delete(key).zrem(self._index, response_id).execute()
+                await self._delete_script(keys=[key, self._index], args=[response_id])
                 self._expired += 1
                 return None
         except (RedisError, OSError, ValueError) as exc:
             raise self._wrap(exc) from exc
         return decode_record(data, self.backend)
 
+    async def get_by_item(self, item_id: str, owner: str | None) -> StoredResponse | None:
+        self._check_open()
+        try:
+            data = await self._by_item_script(keys=[self._item_key(item_id, owner)],
+                                              args=[repr(self._clock()), self._record_prefix])
+        except (RedisError, OSError) as exc:
+            raise self._wrap(exc) from exc
+        return None if data is None else decode_record(data, self.backend)
+
     async def delete(self, response_id: str) -> bool:
         self._check_open()
         try:
-            async with self._client.pipeline(transaction=True) as pipe:
-                exp, deleted, _ = await (
-                    pipe.hget(self._key(response_id), "exp")
-                    .delete(self._key(response_id))
-                    .zrem(self._index, response_id)
-                    .execute()
-                )
+            exp, deleted = await self._delete_script(keys=[self._key(response_id), self._index],
+                                                     args=[response_id])
             return bool(deleted) and exp is not None and float(exp) > self._clock()
         except (RedisError, OSError, ValueError) as exc:
             raise self._wrap(exc) from exc

@@ -5,6 +5,12 @@ the event loop never waits on disk and the connection is never shared between th
 are serialised in submission order. Record count and byte totals are kept exact by triggers in a
 one-row ``totals`` table, so limits cost O(1) to check. ``auto_vacuum=INCREMENTAL`` lets the
 sweep hand freed pages back to the filesystem.
+
+The ``items`` table indexes every item a record holds by (owner, item id), pointing at the
+record's ``seq``; a trigger deletes a record's index rows with the record however it goes
+(delete, expiry, eviction, re-save). The index is not counted in ``max_bytes`` (a few dozen bytes
+per item). A file written before the index existed gets it on open; its older records are found
+by response id only.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from proxy.store import (
     StoreStats,
     decode_record,
     encode_record,
+    item_ids,
+    owner_tag,
 )
 
 T = TypeVar("T")
@@ -53,6 +61,16 @@ CREATE TRIGGER IF NOT EXISTS responses_count_ins AFTER INSERT ON responses BEGIN
 END;
 CREATE TRIGGER IF NOT EXISTS responses_count_del AFTER DELETE ON responses BEGIN
     UPDATE totals SET count = count - 1, bytes = bytes - OLD.size WHERE one = 1;
+END;
+CREATE TABLE IF NOT EXISTS items (
+    owner   TEXT    NOT NULL,         -- proxy.store.owner_tag of the record's owner
+    item_id TEXT    NOT NULL,
+    seq     INTEGER NOT NULL,         -- the record holding it (responses.seq)
+    PRIMARY KEY (owner, item_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS items_seq ON items(seq);
+CREATE TRIGGER IF NOT EXISTS responses_items_del AFTER DELETE ON responses BEGIN
+    DELETE FROM items WHERE seq = OLD.seq;
 END;
 """
 
@@ -134,6 +152,11 @@ class SQLiteStore(ResponseStore):
                 "INSERT INTO responses (id, expires_at, size, data) VALUES (?, ?, ?, ?)",
                 (record.id, now + self._ttl, len(blob), blob),
             )
+            tag = owner_tag(record.owner)
+            conn.executemany(
+                "INSERT OR IGNORE INTO items (owner, item_id, seq) VALUES (?, ?, ?)",
+                [(tag, item_id, cur.lastrowid) for item_id in item_ids(record)],
+            )
             self._evict(conn, cur.lastrowid)
             conn.execute("COMMIT")
         except BaseException:
@@ -197,6 +220,14 @@ class SQLiteStore(ResponseStore):
             return None
         return decode_record(row[1], self.backend)
 
+    def _get_by_item_sync(self, item_id: str, owner: str | None, now: float) -> StoredResponse | None:
+        row = self._connect().execute(
+            "SELECT r.data FROM items i JOIN responses r ON r.seq = i.seq "
+            "WHERE i.owner = ? AND i.item_id = ? AND r.expires_at > ? ORDER BY i.seq DESC LIMIT 1",
+            (owner_tag(owner), item_id, now),
+        ).fetchone()
+        return None if row is None else decode_record(row[0], self.backend)
+
     def _delete_sync(self, response_id: str, now: float) -> bool:
         conn = self._connect()
         row = conn.execute(
@@ -223,6 +254,9 @@ class SQLiteStore(ResponseStore):
 
     async def get(self, response_id: str) -> StoredResponse | None:
         return await self._run(self._get_sync, response_id, self._clock())
+
+    async def get_by_item(self, item_id: str, owner: str | None) -> StoredResponse | None:
+        return await self._run(self._get_by_item_sync, item_id, owner, self._clock())
 
     async def delete(self, response_id: str) -> bool:
         return await self._run(self._delete_sync, response_id, self._clock())

@@ -115,7 +115,7 @@ async def test_closed_store_raises_store_error(make):
     await store.close()
     await store.close()  # idempotent
     for call in (store.save(rec("resp_1")), store.get("resp_1"), store.delete("resp_1"),
-                 store.stats(), store.ping()):
+                 store.stats(), store.ping(), store.get_by_item("msg_resp_1", None)):
         with pytest.raises(StoreError):
             await call
 
@@ -335,7 +335,8 @@ async def test_redis_unreachable_raises_store_error(clock):
     store = redis_store("x:", clock, url=f"redis://127.0.0.1:{closed_port()}/0",
                         redis_timeout_seconds=1)
     calls = {"ping": store.ping(), "save": store.save(rec("resp_1")), "get": store.get("resp_1"),
-             "delete": store.delete("resp_1"), "stats": store.stats(), "sweep": store.sweep()}
+             "delete": store.delete("resp_1"), "stats": store.stats(), "sweep": store.sweep(),
+             "get_by_item": store.get_by_item("msg_resp_1", None)}
     try:
         for name, call in calls.items():
             with pytest.raises(StoreError) as info:
