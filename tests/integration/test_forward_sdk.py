@@ -371,9 +371,11 @@ async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream
     assert text == capture_text("openai-gpt4o-text-usage.sse")
     assert upstream.requests[-1].path == "/v1/chat/completions"
     assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "hi"}]
-    # Passed through byte for byte: the bodies the SDK read are exactly what the fake upstream sent.
+    # The chat stream is passed through byte for byte; the model list keeps the upstream's entries
+    # and adds Codex's catalog beside them (proxy/codex_catalog.py).
     assert [c.path for c in captured] == ["/v1/models", "/v1/chat/completions"]
-    assert captured[0].raw == orjson.dumps(models_body)
+    listed = orjson.loads(captured[0].raw)
+    assert listed["data"] == models_body["data"] and [m["slug"] for m in listed["models"]] == ["m1"]
     assert "text/event-stream" in captured[1].content_type
     assert captured[1].raw == raw
 
