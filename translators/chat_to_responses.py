@@ -546,7 +546,7 @@ class ChatToResponsesStream:
             if text:
                 self._reasoning(text)
             elif self._details and self._open is None and not self._open_calls:
-                self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []})  # details alone
+                self._open_item(REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []})  # details alone
         content = delta.get("content")
         if content:
             if isinstance(content, str) and self._think is not None:
@@ -609,7 +609,7 @@ class ChatToResponsesStream:
         if item is None or item.kind != REASONING or not item.parts:
             if item is None or item.kind != REASONING:
                 self._close_all("completed")
-                item = self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []})
+                item = self._open_item(REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []})
             if self._summaries:  # the client asked for reasoning.summary: the reasoning is one
                 item.parts.append([SUMMARY_TEXT, []])
                 self._emit({"type": "response.reasoning_summary_part.added", "item_id": item.id,
@@ -881,7 +881,7 @@ class ChatToResponsesStream:
         if item.kind == MESSAGE:
             done = self._close_message(item, base, status)
         elif item.kind == REASONING:
-            done = self._close_reasoning(item, base)
+            done = self._close_reasoning(item, base, status)
         elif item.kind == FUNCTION_CALL:
             args = "".join(item.args)
             self._emit({"type": "response.function_call_arguments.done", **base, "name": item.name, "arguments": args})
@@ -910,7 +910,7 @@ class ChatToResponsesStream:
             content.append(part)
         return {"id": item.id, "type": MESSAGE, "status": status, "role": "assistant", "content": content}
 
-    def _close_reasoning(self, item: _Item, base: dict[str, Any]) -> dict[str, Any]:
+    def _close_reasoning(self, item: _Item, base: dict[str, Any], status: str) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         summary: list[dict[str, Any]] = []
         text = ""
@@ -926,7 +926,8 @@ class ChatToResponsesStream:
             part = {"type": "reasoning_text", "text": text}
             self._emit(self._part_event("response.content_part.done", item, 0, part))
             content.append(part)
-        done: dict[str, Any] = {"id": item.id, "type": REASONING, "summary": summary, "content": content}
+        done: dict[str, Any] = {"id": item.id, "type": REASONING, "status": status, "summary": summary,
+                                "content": content}
         if self._seal is not None:
             done["encrypted_content"] = self._seal(text, self._details or None)
             self._details = []
@@ -956,7 +957,7 @@ class ChatToResponsesStream:
         """Details that came while no reasoning item could open (after text, between calls) get
         a reasoning item of their own at the end of the output, so the client sends them back."""
         if self._details:
-            self._close(self._open_item(REASONING, idp.REASONING, {"summary": [], "content": []}), "completed")
+            self._close(self._open_item(REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []}), "completed")
 
     def _close_custom(self, item: _Item, base: dict[str, Any]) -> str:
         unwrap = item.unwrap

@@ -81,7 +81,7 @@ def test_the_cases_show_what_they_claim() -> None:
     final = load("one_search")[-1]["response"]
     assert final["status"] == "completed"
     assert [(o["type"], o.get("status")) for o in final["output"]] == [
-        ("reasoning", None), ("web_search_call", "completed"), ("message", "completed")]
+        ("reasoning", "completed"), ("web_search_call", "completed"), ("message", "completed")]
     text = final["output"][2]["content"][0]
     cited = [text["text"][a["start_index"]:a["end_index"]] for a in text["annotations"]]
     assert cited[0].startswith("[announcement](https://blog.rust-lang.org") and cited[1].startswith("https://github")
