@@ -30,11 +30,12 @@ _HANDLED_FIELDS = frozenset({"store", "previous_response_id", "metadata", "model
                              "instructions", "tools", "tool_choice", "parallel_tool_calls",
                              "max_output_tokens", "temperature", "top_p", "top_logprobs", "text",
                              "reasoning", "include", "user", "stream", "background", "prompt",
-                             "conversation", "truncation", "service_tier"})
+                             "conversation", "truncation", "service_tier", "presence_penalty",
+                             "frequency_penalty"})
 # The fields each group of checks reads: a group whose fields are all absent (the usual request
 # sends a handful of fields) is skipped with one set test instead of a lookup per field.
 _UNSUPPORTED_KEYS = frozenset({"conversation", "prompt", "background"})
-_SAMPLING_KEYS = frozenset({"max_output_tokens", "temperature", "top_p"})
+_SAMPLING_KEYS = frozenset({"max_output_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty"})
 _INCLUDE_KEYS = frozenset({"include", "top_logprobs"})
 _CHECKED_IGNORED_KEYS = frozenset({"max_tool_calls", "service_tier", "prompt_cache_key", "prompt_cache_retention",
                                    "safety_identifier", "stream_options", "moderation", "context_management"})
@@ -191,6 +192,10 @@ def _map_sampling(body: dict[str, Any], options: BackendProfile, chat: dict[str,
     for key, high in (("temperature", 2), ("top_p", 1)):
         value = opt_number(body, key, low=0, high=high)
         if value is not None:
+            chat[key] = value
+    for key in ("presence_penalty", "frequency_penalty"):  # Open Responses fields, chat's names
+        value = opt_number(body, key, low=-2, high=2)
+        if value:
             chat[key] = value
 
 

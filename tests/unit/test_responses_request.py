@@ -72,6 +72,8 @@ PARAM_ROWS = [
      chat(response_format={"type": "json_object"}), ()),
     ("text-format-default-omitted", body(text={"format": {"type": "text"}}), chat(), ()),
     ("verbosity", body(text={"verbosity": "low"}), chat(verbosity="low"), ()),
+    ("penalties", body(presence_penalty=0.5, frequency_penalty=-1), chat(presence_penalty=0.5, frequency_penalty=-1), ()),
+    ("penalties-zero-not-sent", body(presence_penalty=0, frequency_penalty=0.0), chat(), ()),
     ("reasoning-effort", body(reasoning={"effort": "high", "summary": "auto"}),
      chat(reasoning_effort="high"), ()),  # summary: read by the stream machine, not ignored
     ("reasoning-null-summary", body(reasoning={"effort": "low", "summary": None}),
