@@ -198,3 +198,22 @@ async def test_a_slow_store_does_not_hold_the_answer(client: openai.AsyncOpenAI,
     # the save goes on in the background; a GET in this process waits for it
     assert (await client.responses.retrieve(final.id)).output_text == "Eventually stored."
     assert await store.get(final.id) is not None
+
+
+async def test_assistant_phase_survives_in_the_stored_conversation(client: openai.AsyncOpenAI,
+                                                                   upstream: FakeUpstream) -> None:
+    """``phase`` on an assistant input message (Codex and Open Responses send it) is accepted,
+    dropped only on the chat request (chat has no such field), and kept in the stored items."""
+    upstream.reply(JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                              "choices": [{"index": 0, "finish_reason": "stop",
+                                           "message": {"role": "assistant", "content": "Done."}}]}))
+    resp = await client.responses.create(model="m", input=[
+        {"role": "user", "content": "Plan it."},
+        {"type": "message", "role": "assistant", "phase": "commentary",
+         "content": [{"type": "output_text", "text": "I will look first."}]},
+        {"role": "user", "content": "Go on."}])
+    assert resp.status == "completed"
+    assert upstream.requests[-1].body["messages"][1] == {"role": "assistant", "content": "I will look first."}
+    items = [i async for i in client.responses.input_items.list(resp.id)]
+    assistant = next(i for i in items if getattr(i, "role", None) == "assistant")
+    assert assistant.to_dict().get("phase") == "commentary"

@@ -548,3 +548,17 @@ def test_recorded_llama_server_streams_are_open_responses(name: str) -> None:
     out = run(upstream)
     check_events(out)
     assert out[-1]["response"]["completed_at"] == 1700000000 or out[-1]["type"] != "response.completed"
+
+
+def test_message_phase_from_the_backend_is_kept() -> None:
+    """A Responses backend's assistant ``phase`` (commentary / final_answer) survives normalising."""
+    events = llama_opening() + llama_text(["Done."]) + llama_final(text="Done.")
+    for e in events:
+        item = e.get("item")
+        if isinstance(item, dict) and item.get("type") == "message":
+            item["phase"] = "final_answer"
+    out = run(events)
+    done = [e["item"] for e in out if e["type"] == "response.output_item.done"]
+    assert [i.get("phase") for i in done] == ["final_answer"]
+    assert out[-1]["response"]["output"][0]["phase"] == "final_answer"
+    check_events(out)
