@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx2
 import openai
+import orjson
 import pytest
 from aiohttp import web
 
@@ -23,6 +24,7 @@ from proxy.app import create_app
 from proxy.config import Config, load_config
 from proxy.server import make_runner
 from tests.fakes.upstream import FakeUpstream
+from tests.support.open_responses import check_response
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.ws import FrameRecorder
 from translators.ids import SequentialIds
@@ -72,9 +74,19 @@ class TeeTransport(httpx2.AsyncBaseTransport):
 
 
 def validate_captured(captured: list[Captured]) -> int:
-    """Validate every SSE body seen; returns how many were checked."""
+    """Validate every SSE body seen, and every Response object answered as JSON (non-streamed
+    creates, GET /v1/responses/{id}) against the Open Responses schema; returns how many were
+    checked."""
     checked = 0
     for c in captured:
+        if "application/json" in c.content_type and c.chunks and "/responses" in c.path:
+            try:
+                body = orjson.loads(c.raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(body, dict) and body.get("object") == "response":
+                check_response(body, c.path)  # (not counted: the count is of streams)
+            continue
         if "text/event-stream" not in c.content_type or not c.chunks:
             continue
         if c.path.endswith("/responses"):

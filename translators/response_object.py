@@ -69,6 +69,9 @@ def new_response(request: dict[str, Any], *, response_id: str, created_at: int, 
     resp["reasoning"] = {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")}
     text = dict(request.get("text") or {})
     text.setdefault("format", {"type": "text"})
+    fmt = text["format"]
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # echoed whole, as the API does
+        text["format"] = {"description": None, "strict": False, **fmt}
     text.setdefault("verbosity", "medium")
     resp["text"] = text
     return resp

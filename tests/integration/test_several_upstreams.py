@@ -24,6 +24,7 @@ from proxy.config import load_config
 from proxy.guard import LIMITS
 from tests.conftest import Captured, ProxyHandle, TeeTransport, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from translators.response_object import new_response
 
 DONE = b"data: [DONE]\n\n"
 
@@ -33,10 +34,10 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
 
 
 def stored_response(rid: str, text: str) -> dict[str, Any]:
-    return {"id": rid, "object": "response", "created_at": 1, "status": "completed", "model": "gpt-x",
+    """A whole stored Response, as OpenAI's API answers it."""
+    return {**new_response({}, response_id=rid, created_at=1, model="gpt-x"), "status": "completed", "completed_at": 2,
             "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+                        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}]}
 
 
 def responses_backend(known: dict[str, dict[str, Any]]):  # type: ignore[no-untyped-def]

@@ -50,6 +50,12 @@ def _in_schema(response: dict[str, Any]) -> dict[str, Any]:
     out = dict(response)
     out["output"] = [i for i in response.get("output") or () if isinstance(i, dict) and i.get("type") in _ITEM_TYPES]
     out["tools"] = [t for t in response.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
+    text = response.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        # openresponses-types 2.4.0 types json_schema's ``schema`` as null (a defect of the
+        # generated model): the schema itself is left out of the check, the rest is checked.
+        out["text"] = {**text, "format": {**fmt, "schema": None}}
     choice = response.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
         out["tool_choice"] = "required"  # a hosted or custom tool named: outside the schema
