@@ -158,10 +158,16 @@ async def ws_frames() -> AsyncIterator[FrameRecorder]:
     recorder.validate()
 
 
+def sdk_client(base_url: str, captured: list[Captured], *, timeout: float = 30) -> openai.AsyncOpenAI:
+    """The official SDK on ``base_url``, every body it reads recorded in ``captured`` (validated
+    at teardown by the ``captured`` fixture)."""
+    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=timeout)
+    return openai.AsyncOpenAI(base_url=base_url, api_key="sk-test-client", http_client=http, max_retries=0)
+
+
 @pytest.fixture
 async def client(proxy: ProxyHandle, captured: list[Captured]) -> AsyncIterator[openai.AsyncOpenAI]:
-    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
-    c = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", http_client=http, max_retries=0)
+    c = sdk_client(proxy.base_url, captured)
     yield c
     await c.close()
 

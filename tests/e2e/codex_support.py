@@ -99,6 +99,17 @@ def codex_binary() -> Path | None:
 # --------------------------------------------------------------------------------------- config
 
 
+
+def codex_binary_or_skip() -> Path:
+    """The Codex binary; without it the test skips locally and fails in CI (require_service)."""
+    from tests.conftest import require_service
+
+    exe = codex_binary()
+    if exe is None:
+        require_service("codex", "export CROSSFEED_CODEX_BIN=$(bash .ci/install-codex.sh)")
+    assert exe is not None
+    return exe
+
 def _toml_key(k: str) -> str:
     return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
 

@@ -27,7 +27,7 @@ import pytest
 from proxy.observability import METRICS
 from proxy.websocket import ROUTE
 from proxy.config import load_config
-from tests.conftest import require_service, start_proxy
+from tests.conftest import start_proxy
 from tests.fakes.search import FakeSearch
 from translators.ids import SequentialIds
 from tests.e2e import codex_support as cx
@@ -37,12 +37,7 @@ from translators.compaction import COMPACTION_PROMPT, is_summary
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
 
-@pytest.fixture(autouse=True)
-def codex_bin() -> Path:
-    exe = cx.codex_binary()
-    if exe is None:
-        require_service("codex", "export CROSSFEED_CODEX_BIN=$(bash .ci/install-codex.sh)")
-    return exe  # type: ignore[return-value]
+codex_bin = pytest.fixture(autouse=True)(cx.codex_binary_or_skip)
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import httpx2
 import openai
 import orjson
 import pytest
 
 from proxy.config import load_config
-from tests.conftest import Captured, ProxyHandle, TeeTransport, require_service, start_proxy
+from tests.conftest import Captured, ProxyHandle, require_service, sdk_client, start_proxy
 from tests.fakes import llama_servers as ls
 from tests.fakes.tiny_model import write_model
 
@@ -104,7 +103,6 @@ def direct(server: tuple[str, str]) -> Direct:
 
 @pytest.fixture
 async def client(proxy: ProxyHandle, captured: list[Captured]) -> AsyncIterator[openai.AsyncOpenAI]:
-    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=120)
-    c = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", http_client=http, max_retries=0)
+    c = sdk_client(proxy.base_url, captured, timeout=120)
     yield c
     await c.close()

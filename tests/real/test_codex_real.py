@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ProxyHandle, require_service
+from tests.conftest import ProxyHandle
 from tests.e2e import codex_support as cx
 from tests.fakes.tiny_model import AFTER_TOOL_ANSWER, TEXT_ANSWER
 from tests.real.conftest import proxy_for
@@ -22,12 +22,7 @@ from tests.real.conftest import proxy_for
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(400)]
 
 
-@pytest.fixture(autouse=True)
-def codex_bin() -> Path:
-    exe = cx.codex_binary()
-    if exe is None:
-        require_service("codex", "export CROSSFEED_CODEX_BIN=$(bash .ci/install-codex.sh)")
-    return exe  # type: ignore[return-value]
+codex_bin = pytest.fixture(autouse=True)(cx.codex_binary_or_skip)
 
 
 @pytest.fixture(params=["provider", "openai_base_url"])

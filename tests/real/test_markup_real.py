@@ -9,20 +9,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import openai
 import orjson
 import pytest
 
-from tests.conftest import Captured, TeeTransport
+from tests.conftest import Captured, sdk_client
 from tests.real.conftest import Direct, proxy_for
 from tests.real.test_forward_real import CHAT_WEATHER, WEATHER, collect
 
 
 async def sdk_for(url: str, tmp_path: Path, captured: list[Captured], **overrides: Any) -> AsyncIterator[openai.AsyncOpenAI]:
     handle = await proxy_for(url, tmp_path, **overrides)
-    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=120)
-    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="sk-test", http_client=http, max_retries=0)
+    c = sdk_client(handle.base_url, captured, timeout=120)
     try:
         yield c
     finally:

@@ -13,12 +13,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import openai
 import orjson
 import pytest
 
-from tests.conftest import Captured, ProxyHandle, TeeTransport
+from tests.conftest import Captured, ProxyHandle, sdk_client
 from tests.fakes.tiny_model import TEXT_ANSWER
 from tests.real.conftest import Direct, proxy_for
 from tests.support.validators import StreamViolation, validate_responses_sse
@@ -39,8 +38,7 @@ async def native(llama_server_url: str, tmp_path: Path) -> AsyncIterator[ProxyHa
 
 @pytest.fixture
 async def sdk(native: ProxyHandle, captured: list[Captured]) -> AsyncIterator[openai.AsyncOpenAI]:
-    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=120)
-    c = openai.AsyncOpenAI(base_url=native.base_url, api_key="sk-test", http_client=http, max_retries=0)
+    c = sdk_client(native.base_url, captured, timeout=120)
     yield c
     await c.close()
 
