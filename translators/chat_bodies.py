@@ -341,7 +341,7 @@ def response_to_chat_completion(
             item_text = "".join(text for ptype, text in texts if ptype == "output_text")
             pos = offset + (len(SEPARATOR) if content and item_text else 0)
             refusals: list[str] = []
-            for j, (part, (ptype, text)) in enumerate(zip(parts, texts)):
+            for j, (part, (ptype, text)) in enumerate(zip(parts, texts, strict=True)):
                 pwhere = f"{where}.content[{j}]"
                 if ptype == "output_text":
                     for ann in up_items(up_list(part, "annotations", pwhere), f"{pwhere}.annotations"):
@@ -370,13 +370,13 @@ def response_to_chat_completion(
                     annotations = [a for a in annotations if a["url_citation"]["start_index"] < at]
                     for a in annotations:
                         a["url_citation"]["end_index"] = min(a["url_citation"]["end_index"], at)
-                    logprobs = [lp for lp, start in zip(logprobs, token_starts) if start < at]
+                    logprobs = [lp for lp, start in zip(logprobs, token_starts, strict=True) if start < at]
                     break
         elif kind == "reasoning":
             for j, s in enumerate(up_items(up_list(item, "summary", where), f"{where}.summary")):
-                text = up_str(s, "text", f"{where}.summary[{j}]")
-                if text:
-                    reasoning.append(text)
+                summary = up_str(s, "text", f"{where}.summary[{j}]")
+                if summary:
+                    reasoning.append(summary)
             parts = up_items(up_list(item, "content", where), f"{where}.content")
             _join_parts([up_str(c, "text", f"{where}.content[{j}]") or "" for j, c in enumerate(parts)], reasoning)
         elif kind in ("function_call", "custom_tool_call"):

@@ -16,7 +16,15 @@ from .errors import InvalidRequest, UnsupportedFeature
 from .options import BackendProfile
 from .stop_sequences import normalize
 from .tools_mapping import (
-    expect_dict, expect_list, missing, opt_bool, opt_number, opt_str, req_str, type_error, value_error,
+    expect_dict,
+    expect_list,
+    missing,
+    opt_bool,
+    opt_number,
+    opt_str,
+    req_str,
+    type_error,
+    value_error,
 )
 
 _LOGPROBS_INCLUDE = "message.output_text.logprobs"

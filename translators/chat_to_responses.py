@@ -70,13 +70,13 @@ from . import ids as idp
 from .chat_fields import delta_logprobs, details_text, flat_annotation, mistral_parts
 from .chunk_frames import FRAME_ERRORS, as_dict, decode_chunk
 from .citations import citations
+from .content_split import ContentSplitter, Split, function_schemas
 from .errors import StreamStateError, UpstreamProtocolError
 from .ids import IdFactory
 from .json_string_stream import JsonStringField
 from .options import DEFAULT_PROFILE, NO_TOOLS, BackendProfile, ToolContext
-from .content_split import ContentSplitter, Split, function_schemas
 from .response_object import map_usage, new_response
-from .sse import SSE_FRAMING, Framing, framing_of
+from .sse import SSE_FRAMING, Framing, Out, framing_of
 
 Event = dict[str, Any]
 
@@ -214,7 +214,7 @@ class ChatToResponsesStream:
         self.done = False
         self._live = False
         self._seq = 0
-        self._out: list[Event] = []
+        self._out: list[Out] = []  # dicts, and in wire mode bytes (finished frames)
         self._output: list[dict[str, Any]] = []  # done items, in output_index order
         self._next_index = 0
         self._open: _Item | None = None
@@ -252,7 +252,7 @@ class ChatToResponsesStream:
         """The Response carried by the terminal event, once there is one."""
         return self._resp if self.done else None
 
-    def start(self) -> list[Event]:
+    def start(self) -> list[Out]:
         """``response.created`` and ``response.in_progress``: sent as soon as the upstream answers."""
         if self.phase is not Phase.IDLE:
             raise StreamStateError("start() called twice")
@@ -264,7 +264,7 @@ class ChatToResponsesStream:
         self._emit({"type": "response.in_progress", "response": snapshot})
         return out
 
-    def feed(self, chunk: dict[str, Any]) -> list[Event]:
+    def feed(self, chunk: dict[str, Any]) -> list[Out]:
         if not self._live:
             raise StreamStateError(f"feed() in phase {self.phase.value}")
         out = self._out = []
@@ -310,7 +310,7 @@ class ChatToResponsesStream:
         except _SHAPE_ERRORS as exc:
             return out + self._bad_shape(exc)
 
-    def feed_frame(self, data: bytes) -> list[Event] | None:
+    def feed_frame(self, data: bytes) -> list[Out] | None:
         """``feed`` for a chunk still in its JSON bytes: what the pump calls for every frame.
 
         The frame is decoded into typed structs holding only the fields ``feed`` reads
@@ -360,13 +360,13 @@ class ChatToResponsesStream:
             return out + self._bad_shape(exc)
         return out
 
-    def _bad_shape(self, exc: Exception) -> list[Event]:
+    def _bad_shape(self, exc: Exception) -> list[Out]:
         """Valid JSON of the wrong shape. Values are checked before they are stored, so the
         state is consistent: the caller keeps what the chunk already produced, then this fails."""
         what = exc.message if isinstance(exc, UpstreamProtocolError) else "a chunk of an unexpected shape"
         return self.fail("upstream_protocol_error", f"the upstream sent {what}")
 
-    def finish(self, *, clean: bool = True) -> list[Event]:
+    def finish(self, *, clean: bool = True) -> list[Out]:
         """The upstream ended. ``clean``: it sent ``[DONE]``; without it, no finish_reason = cut.
         The end of the leg, then (unless the leg failed) the end of the response."""
         out = self.end_leg(clean=clean)
@@ -374,7 +374,7 @@ class ChatToResponsesStream:
             out += self.end_response()
         return out
 
-    def end_leg(self, *, clean: bool = True) -> list[Event]:
+    def end_leg(self, *, clean: bool = True) -> list[Out]:
         """End of one upstream call: close its items and record what the model asked for
         (``leg``: finish reason, usage, the calls it made). The Response stays open, so the
         exchange may run a hosted tool and feed another leg (``next_leg``) or end it
@@ -420,7 +420,7 @@ class ChatToResponsesStream:
         self._live = True
         self.leg = None
 
-    def emit_item(self, item: dict[str, Any]) -> list[Event]:
+    def emit_item(self, item: dict[str, Any]) -> list[Out]:
         """An output item the exchange made itself between legs (a hosted tool's call), added
         and done at once at the next output index."""
         if self.phase is not Phase.STREAMING or self._live:
@@ -428,7 +428,7 @@ class ChatToResponsesStream:
         added, index = self.begin_item({**item, "status": "in_progress"})
         return added + self.finish_item(index, item)
 
-    def begin_item(self, item: dict[str, Any], *, then: str | None = None) -> tuple[list[Event], int]:
+    def begin_item(self, item: dict[str, Any], *, then: str | None = None) -> tuple[list[Out], int]:
         """Open an item the exchange builds over time (a compaction, while its summary is
         written): ``output_item.added`` at the next output index, then the event ``then`` names
         (``response.compaction.compacting``) about it. Returns the events and the index for
@@ -443,7 +443,7 @@ class ChatToResponsesStream:
             self._emit({"type": then, "item_id": item["id"], "output_index": index})
         return out, index
 
-    def finish_item(self, index: int, item: dict[str, Any]) -> list[Event]:
+    def finish_item(self, index: int, item: dict[str, Any]) -> list[Out]:
         """``output_item.done`` of an item ``begin_item`` opened; it joins the output."""
         if self.phase is not Phase.STREAMING:
             raise StreamStateError(f"finish_item() in phase {self.phase.value}")
@@ -452,7 +452,7 @@ class ChatToResponsesStream:
         self._emit({"type": "response.output_item.done", "output_index": index, "item": item})
         return out
 
-    def item_event(self, event_type: str, index: int, item_id: str, **fields: Any) -> list[Event]:
+    def item_event(self, event_type: str, index: int, item_id: str, **fields: Any) -> list[Out]:
         """An item-scoped event of an item the exchange runs (``response.web_search_call.searching``,
         ``response.mcp_call_arguments.delta`` with its ``delta``)."""
         out = self._out = []
@@ -477,7 +477,7 @@ class ChatToResponsesStream:
         if usage:
             self._spent.append(usage)
 
-    def end_response(self, *, incomplete: str | None = None) -> list[Event]:
+    def end_response(self, *, incomplete: str | None = None) -> list[Out]:
         """The terminal event, built from the accumulated state: ``response.completed``, or
         ``response.incomplete`` when the last leg was cut by a length or content filter, or when
         the exchange says why (``incomplete``: a bound of its own fired)."""
@@ -501,7 +501,7 @@ class ChatToResponsesStream:
             self._emit({"type": "response.completed", "response": resp})
         return out
 
-    def fail(self, code: str, message: str) -> list[Event]:
+    def fail(self, code: str, message: str) -> list[Out]:
         """End the stream as failed: close open items, then ``error`` and ``response.failed``."""
         if self.done:
             raise StreamStateError(f"fail() in phase {self.phase.value}")
@@ -979,7 +979,7 @@ class ChatToResponsesStream:
     def _part_event(self, kind: str, item: _Item, ci: int, part: dict[str, Any]) -> Event:
         return {"type": kind, "item_id": item.id, "output_index": item.index, "content_index": ci, "part": part}
 
-    def _fail_upstream(self, error: Any) -> list[Event]:
+    def _fail_upstream(self, error: Any) -> list[Out]:
         if isinstance(error, dict):
             message = str(error.get("message") or "upstream error")
             code = error.get("code")

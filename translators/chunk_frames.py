@@ -58,4 +58,4 @@ FRAME_ERRORS = (msgspec.DecodeError, RecursionError)
 def as_dict(chunk: Chunk) -> dict[str, Any]:
     """The chunk as the dicts ``feed`` reads: only the fields above (the only ones it reads),
     an absent field as None (``feed`` treats both alike)."""
-    return msgspec.to_builtins(chunk)  # type: ignore[no-any-return]
+    return msgspec.to_builtins(chunk)

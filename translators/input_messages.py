@@ -13,9 +13,7 @@ from . import compaction as cmp
 from . import mcp_items as mcp
 from .errors import InvalidRequest, UnsupportedFeature
 from .options import CUSTOM_ARG, BackendProfile
-from .tools_mapping import (
-    expect_dict, expect_list, flat_name, missing, opt_str, req_str, type_error, value_error,
-)
+from .tools_mapping import expect_dict, expect_list, flat_name, missing, opt_str, req_str, type_error, value_error
 from .web_search_items import replayed
 
 # An ``encrypted_content`` token -> (reasoning text, the backend's reasoning_details), or None.

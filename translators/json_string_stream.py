@@ -103,8 +103,8 @@ def _safe_cut(s: str) -> int:
             continue
         if i + 6 > n:
             return i
-        if s[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db"):
-            if i + 6 == n or (s[i + 6] == "\\" and i + 12 > n):
-                return i
+        if s[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db") and (
+                i + 6 == n or (s[i + 6] == "\\" and i + 12 > n)):
+            return i
         i = s.find("\\", i + 6)
     return n

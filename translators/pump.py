@@ -23,14 +23,18 @@ from typing import Any, Protocol
 import orjson
 
 from .errors import UpstreamProtocolError
-from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from .sse import DEFAULT_MAX_EVENT_BYTES, Out, SSEDecoder
+
+__all__ = ["Machine", "Out", "Pump"]
 
 _DONE = b"[DONE]"
-Out = dict[str, Any] | bytes  # bytes: a frame a machine in wire mode rendered itself
 
 
 class Machine(Protocol):
-    done: bool  # a plain attribute: read after every upstream event
+    # Read after every upstream event: best a plain attribute (a property costs a call), but
+    # read-only here so a machine that wraps another may forward it as a property.
+    @property
+    def done(self) -> bool: ...
     def feed(self, item: dict[str, Any]) -> list[Out]: ...
     def finish(self, *, clean: bool = True) -> list[Out]: ...
     def fail(self, code: str, message: str) -> list[Out]: ...
@@ -65,9 +69,9 @@ class Pump:
                     self.events_in += 1
                     frame = self._frame
                     if frame is not None and event != "error":
-                        out = frame(data)
-                        if out is not None:
-                            return out
+                        framed = frame(data)
+                        if framed is not None:
+                            return framed
                     try:
                         obj = _loads(data)
                     except _JSONDecodeError:

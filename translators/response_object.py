@@ -82,8 +82,12 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
     u = usage if isinstance(usage, dict) else {}
     prompt = _count(u.get("prompt_tokens"))
     completion = _count(u.get("completion_tokens"))
-    pd = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
-    cd = u.get("completion_tokens_details") if isinstance(u.get("completion_tokens_details"), dict) else {}
+    pd = u.get("prompt_tokens_details")
+    if not isinstance(pd, dict):
+        pd = {}
+    cd = u.get("completion_tokens_details")
+    if not isinstance(cd, dict):
+        cd = {}
     cached = _count(pd.get("cached_tokens")) or _count(u.get("prompt_cache_hit_tokens"))
     return {
         "input_tokens": prompt,

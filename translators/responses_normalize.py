@@ -76,7 +76,8 @@ _HOSTED = frozenset(f"response.{kind}.{phase}" for kind in (  # events of hosted
     "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call",
     "mcp_list_tools") for phase in ("in_progress", "searching", "interpreting", "generating", "completed", "failed",
                                     "partial_image"))
-_ENDINGS = frozenset(".!?;:)]}>\"'`*…。！？」』”’")
+# Sentence endings, CJK and typographic ones too (the look-alikes are meant: noqa RUF001).
+_ENDINGS = frozenset(".!?;:)]}>\"'`*…。！？」』”’")  # noqa: RUF001
 _SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError)
 
 

@@ -17,10 +17,19 @@ from .errors import InvalidRequest, UnsupportedFeature
 from .input_messages import InputMessages, OpenSummary, Reveal
 from .options import CUSTOM_ARG, BackendProfile, ToolContext
 from .tools_mapping import (
-    expect_dict, expect_list, map_text, map_tool_choice, map_tools, missing, opt_bool, opt_number, opt_str,
-    req_str, type_error, value_error,
+    expect_dict,
+    expect_list,
+    map_text,
+    map_tool_choice,
+    map_tools,
+    missing,
+    opt_bool,
+    opt_number,
+    opt_str,
+    req_str,
+    type_error,
+    value_error,
 )
-
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.
 _IGNORED_FIELDS = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier",

@@ -67,18 +67,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from .chat_bodies import (
-    SEPARATOR, bad_field, chat_annotations, chat_logprobs, chat_usage, error_body, incomplete_finish_reason,
-    json_kind, output_tokens_of, up_dict, up_items, up_list, up_str,
+    SEPARATOR,
+    bad_field,
+    chat_annotations,
+    chat_logprobs,
+    chat_usage,
+    error_body,
+    incomplete_finish_reason,
+    json_kind,
+    output_tokens_of,
+    up_dict,
+    up_items,
+    up_list,
+    up_str,
 )
 from .errors import UpstreamProtocolError
 from .ids import CALL, CHAT_COMPLETION, IdFactory
 from .options import BackendProfile
-from .sse import SSE_FRAMING, Framing, framing_of
+from .sse import SSE_FRAMING, Framing, Out, framing_of
 from .stop_sequences import StopMatcher
 
 _dumps = orjson.dumps
@@ -97,7 +108,7 @@ _CALL_TYPES = {"function_call": False, "custom_tool_call": True}  # item type ->
 # Final-text part types -> (part kind, field): t = output_text, r = refusal, x = reasoning_text.
 _DELTA_KINDS = {"response.refusal.delta": "r", "response.reasoning_summary_text.delta": "s",
                 "response.reasoning_text.delta": "x"}
-_PART_KINDS = {"output_text": ("t", "text"), "refusal": ("r", "refusal"), "reasoning_text": ("x", "text")}
+_PART_KINDS: dict[str | None, tuple[str, str]] = {"output_text": ("t", "text"), "refusal": ("r", "refusal"), "reasoning_text": ("x", "text")}
 _DONE_FIELDS = {"response.output_text.done": ("t", "content_index", "text"),
                 "response.refusal.done": ("r", "content_index", "refusal"),
                 "response.reasoning_text.done": ("x", "content_index", "text"),
@@ -232,7 +243,7 @@ class ResponsesToChatStream:
         """``waiting`` (nothing sent yet), ``streaming``, or ``done``."""
         return self._phase
 
-    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, event: dict[str, Any]) -> list[Out]:
         phase = self._phase
         if phase is _DONE:
             self._count("after_terminal")
@@ -254,7 +265,7 @@ class ResponsesToChatStream:
             return self._malformed(exc.message)
         except _MALFORMED as exc:
             return self._malformed(f"malformed upstream event ({type(exc).__name__})")
-        out: list[dict[str, Any]] = []
+        out: list[Out] = []
         try:
             out = self._first(event, t)
             out.extend(self._other(t) if handler is None else handler(self, event))
@@ -264,14 +275,14 @@ class ResponsesToChatStream:
         except _MALFORMED as exc:
             return out + self._malformed(f"malformed upstream event ({type(exc).__name__})")
 
-    def finish(self, *, clean: bool = True) -> list[dict[str, Any]]:
+    def finish(self, *, clean: bool = True) -> list[Out]:
         """The upstream ended (``clean``: with ``[DONE]``, else EOF). Without a terminal event
         either way is a failure: the error object."""
         if self._phase is _DONE:
             return []
         return self.fail("upstream_protocol_error", "upstream stream ended before a terminal event")
 
-    def fail(self, code: str, message: str) -> list[dict[str, Any]]:
+    def fail(self, code: str, message: str) -> list[Out]:
         if self._phase is _DONE:
             return []
         return self._error({"code": code, "message": message, "type": "server_error"})
@@ -281,7 +292,7 @@ class ResponsesToChatStream:
     def _count(self, key: str) -> None:
         self.diagnostics[key] = self.diagnostics.get(key, 0) + 1
 
-    def _malformed(self, message: str) -> list[dict[str, Any]]:
+    def _malformed(self, message: str) -> list[Out]:
         """An event of the wrong shape: the stream ends as the upstream's protocol error."""
         self._count("malformed_event")
         return self.fail("upstream_protocol_error", f"malformed upstream event: {message}")
@@ -310,7 +321,7 @@ class ResponsesToChatStream:
                 b',"usage":null' if self._usage_on else b"", self._framing.end)
         return b"%s%s%s" % (head, _dumps(text), self._after)
 
-    def _first(self, event: dict[str, Any], t: Any) -> list[dict[str, Any]]:
+    def _first(self, event: dict[str, Any], t: Any) -> list[Out]:
         """Start the stream (identity + role chunk) on the first known event that is no failure."""
         if t not in _HANDLERS or t in _NO_START:
             return []
@@ -325,13 +336,13 @@ class ResponsesToChatStream:
         self._created = self._now() if created is None else int(created)
         return [self._chunk({"role": "assistant", "content": ""})]
 
-    def _error(self, err: Any) -> list[dict[str, Any]]:
+    def _error(self, err: Any) -> list[Out]:
         self._phase = _DONE
         self.done = True
         self.error = error_body(err)
         return [self.error]
 
-    def _other(self, t: str | None) -> list[dict[str, Any]]:
+    def _other(self, t: str | None) -> list[Out]:
         if t is None:
             self._count("unknown_event:None")
         else:
@@ -340,7 +351,7 @@ class ResponsesToChatStream:
 
     # -- text ------------------------------------------------------------------------------
 
-    def _content(self, oi: Any, ci: Any, text: str, lps: Any = None) -> dict[str, Any]:
+    def _content(self, oi: Any, ci: Any, text: str, lps: Any = None) -> Out:
         key = ("t", oi, ci)
         part = self._parts.get(key)
         raw = text
@@ -366,7 +377,7 @@ class ResponsesToChatStream:
         part.pieces.append(text)
         return self._chunk({"refusal": text})
 
-    def _reasoning(self, key: tuple[Any, ...], text: str) -> dict[str, Any]:
+    def _reasoning(self, key: tuple[Any, ...], text: str) -> Out:
         """Reasoning text for part ``key``: a summary part is its own segment, the reasoning_text
         parts of one item form one segment."""
         part = self._parts.get(key)
@@ -396,7 +407,7 @@ class ResponsesToChatStream:
         self._count("done_text_mismatch")
         return ""
 
-    def _final_text(self, kind: str, oi: Any, idx: int, final: str | None) -> list[dict[str, Any]]:
+    def _final_text(self, kind: str, oi: Any, idx: int, final: str | None) -> list[Out]:
         """A part's final text (t/r/s/x): send the tail never seen as deltas."""
         key = (kind, oi, idx)
         tail = self._tail(self._parts.get(key), final)
@@ -408,7 +419,7 @@ class ResponsesToChatStream:
             return [self._refusal(oi, idx, tail)]
         return [self._reasoning(key, tail)]
 
-    def _on_text_delta(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_text_delta(self, ev: dict[str, Any]) -> list[Out]:
         d = ev.get("delta")
         if type(d) is not str:
             raise bad_field(ev["type"], "delta", d, "a string")
@@ -428,7 +439,7 @@ class ResponsesToChatStream:
         self._streamed = True
         return [self._content(oi, ci, d, lps)]
 
-    def _on_other_delta(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_other_delta(self, ev: dict[str, Any]) -> list[Out]:
         """refusal / reasoning_text / reasoning_summary_text deltas."""
         d = _delta(ev)
         kind = _DELTA_KINDS[ev["type"]]
@@ -441,7 +452,7 @@ class ResponsesToChatStream:
             return [self._refusal(oi, idx, d)]
         return [self._reasoning((kind, oi, idx), d)]
 
-    def _on_text_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_text_done(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
         oi = _oi(ev)
         if t == "response.reasoning_summary_part.done":  # the final text is in part.text
@@ -456,7 +467,7 @@ class ResponsesToChatStream:
         self._streamed = True
         return self._final_text(kind, oi, idx, final)
 
-    def _on_part_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_part_done(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
         oi = _oi(ev)
         idx = _index(ev, "content_index")
@@ -464,12 +475,12 @@ class ResponsesToChatStream:
         part = up_dict(ev, "part", t)
         if part is None:
             return []
-        kind = _PART_KINDS.get(up_str(part, "type", f"{t}: part"))  # type: ignore[arg-type]
+        kind = _PART_KINDS.get(up_str(part, "type", f"{t}: part"))
         if kind is None:
             return []
         return self._final_text(kind[0], oi, idx, up_str(part, kind[1], f"{t}: part"))
 
-    def _on_annotation(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_annotation(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
         key = ("t", _oi(ev), _index(ev, "content_index"))
         ann = ev.get("annotation")
@@ -488,11 +499,11 @@ class ResponsesToChatStream:
     def _open_call(self, oi: Any, item: dict[str, Any], custom: bool, initial: str) -> dict[str, Any]:
         """The first fragment of a call: index, id, type and name. Only an item can open a call:
         a chat tool call without a name is unusable, so there is none."""
-        kind = item.get("type")
-        name = up_str(item, "name", kind)  # type: ignore[arg-type]
+        kind: str = item["type"]  # a call type: every caller checked it
+        name = up_str(item, "name", kind)
         if not name:
             raise UpstreamProtocolError(f"{kind} item without a name")
-        call_id = up_str(item, "call_id", kind) or self._ids.new(CALL)  # type: ignore[arg-type]
+        call_id = up_str(item, "call_id", kind) or self._ids.new(CALL)
         call = self._calls[oi] = _Call(len(self._calls), custom)
         call.pieces.append(initial)
         fragment = {"index": call.index, "id": call_id, "type": "function",
@@ -508,7 +519,7 @@ class ResponsesToChatStream:
                 call.closed = True
         return self._chunk({"tool_calls": [{"index": call.index, "function": {"arguments": text}}]})
 
-    def _on_args_delta(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_args_delta(self, ev: dict[str, Any]) -> list[Out]:
         d = _delta(ev)
         oi = _oi(ev)
         if not d:
@@ -523,7 +534,7 @@ class ResponsesToChatStream:
             return []
         return [self._args(call, d)]
 
-    def _on_args_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_args_done(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
         final = up_str(ev, "input" if t == "response.custom_tool_call_input.done" else "arguments", t)
         oi = _oi(ev)
@@ -539,7 +550,7 @@ class ResponsesToChatStream:
         return self._finish_call(oi, call, final)
 
     def _item_call(self, oi: Any, item: dict[str, Any], custom: bool, final: str | None,
-                   done: bool) -> list[dict[str, Any]]:
+                   done: bool) -> list[Out]:
         """A call item (``output_item.added``, or ``.done`` / the terminal output when ``done``):
         open the call if needed (with the fragments held for it), then send what is missing."""
         call = self._calls.get(oi)
@@ -548,22 +559,20 @@ class ResponsesToChatStream:
         held = self._held.pop(oi, None)
         if held is not None:
             streamed = "".join(held.pieces)
-            if done and final:  # the item's final text includes what was held
-                initial = final
-            else:
-                initial = (final or "") + streamed
+            # With done and a final text, it includes what was held.
+            initial = final if done and final else (final or "") + streamed
             final = held.final if held.final is not None else (final if done else None)
         else:
             initial = final or ""
             final = final if done else None
-        out = [self._open_call(oi, item, custom, initial)]
+        out: list[Out] = [self._open_call(oi, item, custom, initial)]
         if final is not None or done:
             out += self._finish_call(oi, self._calls[oi], final)
         return out
 
-    def _finish_call(self, oi: Any, call: _Call, final: str | None) -> list[dict[str, Any]]:
+    def _finish_call(self, oi: Any, call: _Call, final: str | None) -> list[Out]:
         """A call's final arguments/input: send the unseen tail, close a custom call's string."""
-        out = []
+        out: list[Out] = []
         tail = self._tail(call, final)
         if call.custom:
             if not call.closed:
@@ -585,7 +594,7 @@ class ResponsesToChatStream:
             raise bad_field(ev["type"], "item.type", kind, "a string")
         return item
 
-    def _on_item_added(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_item_added(self, ev: dict[str, Any]) -> list[Out]:
         item = self._item(ev)
         oi = _item_oi(ev, item)
         self._streamed = True
@@ -597,15 +606,15 @@ class ResponsesToChatStream:
             self._count(f"hosted_item:{kind}")
         return []
 
-    def _on_item_done(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_item_done(self, ev: dict[str, Any]) -> list[Out]:
         item = self._item(ev)
         oi = _item_oi(ev, item)
         self._streamed = True
         return self._item_tails(oi, item, False)
 
-    def _item_tails(self, oi: Any, item: dict[str, Any], count_hosted: bool) -> list[dict[str, Any]]:
+    def _item_tails(self, oi: Any, item: dict[str, Any], count_hosted: bool) -> list[Out]:
         """A final item: send whatever of its text/arguments was never streamed."""
-        out: list[dict[str, Any]] = []
+        out: list[Out] = []
         kind = item.get("type")
         if type(kind) is not str:
             raise bad_field("item", "type", kind, "a string")
@@ -613,7 +622,7 @@ class ResponsesToChatStream:
             parts = up_items(up_list(item, "content", kind), "message.content")
             for ci, part in enumerate(parts):
                 where = f"message.content[{ci}]"
-                pk = _PART_KINDS.get(up_str(part, "type", where))  # type: ignore[arg-type]
+                pk = _PART_KINDS.get(up_str(part, "type", where))
                 if pk is not None:
                     out += self._final_text(pk[0], oi, ci, up_str(part, pk[1], where))
                     if pk[0] == "t":
@@ -634,7 +643,7 @@ class ResponsesToChatStream:
 
     # -- terminal --------------------------------------------------------------------------
 
-    def _on_terminal(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_terminal(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
         resp = up_dict(ev, "response", t) or {}
         self._keep_usage(resp)
@@ -651,14 +660,14 @@ class ResponsesToChatStream:
             raw_usage = up_dict(resp, "usage", "response")
             usage = None if raw_usage is None else chat_usage(raw_usage, "response.usage")
         output = up_list(resp, "output", "response") if (not self._streamed or self._held) else []
-        out: list[dict[str, Any]] = []
+        out: list[Out] = []
         if not self._streamed:  # done-only at the response level: replay the final output
             for i, item in enumerate(up_items(output, "response.output")):
                 out += self._item_tails(i, item, True)
-        for oi, held in list(self._held.items()):  # fragments whose item never came: the final output may name it
-            item = output[oi] if type(oi) is int and 0 <= oi < len(output) else None
-            if type(item) is dict and item.get("type") in _CALL_TYPES:
-                out += self._item_tails(oi, item, False)
+        for oi in list(self._held):  # fragments whose item never came: the final output may name it
+            named = output[oi] if type(oi) is int and 0 <= oi < len(output) else None
+            if type(named) is dict and named.get("type") in _CALL_TYPES:
+                out += self._item_tails(oi, named, False)
             else:
                 self._held.pop(oi)
                 self._count("call_without_added")
@@ -684,7 +693,7 @@ class ResponsesToChatStream:
         self.done = True
         return out
 
-    def _on_failed(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_failed(self, ev: dict[str, Any]) -> list[Out]:
         resp = ev.get("response")
         if isinstance(resp, dict):
             self._keep_usage(resp)
@@ -694,16 +703,16 @@ class ResponsesToChatStream:
         usage = resp.get("usage")
         self.usage = usage if isinstance(usage, dict) else None
 
-    def _on_error(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_error(self, ev: dict[str, Any]) -> list[Out]:
         nested = ev.get("error")
         return self._error(nested if isinstance(nested, dict) else ev)
 
-    def _ignore(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _ignore(self, ev: dict[str, Any]) -> list[Out]:
         return []
 
 
 _S = ResponsesToChatStream
-_HANDLERS: dict[Any, Callable[[ResponsesToChatStream, dict[str, Any]], list[dict[str, Any]]]] = {
+_HANDLERS: dict[Any, Callable[[ResponsesToChatStream, dict[str, Any]], list[Out]]] = {
     "response.output_text.delta": _S._on_text_delta,
     "response.reasoning_summary_text.delta": _S._on_other_delta,
     "response.reasoning_text.delta": _S._on_other_delta,
@@ -772,19 +781,21 @@ class StoppingChatStream(ResponsesToChatStream):
         self._lps: list[tuple[int, dict[str, Any]]] = []  # (token start, entry), not sent yet
         self._prompt_tokens = prompt_tokens
 
-    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, event: dict[str, Any]) -> list[Out]:
         return self._stopping(super().feed(event))
 
-    def finish(self, *, clean: bool = True) -> list[dict[str, Any]]:
+    def finish(self, *, clean: bool = True) -> list[Out]:
         return self._stopping(super().finish(clean=clean))
 
-    def fail(self, code: str, message: str) -> list[dict[str, Any]]:
+    def fail(self, code: str, message: str) -> list[Out]:
         return self._stopping(super().fail(code, message))
 
-    def _stopping(self, outs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if not outs:
-            return outs
-        res: list[dict[str, Any]] = []
+    def _stopping(self, outputs: list[Out]) -> list[Out]:
+        if not outputs:
+            return outputs
+        # The stream below runs without wire mode (``wire=False`` above): every output is a dict.
+        outs = cast(list[dict[str, Any]], outputs)
+        res: list[Out] = []
         matcher = self._matcher
         for out in outs:
             choices = out.get("choices")
@@ -830,7 +841,7 @@ class StoppingChatStream(ResponsesToChatStream):
             choice["logprobs"] = None
         return chunk
 
-    def _flush(self) -> list[dict[str, Any]]:
+    def _flush(self) -> list[Out]:
         """The end of the content (annotations, finish chunk, an error): release what is held."""
         tail = self._matcher.finish()
         if not tail:
@@ -838,9 +849,10 @@ class StoppingChatStream(ResponsesToChatStream):
             return []
         return [self._released(self._chunk({"content": tail}), tail, last=True)]
 
-    def _stop_here(self) -> list[dict[str, Any]]:
+    def _stop_here(self) -> list[Out]:
         self._lps.clear()
-        out = [self._args(call, "", close=True) for call in self._calls.values() if call.custom and not call.closed]
+        out: list[Out] = [self._args(call, "", close=True) for call in self._calls.values()
+                          if call.custom and not call.closed]
         out.append(self._chunk({}, "stop"))
         self._count("stop_sequence")
         if self.usage is None:  # cut before the terminal event: nothing reported, estimated

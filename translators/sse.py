@@ -28,6 +28,9 @@ DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
 
 
 SSEEvent = tuple[str | None, bytes]
+# What a stream machine puts out: an event (or chunk) dict, or in wire mode a frame it rendered
+# itself (bytes, already framed for the client's transport). render_* write both.
+Out = dict[str, Any] | bytes
 _DATA_SEP: Final = b"\n\ndata: "
 
 
@@ -207,7 +210,7 @@ def render_json(events: list[Any]) -> list[bytes]:
     """A machine's outputs as one JSON document each (a WebSocket text frame per event);
     ``bytes`` outputs are documents already rendered (wire mode with ``JSON_FRAMING``)."""
     if len(events) == 1 and events[0].__class__ is bytes:  # the common case on the per-chunk path
-        return events  # type: ignore[return-value]
+        return events
     dumps = orjson.dumps
     return [ev if ev.__class__ is bytes else dumps(ev) for ev in events]
 
