@@ -51,7 +51,7 @@ from .errors import (
 from .codex_catalog import catalog as codex_catalog
 from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, relay_turn, stream_flag
 from .forward import forward_now, forward_streamed
-from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, upstream_keys
+from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, key_stream_caps, upstream_keys
 from .ids import RandomIds
 from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
@@ -96,8 +96,10 @@ def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | N
     middlewares = [observe_middleware, error_middleware, *([auth_middleware(keys)] if keys else [])]
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
-    limits = app[LIMITS] = StreamLimits()
-    app[METRICS] = Metrics(open_streams=limits.counts)
+    metrics = app[METRICS] = Metrics(open_streams=lambda: limits.counts(),
+                                     shared_dir=environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    limits = app[LIMITS] = StreamLimits(key_stream_caps(config, tuple(name for _, name in keys)),
+                                        on_change=metrics.streams_changed)
     app[SUMMARY_LOG] = structlog.get_logger("crossfeed").bind()
     app[OPEN_STREAMS] = set()
     app[IDS] = ids or RandomIds()

@@ -1,7 +1,7 @@
 """Command line (``crossfeed ...``, also ``python -m proxy ...``).
 
   crossfeed serve [--config FILE] [--host H] [--port P] [--upstream URL] [--upstream-api chat|responses]
-                  [--upstream-api-key-env NAME] [--log-level L] [--log-format F]
+                  [--upstream-api-key-env NAME] [--log-level L] [--log-format F] [--workers N|auto]
   crossfeed check-config FILE          validate a config file, print the resolved routing table
   crossfeed demo [--no-sdk]            a scripted backend + crossfeed + the OpenAI SDK, all on loopback
   crossfeed translate --from chat --to responses [FILE] [--request FILE] [--jsonl]
@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import signal
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import Config, load_config
 from .errors import ConfigError
-from .logs import configure_logging, flush_logs, log
+from .logs import FLUSH_BYTES, configure_logging, flush_logs, log
 from .store import StoreError
 
 CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts its file there)
@@ -39,6 +41,7 @@ _EXAMPLES = {
     "serve": "examples:\n"
              "  crossfeed serve --upstream http://127.0.0.1:8000/v1\n"
              "  crossfeed serve --config crossfeed.toml --port 9000\n"
+             "  crossfeed serve --config crossfeed.toml --workers auto        # a worker process per core\n"
              "  BACKEND_KEY=sk-... crossfeed serve --upstream https://api.deepseek.com/v1 "
              "--upstream-api-key-env BACKEND_KEY\n"
              "  CROSSFEED_WEB_SEARCH__BACKEND=searxng CROSSFEED_WEB_SEARCH__URL=http://127.0.0.1:8888 crossfeed serve",
@@ -72,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environment variable holding the backend's API key (default: pass the client's key)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
+    serve.add_argument("--workers", metavar="N|auto",
+                       help="worker processes serving the port (default 1; auto: one per core; needs the sqlite "
+                       "or redis store)")
+    # Set by the supervisor of --workers on the processes it starts (proxy/workers.py).
+    for hidden in ("--worker-index", "--ready-fd", "--parent-fd", "--listen-fd"):
+        serve.add_argument(hidden, type=int, help=argparse.SUPPRESS)
 
     check = sub.add_parser("check-config", help="validate a config file and print the resolved routing table",
                            description="Load FILE the way `serve --config FILE` does (CROSSFEED_* environment "
@@ -136,9 +145,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.command == "serve":
-        return serve(args)
+        return serve(args, argv)
     if args.command == "check-config":
         return check_config(args.file, os.environ)
     if args.command == "demo":
@@ -166,6 +176,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "upstream.api_key_env": args.upstream_api_key_env,
         "logging.level": getattr(args, "log_level", None),
         "logging.format": getattr(args, "log_format", None),
+        "server.workers": getattr(args, "workers", None),
     }
     path = args.config
     if path is None and os.environ.get(CONFIG_ENV):
@@ -176,16 +187,28 @@ def config_from_args(args: argparse.Namespace) -> Config:
 # The flag behind each override, for the messages that blame a bad value on its source.
 FLAG_NAMES = {"server.host": "--host", "server.port": "--port", "upstream.base_url": "--upstream",
               "upstream.api": "--upstream-api", "upstream.api_key_env": "--upstream-api-key-env",
-              "logging.level": "--log-level", "logging.format": "--log-format"}
+              "logging.level": "--log-level", "logging.format": "--log-format", "server.workers": "--workers"}
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    # Until the event loop (or the supervisor of --workers) takes the signals over: a stop asked
+    # for while starting is kept, and the server stops as soon as it listens (an exit 0, not a
+    # death by the signal).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_early)
     try:
         config = config_from_args(args)
     except ConfigError as exc:
         print(f"crossfeed: {exc}", file=sys.stderr)
         return 2
-    configure_logging(config.logging.level, config.logging.format)
+    worker = WorkerRole.from_args(args)
+    if worker is None and config.server.worker_count > 1:
+        return _supervise(config, argv if argv is not None else sys.argv[1:], stopped=bool(_STOP_ASKED))
+    import select
+
+    configure_logging(config.logging.level, config.logging.format,
+                      fields={"worker": worker.index} if worker else None,
+                      batch_bytes=select.PIPE_BUF if worker else FLUSH_BYTES)
     reserve_descriptors()  # before the event loop starts any thread
     try:
         import uvloop
@@ -194,7 +217,7 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError:
         pass
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, worker))
     except KeyboardInterrupt:
         pass
     except (ConfigError, StoreError) as exc:  # found at start-up: before or while opening the listener
@@ -204,6 +227,51 @@ def serve(args: argparse.Namespace) -> int:
         print(f"crossfeed: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror}", file=sys.stderr)
         return 1
     return 0
+
+
+_STOP_ASKED: list[int] = []
+
+
+def _stop_early(signum: int, frame: Any) -> None:
+    _STOP_ASKED.append(signum)
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """What a worker of ``serve --workers`` is told by its supervisor (proxy/workers.py)."""
+
+    index: int
+    ready_fd: int | None
+    parent_fd: int | None
+    listen_fd: int | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WorkerRole | None:
+        index = getattr(args, "worker_index", None)
+        if index is None:
+            return None
+        return cls(index, args.ready_fd, args.parent_fd, args.listen_fd)
+
+
+def _supervise(config: Config, argv: list[str], *, stopped: bool) -> int:
+    """The process the operator started, with several workers: checks the environment once (so a
+    missing key is one message, not one per worker), then runs the workers."""
+    from .guard import inbound_keys, upstream_keys
+    from .workers import supervise
+
+    configure_logging(config.logging.level, config.logging.format, fields={"worker": "supervisor"})
+    try:
+        inbound_keys(config, os.environ)
+        upstream_keys(config, os.environ)
+    except ConfigError as exc:
+        print(f"crossfeed: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return supervise(config, argv, stopped=stopped or bool(_STOP_ASKED))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        flush_logs()
 
 
 # The most descriptors reserve_descriptors() sizes the table for: 512 KiB of kernel memory.
@@ -261,7 +329,7 @@ def _tune_gc() -> None:
     gc.set_threshold(2_000, 10, 10)
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config, worker: WorkerRole | None = None) -> None:
     # Imported here: check-config and translate do not need the server.
     from aiohttp import web
 
@@ -273,6 +341,8 @@ async def _serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if _STOP_ASKED:
+        stop.set()
     app = create_app(config, environ=os.environ)
     runner = make_runner(app, config)
     try:
@@ -280,7 +350,7 @@ async def _serve(config: Config) -> None:
     except BaseException:
         await runner.cleanup()  # closes whatever had been opened
         raise
-    site = web.TCPSite(runner, config.server.host, config.server.port)
+    site = _site(web, runner, config, worker)
     try:
         await site.start()
     except BaseException:
@@ -290,14 +360,44 @@ async def _serve(config: Config) -> None:
     port = sockets[0].getsockname()[1] if sockets else config.server.port
     _tune_gc()
     ups = ", ".join(f"{u.name}={u.base_url} ({u.api})" for u in config.upstreams)
-    print(f"crossfeed listening on http://{config.server.host}:{port} -> {ups}", flush=True)
-    log.info("server.started", host=config.server.host, port=port, upstreams=ups)
+    if worker is None:
+        print(f"crossfeed listening on http://{config.server.host}:{port} -> {ups}", flush=True)
+        log.info("server.started", host=config.server.host, port=port, upstreams=ups, workers=1)
+    else:
+        log.info("server.worker.started", pid=os.getpid(), port=port)
+        if worker.parent_fd is not None:  # readable (at its end) once the supervisor is gone
+            fd = worker.parent_fd
+
+            def orphaned() -> None:
+                loop.remove_reader(fd)
+                log.warning("server.supervisor.gone")
+                stop.set()
+            loop.add_reader(fd, orphaned)
+        if worker.ready_fd is not None:
+            with contextlib.suppress(OSError):  # a supervisor gone meanwhile: the parent pipe says so
+                os.write(worker.ready_fd, b"1")
+            os.close(worker.ready_fd)
     await stop.wait()
     loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C during the drain quits at once
+    if worker is not None:
+        # One stop is enough: under systemd or Kubernetes every process of the group gets the
+        # SIGTERM the supervisor then passes on too, and the second must not kill a finished drain.
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log.info("server.stopping")
     await runner.cleanup()
     log.info("server.stopped")
     flush_logs()
+
+
+def _site(web: Any, runner: Any, config: Config, worker: WorkerRole | None) -> Any:
+    """A single process listens on its own; a worker binds the supervisor's port with
+    SO_REUSEPORT, or accepts on the socket the supervisor listens on (``--listen-fd``)."""
+    import socket
+
+    if worker is not None and worker.listen_fd is not None:
+        return web.SockSite(runner, socket.socket(fileno=worker.listen_fd))
+    return web.TCPSite(runner, config.server.host, config.server.port, reuse_port=worker is not None or None)
 
 
 # -- check-config -----------------------------------------------------------------------------

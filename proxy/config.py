@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 from functools import cached_property
 import json
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +31,8 @@ from translators.options import BackendProfile
 from .config_errors import Sources, explain, misspelt_variables, source_of
 from .errors import ConfigError
 from .store import StoreConfig
+
+MAX_WORKERS = 256
 
 
 class _Model(BaseModel):
@@ -126,6 +129,8 @@ class InboundKey(_Model):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     key_env: str = Field(min_length=1)
+    max_concurrent_streams: int | None = Field(
+        None, ge=0, description="this key's open streams at most (0 = unlimited; default: server.max_streams_per_key)")
 
 
 class Server(_Model):
@@ -141,6 +146,34 @@ class Server(_Model):
     max_headers: int = Field(100, ge=8, description="most request headers")
     websocket: bool = Field(True, description="WebSocket mode on GET /v1/responses (false: 426, clients use HTTP)")
     websocket_max_seconds: float = Field(3600.0, gt=0, description="a WebSocket connection's lifetime")
+    max_streams_per_key: int = Field(0, ge=0, description="open streams one inbound key may have (0 = unlimited); "
+                                                          "per worker process")
+    workers: int | Literal["auto"] = Field(1, description="worker processes serving the port (auto: one per core)")
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _check_workers(cls, value: Any) -> int | str:
+        if value == "auto":
+            return value
+        try:
+            count = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+        except ValueError:
+            count = None
+        if count is None or not 1 <= count <= MAX_WORKERS:
+            raise ValueError(f"must be a number of processes from 1 to {MAX_WORKERS}, or \"auto\" (one per core); "
+                             f"got {value!r}")
+        return count
+
+    @property
+    def worker_count(self) -> int:
+        """``workers`` with ``auto`` resolved: the cores this process may run on."""
+        if self.workers != "auto":
+            return int(self.workers)
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, MAX_WORKERS))
 
 
 class Logging(_Model):
@@ -233,6 +266,10 @@ class Config(_Model):
             raise ValueError(f"upstream names must be unique: {names}")
         if sum(u.default for u in self.upstreams) > 1:
             raise ValueError("at most one upstream may be marked default = true")
+        if self.server.workers != 1 and self.store.backend == "memory":
+            raise ValueError(f"server.workers = {self.server.workers!r} with store.backend = \"memory\": each worker "
+                             "would keep its own responses and a follow-up on another worker would not find them; "
+                             "use the sqlite (default) or redis store, or one worker")
         return self
 
     @cached_property
@@ -307,6 +344,7 @@ def _named_variables(raw: Any) -> set[str]:
 _ENV_KEYS = {
     "CROSSFEED_HOST": "server.host",
     "CROSSFEED_PORT": "server.port",
+    "CROSSFEED_WORKERS": "server.workers",
     "CROSSFEED_UPSTREAM": "upstream.base_url",
     "CROSSFEED_UPSTREAM_API": "upstream.api",
     "CROSSFEED_UPSTREAM_API_KEY_ENV": "upstream.api_key_env",

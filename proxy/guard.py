@@ -4,8 +4,9 @@
   holding comma-separated keys, every request except the health, readiness and metrics probes
   needs ``Authorization: Bearer <key>`` matching one of them, compared in constant time; anything
   else gets a 401 in OpenAI's envelope. Keys are never logged.
-- ``max_concurrent_streams`` on an upstream caps its open streams; one more gets a 429 with
-  ``Retry-After`` (the OpenAI SDKs honour it and retry), never a queue that hides the overload.
+- ``max_concurrent_streams`` on an upstream caps its open streams, and ``max_streams_per_key``
+  (or a named key's own ``max_concurrent_streams``) those of one inbound key; one more gets a 429
+  with ``Retry-After`` (the OpenAI SDKs honour it and retry), never a queue that hides the overload.
 """
 
 from __future__ import annotations
@@ -88,20 +89,48 @@ def auth_middleware(keys: tuple[tuple[bytes, str], ...]) -> Callable[..., Any]:
 
 
 class StreamLimits:
-    """Counts open streams per upstream; ``admit`` raises the 429 past the cap."""
+    """Counts open streams per upstream and per inbound key; ``admit`` raises the 429 past a cap.
 
-    def __init__(self) -> None:
+    ``key_caps``: the most open streams each key name may have (absent or 0: no cap).
+    ``on_change(upstream, open)``: told each upstream's new count (the metric of several workers).
+    The counts are this process's: with several workers each enforces the caps on its own."""
+
+    def __init__(self, key_caps: Mapping[str, int] | None = None,
+                 on_change: Callable[[str, int], None] | None = None) -> None:
         self._open: dict[str, int] = {}
+        self._keys: dict[str, int] = {}
+        self._key_caps = {name: cap for name, cap in (key_caps or {}).items() if cap}
+        self._on_change = on_change
 
     def admit(self, up: Upstream) -> _Admitted:
-        """Count one more open stream to ``up`` (429 past its cap), until the ``with`` block ends."""
+        """Count one more open stream to ``up`` and for the request's key (429 past either cap),
+        until the ``with`` block ends."""
         n = self._open.get(up.name, 0)
         if up.max_concurrent_streams and n >= up.max_concurrent_streams:
             raise ClientRequestError(
                 f"too many concurrent streams to upstream '{up.name}' (limit {up.max_concurrent_streams}); "
                 "retry shortly", status=429, code="rate_limit_exceeded", headers={"Retry-After": "1"})
+        key = KEY_NAME.get() if self._key_caps else None
+        capped: str | None = None
+        if key is not None and (cap := self._key_caps.get(key, 0)):
+            held = self._keys.get(key, 0)
+            if held >= cap:
+                raise ClientRequestError(
+                    f"too many concurrent streams for this API key ('{key}', limit {cap}); retry shortly",
+                    status=429, code="rate_limit_exceeded", headers={"Retry-After": "1"})
+            self._keys[key] = held + 1
+            capped = key
         self._open[up.name] = n + 1
-        return _Admitted(self._open, up.name)
+        if self._on_change is not None:
+            self._on_change(up.name, n + 1)
+        return _Admitted(self, up.name, capped)
+
+    def release(self, name: str, key: str | None) -> None:
+        n = self._open[name] = self._open[name] - 1
+        if key is not None:
+            self._keys[key] -= 1
+        if self._on_change is not None:
+            self._on_change(name, n)
 
     def counts(self) -> dict[str, int]:
         """Open streams per upstream (every upstream that had one, 0 when none is open now)."""
@@ -110,22 +139,34 @@ class StreamLimits:
     def open_count(self, name: str) -> int:
         return self._open.get(name, 0)
 
+    def key_count(self, key: str) -> int:
+        return self._keys.get(key, 0)
+
 
 class _Admitted:
-    """One admitted stream: leaving the ``with`` block gives its place back. A plain class, not a
+    """One admitted stream: leaving the ``with`` block gives its places back. A plain class, not a
     generator context manager: this runs for every stream."""
 
-    __slots__ = ("_open", "_name")
+    __slots__ = ("_limits", "_name", "_key")
 
-    def __init__(self, open_: dict[str, int], name: str) -> None:
-        self._open = open_
+    def __init__(self, limits: StreamLimits, name: str, key: str | None) -> None:
+        self._limits = limits
         self._name = name
+        self._key = key
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, *exc: object) -> None:
-        self._open[self._name] -= 1
+        self._limits.release(self._name, self._key)
+
+
+def key_stream_caps(config: Config, names: tuple[str, ...]) -> dict[str, int]:
+    """Each key name's cap on open streams: its own ``max_concurrent_streams``, else the server's
+    ``max_streams_per_key`` (0: none)."""
+    own = {k.name: k.max_concurrent_streams for k in config.server.inbound_keys}
+    default = config.server.max_streams_per_key
+    return {name: (default if own.get(name) is None else own[name]) or 0 for name in names}
 
 
 LIMITS = web.AppKey("limits", StreamLimits)

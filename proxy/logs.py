@@ -33,16 +33,20 @@ class _Enrich:
     that keeps fields which could carry credentials out of every line. ``log.exception`` lines
     carry the traceback (operators need it; clients never see it)."""
 
-    __slots__ = ("_prefix", "_second")
+    __slots__ = ("_prefix", "_second", "_static")
 
-    def __init__(self) -> None:
+    def __init__(self, static: dict[str, object] | None = None) -> None:
         self._second = -1
         self._prefix = ""
+        self._static = static or None  # fields of every line of this process (a worker's index)
 
     def __call__(self, _: object, method_name: str, event: dict[str, object]) -> dict[str, object]:
         fields = REQUEST_FIELDS.get()
         if fields:
             for key, value in fields.items():
+                event.setdefault(key, value)
+        if self._static is not None:
+            for key, value in self._static.items():
                 event.setdefault(key, value)
         event["level"] = _LEVEL_NAMES.get(method_name, method_name)
         now = time.time()
@@ -83,7 +87,9 @@ class BatchedLines:
     request takes at 16 concurrent streams (bench/, a fixed request count, 3 interleaved runs).
     Batches stay small: at 64 KiB the allocator handed the batch's memory back to the kernel and
     took it again (~0.85 page faults per request), which cost more than the writes saved. The
-    access logs of nginx (``buffer=``/``flush=``) make the same trade."""
+    access logs of nginx (``buffer=``/``flush=``) make the same trade. A batch never grows past
+    ``limit`` (but for one longer line): the workers of ``serve --workers`` share one stderr, and a
+    write of at most ``PIPE_BUF`` bytes to a pipe is never interleaved with another's."""
 
     __slots__ = ("_out", "_lines", "_size", "_armed", "_seconds", "_limit")
 
@@ -96,8 +102,10 @@ class BatchedLines:
         self._limit = limit
 
     def msg(self, line: bytes) -> None:
+        if self._lines and self._size + len(line) + 1 > self._limit:
+            self.flush()
         self._lines.append(line)
-        self._size += len(line)
+        self._size += len(line) + 1
         if self._size >= self._limit:
             self.flush()
         elif not self._armed:
@@ -111,6 +119,8 @@ class BatchedLines:
     debug = info = msg
 
     def urgent(self, line: bytes) -> None:
+        if self._lines and self._size + len(line) + 1 > self._limit:
+            self.flush()
         self._lines.append(line)
         self.flush()
 
@@ -141,7 +151,10 @@ def flush_logs() -> None:
 atexit.register(flush_logs)
 
 
-def configure_logging(level: str = "info", fmt: str = "auto", stream: object | None = None) -> None:
+def configure_logging(level: str = "info", fmt: str = "auto", stream: object | None = None, *,
+                      fields: dict[str, object] | None = None, batch_bytes: int = FLUSH_BYTES) -> None:
+    """``fields``: added to every line (a worker's index); ``batch_bytes``: the largest write of
+    batched lines (``PIPE_BUF`` where several processes share the stream)."""
     global _batched
     out = stream or sys.stderr
     tty = getattr(out, "isatty", lambda: False)()
@@ -156,13 +169,13 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: object | N
         if tty:
             factory: object = structlog.BytesLoggerFactory(file=binary)
         else:
-            batched = _batched = BatchedLines(binary)
+            batched = _batched = BatchedLines(binary, limit=batch_bytes)
             factory = lambda *_: batched  # noqa: E731 (one logger for every bound logger)
     else:
         renderer = _json_text if use_json else structlog.dev.ConsoleRenderer(colors=False)
         factory = structlog.PrintLoggerFactory(file=out)  # type: ignore[arg-type]
     structlog.configure(
-        processors=[_Enrich(), renderer],
+        processors=[_Enrich(fields), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=factory,  # type: ignore[arg-type]
         cache_logger_on_first_use=False,

@@ -54,12 +54,28 @@ class _OpenStreams(Collector):
 
 
 class Metrics:
-    def __init__(self, open_streams: Callable[[], Mapping[str, int]] = dict) -> None:
-        """``open_streams``: the number of streams open per upstream, read at each scrape."""
+    def __init__(self, open_streams: Callable[[], Mapping[str, int]] = dict, shared_dir: str | None = None) -> None:
+        """``open_streams``: the number of streams open per upstream, read at each scrape.
+
+        ``shared_dir``: the workers of ``serve --workers`` record into prometheus-client's
+        multiprocess files there (the supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` before they
+        start, so the values are mmap-backed) and a scrape of any worker reads the sum of all;
+        open streams are then a gauge each worker sets (``streams_changed``), summed over the
+        live ones."""
         self.registry = r = CollectorRegistry()
+        self.streams_changed: Callable[[str, int], None] | None = None
+        if shared_dir:
+            from prometheus_client import Gauge, multiprocess
+
+            self.registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(self.registry, path=shared_dir)
+            active = Gauge("crossfeed_active_streams", "Streams open right now", ["upstream"],
+                           multiprocess_mode="livesum", registry=r)
+            self.streams_changed = lambda upstream, n: active.labels(upstream).set(n)
+        else:
+            r.register(_OpenStreams(open_streams))
         self.requests = Counter("crossfeed_requests", "Requests handled", ["route", "model", "status", "key"],
                                 registry=r)
-        r.register(_OpenStreams(open_streams))
         self.ttfb = Histogram("crossfeed_time_to_first_byte_seconds", "Time until the upstream answered",
                               ["route"], buckets=_TIME_BUCKETS, registry=r)
         self.duration = Histogram("crossfeed_request_duration_seconds", "Whole request duration", ["route"],

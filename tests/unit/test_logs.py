@@ -68,9 +68,11 @@ class _Sink(io.BytesIO):
     def __init__(self) -> None:
         super().__init__()
         self.writes = 0
+        self.chunks: list[bytes] = []
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
         self.writes += 1
+        self.chunks.append(bytes(data))
         return super().write(data)
 
 
@@ -97,14 +99,28 @@ async def test_batched_lines_wait_for_the_timer_or_a_warning() -> None:
 
 async def test_batched_lines_flush_when_full_and_on_request() -> None:
     sink = _Sink()
-    out = BatchedLines(sink, seconds=60, limit=10)
+    out = BatchedLines(sink, seconds=60, limit=12)
     out.info(b"12345")
     assert sink.getvalue() == b""
-    out.info(b"67890")  # 10 bytes wait: written now, not in a minute
-    assert sink.getvalue() == b"12345\n67890\n"
+    out.info(b"67890")  # 12 bytes wait: written now, not in a minute
+    assert sink.getvalue() == b"12345\n67890\n" and sink.writes == 1
     out.info(b"last")
     out.flush()  # what shutdown and exit do
     assert sink.getvalue().endswith(b"last\n")
+
+
+async def test_a_batch_never_grows_past_its_limit() -> None:
+    """Workers share one stderr: each write must stay within PIPE_BUF to stay whole on a pipe."""
+    sink = _Sink()
+    out = BatchedLines(sink, seconds=60, limit=12)
+    out.info(b"1234")
+    out.info(b"5678")  # 10 bytes wait
+    out.info(b"abcd")  # would make 15: the 10 go first
+    assert sink.chunks == [b"1234\n5678\n"]
+    out.warning(b"wxyz")  # 10 with the waiting line: one write
+    assert sink.chunks == [b"1234\n5678\n", b"abcd\nwxyz\n"]
+    out.info(b"a-line-longer-than-the-limit")  # alone in its write
+    assert sink.chunks[-1] == b"a-line-longer-than-the-limit\n"
 
 
 def test_batched_lines_to_a_closed_file_are_dropped_quietly() -> None:
