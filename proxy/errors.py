@@ -107,7 +107,12 @@ def error_response(exc: ProxyError | TranslationError, *, headers: dict[str, str
 
 def upstream_error_body(status: int, raw: bytes, content_type: str, *, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
     """Keep an upstream's OpenAI-shaped error; wrap anything else (HTML, empty, text). Secrets
-    (the upstream key) are cut out of the message: some servers quote the key they received."""
+    (the upstream key) are cut out of the message: some servers quote the key they received.
+    They are cut from the raw body too, before a text body is shortened: a key the cut splits
+    would otherwise leave its first characters in the message."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            raw = raw.replace(secret.encode(), b"[redacted]")
     body = _error_body(status, raw, content_type)
     err = body["error"]
     message = str(err.get("message") or "")
@@ -128,9 +133,9 @@ def _error_body(status: int, raw: bytes, content_type: str) -> dict[str, Any]:
         return envelope(str(err["message"]), str(err.get("type") or _type_for(status)),
                         err.get("param") if isinstance(err.get("param"), str) else None,
                         str(err["code"]) if err.get("code") is not None else None)
-    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) and parsed["error"].strip():
         return envelope(parsed["error"], _type_for(status), None, None)
-    if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
+    if isinstance(parsed, dict) and isinstance(parsed.get("message"), str) and parsed["message"].strip():
         return envelope(parsed["message"], _type_for(status), None, None)
     text = raw.decode("utf-8", "replace").strip()
     if "html" in content_type or text.startswith("<"):

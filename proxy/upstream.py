@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,9 +95,26 @@ def upstream_failure(exc: BaseException, up: Upstream) -> UpstreamError:
         return UpstreamTimeout("first_byte", t.first_byte)
     if isinstance(exc, aiohttp.ClientConnectorError):
         # The client is told which upstream, not where it is: the address is the operator's (logs, /readyz).
-        reason = os.strerror(exc.errno).lower() if exc.errno else "the connection failed"
+        reason = _connect_reason(exc)
         return UpstreamUnavailable(f"cannot connect to the upstream {up.name!r} ({reason})")
     return UpstreamUnavailable(f"the upstream connection failed: {_describe(exc)}")
+
+
+# aiohttp >= 3.10.10 raises ClientConnectorDNSError for a name that does not resolve.
+_DNS_ERROR: Any = getattr(aiohttp, "ClientConnectorDNSError", socket.gaierror)
+
+
+def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:
+    """Why the connection failed, without the address. A DNS or TLS failure's errno is not an
+    errno (getaddrinfo's -2, OpenSSL's 1): ``os.strerror`` would say "unknown error -2" or
+    "operation not permitted"."""
+    if isinstance(exc, _DNS_ERROR) or isinstance(exc.os_error, socket.gaierror):
+        return "its host name could not be resolved"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "its TLS certificate was not accepted"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the TLS handshake failed"
+    return os.strerror(exc.errno).lower() if exc.errno else "the connection failed"
 
 
 async def send(session: aiohttp.ClientSession, up: Upstream, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
