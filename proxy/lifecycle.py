@@ -49,6 +49,9 @@ async def probe_loop(app: web.Application, config: Config, session_key: Any) -> 
                 error = "no answer within 5s" if isinstance(exc, asyncio.TimeoutError) else upstream_failure(exc, up).message
                 app[PROBE_ERRORS][up.name] = error
                 log.info("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
+            except Exception as exc:  # noqa: BLE001 - anything else must not end the probing for good
+                app[PROBE_ERRORS][up.name] = error = f"the probe failed: {type(exc).__name__}"
+                log.warning("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
         await asyncio.sleep(PROBE_INTERVAL)
 
 

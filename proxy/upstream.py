@@ -122,9 +122,19 @@ async def send(session: aiohttp.ClientSession, up: Upstream, method: str, url: s
     seconds; every failure is raised as an ``UpstreamError`` (see ``upstream_failure``)."""
     try:
         async with asyncio.timeout(up.timeouts.first_byte):
-            return await session.request(method, url, timeout=client_timeout(up), **kwargs)
+            # Redirects are not followed: a POST would turn into a GET without its body, and the
+            # request would go to an address the operator never configured.
+            resp = await session.request(method, url, timeout=client_timeout(up), allow_redirects=False, **kwargs)
     except CLIENT_ERRORS as exc:
         raise upstream_failure(exc, up) from None
+    if 300 <= resp.status < 400:
+        resp.release()
+        log.warning("upstream.redirect", upstream=up.name, status=resp.status, location=resp.headers.get("Location"))
+        raise UpstreamHTTPError(502, {"error": {
+            "message": f"upstream '{up.name}' answered HTTP {resp.status} (a redirect), which crossfeed does not "
+                       "follow: its base_url should be the backend's final address",
+            "type": "server_error", "param": None, "code": "upstream_redirect"}})
+    return resp
 
 
 async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str, body: dict[str, Any],

@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,6 +284,14 @@ def _dechunk(data: bytes) -> bytes:
 # -- crossfeed as a subprocess -----------------------------------------------------------------------
 
 
+def _gone_is_zero(read: Callable[..., int], *args: Any) -> int:
+    """A process that ended between listing and reading holds nothing."""
+    try:
+        return read(*args)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
 def proc_rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -324,8 +332,9 @@ class ProxyProcess:
     KEY_ENV = "CF_FAULTS_UPSTREAM_KEY"
 
     def __init__(self, tmp: Path, upstream_url: str, *, api: str = "chat", drain: float = 20.0,
-                 timeouts: Timeouts | None = None, log_level: str = "debug") -> None:
+                 timeouts: Timeouts | None = None, log_level: str = "debug", workers: int = 1) -> None:
         self.tmp = tmp
+        self.workers = workers  # > 1: ``serve --workers N``; the figures below are summed over the processes
         self.upstream_url = upstream_url
         self.api = api
         self.drain = drain
@@ -369,24 +378,33 @@ class ProxyProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "proxy", "serve", "--config", str(self._config()), "--port", "0",
             "--upstream-api-key-env", self.KEY_ENV, "--log-level", self.log_level, "--log-format", "json",
+            *(["--workers", str(self.workers)] if self.workers > 1 else []),
             cwd=str(REPO), env=env, stdout=asyncio.subprocess.PIPE, stderr=self._log)
         assert self.proc.stdout is not None
         line = await asyncio.wait_for(self.proc.stdout.readline(), 20)
         m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
         assert m, f"no listening line from crossfeed: {line!r} / {self.logs()[-2000:]}"
         self.port = int(m.group(1))
+        if self.workers > 1:
+            assert line.rstrip().endswith(f"({self.workers} workers)".encode()), line
+            assert len(self.pids()) == self.workers + 1, self.pids()
         self._stdout_rest = asyncio.ensure_future(self.proc.stdout.read())
         return self
 
+    def pids(self) -> list[int]:
+        """crossfeed's processes: the one started, and its workers under ``--workers``."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        return [self.pid, *(int(p) for p in children.read_text().split())] if self.workers > 1 else [self.pid]
+
     def rss_kb(self) -> int:
-        return proc_rss_kb(self.pid)
+        return sum(_gone_is_zero(proc_rss_kb, pid) for pid in self.pids())
 
     def fds(self) -> int:
-        return proc_fds(self.pid)
+        return sum(_gone_is_zero(proc_fds, pid) for pid in self.pids())
 
     def client_connections(self) -> int:
         """Client connections crossfeed still holds open (accepted on its port)."""
-        return proc_inbound_connections(self.pid, self.port)
+        return sum(_gone_is_zero(proc_inbound_connections, pid, self.port) for pid in self.pids())
 
     async def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         assert self.proc is not None

@@ -142,11 +142,13 @@ FDS_SLACK = 2
 FDS_HALVES_SLACK = 4
 
 
-async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8) -> dict[str, Any]:
+async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8, processes: int = 1) -> dict[str, Any]:
     """At least ``seconds`` of traffic, and until every scenario ran at least once more after the
-    warm-up: on a slow machine the soak takes longer, its checks stay the same."""
+    warm-up: on a slow machine the soak takes longer, its checks stay the same. ``workers``:
+    concurrent clients; ``processes``: crossfeed's ``--workers``."""
     plan = scenarios(direction)
-    async with FaultUpstream() as up, proxy_process(tmp_path, up.base_url, api=API[direction]) as proxy:
+    async with FaultUpstream() as up, proxy_process(tmp_path, up.base_url, api=API[direction],
+                                                    workers=processes) as proxy:
         # warm-up: every scenario, `workers` at a time, so that the allocator and the connection
         # pools have their working size before the first sample; then a baseline of descriptors
         # once crossfeed holds no client connection (polled)
@@ -217,7 +219,7 @@ async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8)
         "fds_base": base_fds, "fds_first_half_max": max(s[2] for s in first),
         "fds_second_half_max": max(s[2] for s in half), "fds_final": final_fds, "by_scenario": dict(counts),
     }
-    print(f"\nsoak[{direction}]: {figures}")
+    print(f"\nsoak[{direction}, {processes} process(es)]: {figures}")
     assert not unexpected, f"{len(unexpected)} unexpected results, first: {unexpected[:3]}"
     assert all(counts[name] > 0 for name, _ in plan), counts
     return figures
@@ -233,8 +235,9 @@ def assert_flat(figures: dict[str, Any], rss_slack_mb: float) -> None:
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
-async def test_soak_short(tmp_path: Path, direction: str) -> None:
-    figures = await soak(tmp_path, direction, seconds=4.0)
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+async def test_soak_short(tmp_path: Path, direction: str, workers: int) -> None:
+    figures = await soak(tmp_path, direction, seconds=4.0, processes=workers)
     # 1,200 (machine loaded) to 4,500 requests in the second half on a 2-core machine: a leak of
     # 10 KB or more per request fails. A slower machine runs fewer: a weaker check, never a flakier one.
     assert_flat(figures, rss_slack_mb=12.0)
@@ -246,6 +249,15 @@ async def test_soak_short(tmp_path: Path, direction: str) -> None:
 async def test_soak_two_minutes(tmp_path: Path, direction: str) -> None:
     figures = await soak(tmp_path, direction, seconds=120.0, workers=12)
     assert_flat(figures, rss_slack_mb=6.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+async def test_soak_two_minutes_two_workers(tmp_path: Path) -> None:
+    """``serve --workers 2``: the same soak (forward), RSS and descriptors summed over the
+    supervisor and both workers."""
+    figures = await soak(tmp_path, "forward", seconds=120.0, workers=12, processes=2)
+    assert_flat(figures, rss_slack_mb=8.0)
 
 
 # -- SIGTERM with open streams --------------------------------------------------------------------------------
@@ -316,10 +328,14 @@ async def new_connection_refused(port: int) -> bool:
 @pytest.mark.timeout(300)  # above the sum of the hang guards, so that they report first
 @pytest.mark.parametrize("model", list(CASES), ids=["streams-outlive-drain", "streams-end-within-drain"])
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
-async def test_sigterm_with_20_open_streams(tmp_path: Path, direction: str, model: str, paced_5s: None) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+async def test_sigterm_with_20_open_streams(tmp_path: Path, direction: str, model: str, workers: int,
+                                            paced_5s: None) -> None:
+    """With ``--workers 2`` the SIGTERM goes to the supervisor, which passes it on: each worker
+    drains its own streams, and the supervisor exits 0 once both did."""
     drain = CASES[model]
     async with FaultUpstream() as up:
-        proxy = ProxyProcess(tmp_path, up.base_url, api=API[direction], drain=drain)
+        proxy = ProxyProcess(tmp_path, up.base_url, api=API[direction], drain=drain, workers=workers)
         await proxy.start()
         started, opened = asyncio.Event(), []
         tasks = [asyncio.ensure_future(open_stream(proxy, direction, model, started, opened)) for _ in range(20)]
@@ -332,7 +348,8 @@ async def test_sigterm_with_20_open_streams(tmp_path: Path, direction: str, mode
             proxy.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
             # the drain has begun once crossfeed logs it (polled; it closed its listener before);
             # a new request from then on is refused, never served nor left hanging
-            assert await wait_until(lambda: '"server.draining"' in proxy.logs(), GUARD), \
+            # (every worker: 20 streams spread over two workers leave none empty but once in 2^19)
+            assert await wait_until(lambda: proxy.logs().count('"server.draining"') == workers, GUARD), \
                 "crossfeed did not log server.draining after SIGTERM"
             assert await new_connection_refused(proxy.port), "a new request was accepted during the drain"
             try:

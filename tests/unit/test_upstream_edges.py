@@ -320,3 +320,21 @@ async def test_a_failed_post_is_never_retried(answer: dict[str, Any], session: a
     assert http.total_calls() == 1, http.requests
     (call,) = http.calls("POST", URL)
     assert orjson.loads(call.kwargs["data"]) == BODY
+
+
+# ---------------------------------------------------------------- redirects are not followed
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_a_redirect_is_a_502_and_is_not_followed(session: aiohttp.ClientSession, http: MockedHTTP,
+                                                       status: int) -> None:
+    """Following it would send the POST (as a GET, without its body, for 301-303) to an address
+    the operator never configured: crossfeed answers 502 naming the upstream, not its address."""
+    elsewhere = "http://elsewhere.example:9/v1/chat/completions"
+    http.post(elsewhere, payload={"unexpected": True})
+    exc = await fails(session, http, status=status, headers={"Location": elsewhere})
+    code, error, _ = client_view(exc)
+    assert code == 502 and error["code"] == "upstream_redirect", error
+    assert f"HTTP {status}" in error["message"] and "'gpu'" in error["message"]
+    assert "elsewhere" not in error["message"]
+    assert not http.calls("POST", elsewhere) and not http.calls("GET", elsewhere)
