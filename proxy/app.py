@@ -170,7 +170,16 @@ def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], An
 
 
 async def _store_ctx(app: web.Application) -> Any:
-    app[STORE] = open_store(app[CONFIG].store, env=app[ENV])
+    store = app[STORE] = open_store(app[CONFIG].store, env=app[ENV])
+    if store.backend == "sqlite":
+        # A local file that cannot be created now will not appear later: stop at start-up with
+        # the store's own explanation (StoreError), not at the first request. (A Redis server
+        # may come up after crossfeed: /readyz reports it meanwhile.)
+        try:
+            await store.ping()
+        except BaseException:
+            await store.close()
+            raise
     yield
     await drain_saves(app)
     await app[STORE].close()

@@ -16,6 +16,7 @@ by response id only.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -75,6 +76,38 @@ END;
 """
 
 
+def writability_problem(data_dir: Path, path: Path) -> str | None:
+    """Why this process cannot create or write the store file ``path`` in ``data_dir`` (the
+    directory or its nearest existing ancestor is a file, is not writable, or is on a read-only
+    filesystem), or None when nothing visible stops it. Creates nothing. As root, only a file in
+    the way or a read-only filesystem stops it (permission bits do not)."""
+
+    def read_only(p: Path) -> bool:
+        try:
+            return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+        except (OSError, AttributeError):
+            return False
+
+    if path.exists() or path.is_symlink():
+        if path.is_dir():
+            return f"{path} is a directory"
+        if read_only(path):
+            return f"{path} is on a read-only filesystem"
+        if not os.access(path, os.R_OK | os.W_OK):
+            return f"{path} is not writable"
+    existing = data_dir
+    while not (existing.exists() or existing.is_symlink()) and existing != existing.parent:
+        existing = existing.parent
+    made = "" if existing == data_dir else f"{data_dir} cannot be made: "
+    if not existing.is_dir():
+        return f"{made}{existing} is a file, not a directory"
+    if read_only(existing):
+        return f"{made}{existing} is on a read-only filesystem"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{made}the directory {existing} is not writable"
+    return None
+
+
 class SQLiteStore(ResponseStore):
     backend = "sqlite"
     SWEEP_BATCH = 500  # max expired rows purged per sweep
@@ -113,8 +146,11 @@ class SQLiteStore(ResponseStore):
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
-        self._dir.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise self._unwritable(exc) from exc
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -130,11 +166,33 @@ class SQLiteStore(ResponseStore):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except (OSError, sqlite3.Error) as exc:
+            conn.close()
+            raise self._unwritable(exc) from exc
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
+
+    def _unwritable(self, exc: BaseException) -> BaseException:
+        """The error to raise for a failure to open or set up the file: when the file or its
+        directory cannot be created or written by this process (an arbitrary container uid, a
+        read-only root filesystem without a volume), one plain StoreError that says so and how
+        to fix it; anything else unchanged (sqlite's own message)."""
+        problem = writability_problem(self._dir, self.path)
+        if problem is None:
+            return exc
+        uid = os.geteuid() if hasattr(os, "geteuid") else None
+        who = f"this process (uid {uid}, gid {os.getegid()})" if uid is not None else "this process"
+        return StoreError(
+            f"the SQLite response store {self.path} cannot be created or written by {who}: "
+            f"{problem} ({exc}). Fix: mount a writable volume at {self._dir}, or set "
+            "CROSSFEED_DATA_DIR (or [store] data_dir) to a directory this user can write, or use "
+            'another backend: [store] backend = "memory" (CROSSFEED_STORE__BACKEND=memory; '
+            'stored responses are lost on restart) or "redis"',
+            backend=self.backend,
+        )
 
     # -- worker-thread bodies --------------------------------------------------------------
 

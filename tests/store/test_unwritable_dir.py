@@ -1,0 +1,132 @@
+"""A SQLite store directory this process cannot create or write (a container started with an
+arbitrary uid and no writable volume, a read-only root filesystem) stops ``crossfeed serve`` at
+start-up with one plain line: the path, the uid, and the fixes; not sqlite's bare "unable to open
+database file", and not at the first request.
+
+The tests run as root, whom permission bits do not stop: the directory is made impossible by a
+regular file in its path, or the server runs as another uid (only when this process may switch)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.store.sqlite import writability_problem
+from tests.test_cli_tools import ROOT, base_env, cli
+
+FIXES = ("mount a writable volume at", "CROSSFEED_DATA_DIR", "[store] data_dir", 'backend = "memory"', '"redis"')
+
+
+def assert_plain_refusal(r: subprocess.CompletedProcess, data_dir: Path, uid: int) -> str:
+    err = r.stderr.decode()
+    assert r.returncode == 2, (r.returncode, err)
+    assert b"listening" not in r.stdout
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err  # one line, the store's own explanation
+    assert err.startswith("crossfeed: the SQLite response store ")
+    assert str(data_dir / "responses.sqlite3") in err
+    assert f"cannot be created or written by this process (uid {uid}," in err
+    for fix in FIXES:
+        assert fix in err, (fix, err)
+    assert f"mount a writable volume at {data_dir}," in err
+    return err
+
+
+def test_serve_refuses_a_data_dir_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "not-a-dir").write_text("a regular file where a directory should be\n")
+    data_dir = tmp_path / "not-a-dir" / "crossfeed"
+    env = base_env(tmp_path) | {"CROSSFEED_DATA_DIR": str(data_dir)}
+    r = cli("serve", "--port", "0", env=env, timeout=30)
+    err = assert_plain_refusal(r, data_dir, os.geteuid())
+    assert f"{tmp_path / 'not-a-dir'} is a file, not a directory" in err
+    assert not data_dir.exists()
+
+
+def test_serve_refuses_a_file_in_place_of_the_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.write_text("not a directory\n")
+    r = cli("serve", "--port", "0", env=base_env(tmp_path) | {"CROSSFEED_DATA_DIR": str(data_dir)}, timeout=30)
+    err = assert_plain_refusal(r, data_dir, os.geteuid())
+    assert f"{data_dir} is a file, not a directory" in err
+
+
+def test_the_fix_it_names_works(tmp_path: Path) -> None:
+    """The memory backend it suggests (by the environment variable it names) starts at once."""
+    (tmp_path / "not-a-dir").write_text("x")
+    env = base_env(tmp_path) | {
+        "CROSSFEED_DATA_DIR": str(tmp_path / "not-a-dir" / "crossfeed"),
+        "CROSSFEED_STORE__BACKEND": "memory",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", "0"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert line.startswith("crossfeed listening on http://127.0.0.1:"), line
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "setuid") or os.geteuid() != 0, reason="needs root to start the server as another uid")
+def test_serve_as_an_arbitrary_uid_without_a_writable_volume(tmp_path: Path) -> None:
+    """What a container started with --user 12345 sees when /var/lib/crossfeed belongs to another
+    uid: the permission bits stop it, and the message names its uid."""
+    uid = 12345
+    base = tmp_path / "var-lib"
+    base.mkdir()
+    os.chmod(base, 0o755)  # owned by root: uid 12345 may enter, not create
+    data_dir = base / "crossfeed"
+    tmp_path.chmod(0o755)
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import proxy"], cwd=ROOT, user=uid, group=uid,
+                               extra_groups=[], capture_output=True, check=False)
+    except PermissionError as exc:  # the interpreter is not executable by another user here
+        pytest.skip(f"uid {uid} cannot run {sys.executable}: {exc}")
+    if probe.returncode != 0:  # the checkout or the venv is not readable by another user here
+        pytest.skip(f"uid {uid} cannot import crossfeed from {ROOT}: {probe.stderr.decode()[-200:]}")
+    env = base_env(tmp_path) | {"CROSSFEED_DATA_DIR": str(data_dir), "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "proxy", "serve", "--port", "0"], cwd=ROOT, env=env, user=uid,
+                       group=uid, extra_groups=[], capture_output=True, timeout=30, check=False)
+    err = assert_plain_refusal(r, data_dir, uid)
+    assert f"the directory {base} is not writable" in err
+    assert not data_dir.exists()
+
+
+def test_writability_problem_creates_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "a" / "b"
+    assert writability_problem(data_dir, data_dir / "responses.sqlite3") is None
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "f").write_text("x")
+    nested = tmp_path / "f" / "x" / "y"
+    problem = writability_problem(nested, nested / "responses.sqlite3")
+    assert problem == f"{nested} cannot be made: {tmp_path / 'f'} is a file, not a directory"
+
+
+def test_writability_problem_sees_a_read_only_filesystem() -> None:
+    ro = next((Path(p) for p in ("/proc/sys", "/sys") if Path(p).is_dir() and os.statvfs(p).f_flag & os.ST_RDONLY), None)
+    if ro is None:
+        pytest.skip("no read-only filesystem mounted here")
+    data_dir = ro / "crossfeed-test-nonexistent"
+    assert writability_problem(data_dir, data_dir / "responses.sqlite3") == (
+        f"{data_dir} cannot be made: {ro} is on a read-only filesystem"
+    )
+
+
+def test_a_store_error_that_is_not_about_writing_keeps_sqlite_message(tmp_path: Path) -> None:
+    """A corrupt file in a writable directory is not reported as a permission problem."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "responses.sqlite3").write_bytes(b"this is not a sqlite database" * 100)
+    r = cli("serve", "--port", "0", env=base_env(tmp_path) | {"CROSSFEED_DATA_DIR": str(data_dir)}, timeout=30)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "Traceback" not in err, err
+    assert "cannot be created or written" not in err
+    assert "not a database" in err
+    shutil.rmtree(data_dir)
