@@ -17,6 +17,7 @@ from .chat_to_responses import ChatToResponsesStream
 from .errors import UpstreamProtocolError
 from .ids import IdFactory
 from .options import DEFAULT_PROFILE, NO_TOOLS, BackendProfile, ToolContext
+from .pump import Machine
 
 
 def chat_completion_to_response(
@@ -38,7 +39,7 @@ def chat_completion_to_response(
     return resp
 
 
-def feed_completion(machine: ChatToResponsesStream, completion: Any) -> None:
+def feed_completion(machine: Machine, completion: Any) -> None:
     """Feed a whole ``chat.completion`` to a machine as one chunk and end it (its Response is
     then ``final_response``): the non-streamed answer of a leg."""
     if isinstance(completion, dict) and completion.get("error"):

@@ -104,8 +104,10 @@ class ToolMarkupParser:
         while True:
             state = self._state
             if state == _CALL:
+                scan = self._scan
+                assert scan is not None  # set with the _CALL state
                 try:
-                    next(self._scan)  # type: ignore[arg-type]
+                    next(scan)
                     return  # the markup needs more text
                 except StopIteration as stop:
                     done = stop.value
@@ -119,7 +121,9 @@ class ToolMarkupParser:
                 continue
             buf = self._buf
             if state == _GAP:
-                at = _WS.match(buf).end()  # type: ignore[union-attr]
+                ws = _WS.match(buf)
+                assert ws is not None  # a star pattern matches the empty string too
+                at = ws.end()
                 if buf.startswith(self._closers, at):
                     self._buf = buf[at + len(TC_CLOSE):]
                     continue
@@ -222,7 +226,9 @@ class ToolMarkupParser:
     def _match(self, pattern: re.Pattern[str], i: int) -> Scan:
         """The end of the run of ``pattern`` at i (that run followed by some other character)."""
         while True:
-            i = pattern.match(self._buf, i).end()  # type: ignore[union-attr]
+            run = pattern.match(self._buf, i)
+            assert run is not None  # every pattern given is a star: it matches the empty string too
+            i = run.end()
             if i < len(self._buf):
                 return i
             yield
