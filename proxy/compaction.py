@@ -31,8 +31,8 @@ from translators.responses_request import MappedRequest
 
 from .config import Upstream
 from .errors import ClientRequestError, UpstreamError
-from .guard import KEY_NAME
 from .exchange import SinkOpener, Summary, map_forward, open_leg, reasoning_sealer, stream_turn
+from .guard import KEY_NAME
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .observability import SUMMARY, usage_summary
 from .responses_api import final_saver, load_history, save_before_final
@@ -120,7 +120,7 @@ def _ended(ran: Any, summary: Summary) -> dict[str, Any] | None:
         return None
     final = ran[0].final_response
     summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
-    return final  # type: ignore[no-any-return]
+    return final
 
 
 async def _summarise(request: web.Request, up: Upstream, chat: dict[str, Any],

@@ -86,7 +86,7 @@ class DemoBackend:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]  # the one site's one socket
 
     async def close(self) -> None:
         if self._runner is not None:
@@ -261,7 +261,7 @@ async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = runner.addresses[0][1]  # the one site's one socket
         base_url = f"http://127.0.0.1:{port}/v1"
         say(f"crossfeed on {base_url} -> {backend.base_url} (chat): Responses in front, Chat Completions behind")
 
@@ -323,6 +323,6 @@ def main(*, use_sdk: bool = True, delay: float = 0.02) -> int:
     except TimeoutError:
         print(f"demo failed: gave up after {DEMO_TIMEOUT:g}s", file=sys.stderr)
         return 1
-    except Exception as exc:  # noqa: BLE001 - a readable line, not a traceback, for a newcomer
+    except Exception as exc:  # a readable line, not a traceback, for a newcomer
         print(f"demo failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

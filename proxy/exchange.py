@@ -249,7 +249,7 @@ async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream,
         return None
     final = ran[0].final_response
     summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
-    return final  # type: ignore[no-any-return]
+    return final
 
 
 async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *,
@@ -272,7 +272,7 @@ async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, o
         return None
     final = ran[0].final_response
     summary.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
-    return final  # type: ignore[no-any-return]
+    return final
 
 
 async def reverse_turn(request: web.Request, body: dict[str, Any], rbody: dict[str, Any], up: Upstream,

@@ -14,9 +14,10 @@ from .reasoning_seal import ReasoningSeal
 
 CONFIG = web.AppKey("config", Config)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
-IDS = web.AppKey("ids", IdFactory)  # type: ignore[type-abstract]
-CLOCK = web.AppKey("clock", Callable[[], int])  # type: ignore[arg-type]
+IDS = web.AppKey("ids", IdFactory)
+# Not classes: the type is given as the key's type argument (aiohttp reads it from there).
+CLOCK = web.AppKey[Callable[[], int]]("clock")
 SEAL = web.AppKey("seal", ReasoningSeal)
-ENV = web.AppKey("environ", Mapping[str, str])  # type: ignore[arg-type]
+ENV = web.AppKey[Mapping[str, str]]("environ")
 
 MAX_NONSTREAM_BODY = 64 * 1024 * 1024

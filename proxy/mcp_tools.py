@@ -252,7 +252,7 @@ class McpRunner:
         await write(sink, out)
         made = await asyncio.gather(*(call_tool(s, t, c["arguments"], self.cfg) for c, s, t, _, _ in making))
         out = []
-        for (call, _, _, item, index), (output, error) in zip(making, made):
+        for (call, _, _, item, index), (output, error) in zip(making, made, strict=True):
             done = {**item, "status": "failed" if error else "completed", "output": output, "error": error}
             if error:
                 log.info("mcp.call_failed", server_label=item["server_label"], tool=item["name"], error=error)
@@ -287,7 +287,7 @@ async def plan_mcp(request: web.Request, body: dict[str, Any],
     for server in servers:
         if server.label in reuse:
             server.tools = [t for t in reuse[server.label] if mcp_items.allowed(server.allowed_tools, t["name"], False)]
-    for server, found in zip(fresh, listed):
+    for server, found in zip(fresh, listed, strict=True):
         item: dict[str, Any] = {"id": ids.new("mcpl_"), "type": "mcp_list_tools", "server_label": server.label,
                                 "tools": [], "error": None}
         if isinstance(found, str):

@@ -23,16 +23,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
 from translators.pump import Out, Pump
 
 from .deadline import Deadline
-from .sinks import EventStreamResponse, Sink
+from .sinks import EventStreamResponse, FrameSink, P
 
-__all__ = ["EventStreamResponse", "Draining", "OpenStream", "RelayStats", "relay"]
+__all__ = ["Draining", "EventStreamResponse", "OpenStream", "RelayStats", "relay"]
 
 # How long the start events wait for the first upstream data to share its write.
 FIRST_FLUSH = 0.05
@@ -75,7 +75,7 @@ class RelayStats:
 async def relay(
     upstream: aiohttp.ClientResponse,
     pump: Pump,
-    sink: Sink,
+    sink: FrameSink[P],
     *,
     idle: float,
     keepalive: float,
@@ -103,11 +103,11 @@ async def relay(
     loop = asyncio.get_running_loop()
     render = sink.render
     raw_write = sink.write
-    empty: Any = sink.empty
-    pending: Any = render(initial) if initial else empty
+    empty: P = sink.empty
+    pending: P = render(initial) if initial else empty
     ended = False  # the sink's close ran
 
-    async def write(data: Any, *, last: bool = False, flush: bool = False) -> None:
+    async def write(data: P, *, last: bool = False, flush: bool = False) -> None:
         nonlocal pending, ended
         if last and before_end is not None and pump.machine.done:
             await before_end(pump.machine)
@@ -229,7 +229,17 @@ class _IdleTimeout(Exception):
         self.seconds = seconds
 
 
-async def _fail(pump: Pump, write: Any, sink: Sink, stats: RelayStats, code: str, message: str) -> None:
+_P_in = TypeVar("_P_in", bytes, list[bytes], list[Out], contravariant=True)
+
+
+class _Write(Protocol[_P_in]):
+    """The relay's write: ``data`` after what is pending; ``last`` closes the sink."""
+
+    def __call__(self, data: _P_in, *, last: bool = False, flush: bool = False) -> Awaitable[None]: ...
+
+
+async def _fail(pump: Pump, write: _Write[P], sink: FrameSink[P], stats: RelayStats, code: str,
+                message: str) -> None:
     stats.ending = code
     stats.error = message
     out = pump.fail(code, message)

@@ -41,8 +41,8 @@ from .store.pagination import InvalidParam, paginate
 log = structlog.get_logger("crossfeed")
 
 STORE = web.AppKey("store", ResponseStore)
-PENDING = web.AppKey("pending_saves", set)  # type: ignore[arg-type]
-SAVING = web.AppKey("saving_by_id", dict)  # type: ignore[arg-type]
+PENDING: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("pending_saves", set)
+SAVING: web.AppKey[dict[str, asyncio.Task[None]]] = web.AppKey("saving_by_id", dict)
 
 
 class StoreUnavailable(ProxyError):
@@ -254,6 +254,7 @@ async def list_input_items(request: web.Request) -> web.Response:
 
 
 async def drain_saves(app: web.Application) -> None:
-    pending = list(app[PENDING])
+    saves = app[PENDING]
+    pending = list(saves)
     if pending:
         await asyncio.wait(pending, timeout=10)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -39,7 +39,7 @@ from .config import Upstream
 from .exchange import SinkOpener, Summary, open_leg, reverse_turn, stream_flag, stream_turn
 from .keys import CLOCK, IDS, MAX_NONSTREAM_BODY
 from .observability import SUMMARY, usage_counts, usage_summary
-from .sinks import KEEPALIVE_FRAME, SSESink, sse_opener
+from .sinks import KEEPALIVE_FRAME, SSEOpener, SSESink, sse_opener
 from .streams import log
 from .upstream import read_json
 
@@ -138,8 +138,10 @@ async def _all(coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
     for t in tasks:
-        if not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+        if not t.cancelled():
+            exc = t.exception()
+            if exc is not None:
+                raise exc
     return [t.result() for t in tasks]
 
 
@@ -160,16 +162,16 @@ def _merge_completions(completions: list[dict[str, Any]]) -> dict[str, Any]:
     model), the usage summed when every call reported it."""
     merged = completions[0]
     merged["choices"] = [{**c["choices"][0], "index": i} for i, c in enumerate(completions)]
-    usages = [c.get("usage") for c in completions]
-    if all(usages):
-        merged["usage"] = _sum_usage(usages)  # type: ignore[arg-type]
+    usages = [usage for c in completions if (usage := c.get("usage"))]
+    if len(usages) == len(completions):
+        merged["usage"] = _sum_usage(usages)
     else:
         merged.pop("usage", None)
     return merged
 
 
 async def _stream_choices(request: web.Request, body: dict[str, Any], rbody: dict[str, Any], up: Upstream,
-                          open_sink: SinkOpener, summary: Summary, n: int,
+                          open_sink: SSEOpener, summary: Summary, n: int,
                           make_machine: Callable[[Framing], ResponsesToChatStream]) -> None:
     """n streamed Responses calls, one chat stream: each call is a turn of its own (admission,
     upstream request, machine, relay) whose sink is its choice's door into ``_Choices``."""
@@ -233,7 +235,7 @@ class _Choices:
     An error frame from any choice goes out once and ends the stream; the other choices' turns
     are cancelled, which closes their upstream requests. A client gone away does the same."""
 
-    def __init__(self, n: int, open_sink: SinkOpener, usage_on: bool) -> None:
+    def __init__(self, n: int, open_sink: SSEOpener, usage_on: bool) -> None:
         self.n = n
         self._open_sink = open_sink
         self._usage_on = usage_on
@@ -256,14 +258,14 @@ class _Choices:
             self._arrived += 1
             if self._arrived == self.n:
                 try:
-                    self.sink = await self._open_sink()  # type: ignore[assignment]
+                    self.sink = await self._open_sink()
                 finally:
                     self._ready.set()
             else:
                 await self._ready.wait()
             return None if self.sink is None else _ChoiceSink(self, index)
 
-        return cast(SinkOpener, open_choice)  # a _ChoiceSink has all of a sink the relay uses
+        return open_choice  # a _ChoiceSink has all of a sink the relay uses (sinks.FrameSink)
 
     async def write(self, index: int, outs: list[Any], *, last: bool = False) -> None:
         async with self._lock:

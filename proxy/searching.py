@@ -142,7 +142,7 @@ async def _search_calls(request: web.Request, main: ChatToResponsesStream, sp: S
     await write(sink, out)
     ran = await asyncio.gather(*(_run(request, sp, q) for q in queries))
     out = []
-    for call, (item_id, index), query, found in zip(calls, opened, queries, ran):
+    for call, (item_id, index), query, found in zip(calls, opened, queries, ran, strict=True):
         action: dict[str, Any] = {"type": "search", "query": query or ""}
         if isinstance(found, str):
             results[call["call_id"]] = f"The search failed: {found}."

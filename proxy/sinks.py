@@ -22,11 +22,34 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from translators.sse import JSON_FRAMING, SSE_FRAMING, Framing, render_json
+from translators.sse import JSON_FRAMING, SSE_FRAMING, Framing, Out, render_json
+
+# A payload: what ``render`` makes of a machine's outputs and one ``write`` takes. SSE: bytes;
+# WebSocket: one document per frame; the n-choice writer (proxy/reverse.py): the outputs as they are.
+P = TypeVar("P", bytes, list[bytes], list[Out])
+
+
+class FrameSink(Protocol[P]):
+    """What the relay and the exchange use of a sink, for one payload type ``P``: the relay is
+    generic in it, so a render's payload only ever goes to the same sink's write."""
+
+    @property
+    def render(self) -> Callable[[list[Out]], P]: ...
+    @property
+    def write(self) -> Callable[[P], Awaitable[None]]: ...
+    @property
+    def empty(self) -> P: ...
+    @property
+    def framing(self) -> Framing: ...
+    open_stream: Any  # the relay running into this sink (proxy.relay.OpenStream)
+    async def flush(self) -> None: ...
+    async def keepalive(self) -> None: ...
+    async def close(self, last: P) -> None: ...
+    async def end(self, events: list[Out]) -> None: ...
 
 KEEPALIVE_FRAME = b": keepalive\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
@@ -144,11 +167,17 @@ def text_frames(docs: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-Sink = SSESink | WebSocketSink
+# A sink of any payload, where the code at hand passes it on or uses it whole (render then
+# write of the same sink); the relay itself takes a ``FrameSink[P]``.
+Sink = FrameSink[Any]
+
+
+# Opens an SSE stream when a turn's stream begins; None when the client has already gone.
+SSEOpener = Callable[[], Awaitable[SSESink | None]]
 
 
 def sse_opener(request: web.Request, render: Callable[[list[Any]], bytes], *,
-               done_frame: bytes = b"") -> tuple[EventStreamResponse, Callable[[], Awaitable[SSESink | None]]]:
+               done_frame: bytes = b"") -> tuple[EventStreamResponse, SSEOpener]:
     """An event-stream response and the opener a turn calls when its stream begins: it sends
     the headers then, and gives None when the client has already gone."""
     response = EventStreamResponse(headers=SSE_HEADERS)

@@ -32,7 +32,7 @@ from .keys import CONFIG, ENV, SESSION
 from .streams import read_body
 from .web_search import Result, SearchFailed, search
 
-SESSIONS = web.AppKey("standalone_search_sessions", OrderedDict)  # type: ignore[arg-type]
+SESSIONS: web.AppKey[OrderedDict[str, _Session]] = web.AppKey("standalone_search_sessions", OrderedDict)
 MAX_SESSIONS = 512
 MAX_REFS = 200
 MAX_QUERIES = 4
@@ -54,7 +54,7 @@ def _session(app: web.Application, sid: str) -> _Session:
         while len(sessions) > MAX_SESSIONS:
             sessions.popitem(last=False)
     sessions.move_to_end(sid)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def _list(commands: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -85,7 +85,7 @@ async def alpha_search(request: web.Request) -> web.Response:
     session.calls += 1
     out: list[str] = []
     ran = await asyncio.gather(*(_one(request, q) for q in queries))
-    for qi, (q, found) in enumerate(zip(queries, ran)):
+    for qi, (q, found) in enumerate(zip(queries, ran, strict=True)):
         query = str(q.get("q") or "")
         if isinstance(found, str):
             out.append(f'Search "{query}" failed: {found}.')

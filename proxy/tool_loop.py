@@ -210,7 +210,7 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
         return None
     final = ran[0].final_response
     summary.update(terminal=final.get("status") if final else ran[1].ending, hosted_calls=loop.used)
-    return final  # type: ignore[no-any-return]
+    return final
 
 
 async def hosted_now(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, loop: ToolLoop,
@@ -224,7 +224,7 @@ async def hosted_now(request: web.Request, body: dict[str, Any], up: Upstream, p
     start = 0
     while True:
         upstream = await open_leg(request, up, "/chat/completions", {**chat, "stream": False}, summary)
-        feed_completion(leg, await read_json(upstream, up, MAX_NONSTREAM_BODY))  # type: ignore[arg-type]
+        feed_completion(leg, await read_json(upstream, up, MAX_NONSTREAM_BODY))
         if main.done:
             break
         go_on = await loop.round(request, main, None) and not (main.leg and main.leg.calls)
@@ -244,4 +244,4 @@ async def hosted_now(request: web.Request, body: dict[str, Any], up: Upstream, p
 async def write(sink: Sink | None, events: list[Any]) -> None:
     """Events a runner makes between legs, into the open sink (none when not streamed)."""
     if sink is not None and events:
-        await sink.write(sink.render(events))  # type: ignore[arg-type]
+        await sink.write(sink.render(events))

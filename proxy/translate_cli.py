@@ -37,7 +37,7 @@ from translators.chat_to_responses import ChatToResponsesStream
 from translators.errors import TranslationError
 from translators.ids import SequentialIds
 from translators.options import NO_TOOLS, BackendProfile, ToolContext
-from translators.pump import Pump
+from translators.pump import Out, Pump
 from translators.sse import DONE_FRAME, SSEDecoder, render_chat, render_responses
 
 READ_SIZE = 64 * 1024
@@ -115,7 +115,7 @@ class ForwardTranslator:
             return True, None, None
         return False, None, None
 
-    def _build(self, model: str | None, created: int | None) -> list[dict[str, Any]]:
+    def _build(self, model: str | None, created: int | None) -> list[Out]:
         request = self._request or {"model": model or "unknown", "stream": True}
         if not request.get("model"):
             request["model"] = model or "unknown"
@@ -124,7 +124,7 @@ class ForwardTranslator:
         self.pump = Pump(self.machine)
         return self.machine.start()
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes) -> list[Out]:
         if self.pump is not None:
             return self.pump.feed(data)
         self._buf += data
@@ -136,8 +136,8 @@ class ForwardTranslator:
         buf, self._buf = self._buf, b""
         return out + self.pump.feed(buf)
 
-    def finish(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def finish(self) -> list[Out]:
+        out: list[Out] = []
         if self.pump is None:
             _, model, created = self._peek()
             out = self._build(model, created)
@@ -156,9 +156,10 @@ class ForwardTranslator:
         return self.pump.events_in if self.pump else 0
 
     @staticmethod
-    def ending(outputs: list[dict[str, Any]]) -> str:
-        last = outputs[-1].get("type") if outputs else None
-        return str(last).removeprefix("response.") if last in _TERMINAL else "no terminal event"
+    def ending(outputs: list[Out]) -> str:
+        last = outputs[-1] if outputs else None
+        kind = last.get("type") if isinstance(last, dict) else None  # no wire mode here: all dicts
+        return str(kind).removeprefix("response.") if kind in _TERMINAL else "no terminal event"
 
 
 # -- responses -> chat --------------------------------------------------------------------------
@@ -175,13 +176,13 @@ class _FinishAdapter:
     def done(self) -> bool:
         return bool(self.machine.done)
 
-    def feed(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, item: dict[str, Any]) -> list[Out]:
         return self.machine.feed(item)
 
-    def finish(self, *, clean: bool = True) -> list[dict[str, Any]]:
+    def finish(self, *, clean: bool = True) -> list[Out]:
         return self.machine.finish(clean=clean) if self._takes_clean else self.machine.finish()
 
-    def fail(self, code: str, message: str) -> list[dict[str, Any]]:
+    def fail(self, code: str, message: str) -> list[Out]:
         return self.machine.fail(code, message)
 
 
@@ -206,10 +207,10 @@ class ReverseTranslator:
         self.machine = ResponsesToChatStream(**kwargs)
         self.pump = Pump(_FinishAdapter(self.machine))
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes) -> list[Out]:
         return self.pump.feed(data)
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> list[Out]:
         return self.pump.finish()
 
     @property
@@ -221,14 +222,15 @@ class ReverseTranslator:
         return self.pump.events_in
 
     @staticmethod
-    def ending(outputs: list[dict[str, Any]]) -> str:
-        if not outputs:
+    def ending(outputs: list[Out]) -> str:
+        chunks = [o for o in outputs if isinstance(o, dict)]  # no wire mode here: all of them
+        if not chunks:
             return "no output"
-        last = outputs[-1]
+        last = chunks[-1]
         if last.get("error"):
             err = last["error"]
             return f"error ({err.get('code') if isinstance(err, dict) else err})"
-        for chunk in reversed(outputs):
+        for chunk in reversed(chunks):
             for choice in chunk.get("choices") or ():
                 if choice.get("finish_reason"):
                     return f"finish_reason {choice['finish_reason']}"
@@ -293,9 +295,9 @@ def translate_stream(src: BinaryIO, dst: BinaryIO, *, source: str, request: dict
         ForwardTranslator(request, options) if source == "chat" else ReverseTranslator(request, options))
     to_chat = source == "responses"
     render = render_chat if to_chat else render_responses
-    outputs: list[dict[str, Any]] = []
+    outputs: list[Out] = []
 
-    def emit(out: list[dict[str, Any]]) -> None:
+    def emit(out: list[Out]) -> None:
         if not out:
             return
         outputs.extend(out)

@@ -48,8 +48,8 @@ from translators.input_items import continued_history, normalize_input
 from translators.responses_events import primed_response_events
 
 from .errors import ClientRequestError, ProxyError, UpstreamError, error_parts
-from .forward import forward_streamed
 from .exchange import map_forward, pick_upstream, relay_turn
+from .forward import forward_streamed
 from .guard import KEY_NAME
 from .keys import CLOCK, CONFIG, IDS
 from .logs import REQUEST_FIELDS
@@ -61,7 +61,7 @@ from .sinks import WebSocketSink
 log = structlog.get_logger("crossfeed")
 
 ROUTE = "/v1/responses (websocket)"
-SOCKETS = web.AppKey("websockets", set)  # type: ignore[arg-type]
+SOCKETS: web.AppKey[set[Connection]] = web.AppKey("websockets", set)
 _NOT_IN_CREATE = ("stream_options", "background")
 _INHERITED = ("instructions", "tools", "tool_choice")  # what a primed connection carries forward
 
@@ -275,7 +275,7 @@ class Connection:
             final = events[-1]["response"]
             await save_before_final(self.app, body, final, history, ids)  # before its terminal event
             try:
-                await self.sink.write(self.sink.render(events))  # type: ignore[arg-type]
+                await self.sink.write(self.sink.render(events))
             except ConnectionResetError:
                 summary["terminal"] = "client_disconnected"
                 return
