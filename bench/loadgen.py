@@ -34,9 +34,13 @@ import sys
 import time
 from array import array
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 import orjson
+
+if TYPE_CHECKING:  # imported where used: the SSE-only load needs no aiohttp
+    import aiohttp
 
 MARK = b"T@"
 TS_DIGITS = 12
@@ -119,7 +123,7 @@ class StreamClient(asyncio.Protocol):
 
     # -- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's: a Transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -275,12 +279,12 @@ WS_TERMINAL_OK = '"response.completed"'
 WS_FAILED = ('"response.failed"', '"response.incomplete"', '"type":"error"')
 
 
-async def ws_connect(session, url: str):  # type: ignore[no-untyped-def]
+async def ws_connect(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
     return await session.ws_connect(url, autoping=True, heartbeat=None, compress=0, max_msg_size=0,
                                     headers={"Authorization": "Bearer bench"})
 
 
-async def ws_turn(ws, frame: str, t: Totals) -> str | None:  # type: ignore[no-untyped-def]
+async def ws_turn(ws: aiohttp.ClientWebSocketResponse, frame: str, t: Totals) -> str | None:
     """One turn on an open socket: send the create frame, read frames to the terminal one."""
     from aiohttp import WSMsgType
 
@@ -333,14 +337,14 @@ class IdleSockets:
 
     def __init__(self, url: str, model: str, n: int, concurrency: int = 16, variant: str = "text") -> None:
         self.url, self.model, self.n, self.concurrency, self.variant = url, model, n, concurrency, variant
-        self.session = None
-        self.sockets: list = []
+        self.session: aiohttp.ClientSession | None = None
+        self.sockets: list[aiohttp.ClientWebSocketResponse] = []
         self.totals = Totals()
 
     async def open(self) -> dict:
         import aiohttp
 
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        session = self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         frame = ws_create_frame(self.model, self.variant)
         sem = asyncio.Semaphore(self.concurrency)
         t = self.totals
@@ -348,7 +352,7 @@ class IdleSockets:
         async def one() -> None:
             async with sem:
                 try:
-                    ws = await ws_connect(self.session, self.url)
+                    ws = await ws_connect(session, self.url)
                 except (aiohttp.ClientError, OSError):
                     t.error("connect")
                     return
@@ -459,6 +463,7 @@ async def run_load(spec: LoadSpec) -> dict:
     async def ws_worker(k: int) -> None:
         """One socket per worker; its turns one after another on it (a new socket after a failure)."""
         nonlocal launched
+        assert session is not None  # made above for the ws transport, the only one with these workers
         if spec.stagger > 0:
             await asyncio.sleep(spec.stagger * k / max(1, spec.concurrency))
         ws = None
@@ -563,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {args.cpu})
     if not args.no_uvloop:
         try:
-            import uvloop  # type: ignore[import-not-found]
+            import uvloop
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass

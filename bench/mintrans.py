@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
+from collections.abc import AsyncIterator
 
 import orjson
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
@@ -35,7 +35,7 @@ def _frames(buf: bytes) -> tuple[list[bytes], bytes]:
 def make_app(upstream: str, upstream_api: str) -> web.Application:
     base = upstream.rstrip("/")
 
-    async def session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
+    async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         app[SESSION] = ClientSession(connector=TCPConnector(limit=0),
                                      timeout=ClientTimeout(total=None, sock_read=300))
         yield
@@ -147,11 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
     if args.uvloop:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     web.run_app(make_app(args.upstream, args.upstream_api), host=args.host, port=args.port, access_log=None,
                 print=lambda *_: print(f"mintrans listening on http://{args.host}:{args.port}", flush=True))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
+from collections.abc import AsyncIterator
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
@@ -29,7 +29,7 @@ def make_app(upstream: str) -> web.Application:
     base = upstream.rstrip("/")
     strip_v1 = base.endswith("/v1")
 
-    async def session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
+    async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         sess = ClientSession(connector=TCPConnector(limit=0, force_close=False),
                              timeout=ClientTimeout(total=None, sock_connect=10, sock_read=300),
                              auto_decompress=False)
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
     if args.uvloop:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     web.run_app(make_app(args.upstream), host=args.host, port=args.port, access_log=None,
                 print=lambda *_: print(f"passthrough listening on http://{args.host}:{args.port}",
@@ -85,4 +85,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -37,10 +37,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypedDict, cast
 
 import orjson
 
@@ -58,6 +58,15 @@ def now_ts() -> bytes:
     return b"%012d" % (_mono_ns() // 1000 % TS_MOD)
 
 
+class _ParamsKw(TypedDict, total=False):
+    n: int
+    b: int
+    d: float
+    v: str
+    w: int
+    y: int
+
+
 @dataclass(frozen=True, slots=True)
 class Params:
     n: int = 20
@@ -70,7 +79,7 @@ class Params:
     @classmethod
     def parse(cls, spec: str) -> Params:
         spec = spec.removeprefix("bench:")
-        kw: dict[str, object] = {}
+        kw: _ParamsKw = {}
         for part in spec.split(","):
             if "=" not in part:
                 continue
@@ -90,7 +99,7 @@ class Params:
                 if val not in ("text", "tool", "reasoning"):
                     raise ValueError(f"unknown variant {val!r}")
                 kw["v"] = val
-        return cls(**kw)  # type: ignore[arg-type]
+        return cls(**kw)
 
 
 def model_name(n: int, b: int = 24, d: float = 0, v: str = "text", w: int = 1) -> str:
@@ -264,7 +273,7 @@ class ResponsesPlan:
         yield self.created.replace(SIDB, s)
         yield self.in_progress.replace(SIDB, s)
 
-        def st(key: str, build) -> bytes:  # type: ignore[no-untyped-def]
+        def st(key: str, build: Callable[[str], dict[str, Any]]) -> bytes:
             """A pre-built event (built once with the id placeholder), numbered `seq`."""
             nonlocal seq
             b = cache.get(key)
@@ -279,7 +288,7 @@ class ResponsesPlan:
             seq += 1
             return b
 
-        def tmpl(key: str, build) -> bytes:  # type: ignore[no-untyped-def]
+        def tmpl(key: str, build: Callable[[str], dict[str, Any]]) -> bytes:
             b = cache.get(key)
             if b is None:
                 b = cache[key] = self._delta_tmpl(build(SID))
@@ -444,7 +453,7 @@ class UpstreamProtocol(asyncio.Protocol):
         self.task: asyncio.Task | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's: a Transport
         Stats.open += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -473,14 +482,14 @@ class UpstreamProtocol(asyncio.Protocol):
         end = buf.find(b"\r\n\r\n")
         if end < 0:
             if len(buf) > 65536:
-                self.transport.close()  # type: ignore[union-attr]
+                self._close()
             return
         head = bytes(buf[:end]).decode("latin-1")
         lines = head.split("\r\n")
         try:
             method, target, _ = lines[0].split(" ", 2)
         except ValueError:
-            self.transport.close()  # type: ignore[union-attr]
+            self._close()
             return
         headers = {}
         for line in lines[1:]:
@@ -488,7 +497,7 @@ class UpstreamProtocol(asyncio.Protocol):
             headers[k.strip().lower()] = v.strip()
         pos = end + 4
         if headers.get("transfer-encoding", "").lower() == "chunked":
-            body = bytearray()
+            chunks = bytearray()
             while True:
                 le = buf.find(b"\r\n", pos)
                 if le < 0:
@@ -496,11 +505,11 @@ class UpstreamProtocol(asyncio.Protocol):
                 size = int(bytes(buf[pos:le]).split(b";")[0], 16)
                 if len(buf) < le + 2 + size + 2:
                     return
-                body += buf[le + 2:le + 2 + size]
+                chunks += buf[le + 2:le + 2 + size]
                 pos = le + 2 + size + 2
                 if size == 0:
                     break
-            body = bytes(body)
+            body = bytes(chunks)
         else:
             clen = int(headers.get("content-length", "0") or 0)
             if len(buf) < pos + clen:
@@ -510,6 +519,10 @@ class UpstreamProtocol(asyncio.Protocol):
         del buf[:pos]
         self.busy = True
         self.task = asyncio.ensure_future(self._serve(method, target, headers, body))
+
+    def _close(self) -> None:
+        if self.transport is not None:  # set by connection_made, before any data
+            self.transport.close()
 
     def _done(self) -> None:
         self.busy = False
@@ -536,7 +549,7 @@ class UpstreamProtocol(asyncio.Protocol):
                     model = str(req.get("model") or "bench")
                     spec = headers.get("x-bench") or model
                     plan = get_plan(api, model, spec)
-                except Exception as exc:  # noqa: BLE001 - the error goes back to the client
+                except Exception as exc:  # the error goes back to the client
                     err = {"error": {"message": f"bad bench request: {exc}", "type": "invalid_request_error",
                                      "param": None, "code": None}}
                     tr.write(_simple("400 Bad Request", _j(err)))
@@ -645,7 +658,7 @@ async def serve(host: str, port: int) -> None:
 
 def install_uvloop() -> bool:
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
     except ImportError:
         return False
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
@@ -674,4 +687,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
