@@ -4,6 +4,7 @@
     .venv/bin/python bench/run.py --quick              # a few seconds: the smoke test
     .venv/bin/python bench/run.py --direction forward --repeat 5 --cells 'n2000|tool' --json out.json
     .venv/bin/python bench/run.py --baseline-tree /tmp/cf-base   # A/B: this tree against another one
+    .venv/bin/python bench/run.py --quick --workers-cell         # and --workers 1 against --workers 2
 
 What it does:
   1. starts bench/upstream.py (one process serves chat and Responses streams);
@@ -1300,12 +1301,23 @@ def main(argv: list[str] | None = None) -> int:
                          "profiled run are not for quoting)")
     ap.add_argument("--enforce-budgets", action="store_true", help="exit 3 when a budget is missed")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every run as it finishes")
+    ap.add_argument("--workers-cell", action="store_true",
+                    help="after the table, run `serve --workers 1` against `--workers 2` (bench/workers.py)")
+    import workers as workers_cell
+
+    workers_cell.add_arguments(ap, prefix="workers-")
     args = ap.parse_args(argv)
     try:
         import uvloop  # type: ignore[import-not-found]
     except ImportError:
-        return asyncio.run(run(args))
-    return uvloop.run(run(args))
+        rc = asyncio.run(run(args))
+    else:
+        rc = uvloop.run(run(args))
+    if args.workers_cell:
+        cell = argparse.Namespace(concurrency=args.workers_concurrency, seconds=args.workers_seconds,
+                                  repeat=args.workers_repeat, chunks=args.workers_chunks)
+        print("\n" + "\n".join(asyncio.run(workers_cell.run_cell(cell))))
+    return rc
 
 
 def _has_uvloop() -> bool:

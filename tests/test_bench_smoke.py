@@ -45,3 +45,24 @@ def test_bench_quick_run_completes_without_errors(tmp_path: Path) -> None:
     assert {(r["direction"], r["target"]) for r in paced} == seen, paced  # --quick has a paced cell
     for row in paced:
         assert row["lat_p50_ms"] is not None, row
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("script", ["workers.py", "store_latency.py"])
+def test_the_workers_cell_and_the_store_latency_run_complete(script: str) -> None:
+    """bench/workers.py (--workers 1 against 2) and bench/store_latency.py (sqlite; redis when the
+    suite has one) at their smallest: every run finishes, every row is printed, no stream failed."""
+    args = (["--seconds", "1", "--repeat", "1", "--concurrency", "4"] if script == "workers.py"
+            else ["--requests", "5", "--concurrency", "1", "2"])
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], check=False, cwd=REPO,
+                          capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL)
+    report = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, report
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    if script == "workers.py":
+        assert [r.split("|")[1].strip() for r in rows[1:]] == ["1", "2"], report
+        assert all(r.rstrip(" |").endswith("| 0") for r in rows[1:]), report  # no errors
+        assert "throughput --workers 2 / --workers 1:" in proc.stdout, report
+    else:
+        sqlite = [r for r in rows if r.startswith("| sqlite |")]
+        assert len(sqlite) == 2 and all("**" in r for r in sqlite), report
