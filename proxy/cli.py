@@ -486,7 +486,9 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
         lines.append("environment overrides applied: " + ", ".join(applied))
     s = config.server
     lines.append("")
-    lines.append(f"server: listen {s.host}:{s.port}")
+    workers = getattr(s, "workers", 1)
+    count = f", {s.worker_count} worker processes" + (" (auto: one per core)" if workers == "auto" else "")
+    lines.append(f"server: listen {s.host}:{s.port}" + (count if workers != 1 else ""))
     details = [f"max body {getattr(s, 'max_body_bytes', '?')} bytes", f"drain {_secs(getattr(s, 'drain_seconds', '?'))}"]
     if getattr(s, "keepalive_seconds", None) is not None:
         details.append(f"SSE keepalive every {_secs(s.keepalive_seconds)}")
@@ -505,6 +507,11 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             parts.append(f"key-1, key-2... from ${keys_env} (set)" if environ.get(keys_env) else
                          f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them")
         auth = "; ".join(parts) + "; stored responses belong to the key that made them"
+        caps = {k.name: k.max_concurrent_streams for k in named if k.max_concurrent_streams is not None}
+        per_key = getattr(s, "max_streams_per_key", 0)
+        if per_key or any(caps.values()):
+            auth += "; open streams per key at most " + ", ".join(
+                [*(f"{n} {c or 'unlimited'}" for n, c in caps.items()), f"others {per_key or 'unlimited'}"])
     lines.append(f"  inbound auth: {auth}")
     lg = config.logging
     lines.append(f"logging: level {lg.level}, format {lg.format}")
