@@ -143,14 +143,19 @@ def _terminal_response(data: bytes) -> dict | None:
     return None
 
 
-@pytest.mark.parametrize("case", case_dirs(), ids=lambda p: p.name)
+def _cases_with_a_final_response() -> list[Path]:
+    """The cases whose upstream stream carries a terminal Response (the others, cut short, have
+    no final answer to compare with)."""
+    return [case for case in case_dirs() if _terminal_response(upstream_bytes(case)) is not None]
+
+
+@pytest.mark.parametrize("case", _cases_with_a_final_response(), ids=lambda p: p.name)
 def test_stream_agrees_with_final_response(case: Path) -> None:
     """What a chat client accumulates from the stream equals the non-streaming translation of the
     upstream's own final Response (two independent paths over the same answer)."""
     data = upstream_bytes(case)
     final = _terminal_response(data)
-    if final is None:
-        pytest.skip("no terminal Response in this stream")
+    assert final is not None
     chunks, _ = translate(case, [data])
     acc = accumulate_chat(chunks)
     try:

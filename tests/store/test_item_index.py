@@ -148,9 +148,8 @@ async def test_resaving_an_id_replaces_its_index_entries(make, backend):
     assert await index_entries(store, backend) == 4  # 3 output items + the new input item
 
 
-async def test_replicas_share_the_index(make, backend):
-    if backend == "memory":
-        pytest.skip("a memory store is per process")
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("redis", marks=pytest.mark.redis)], indirect=True)
+async def test_replicas_share_the_index(make, backend):  # (a memory store is per process)
     a, b = make(), make()
     await a.save(owned("resp_1", "alice"))
     assert (await b.get_by_item("msg_resp_1", "alice")).id == "resp_1"
@@ -181,9 +180,8 @@ async def test_sqlite_file_without_the_index_gets_it(tmp_path, clock):
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
 async def test_redis_item_sets_carry_a_ttl_and_lose_stale_members(make, backend, prefix):
-    if backend != "redis":
-        pytest.skip("redis layout")
     import redis.asyncio as aioredis
 
     store = make(ttl_seconds=300)

@@ -170,9 +170,8 @@ async def test_max_count_evicts_oldest(make):
     assert all([await store.get(f"resp_{i}") for i in (2, 4, 5)])
 
 
-async def test_max_bytes_evicts_oldest(make, backend):
-    if backend == "redis":
-        pytest.skip("max_bytes is rejected for redis (test_config_rejects_max_bytes_for_redis)")
+@pytest.mark.parametrize("backend", ["memory", "sqlite"], indirect=True)  # redis: rejected at load
+async def test_max_bytes_evicts_oldest(make, backend):  # (test_config_rejects_max_bytes_for_redis)
     size = len(encode_record(rec("resp_0", pad=1000)))
     store = make(max_bytes=int(size * 3.5))
     for i in range(6):
