@@ -78,9 +78,19 @@ END;
 
 def writability_problem(data_dir: Path, path: Path) -> str | None:
     """Why this process cannot create or write the store file ``path`` in ``data_dir`` (the
-    directory or its nearest existing ancestor is a file, is not writable, or is on a read-only
-    filesystem), or None when nothing visible stops it. Creates nothing. As root, only a file in
-    the way or a read-only filesystem stops it (permission bits do not)."""
+    directory or its nearest existing ancestor is a file, cannot be entered, is not writable, or is
+    on a read-only filesystem; the file is not writable), or None when nothing visible stops it.
+    Creates nothing, raises nothing. As root, only a file in the way or a read-only filesystem
+    stops it (permission bits do not)."""
+
+    def exists(p: Path) -> bool | None:  # None: its directory cannot be entered
+        try:
+            os.lstat(p)
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:
+            return None
 
     def read_only(p: Path) -> bool:
         try:
@@ -88,16 +98,11 @@ def writability_problem(data_dir: Path, path: Path) -> str | None:
         except (OSError, AttributeError):
             return False
 
-    if path.exists() or path.is_symlink():
-        if path.is_dir():
-            return f"{path} is a directory"
-        if read_only(path):
-            return f"{path} is on a read-only filesystem"
-        if not os.access(path, os.R_OK | os.W_OK):
-            return f"{path} is not writable"
     existing = data_dir
-    while not (existing.exists() or existing.is_symlink()) and existing != existing.parent:
+    while (found := exists(existing)) is False and existing != existing.parent:
         existing = existing.parent
+    if found is None:
+        return f"{existing.parent} cannot be entered (no search permission)"
     made = "" if existing == data_dir else f"{data_dir} cannot be made: "
     if not existing.is_dir():
         return f"{made}{existing} is a file, not a directory"
@@ -105,6 +110,11 @@ def writability_problem(data_dir: Path, path: Path) -> str | None:
         return f"{made}{existing} is on a read-only filesystem"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{made}the directory {existing} is not writable"
+    if existing == data_dir and exists(path):
+        if path.is_dir():
+            return f"{path} is a directory"
+        if not os.access(path, os.R_OK | os.W_OK):
+            return f"{path} is not writable"
     return None
 
 

@@ -12,11 +12,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from proxy.store.sqlite import writability_problem
+from proxy.store import StoreConfig, StoreError
+from proxy.store.sqlite import SQLiteStore, writability_problem
 from tests.test_cli_tools import ROOT, base_env, cli
 
 FIXES = ("mount a writable volume at", "CROSSFEED_DATA_DIR", "[store] data_dir", 'backend = "memory"', '"redis"')
@@ -97,6 +99,56 @@ def test_serve_as_an_arbitrary_uid_without_a_writable_volume(tmp_path: Path) -> 
     err = assert_plain_refusal(r, data_dir, uid)
     assert f"the directory {base} is not writable" in err
     assert not data_dir.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.geteuid() != 0, reason="needs root to become another uid")
+def test_the_image_data_dir_seen_by_an_arbitrary_uid_and_group() -> None:
+    """The image's /var/lib/crossfeed (uid 10001, group 0, 0770) as a container started with
+    --user 12345:12345 sees it: it cannot even look inside. The store's message says so plainly
+    (found by deploy/smoke.sh: a bare "[Errno 13] Permission denied" before). Checked in a forked
+    child that drops to that uid, since the interpreter may not be executable by it."""
+    top = Path(tempfile.mkdtemp(prefix="crossfeed-uid-"))  # pytest's own tmp dirs are 0700
+    try:
+        top.chmod(0o755)
+        data_dir = top / "var-lib-crossfeed"
+        data_dir.mkdir()
+        os.chown(data_dir, 10001, 0)
+        os.chmod(data_dir, 0o770)
+        message = refusal_as(12345, 12345, data_dir)
+    finally:
+        shutil.rmtree(top)
+    assert message.startswith(f"the SQLite response store {data_dir / 'responses.sqlite3'} cannot be created or "
+                              "written by this process (uid 12345, gid 12345): "), message
+    assert f"the directory {data_dir} is not writable" in message
+    assert f"mount a writable volume at {data_dir}," in message
+
+
+def refusal_as(uid: int, gid: int, data_dir: Path) -> str:
+    """What opening the store in ``data_dir`` raises in a forked child running as uid:gid."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            store = SQLiteStore(StoreConfig(), data_dir=data_dir)
+            try:
+                store._connect()
+                message = "opened"
+            except StoreError as exc:
+                message = str(exc)
+            os.write(write, message.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    return message
 
 
 def test_writability_problem_creates_nothing(tmp_path: Path) -> None:
