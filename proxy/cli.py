@@ -202,6 +202,12 @@ def serve(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         print(f"crossfeed: {exc}", file=sys.stderr)
         return 2
     worker = WorkerRole.from_args(args)
+    if worker is None:
+        from .install_check import warning
+
+        clash = warning()
+        if clash:
+            print(f"crossfeed: warning: {clash}", file=sys.stderr)
     if worker is None and config.server.worker_count > 1:
         return _supervise(config, argv if argv is not None else sys.argv[1:], stopped=bool(_STOP_ASKED))
     import select
@@ -415,6 +421,11 @@ def check_config(path: Path, environ: Mapping[str, str], out: Any = None) -> int
         return 2
     for line in routing_table(config, path, environ):
         print(line, file=out)
+    from .install_check import warning
+
+    clash = warning()
+    if clash:
+        print(f"crossfeed check-config: warning: {clash}", file=sys.stderr)
     problems = environment_problems(config, environ)
     if problems:
         print(f"crossfeed check-config: {path} is valid, but `crossfeed serve` would refuse to start "
