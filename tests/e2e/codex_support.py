@@ -147,7 +147,7 @@ def to_toml(doc: Mapping[str, Any]) -> str:
                 continue
             out.append(f"{_toml_key(k)} = {_toml_value(v)}")
         for k, v in tables:
-            emit(v, path + [k])
+            emit(v, [*path, k])
 
     emit(doc, [])
     return "\n".join(out).lstrip("\n") + "\n"
@@ -360,14 +360,17 @@ def run_codex_exec(
     exe = Path(binary) if binary else codex_binary()
     if exe is None:
         raise FileNotFoundError("Codex CLI not installed: run .ci/install-codex.sh")
-    argv = [str(exe)] + codex_exec_args(
-        prompt,
-        cwd=cwd,
-        json_events=json_events,
-        ephemeral=ephemeral,
-        resume_last=resume_last,
-        extra_args=extra_args,
-    )
+    argv = [
+        str(exe),
+        *codex_exec_args(
+            prompt,
+            cwd=cwd,
+            json_events=json_events,
+            ephemeral=ephemeral,
+            resume_last=resume_last,
+            extra_args=extra_args,
+        ),
+    ]
     proc = subprocess.Popen(
         argv,
         cwd=str(cwd),
@@ -777,7 +780,7 @@ def record_case(
                 model=case["model"],
                 **case.get("config", {}),
             )
-            turns = [(case["prompt"], None)] + list(case.get("resume", []))
+            turns = [(case["prompt"], None), *case.get("resume", [])]
             for k, (prompt, more) in enumerate(turns):
                 if more:
                     fake.add_steps(*more)

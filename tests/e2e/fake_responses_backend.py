@@ -156,7 +156,7 @@ class FakeResponsesBackend:
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._serve())
-        except BaseException as e:  # noqa: BLE001 - reported to start()
+        except BaseException as e:  # reported to start()
             self._start_error = e
             self._ready.set()
             return

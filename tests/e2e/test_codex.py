@@ -24,15 +24,15 @@ from pathlib import Path
 import orjson
 import pytest
 
+from proxy.config import load_config
 from proxy.observability import METRICS
 from proxy.websocket import ROUTE
-from proxy.config import load_config
 from tests.conftest import start_proxy
-from tests.fakes.search import FakeSearch
-from translators.ids import SequentialIds
 from tests.e2e import codex_support as cx
+from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from translators.compaction import COMPACTION_PROMPT, is_summary
+from translators.ids import SequentialIds
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
@@ -144,7 +144,7 @@ async def test_shell_command_and_answer_using_its_output(proxy, upstream: FakeUp
 async def test_reasoning_then_tool_call_is_replayed(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     upstream.reply(calls(("call_r", "exec_command", {"cmd": "echo ok"}), reasoning="I should run echo first."),
                    text("Done."))
-    proc, events, _ = await run_codex(proxy, tmp_path, "think, then run echo", setup)
+    proc, _events, _ = await run_codex(proxy, tmp_path, "think, then run echo", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     second = upstream.requests[1].body["messages"]
     assistant = next(m for m in second if m.get("tool_calls"))
@@ -175,7 +175,7 @@ async def test_apply_patch_through_the_custom_tool(proxy, upstream: FakeUpstream
     patch = ("*** Begin Patch\n*** Update File: hello.txt\n@@\n-hello world\n+hello \"crossfeed\" \u00e9\n"
              "*** Add File: new.txt\n+created through a chat backend\n*** End Patch\n")
     upstream.reply(calls(("call_p", "apply_patch", {"input": patch})), text("Patched."))
-    proc, events, _ = await run_codex(proxy, tmp_path, "edit hello.txt", setup, model=cx.APPLY_PATCH_MODEL)
+    proc, _events, _ = await run_codex(proxy, tmp_path, "edit hello.txt", setup, model=cx.APPLY_PATCH_MODEL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (work / "hello.txt").read_text() == "hello \"crossfeed\" \u00e9\n"
     assert (work / "new.txt").read_text() == "created through a chat backend\n"
@@ -189,7 +189,7 @@ async def test_apply_patch_through_the_custom_tool(proxy, upstream: FakeUpstream
 async def test_upstream_error_is_shown(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
     upstream.reply(JSONReply({"error": {"message": "context too long for model qwen-test", "type": "invalid_request_error",
                                         "param": "messages", "code": None}}, status=400))
-    proc, events, _ = await run_codex(proxy, tmp_path, "hello", setup)
+    proc, _events, _ = await run_codex(proxy, tmp_path, "hello", setup)
     assert proc.returncode != 0
     assert any("context too long for model qwen-test" in m for m in cx.error_messages(proc))
     check_transport(proxy, proc, setup, 1)

@@ -75,7 +75,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, deadline_s: 
         if proc.poll() is not None:
             raise RuntimeError(f"{url}: the server exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
         try:
-            with urlopen(url, timeout=2) as r:  # noqa: S310 - loopback, our own server
+            with urlopen(url, timeout=2) as r:  # loopback, our own server
                 if r.status == 200:
                     return
         except (URLError, OSError):

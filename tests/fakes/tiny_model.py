@@ -34,6 +34,7 @@ tests compare what crossfeed returns with what the server itself returns for the
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -217,7 +218,7 @@ def build_weights(vocab: Vocab) -> dict[str, object]:
     for n, script in SCRIPTS.items():
         toks = [vocab.ids[p] for p in script] + [eos]
         out[toks[0], sel_out[n]] += 10.0
-        for a, b in zip(toks, toks[1:]):
+        for a, b in itertools.pairwise(toks):
             out[b, ident[a]] = 20.0
             out[b, sel_out[n]] += 3.0
     for name, args in FORCED_ARGS.items():

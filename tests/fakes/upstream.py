@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Any, Union
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -49,7 +49,7 @@ class Recorded:
 
 
 # A reply may be computed from the request it answers (a fake model that reads tool results).
-Reply = Union[SSEReply, JSONReply, Callable[[Recorded], Union[SSEReply, JSONReply]]]
+Reply = SSEReply | JSONReply | Callable[[Recorded], SSEReply | JSONReply]
 
 
 class FakeUpstream:

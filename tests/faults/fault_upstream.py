@@ -290,7 +290,7 @@ class Conn:
         head, _, rest = bytes(self.buf).partition(b"\r\n\r\n")
         self.buf = bytearray(rest)
         lines = head.decode("latin-1").split("\r\n")
-        method, path, _ = (lines[0].split(" ", 2) + ["", ""])[:3]
+        method, path, _ = [*lines[0].split(" ", 2), "", ""][:3]
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -729,11 +729,11 @@ async def f_error_midstream(conn: Conn, req: Request) -> bool:
     if req.stream:
         text_part = "Partial answer "
         if req.shape == "chat":
-            parts = frames("chat", chat_stream_events(text_part, finish=None), done=False) + [frame]
+            parts = [*frames("chat", chat_stream_events(text_part, finish=None), done=False), frame]
             parts.append(b"data: [DONE]\n\n")
         else:
             events = responses_stream_events(text_part, close_items=False)
-            parts = frames("responses", events) + [frame]
+            parts = [*frames("responses", events), frame]
             failed = response_object("failed", [], error={"code": "overloaded", "message": ERROR_MESSAGE})
             parts.append(sse({"type": "response.failed", "response": failed, "sequence_number": len(events) + 1},
                              "response.failed"))

@@ -51,7 +51,7 @@ SUCCESS, FAIL, EITHER = "success", "fail", "either"
 # by one of those, must fail here rather than pass as a "clean failure".
 BOUND = 15.0
 BIG_BOUND = 60.0  # 10 MB line, 100,000 chunks: a few seconds here, far more on a loaded CI machine
-assert BOUND < min(GENEROUS_TIMEOUTS.idle, GENEROUS_TIMEOUTS.first_byte)
+assert min(GENEROUS_TIMEOUTS.idle, GENEROUS_TIMEOUTS.first_byte) > BOUND
 # The upstream request must be closed by crossfeed, not by the fault upstream itself ending its
 # 30 s stall (STALL_SECONDS): a polled wait, well below that, generous for a slow machine.
 UPSTREAM_CLOSED_WITHIN = 10.0

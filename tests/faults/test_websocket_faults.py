@@ -31,15 +31,7 @@ from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.faults.conftest import ProxyProcess, check_envelope
 from tests.faults.fault_upstream import FAULTS, FaultUpstream, paced
-from tests.integration.test_websocket_sdk import (
-    MODEL,
-    chunk,
-    error_reply,
-    midstream_failure,
-    plain,
-    text_reply,
-    user,
-)
+from tests.integration.test_websocket_sdk import MODEL, chunk, error_reply, midstream_failure, plain, text_reply, user
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, RawWS, Turn, is_request_error, ws_url
 

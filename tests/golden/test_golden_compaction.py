@@ -125,7 +125,7 @@ def test_the_cases_cover_what_they_claim() -> None:
         failed, _ = run(CASES / name, [(CASES / name / "upstream.sse").read_bytes()], [])
         assert failed[-1]["type"] == "response.failed" and failed[-1]["response"]["output"] == []
     replayed = chat_requests(CASES / "codex_after_compaction", None)[0]["messages"]
-    assert replayed[-1] == summary_message(REPLAYED) and [m["role"] for m in replayed][0] == "system"
+    assert replayed[-1] == summary_message(REPLAYED) and next(m["role"] for m in replayed) == "system"
     assert sum(m["role"] == "system" for m in replayed) == 1
     asked = chat_requests(CASES / "codex_trigger", None)[0]
     assert asked["messages"][-1] == {"role": "user", "content": COMPACTION_PROMPT} and "tools" not in asked

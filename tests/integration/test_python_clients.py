@@ -180,12 +180,11 @@ async def test_langchain_with_structured_output(proxy: ProxyHandle, upstream: Fa
 async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: Any, captured: list[Captured]) -> None:
     """``ChatOpenAI`` in chat mode (no Responses API) in front of a Responses backend: ``stop=``
     is applied by crossfeed across chunks, ``n=2`` gives two generations."""
+    from langchain_core.messages import HumanMessage
     from langchain_openai import ChatOpenAI
 
     from proxy.config import load_config
     from tests.conftest import start_proxy
-    from langchain_core.messages import HumanMessage
-
     from tests.integration.test_reverse_emulation import answer, final_response
 
     handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url, "upstream.api": "responses",

@@ -112,7 +112,7 @@ def choice_streams(raw: bytes) -> tuple[dict[int, list[dict]], list[dict]]:
             assert len(c["choices"]) == 1
             index = c["choices"][0]["index"]
             per.setdefault(index, []).append({**c, "choices": [{**c["choices"][0], "index": 0}]})
-    for index, part in per.items():
+    for part in per.values():
         validate_chat_chunks(part + usage_chunks, expect_usage=bool(usage_chunks))
     return per, chunks
 

@@ -119,7 +119,7 @@ async def test_stored_responses_are_found_where_they_live(two, tmp_path: Path, d
 
 
 async def test_passed_through_streams_count_against_the_cap(two, tmp_path: Path) -> None:
-    chat, resp = two
+    chat, _resp = two
     ticks = chunk({"content": "tick "}) * 200 + chunk({}, "stop") + DONE
     chat.reply(SSEReply(ticks, delay=0.01), JSONReply({"id": "c1", "object": "chat.completion", "created": 1,
                                                        "model": "local-1", "choices": [{"index": 0,

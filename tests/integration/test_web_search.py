@@ -300,8 +300,7 @@ async def test_without_a_search_backend_the_tool_is_dropped(upstream: FakeUpstre
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_agents_sdk_web_search_tool(client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch,
                                           streamed: bool) -> None:
-    from agents import (Agent, OpenAIResponsesModel, RunConfig, Runner, WebSearchTool,
-                        set_tracing_disabled)
+    from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, WebSearchTool, set_tracing_disabled
     from agents.items import ToolCallItem
     set_tracing_disabled(True)
     upstream.default = auto(model)

@@ -155,7 +155,7 @@ async def test_store_false_continuation_from_connection_memory(
     assert (second.text, third.text) == ("Your name is Ada.", "Ada, again.")
     history = [("user", "My name is Ada."), ("assistant", "Nice to meet you, Ada."), ("user", "What is my name?")]
     assert plain(sent_messages(upstream, 1)) == history
-    assert plain(sent_messages(upstream, 2)) == history + [("assistant", "Your name is Ada."), ("user", "Once more?")]
+    assert plain(sent_messages(upstream, 2)) == [*history, ("assistant", "Your name is Ada."), ("user", "Once more?")]
     # nothing was stored (store: false): another connection does not know the id
     async with sdk("second socket") as other:
         refused, _ = await other.turn(model=MODEL, input="x", store=False, previous_response_id=second.response["id"])

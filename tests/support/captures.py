@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 import pytest
 
-
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 RECORDED = CAPTURES.parent / "recorded"  # this project's own recordings of real local servers
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "captures"  # where they came from

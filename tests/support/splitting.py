@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 
@@ -15,7 +16,7 @@ def split_points(data: bytes, seed: int, n: int) -> list[bytes]:
     n = max(1, min(n, len(data)))
     cuts = sorted(random.Random(seed).sample(range(1, len(data)), n - 1))
     bounds = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def byte_by_byte(data: bytes) -> list[bytes]:

@@ -315,7 +315,7 @@ class _ResponsesChecker:
         output = response["output"]
         if len(output) != len(done):
             self.fail(f"response.output has {len(output)} items, {len(done)} were streamed")
-        for index, (sent, streamed) in enumerate(zip(output, done)):
+        for index, (sent, streamed) in enumerate(zip(output, done, strict=True)):
             if not isinstance(sent, dict) or sent.get("id") != streamed.get("id"):
                 got = sent.get("id") if isinstance(sent, dict) else sent
                 self.fail(f"response.output[{index}] id {got!r} != streamed id {streamed.get('id')!r}")

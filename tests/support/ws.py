@@ -50,7 +50,7 @@ class FrameViolation(StreamViolation):
     """A WebSocket frame breaks the protocol's shape."""
 
 
-class WSClosed(Exception):  # noqa: N818 - an outcome, not an error of the test
+class WSClosed(Exception):  # not ...Error: an outcome, not an error of the test
     """The server closed the socket while the test waited for a frame."""
 
     def __init__(self, code: int | None, reason: str = "") -> None:

@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 
 from translators.chat_bodies import (
-    ResponseFailed, chat_annotation, chat_usage, error_body, error_status, incomplete_finish_reason,
+    ResponseFailed,
+    chat_annotation,
+    chat_usage,
+    error_body,
+    error_status,
+    incomplete_finish_reason,
     response_to_chat_completion,
 )
 from translators.errors import TranslationError

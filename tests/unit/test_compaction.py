@@ -8,14 +8,23 @@ from typing import Any
 import pytest
 
 from proxy.reasoning_seal import ReasoningSeal
-from translators.options import BackendProfile
 from translators.chat_to_responses import ChatToResponsesStream
 from translators.compaction import (
-    SUMMARY_PREFIX, SummaryLeg, compact_threshold, compacted_output, estimate_tokens, place_system,
-    summary_message, summary_of_completion, summary_request, trigger_in, window,
+    SUMMARY_PREFIX,
+    SummaryLeg,
+    compact_threshold,
+    compacted_output,
+    estimate_tokens,
+    place_system,
+    summary_message,
+    summary_of_completion,
+    summary_request,
+    trigger_in,
+    window,
 )
 from translators.errors import InvalidRequest, StreamStateError, UpstreamProtocolError
 from translators.ids import SequentialIds
+from translators.options import BackendProfile
 
 S = {"role": "system", "content": "s"}
 U = {"role": "user", "content": "u"}

@@ -52,7 +52,7 @@ def test_an_event_missing_its_fields_is_rejected() -> None:
     events = stream()
     delta = next(e for e in events if e["type"] == "response.output_text.delta")
     del delta["item_id"]
-    with pytest.raises(OpenResponsesViolation, match="output_text.delta"):
+    with pytest.raises(OpenResponsesViolation, match=r"output_text\.delta"):
         check_events(events)
 
 

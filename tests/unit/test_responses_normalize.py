@@ -11,29 +11,28 @@ answer; errors as a bare ``data: {"error": {...}}`` frame.
 
 from __future__ import annotations
 
-import functools
-
 import copy
+import functools
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.support.captures import capture_files, data_objects, read_capture
-from tests.support.splitting import byte_by_byte, split_points
 from tests.support import validators
+from tests.support.captures import capture_files, data_objects, read_capture
 from tests.support.open_responses import check_events
+from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import StreamViolation
+from translators.ids import SequentialIds
+from translators.pump import Pump
+from translators.responses_normalize import NormalizeResponses
+from translators.sse import render_responses
 
 # The normaliser guarantees the strict-client rules for any producer; the fields a third party's
 # Response carries are its own, so the Open Responses schema is checked only on the recorded
 # llama-server streams (test_recorded_llama_server_streams_are_open_responses).
 validate_responses_events = functools.partial(validators.validate_responses_events, open_responses=False)
 validate_responses_sse = functools.partial(validators.validate_responses_sse, open_responses=False)
-from translators.ids import SequentialIds
-from translators.pump import Pump
-from translators.responses_normalize import NormalizeResponses
-from translators.sse import render_responses
 
 RESP, RS, MSG = "resp_llama0001", "rs_llama0002", "msg_llama0003"
 TERMINALS = ("response.completed", "response.incomplete", "response.failed")
@@ -293,7 +292,7 @@ def test_strict_capture_comes_out_unchanged(name: str) -> None:
                           "param": None}
         upstream[2] = out[2]
     assert types(out) == types(upstream)
-    for got, sent in zip(out, upstream):
+    for got, sent in zip(out, upstream, strict=True):
         if "response" in sent:
             # every field the upstream sent is kept (the normaliser may add the ones the Open
             # Responses schema requires: completed_at, the penalties, reasoning.summary)
@@ -357,7 +356,7 @@ def test_missing_done_events_are_emitted(name: str) -> None:
     want = upstream[-1]["response"]["output"]
     got = out[-1]["response"]["output"]
     assert [(i["id"], i["type"]) for i in got] == [(i["id"], i["type"]) for i in want]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         for key in ("content", "summary", "arguments", "call_id", "name"):
             if key in w:
                 assert _no_logprobs(g[key]) == _no_logprobs(w[key]), key
@@ -435,7 +434,7 @@ def test_driver_failure_before_any_event() -> None:
 
 
 def test_malformed_event_ends_with_protocol_error() -> None:
-    out = run(llama_opening() + [{"type": "response.output_text.delta", "item_id": MSG, "delta": 5}])
+    out = run([*llama_opening(), {"type": "response.output_text.delta", "item_id": MSG, "delta": 5}])
     assert out[-1]["response"]["error"]["code"] == "upstream_protocol_error"
 
 
@@ -484,7 +483,7 @@ def test_done_events_without_ids_go_to_the_last_item_of_their_type() -> None:
 
 
 def test_done_only_upstream_replays_the_terminal_output() -> None:
-    out = run(llama_opening() + [llama_final(text="Hi.")[-1]])
+    out = run([*llama_opening(), llama_final(text="Hi.")[-1]])
     assert types(out) == ["created", "in_progress", "output_item.added", "content_part.added", "output_text.delta",
                           "output_text.done", "content_part.done", "output_item.done", "completed"]
     assert out[4]["delta"] == "Hi." and out[-1]["response"]["output"][0]["id"] == MSG
@@ -493,11 +492,9 @@ def test_done_only_upstream_replays_the_terminal_output() -> None:
 def test_unknown_events_pass_through_with_ids_filled() -> None:
     """Even when they name an item already closed; a known hosted-tool event for a closed item is dropped."""
     search = {"id": "ws_1", "type": "web_search_call", "status": "in_progress"}
-    events = LLAMA_TEXT[:3] + [{"type": "response.output_item.added", "item": search},
-                               {"type": "response.output_item.done", "item": {**search, "status": "completed"}},
-                               {"type": "response.web_search_call.completed", "item_id": "ws_1"}]
-    events += LLAMA_TEXT[3:6] + [{"type": "response.vendor.note", "item_id": MSG, "note": 1}, {"type": "keepalive"}]
-    events += LLAMA_TEXT[6:-1] + [{"type": "response.vendor.note", "item_id": MSG, "note": 2}, LLAMA_TEXT[-1]]
+    events = [*LLAMA_TEXT[:3], {"type": "response.output_item.added", "item": search}, {"type": "response.output_item.done", "item": {**search, "status": "completed"}}, {"type": "response.web_search_call.completed", "item_id": "ws_1"}]
+    events += [*LLAMA_TEXT[3:6], {"type": "response.vendor.note", "item_id": MSG, "note": 1}, {"type": "keepalive"}]
+    events += [*LLAMA_TEXT[6:-1], {"type": "response.vendor.note", "item_id": MSG, "note": 2}, LLAMA_TEXT[-1]]
     out = run(events, validate=False)
     vendor = [e for e in out if e["type"] == "response.vendor.note"]
     assert vendor == [{"type": "response.vendor.note", "item_id": MSG, "note": n, "output_index": 1,

@@ -3,6 +3,7 @@ random chat answers rendered as Responses events by a tiny local generator come 
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -11,11 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.validators import (
-    accumulate_chat,
-    validate_chat_chunks,
-    validate_chat_sse,
-)
+from tests.support.validators import accumulate_chat, validate_chat_chunks, validate_chat_sse
 from translators.ids import SequentialIds
 from translators.options import BackendProfile
 from translators.responses_to_chat import ResponsesToChatStream
@@ -144,7 +141,7 @@ def test_created_at_missing_uses_the_clock_and_later_lifecycle_events_change_not
 
 
 def test_stream_without_lifecycle_events_starts_on_first_content() -> None:
-    out, m = run([text_delta("hi"), completed()])
+    out, _m = run([text_delta("hi"), completed()])
     assert deltas(out)[:2] == [{"role": "assistant", "content": ""}, {"content": "hi"}]
     assert out[0]["model"] == "req-model"
     validate_chat_chunks(out, expect_usage=True)
@@ -353,7 +350,7 @@ def test_custom_tool_call_arguments_are_the_json_encoded_input(closing: str) -> 
         events.append(ev("custom_tool_call_input.done", 1, input=text))
     if closing in ("input_done", "item_done"):
         events.append(item_done(1, ctc(inp=text)))
-    out, m = run(events + [completed()])
+    out, m = run([*events, completed()])
     validate_chat_chunks(out, expect_usage=True)
     calls = accumulate_chat(out)["tool_calls"]
     assert calls == [{"id": "call_c", "name": "patch", "arguments": json.dumps(text, ensure_ascii=False)}]
@@ -610,7 +607,7 @@ def test_fail_reports_the_driver_code_and_message() -> None:
 def _pieces(draw: Any, text: str) -> list[str]:
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=6))) if len(text) > 1 else []
     bounds = [0, *[c for c in cuts if c < len(text)], len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b]]
+    return [text[a:b] for a, b in itertools.pairwise(bounds) if text[a:b]]
 
 
 @st.composite
@@ -674,7 +671,7 @@ def test_round_trip_keeps_text_reasoning_tool_calls_and_finish_reason(answer: di
     expected_calls = [{"id": f"call_{k}", "name": name, "arguments": json.dumps(p, ensure_ascii=False) if custom else p}
                       for k, (name, custom, p) in enumerate(answer["calls"])]
     assert acc["tool_calls"] == expected_calls
-    for call, (_, custom, p) in zip(acc["tool_calls"], answer["calls"]):
+    for call, (_, custom, p) in zip(acc["tool_calls"], answer["calls"], strict=True):
         assert json.loads(call["arguments"]) == (p if custom else json.loads(p))
     finish = answer["finish"]
     assert acc["finish_reason"] == ("tool_calls" if finish == "stop" and answer["calls"] else finish)
@@ -737,6 +734,6 @@ def test_junk_events_never_raise_and_the_stream_always_ends(events: list) -> Non
 def test_terminal_usage_is_kept_for_the_driver(terminal: dict, expected: Any, include_usage: bool) -> None:
     """``usage``: what the terminal Response reported, whether or not the client asked for it in
     the stream (the proxy's summary line and token counter read it)."""
-    out, m = run([created(), terminal], include_usage=include_usage, expect_usage=None)
+    _out, m = run([created(), terminal], include_usage=include_usage, expect_usage=None)
     assert m.usage == expected
 

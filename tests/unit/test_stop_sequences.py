@@ -93,7 +93,7 @@ STOPS = st.lists(st.text(alphabet="abAB \n<>|é", min_size=1, max_size=5), min_s
 @given(text=TEXT, stops=STOPS, cuts=st.lists(st.integers(0, 40), max_size=8))
 def test_split_anywhere_gives_the_whole_text_cut(text: str, stops: list[str], cuts: list[int]) -> None:
     points = sorted({min(c, len(text)) for c in cuts})
-    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     got, stopped, released = stream(pieces, stops)
     assert (got, stopped) == cut(text, stops)
     # every release is final: what was released by each piece is a prefix of the answer
@@ -222,7 +222,7 @@ def test_held_text_is_released_at_the_end_when_no_stop_came() -> None:
 def test_reasoning_and_tool_arguments_are_not_cut() -> None:
     data = lifecycle(*reasoning_events(0, ["think END ", "more"]), *call_events(1, ['{"x": "END', '"}']),
                      *text_events(2, ["text END rest"]))
-    chunks, machine = run(data, stop=["END"])
+    chunks, _machine = run(data, stop=["END"])
     acc = accumulate_chat(chunks)
     assert acc["reasoning"] == "think END more"
     assert acc["tool_calls"] == [{"id": "call_1", "name": "f", "arguments": '{"x": "END"}'}]
@@ -259,7 +259,7 @@ def test_without_include_usage_no_usage_chunk() -> None:
 def test_a_failure_after_held_text_releases_it_before_the_error() -> None:
     data = sse({"type": "response.created", "response": {"id": "r", "created_at": 5, "model": "up"}},
                *text_events(0, ["abc S"])[:2])
-    chunks, machine = run(data, stop=["STOP"])  # the stream ends without a terminal event
+    chunks, _machine = run(data, stop=["STOP"])  # the stream ends without a terminal event
     assert chunks[-1]["error"]["code"] == "upstream_protocol_error"
     assert accumulate_chat(chunks)["content"] == "abc S"
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from proxy.exchange import run_leg
 from proxy.keys import CONFIG
 from proxy.lifecycle import OPEN_STREAMS
 from proxy.observability import SUMMARY
-from proxy.exchange import run_leg
 
 
 class _Upstream:

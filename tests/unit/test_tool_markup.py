@@ -268,7 +268,7 @@ def test_split_invariance_and_nothing_lost(dialect: str, fragments: list[str], d
     whole = run(dialect, [stream])
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=8)))
     bounds = [0, *cuts, len(stream)]
-    assert run(dialect, [stream[a:b] for a, b in zip(bounds, bounds[1:])]) == whole
+    assert run(dialect, [stream[a:b] for a, b in itertools.pairwise(bounds)]) == whole
     assert run(dialect, list(stream)) == whole
     if not any(p[0] == "call" for p in whole):
         assert whole == ([text(stream)] if stream else [])

@@ -3,14 +3,13 @@ breaks it and must be reported with a precise message."""
 
 from __future__ import annotations
 
-import functools
-
 import copy
+import functools
 import inspect
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import orjson
 import pytest

@@ -63,7 +63,7 @@ def test_a_call_to_a_hosted_tool_streams_nothing_and_takes_no_index() -> None:
     assert [e["type"] for e in out] == ["response.output_text.done", "response.content_part.done",
                                         "response.output_item.done"]  # the message closes; the call shows nothing
     assert m.feed(_call(0, None, 'ry":"x"}')) == []
-    added = [e for e in m.feed(_call(1, "lookup", "{}", "c2")) if isinstance(e, dict)][0]
+    added = next(e for e in m.feed(_call(1, "lookup", "{}", "c2")) if isinstance(e, dict))
     assert added["type"] == "response.output_item.added" and added["output_index"] == 1
     m.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     m.end_leg()
@@ -140,9 +140,9 @@ def test_config_fails_fast_naming_the_key() -> None:
     from proxy.errors import ConfigError
     with pytest.raises(ConfigError, match=r"web_search \(from \$CROSSFEED_WEB_SEARCH__BACKEND\): .*needs url"):
         load_config(None, {"CROSSFEED_WEB_SEARCH__BACKEND": "searxng"})
-    with pytest.raises(ConfigError, match="web_search.backend"):
+    with pytest.raises(ConfigError, match=r"web_search\.backend"):
         load_config(None, {"CROSSFEED_WEB_SEARCH__BACKEND": "google"})
-    with pytest.raises(ConfigError, match="web_search.max_results"):
+    with pytest.raises(ConfigError, match=r"web_search\.max_results"):
         load_config(None, {"CROSSFEED_WEB_SEARCH__MAX_RESULTS": "0"})
 
 

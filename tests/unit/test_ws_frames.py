@@ -83,10 +83,10 @@ def test_error_frame_shape_is_exact(change: str) -> None:
 @pytest.mark.parametrize("frames", [
     pytest.param(response()[1:], id="no-created"),
     pytest.param(response() + response(), id="same-id-twice"),
-    pytest.param(response()[:2] + [{**response()[2], "sequence_number": 5}], id="numbering"),
-    pytest.param(response() + [{"type": "response.output_text.delta", "delta": "x", "sequence_number": 3}],
+    pytest.param([*response()[:2], {**response()[2], "sequence_number": 5}], id="numbering"),
+    pytest.param([*response(), {"type": "response.output_text.delta", "delta": "x", "sequence_number": 3}],
                  id="after-terminal"),
-    pytest.param(response("r", "failed")[:3] + [{**response("r")[2], "sequence_number": 3}],
+    pytest.param([*response("r", "failed")[:3], {**response("r")[2], "sequence_number": 3}],
                  id="error-then-completed"),
 ])
 def test_response_rules(frames: list[dict[str, Any]]) -> None:
