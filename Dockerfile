@@ -18,14 +18,25 @@ ARG PYTHON_IMAGE=python:3.12-slim
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-RUN python -m venv /opt/crossfeed
+# Optional, for a build behind a package mirror or a TLS-intercepting proxy (only this stage sees
+# them): --build-arg PIP_INDEX_URL=... / PIP_CERT=<a CA file mounted into the build, podman -v>.
+ARG PIP_INDEX_URL
+ARG PIP_CERT
+# python3, not python: a base made from Debian's packages (deploy/make-base-image.sh) has no alias.
+RUN python3 -m venv /opt/crossfeed
 ENV PATH=/opt/crossfeed/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY translators ./translators
-# The same install command as the README.
+# The same install command as the README. Then the venv loses what only installing needs (pip,
+# setuptools, wheel: a 3.11 venv has setuptools too), the activate scripts and the bytecode pip
+# compiled: the runtime stage copies nothing else from this stage.
 RUN pip install .
+RUN python3 -m pip uninstall --yes pip setuptools wheel \
+ && rm -f /opt/crossfeed/bin/activate* /opt/crossfeed/bin/Activate.ps1 \
+ && find /opt/crossfeed -depth -name __pycache__ -type d -exec rm -rf {} + \
+ && ! python3 -c 'import pip' 2>/dev/null
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/crossfeed/bin:$PATH \
@@ -35,11 +46,25 @@ ENV PATH=/opt/crossfeed/bin:$PATH \
 # CROSSFEED_PORT and CROSSFEED_LOG_FORMAT are not set here: an environment variable would override
 # the mounted file's [server] port and [logging] format. Logs are JSON anyway without a terminal.
 # The healthcheck reads CROSSFEED_PORT (default 8080): set it when the port is not 8080.
-RUN groupadd --system --gid 10001 crossfeed \
- && useradd --system --uid 10001 --gid crossfeed --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin crossfeed \
- && mkdir -p /etc/crossfeed /var/lib/crossfeed \
- && chown crossfeed:crossfeed /var/lib/crossfeed
+# No pip in the running image: the base interpreter's pip, setuptools and wheel and the wheels
+# ensurepip would install are removed too (they stay in the base image's own layer, shared with
+# every other image on it, but nothing here can run them).
+# The data directory belongs to uid 10001 and group 0, group-writable: a container started with
+# another uid (--user 12345, OpenShift) is in group 0 and can still write it.
+RUN set -eu; \
+    for d in $(python3 -c 'import sysconfig; print(" ".join(sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})))'); do \
+        rm -rf "$d"/pip "$d"/pip-* "$d"/setuptools "$d"/setuptools-* "$d"/pkg_resources \
+               "$d"/_distutils_hack "$d"/distutils-precedence.pth "$d"/wheel "$d"/wheel-*; \
+    done; \
+    rm -rf /usr/local/bin/pip /usr/local/bin/pip3* /usr/share/python-wheels; \
+    find /usr -path '*/ensurepip/_bundled/*.whl' -delete; \
+    if python3 -c 'import pip' 2>/dev/null; then echo 'pip is still importable' >&2; exit 1; fi; \
+    groupadd --system --gid 10001 crossfeed; \
+    useradd --system --uid 10001 --gid crossfeed --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin crossfeed; \
+    mkdir -p /etc/crossfeed /var/lib/crossfeed; \
+    chown 10001:0 /var/lib/crossfeed; \
+    chmod 0770 /var/lib/crossfeed
 COPY --from=build /opt/crossfeed /opt/crossfeed
 USER 10001:10001
 # The response store (SQLite, the default [store] backend) lives here: mount a volume to keep it.
@@ -48,7 +73,8 @@ WORKDIR /var/lib/crossfeed
 EXPOSE 8080
 STOPSIGNAL SIGTERM
 # Liveness only (/healthz). /readyz also waits for the upstreams: use it for readiness probes.
-# slim images have no curl: the check is Python's urllib.
+# slim images have no curl: the check is Python's urllib, `python` being the venv's own (first on
+# PATH, there with any base, even one without a `python` alias).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('CROSSFEED_PORT', '8080'), timeout=4)"]
 ENTRYPOINT ["crossfeed", "serve", "--host", "0.0.0.0"]
