@@ -7,11 +7,13 @@ import atexit
 import logging
 import sys
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 import structlog
+from structlog.typing import EventDict
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 _REDACT = ("authorization", "Authorization", "api_key", "x-api-key", "proxy-authorization", "headers")
@@ -40,7 +42,7 @@ class _Enrich:
         self._prefix = ""
         self._static = static or None  # fields of every line of this process (a worker's index)
 
-    def __call__(self, _: object, method_name: str, event: dict[str, object]) -> dict[str, object]:
+    def __call__(self, _: object, method_name: str, event: EventDict) -> EventDict:
         fields = REQUEST_FIELDS.get()
         if fields:
             for key, value in fields.items():
@@ -63,11 +65,11 @@ class _Enrich:
         return event
 
 
-def _json_bytes(_: object, __: str, event: dict[str, object]) -> bytes:
+def _json_bytes(_: object, __: str, event: EventDict) -> bytes:
     return orjson.dumps(event, default=str)
 
 
-def _json_text(_: object, __: str, event: dict[str, object]) -> str:
+def _json_text(_: object, __: str, event: EventDict) -> str:
     return orjson.dumps(event, default=str).decode()
 
 
@@ -151,7 +153,7 @@ def flush_logs() -> None:
 atexit.register(flush_logs)
 
 
-def configure_logging(level: str = "info", fmt: str = "auto", stream: object | None = None, *,
+def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None, *,
                       fields: dict[str, object] | None = None, batch_bytes: int = FLUSH_BYTES) -> None:
     """``fields``: added to every line (a worker's index); ``batch_bytes``: the largest write of
     batched lines (``PIPE_BUF`` where several processes share the stream)."""
@@ -167,17 +169,17 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: object | N
     if use_json and binary is not None:  # bytes straight to the file: no decode, no print()
         renderer: structlog.types.Processor = _json_bytes
         if tty:
-            factory: object = structlog.BytesLoggerFactory(file=binary)
+            factory: Callable[..., Any] = structlog.BytesLoggerFactory(file=binary)
         else:
             batched = _batched = BatchedLines(binary, limit=batch_bytes)
             factory = lambda *_: batched  # noqa: E731 (one logger for every bound logger)
     else:
         renderer = _json_text if use_json else structlog.dev.ConsoleRenderer(colors=False)
-        factory = structlog.PrintLoggerFactory(file=out)  # type: ignore[arg-type]
+        factory = structlog.PrintLoggerFactory(file=out)
     structlog.configure(
         processors=[_Enrich(fields), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=factory,  # type: ignore[arg-type]
+        logger_factory=factory,
         cache_logger_on_first_use=False,
     )
 
