@@ -9,6 +9,11 @@
 #       crossfeed --config /etc/crossfeed/config.toml
 #   (podman: drop --add-host and use http://host.containers.internal:8000/v1; see deploy/README.md)
 #
+# No registry reachable (only a Debian mirror): sudo deploy/make-base-image.sh, then build with
+# --build-arg PYTHON_IMAGE=localhost/debian-python:bookworm. deploy/smoke.sh builds and checks the
+# image end to end (health, a streamed request, read-only and --user 12345 runs, a clean stop).
+# The image holds no pip, setuptools or wheel: nothing inside can install packages.
+#
 # Configuration: a mounted TOML file (--config FILE, or CROSSFEED_CONFIG=FILE) and/or CROSSFEED_*
 # environment variables (CROSSFEED_UPSTREAM, CROSSFEED_UPSTREAM_API, CROSSFEED_UPSTREAM_API_KEY_ENV,
 # CROSSFEED_PORT, CROSSFEED_LOG_LEVEL, CROSSFEED_LOG_FORMAT...). Arguments after the image name are

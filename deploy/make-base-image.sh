@@ -17,6 +17,7 @@
 #   IMAGE=name:tag            default localhost/debian-python:bookworm
 #   SUITE=bookworm            Debian suite
 #   MIRROR=URL                default http://deb.debian.org/debian
+#   BOOTSTRAP=mmdebstrap|debootstrap   default: mmdebstrap if installed, else debootstrap
 #   FORCE=1                   rebuild even if IMAGE already exists
 set -euo pipefail
 
@@ -47,10 +48,22 @@ fi
 [[ $(id -u) -eq 0 ]] || die "bootstrapping Debian needs root (or run mmdebstrap --mode=unshare yourself)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/crossfeed-base.XXXXXX")
-trap 'rm -rf "$work"' EXIT
 root=$work/root
+cleanup() {  # a failed bootstrap may leave /proc or /sys mounted in the tree: never delete through them
+    local m
+    awk -v r="$root/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+        umount -l "$m" || true
+    done
+    rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
 
-if command -v mmdebstrap >/dev/null 2>&1; then
+if [[ -z ${BOOTSTRAP:-} ]]; then
+    BOOTSTRAP=debootstrap
+    command -v mmdebstrap >/dev/null 2>&1 && BOOTSTRAP=mmdebstrap
+fi
+command -v "$BOOTSTRAP" >/dev/null 2>&1 || die "$BOOTSTRAP is not installed (apt-get install mmdebstrap)"
+if [[ $BOOTSTRAP == mmdebstrap ]]; then
     say "mmdebstrap $SUITE ($PACKAGES) from $MIRROR"
     # The merged-usr hook sets /usr up the way debootstrap does; without it apt resolves
     # usr-is-merged to the usrmerge package, which brings perl (~50 MB) into the image.
@@ -61,13 +74,13 @@ if command -v mmdebstrap >/dev/null 2>&1; then
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-exclude=/usr/share/info/*' \
         "$SUITE" "$root" "$MIRROR" >&2
-elif command -v debootstrap >/dev/null 2>&1; then
+elif [[ $BOOTSTRAP == debootstrap ]]; then
     say "debootstrap $SUITE ($PACKAGES) from $MIRROR"
     debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root" "$MIRROR" >&2
     find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
     rm -rf "$root"/usr/share/man/* "$root"/usr/share/locale/* "$root"/usr/share/info/*
 else
-    die "neither mmdebstrap nor debootstrap is installed (apt-get install mmdebstrap)"
+    die "BOOTSTRAP must be mmdebstrap or debootstrap, not $BOOTSTRAP"
 fi
 
 # What an image does not need: package lists and caches, logs, machine identity.

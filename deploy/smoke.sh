@@ -51,6 +51,7 @@ SANDBOX_FLAGS=${SANDBOX_FLAGS:-auto}
 OFFICIAL_IMAGE=docker.io/library/python:3.12-slim
 DEBIAN_IMAGE=localhost/debian-python:bookworm
 MODEL=fake-model
+[[ $NETWORK == bridge || $NETWORK == host ]] || { printf 'NETWORK must be bridge or host, not %s\n' "$NETWORK" >&2; exit 2; }
 
 step() { printf '\n==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }
@@ -224,7 +225,10 @@ ok "no pip in the image"
 
 # -- fake upstream --------------------------------------------------------------------------------
 step "fake upstream (deploy/fake_upstream.py)"
-python3 "$here/fake_upstream.py" --host 0.0.0.0 --port 0 >"$work/upstream.out" 2>"$work/upstream.err" &
+# bridge: on every address, since the container comes from the engine's bridge; host: loopback only
+bind=0.0.0.0
+[[ $NETWORK == host ]] && bind=127.0.0.1
+python3 "$here/fake_upstream.py" --host "$bind" --port 0 >"$work/upstream.out" 2>"$work/upstream.err" &
 upstream_pid=$!
 for _ in $(seq 50); do
     grep -q 'listening on' "$work/upstream.out" 2>/dev/null && break
