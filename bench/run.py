@@ -63,9 +63,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import loadgen
-import pyspy
-import upstream as upstream_mod
+import loadgen  # noqa: E402 - bench/ is this script's own folder, on the path just above
+import pyspy  # noqa: E402
+import upstream as upstream_mod  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -161,7 +161,8 @@ def _children(pid: int) -> list[int]:
 
 
 def tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
+    pids: list[int] = []
+    todo = [pid]
     while todo and len(pids) < 256:
         p = todo.pop()
         pids.append(p)
@@ -511,7 +512,7 @@ async def measure(env: Env, target: Target, cell: Cell, rep: int = 0) -> dict:
     async def sampler() -> None:
         nonlocal rss_peak
         while not stop_sampling.is_set():
-            rss_peak = max(rss_peak, status_kib(pid, "VmRSS:"))
+            rss_peak = max(rss_peak, status_kib(pid, "VmRSS:") if pid else 0)
             try:
                 await asyncio.wait_for(stop_sampling.wait(), 0.05)
             except TimeoutError:
@@ -838,7 +839,7 @@ def render_table(rows: list[dict]) -> str:
             str(r["errors"]) + (f" {r['error_kinds']}" if r["errors"] else ""),
         ])
     widths = [max(len(head[i]), *(len(row[i]) for row in out)) if out else len(head[i]) for i in range(len(head))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)),
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
     prev = None
     for row in out:
@@ -846,7 +847,7 @@ def render_table(rows: list[dict]) -> str:
         if prev is not None and key != prev:
             lines.append("")
         prev = key
-        lines.append("  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        lines.append("  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
     return "\n".join(lines)
 
 
@@ -1222,7 +1223,7 @@ async def run(args: argparse.Namespace) -> int:
               "figures are noisy; rerun on a quiet machine")
     steal = [r["steal_cpu"] for r in runs if r.get("steal_cpu") is not None]
     if steal:
-        print(f"# steal (CPU time the hypervisor gave to other guests): median {med(steal) * 100:.1f}%, max "
+        print(f"# steal (CPU time the hypervisor gave to other guests): median {(med(steal) or 0.0) * 100:.1f}%, max "
               f"{max(steal) * 100:.1f}% of a CPU per run" + ("; figures are noisy" if max(steal) > 0.05 else ""))
     print(f"# {len(runs)} runs in {elapsed:.0f}s, {n_err} failed streams; load average {loadavg()}; machine: {info['cpu']}, "
           f"{info['cpus']} cpus, {info['mem_gib']} GiB, Linux {info['kernel']}, Python {info['python']}, "
@@ -1308,7 +1309,7 @@ def main(argv: list[str] | None = None) -> int:
     workers_cell.add_arguments(ap, prefix="workers-")
     args = ap.parse_args(argv)
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
     except ImportError:
         rc = asyncio.run(run(args))
     else:
@@ -1322,7 +1323,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _has_uvloop() -> bool:
     try:
-        import uvloop  # type: ignore[import-not-found]  # noqa: F401
+        import uvloop  # noqa: F401
     except ImportError:
         return False
     return True

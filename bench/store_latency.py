@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-import orjson
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

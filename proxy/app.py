@@ -37,6 +37,7 @@ from translators.response_bodies import chat_completion_to_response
 from translators.sse import render_responses
 
 from . import upstream as upstream_client
+from .codex_catalog import catalog as codex_catalog
 from .compaction import compact_response, input_tokens_response
 from .config import Config, Upstream
 from .deadline import Deadline
@@ -48,7 +49,6 @@ from .errors import (
     error_response,
     upstream_error_body,
 )
-from .codex_catalog import catalog as codex_catalog
 from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, relay_turn, stream_flag
 from .forward import forward_now, forward_streamed
 from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, key_stream_caps, upstream_keys
@@ -154,7 +154,7 @@ def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], An
         for up in places:
             try:
                 if up is None:
-                    return await handler(request)  # type: ignore[no-any-return]
+                    return await handler(request)
                 return await passthrough(request, upstream=up)
             except ProxyError as exc:
                 if not_found is None and exc.status != 404:
@@ -197,7 +197,8 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         return await handler(request)
     except (ProxyError, TranslationError) as exc:
         if isinstance(exc, UpstreamError):
-            note_upstream_error(request.app, request[SUMMARY], exc.code)
+            summary: dict[str, Any] = request[SUMMARY]
+            note_upstream_error(request.app, summary, exc.code)
         return error_response(exc)
     except web.HTTPRequestEntityTooLarge:
         return error_response(ClientRequestError("the request body is larger than the configured maximum",
@@ -300,9 +301,10 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
 async def normalized_stream(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
     """A streamed create on a Responses upstream whose profile says ``normalize_stream``: its
     events re-emitted as a strict stream (translators/responses_normalize.py)."""
-    request[SUMMARY]["stream"] = True
+    summary: dict[str, Any] = request[SUMMARY]
+    summary["stream"] = True
     response, open_sink = sse_opener(request, render_responses)
-    await relay_turn(request, body, up, open_sink, summary=request[SUMMARY])
+    await relay_turn(request, body, up, open_sink, summary=summary)
     return response
 
 
@@ -376,7 +378,8 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
 
     async def fetch(up: Upstream) -> tuple[int, list[dict[str, Any]]]:
         headers = outbound_headers(request, up)
-        status, body = 0, {}
+        status: int = 0
+        body: Any = {}
         try:
             async with request.app[SESSION].get(up.base_url + "/models", headers=headers,
                                                 timeout=aiohttp.ClientTimeout(total=10)) as r:
@@ -386,7 +389,7 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
             body = {}
         data = body.get("data") if isinstance(body, dict) else None
         back = {v: k for k, v in up.model_map.items()}
-        out = [{**m, "id": back.get(m.get("id"), m.get("id"))} for m in data or () if isinstance(m, dict)]
+        out = [{**m, "id": back.get(str(m.get("id")), m.get("id"))} for m in data or () if isinstance(m, dict)]
         out += [{"id": name, "object": "model", "created": 0, "owned_by": up.name}
                 for name in (*up.models, *up.model_map) if not any(c in name for c in "*?[")]
         return status, out
@@ -396,7 +399,7 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
         return await passthrough(request)  # the upstream's own error, status and message kept
     merged: dict[str, dict[str, Any]] = {}
     listed: list[tuple[str, Upstream]] = []
-    for up, (_, models) in zip(config.upstreams, answers):
+    for up, (_, models) in zip(config.upstreams, answers, strict=True):
         for m in models:
             merged.setdefault(str(m.get("id")), m)
             listed.append((str(m.get("id")), up))

@@ -9,22 +9,15 @@ with its dotted path. Secrets are never written inline: the file names environme
 from __future__ import annotations
 
 import fnmatch
-from functools import cached_property
 import json
 import os
 import tomllib
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from translators.options import BackendProfile
 
@@ -99,6 +92,7 @@ class Upstream(_Model):
     @model_validator(mode="after")
     def _dialect_fits_the_api(self) -> Upstream:
         """A switch for the other API's streams would be silently ignored: refuse it instead."""
+        wrong: list[str]
         if self.api == "chat":
             wrong = [k for k in ("normalize_stream", "min_output_tokens", "drop_params") if k in self.model_fields_set]
         else:

@@ -15,7 +15,7 @@ def foreign_owners() -> dict[str, list[str]]:
     """Top-level package name -> the other distributions that also install it."""
     try:
         owners = packages_distributions()
-    except Exception:  # noqa: BLE001 - a broken metadata entry must not stop the server
+    except Exception:
         return {}
     found = {}
     for name in OURS:

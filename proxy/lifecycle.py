@@ -28,9 +28,9 @@ from .upstream import upstream_failure
 
 log = structlog.get_logger("crossfeed")
 
-OPEN_STREAMS = web.AppKey("open_streams", set)  # type: ignore[arg-type]
-PROBES = web.AppKey("probes", dict)  # type: ignore[arg-type]
-PROBE_ERRORS = web.AppKey("probe_errors", dict)  # type: ignore[arg-type]
+OPEN_STREAMS = web.AppKey("open_streams", set)
+PROBES = web.AppKey("probes", dict)
+PROBE_ERRORS = web.AppKey("probe_errors", dict)
 PROBE_INTERVAL = 20.0
 PROBE_HEADERS = {"User-Agent": "crossfeed-probe"}
 
@@ -45,11 +45,11 @@ async def probe_loop(app: web.Application, config: Config, session_key: Any) -> 
                     await r.read()
                 app[PROBES][up.name] = time.monotonic()
                 app[PROBE_ERRORS].pop(up.name, None)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 error = "no answer within 5s" if isinstance(exc, asyncio.TimeoutError) else upstream_failure(exc, up).message
                 app[PROBE_ERRORS][up.name] = error
                 log.info("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
-            except Exception as exc:  # noqa: BLE001 - anything else must not end the probing for good
+            except Exception as exc:
                 app[PROBE_ERRORS][up.name] = error = f"the probe failed: {type(exc).__name__}"
                 log.warning("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
         await asyncio.sleep(PROBE_INTERVAL)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
+import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
@@ -126,7 +127,7 @@ class Metrics:
 METRICS = web.AppKey("metrics", Metrics)
 # The summary line's logger, bound once when the app is made (with the logging configured then):
 # a lazy module-level logger would rebuild itself on every call, and this line runs per request.
-SUMMARY_LOG = web.AppKey("summary_log", object)
+SUMMARY_LOG = web.AppKey("summary_log", structlog.typing.FilteringBoundLogger)
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:

@@ -29,30 +29,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.faults.conftest import (
-    API,
-    ENDPOINT,
-    ProxyProcess,
-    parse_outcome,
-    proxy_process,
-    raw_http,
-    request_body,
-)
-from tests.faults.fault_upstream import (
-    ERROR_MESSAGE,
-    FAULTS,
-    REASONING,
-    RETRY_AFTER,
-    TEXT,
-    TOOL,
-    FaultUpstream,
-    paced,
-)
-from tests.support.validators import (
-    accumulate_chat,
-    validate_chat_sse,
-    validate_responses_sse,
-)
+from tests.faults.conftest import API, ENDPOINT, ProxyProcess, parse_outcome, proxy_process, raw_http, request_body
+from tests.faults.fault_upstream import ERROR_MESSAGE, FAULTS, REASONING, RETRY_AFTER, TEXT, TOOL, FaultUpstream, paced
+from tests.support.validators import accumulate_chat, validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 
 TOOLS_R = [{"type": "function", "name": TOOL[0], "parameters": {"type": "object", "properties": {}}}]
@@ -183,7 +162,7 @@ async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8,
                 try:
                     await asyncio.wait_for(check(session, proxy.url, proxy.auth), CHECK_GUARD)
                     counts[name] += 1
-                except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+                except Exception as exc:
                     unexpected.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
 
         async def workload(session: aiohttp.ClientSession) -> None:
