@@ -53,16 +53,31 @@ TOOL_PARAMS = {"type": "object", "properties": {"q": {"type": "string"}}, "requi
 def request_body(api: str, model: str, variant: str = "text") -> bytes:
     """The client request: a Chat Completions or a Responses create body, streaming."""
     if api == "chat":
-        body: dict = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True,
-                      "stream_options": {"include_usage": True}}
+        body: dict = {
+            "model": model,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if variant == "tool":
-            body["tools"] = [{"type": "function", "function": {"name": "lookup", "description": "look up",
-                                                               "parameters": TOOL_PARAMS}}]
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": "lookup", "description": "look up", "parameters": TOOL_PARAMS},
+                }
+            ]
     else:
         body = {"model": model, "input": "hi", "stream": True, "store": False}
         if variant == "tool":
-            body["tools"] = [{"type": "function", "name": "lookup", "description": "look up",
-                              "parameters": TOOL_PARAMS, "strict": False}]
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "name": "lookup",
+                    "description": "look up",
+                    "parameters": TOOL_PARAMS,
+                    "strict": False,
+                }
+            ]
     return orjson.dumps(body)
 
 
@@ -74,14 +89,17 @@ def ws_create_frame(model: str, variant: str = "text") -> str:
 
 
 def http_request(host: str, port: int, path: str, body: bytes) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Accept: text/event-stream\r\nAuthorization: Bearer bench\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nAuthorization: Bearer bench\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 @dataclass
 class Totals:
     """Shared accumulators for one load run (one event loop, no locking)."""
+
     lat_us: array = field(default_factory=lambda: array("q"))
     ttfe_us: array = field(default_factory=lambda: array("q"))
     events: int = 0
@@ -168,7 +186,7 @@ class StreamClient(asyncio.Protocol):
                 elif k == "content-length":
                     self.clen = int(v.strip())
             self.head_done = True
-            data = bytes(self.buf[end + 4:])
+            data = bytes(self.buf[end + 4 :])
             self.buf = bytearray()
             if self.status != 200:
                 self.failed = f"http_{self.status}"
@@ -197,7 +215,7 @@ class StreamClient(asyncio.Protocol):
                 continue
             if self.chunk_left:
                 take = min(self.chunk_left, n - pos)
-                parts.append(data[pos:pos + take])
+                parts.append(data[pos : pos + take])
                 pos += take
                 self.chunk_left -= take
                 if not self.chunk_left:
@@ -245,7 +263,7 @@ class StreamClient(asyncio.Protocol):
                     now_us = _mono_ns() // 1000 % TS_MOD
                 i = ev.find(MARK) + 2
                 try:
-                    t.lat_us.append((now_us - int(ev[i:i + TS_DIGITS])) % TS_MOD)
+                    t.lat_us.append((now_us - int(ev[i : i + TS_DIGITS])) % TS_MOD)
                 except ValueError:
                     pass
                 continue
@@ -257,8 +275,12 @@ class StreamClient(asyncio.Protocol):
                     self.failed = "error_event"
             elif b"response.completed" in head:
                 self.terminal = True
-            elif (b"response.failed" in head or b"response.incomplete" in head
-                  or head.startswith(b"event: error") or b'"type":"error"' in head):
+            elif (
+                b"response.failed" in head
+                or b"response.incomplete" in head
+                or head.startswith(b"event: error")
+                or b'"type":"error"' in head
+            ):
                 self.failed = "error_event"
         self.sse = data[start:] if start < len(data) else b""
 
@@ -280,8 +302,9 @@ WS_FAILED = ('"response.failed"', '"response.incomplete"', '"type":"error"')
 
 
 async def ws_connect(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
-    return await session.ws_connect(url, autoping=True, heartbeat=None, compress=0, max_msg_size=0,
-                                    headers={"Authorization": "Bearer bench"})
+    return await session.ws_connect(
+        url, autoping=True, heartbeat=None, compress=0, max_msg_size=0, headers={"Authorization": "Bearer bench"}
+    )
 
 
 async def ws_turn(ws: aiohttp.ClientWebSocketResponse, frame: str, t: Totals) -> str | None:
@@ -308,7 +331,7 @@ async def ws_turn(ws: aiohttp.ClientWebSocketResponse, frame: str, t: Totals) ->
         if data.count(WS_MARK) == 1:
             i = data.find(WS_MARK) + 2
             try:
-                t.lat_us.append((_mono_ns() // 1000 % TS_MOD - int(data[i:i + TS_DIGITS])) % TS_MOD)
+                t.lat_us.append((_mono_ns() // 1000 % TS_MOD - int(data[i : i + TS_DIGITS])) % TS_MOD)
             except ValueError:
                 pass
             continue
@@ -367,8 +390,12 @@ class IdleSockets:
                     t.error(res)
 
         await asyncio.gather(*(one() for _ in range(self.n)))
-        return {"sockets": len(self.sockets), "completed": t.completed, "errors": sum(t.errors.values()),
-                "error_kinds": dict(t.errors)}
+        return {
+            "sockets": len(self.sockets),
+            "completed": t.completed,
+            "errors": sum(t.errors.values()),
+            "error_kinds": dict(t.errors),
+        }
 
     def open_count(self) -> int:
         return sum(1 for ws in self.sockets if not ws.closed)
@@ -381,16 +408,16 @@ class IdleSockets:
 
 @dataclass
 class LoadSpec:
-    url: str                     # http://host:port/v1/chat/completions or /v1/responses
+    url: str  # http://host:port/v1/chat/completions or /v1/responses
     model: str
     variant: str = "text"
-    transport: str = "sse"       # sse | ws (WebSocket mode, Responses clients: url .../v1/responses)
+    transport: str = "sse"  # sse | ws (WebSocket mode, Responses clients: url .../v1/responses)
     concurrency: int = 1
-    duration: float = 5.0        # seconds of launching new streams
+    duration: float = 5.0  # seconds of launching new streams
     requests: int | None = None  # stop launching after this many (whichever comes first)
     drain_timeout: float = 30.0  # after the launch window, wait this long for open streams
     stream_timeout: float = 120.0
-    stagger: float = 0.0         # spread the first C starts over this many seconds
+    stagger: float = 0.0  # spread the first C starts over this many seconds
 
 
 def pct(sorted_vals: list[int] | array, q: float) -> float | None:
@@ -533,15 +560,25 @@ async def run_load(spec: LoadSpec) -> dict:
     ttfe = sorted(t.ttfe_us)
     n_err = sum(t.errors.values())
     return {
-        "url": spec.url, "model": spec.model, "concurrency": spec.concurrency, "transport": spec.transport,
-        "wall_s": round(wall, 4), "launch_s": round(t_launch_end - t_start, 4),
-        "completed": t.completed, "errors": n_err, "error_kinds": dict(t.errors),
+        "url": spec.url,
+        "model": spec.model,
+        "concurrency": spec.concurrency,
+        "transport": spec.transport,
+        "wall_s": round(wall, 4),
+        "launch_s": round(t_launch_end - t_start, 4),
+        "completed": t.completed,
+        "errors": n_err,
+        "error_kinds": dict(t.errors),
         "streams_per_s": t.completed / wall if wall > 0 else 0.0,
-        "events": t.events, "events_per_s": t.events / wall if wall > 0 else 0.0,
-        "bytes": t.bytes, "max_open": t.max_open,
-        "ttfe_p50_ms": _ms(pct(ttfe, 0.50)), "ttfe_p99_ms": _ms(pct(ttfe, 0.99)),
+        "events": t.events,
+        "events_per_s": t.events / wall if wall > 0 else 0.0,
+        "bytes": t.bytes,
+        "max_open": t.max_open,
+        "ttfe_p50_ms": _ms(pct(ttfe, 0.50)),
+        "ttfe_p99_ms": _ms(pct(ttfe, 0.99)),
         "lat_samples": len(lat),
-        "lat_p50_ms": _ms(pct(lat, 0.50)), "lat_p99_ms": _ms(pct(lat, 0.99)),
+        "lat_p50_ms": _ms(pct(lat, 0.50)),
+        "lat_p99_ms": _ms(pct(lat, 0.99)),
         "lat_max_ms": _ms(float(lat[-1]) if lat else None),
         "loadgen_cpu_s": round(cpu, 4),
     }
@@ -569,14 +606,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_uvloop:
         try:
             import uvloop
+
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
-    variant = args.variant or ("tool" if "v=tool" in args.model else
-                               "reasoning" if "v=reasoning" in args.model else "text")
-    spec = LoadSpec(url=args.url, model=args.model, variant=variant, transport="ws" if args.ws else "sse",
-                    concurrency=args.concurrency,
-                    duration=args.duration, requests=args.requests, drain_timeout=args.drain_timeout)
+    variant = args.variant or (
+        "tool" if "v=tool" in args.model else "reasoning" if "v=reasoning" in args.model else "text"
+    )
+    spec = LoadSpec(
+        url=args.url,
+        model=args.model,
+        variant=variant,
+        transport="ws" if args.ws else "sse",
+        concurrency=args.concurrency,
+        duration=args.duration,
+        requests=args.requests,
+        drain_timeout=args.drain_timeout,
+    )
     res = asyncio.run(run_load(spec))
     sys.stdout.write(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0 if res["errors"] == 0 else 1

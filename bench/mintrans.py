@@ -36,8 +36,7 @@ def make_app(upstream: str, upstream_api: str) -> web.Application:
     base = upstream.rstrip("/")
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
-        app[SESSION] = ClientSession(connector=TCPConnector(limit=0),
-                                     timeout=ClientTimeout(total=None, sock_read=300))
+        app[SESSION] = ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=None, sock_read=300))
         yield
         await app[SESSION].close()
 
@@ -47,17 +46,29 @@ def make_app(upstream: str, upstream_api: str) -> web.Application:
     async def forward(request: web.Request) -> web.StreamResponse:
         """Responses client -> chat upstream."""
         req = orjson.loads(await request.read())
-        body = {"model": req["model"], "messages": [{"role": "user", "content": req.get("input", "")}],
-                "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": req["model"],
+            "messages": [{"role": "user", "content": req.get("input", "")}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         seq = 0
-        async with request.app[SESSION].post(base + "/chat/completions", data=orjson.dumps(body),
-                                             headers={"Content-Type": "application/json"}) as up:
+        async with request.app[SESSION].post(
+            base + "/chat/completions", data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+        ) as up:
             await resp.prepare(request)
-            out = [b"event: response.created\ndata: " + orjson.dumps(
-                {"type": "response.created", "sequence_number": 0,
-                 "response": {"id": "resp_min", "object": "response", "status": "in_progress",
-                              "output": []}}) + b"\n\n"]
+            out = [
+                b"event: response.created\ndata: "
+                + orjson.dumps(
+                    {
+                        "type": "response.created",
+                        "sequence_number": 0,
+                        "response": {"id": "resp_min", "object": "response", "status": "in_progress", "output": []},
+                    }
+                )
+                + b"\n\n"
+            ]
             seq = 1
             tail = b""
             async for chunk in up.content.iter_any():
@@ -81,17 +92,37 @@ def make_app(upstream: str, upstream_api: str) -> web.Application:
                             continue
                     else:
                         continue
-                    out.append(b"event: " + typ.encode() + b"\ndata: " + orjson.dumps(
-                        {"type": typ, "sequence_number": seq, "item_id": "msg_min", "output_index": 0,
-                         "content_index": 0, "delta": text}) + b"\n\n")
+                    out.append(
+                        b"event: "
+                        + typ.encode()
+                        + b"\ndata: "
+                        + orjson.dumps(
+                            {
+                                "type": typ,
+                                "sequence_number": seq,
+                                "item_id": "msg_min",
+                                "output_index": 0,
+                                "content_index": 0,
+                                "delta": text,
+                            }
+                        )
+                        + b"\n\n"
+                    )
                     seq += 1
                 if out:
                     await resp.write(b"".join(out))
                     out = []
-            await resp.write(b"event: response.completed\ndata: " + orjson.dumps(
-                {"type": "response.completed", "sequence_number": seq,
-                 "response": {"id": "resp_min", "object": "response", "status": "completed",
-                              "output": []}}) + b"\n\n")
+            await resp.write(
+                b"event: response.completed\ndata: "
+                + orjson.dumps(
+                    {
+                        "type": "response.completed",
+                        "sequence_number": seq,
+                        "response": {"id": "resp_min", "object": "response", "status": "completed", "output": []},
+                    }
+                )
+                + b"\n\n"
+            )
         await resp.write_eof()
         return resp
 
@@ -102,8 +133,9 @@ def make_app(upstream: str, upstream_api: str) -> web.Application:
         body = {"model": req["model"], "input": text_in, "stream": True}
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         head = b'data: {"id":"chatcmpl-min","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":'
-        async with request.app[SESSION].post(base + "/responses", data=orjson.dumps(body),
-                                             headers={"Content-Type": "application/json"}) as up:
+        async with request.app[SESSION].post(
+            base + "/responses", data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+        ) as up:
             await resp.prepare(request)
             tail = b""
             async for chunk in up.content.iter_any():
@@ -113,7 +145,7 @@ def make_app(upstream: str, upstream_api: str) -> web.Application:
                     i = fr.find(b"data: ")
                     if i < 0:
                         continue
-                    obj = orjson.loads(fr[i + 6:])
+                    obj = orjson.loads(fr[i + 6 :])
                     typ = obj.get("type", "")
                     if typ.endswith(".delta"):
                         key = "reasoning_content" if "reasoning" in typ else "content"
@@ -148,9 +180,15 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {args.cpu})
     if args.uvloop:
         import uvloop
+
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    web.run_app(make_app(args.upstream, args.upstream_api), host=args.host, port=args.port, access_log=None,
-                print=lambda *_: print(f"mintrans listening on http://{args.host}:{args.port}", flush=True))
+    web.run_app(
+        make_app(args.upstream, args.upstream_api),
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"mintrans listening on http://{args.host}:{args.port}", flush=True),
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,19 @@ from collections.abc import AsyncIterator
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
-HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade",
-       "proxy-connection", "te", "trailer", "content-encoding", "accept-encoding"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "host",
+    "upgrade",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "content-encoding",
+    "accept-encoding",
+}
 SESSION = web.AppKey("session", ClientSession)
 
 
@@ -30,9 +41,11 @@ def make_app(upstream: str) -> web.Application:
     strip_v1 = base.endswith("/v1")
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
-        sess = ClientSession(connector=TCPConnector(limit=0, force_close=False),
-                             timeout=ClientTimeout(total=None, sock_connect=10, sock_read=300),
-                             auto_decompress=False)
+        sess = ClientSession(
+            connector=TCPConnector(limit=0, force_close=False),
+            timeout=ClientTimeout(total=None, sock_connect=10, sock_read=300),
+            auto_decompress=False,
+        )
         app[SESSION] = sess
         yield
         await sess.close()
@@ -46,8 +59,7 @@ def make_app(upstream: str) -> web.Application:
             path = path[3:]
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
-        async with request.app[SESSION].request(request.method, base + path, data=body,
-                                                headers=headers) as up:
+        async with request.app[SESSION].request(request.method, base + path, data=body, headers=headers) as up:
             resp = web.StreamResponse(status=up.status, reason=up.reason)
             for k, v in up.headers.items():
                 if k.lower() not in HOP:
@@ -77,11 +89,16 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {args.cpu})
     if args.uvloop:
         import uvloop
+
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    web.run_app(make_app(args.upstream), host=args.host, port=args.port, access_log=None,
-                print=lambda *_: print(f"passthrough listening on http://{args.host}:{args.port}",
-                                       flush=True),
-                backlog=1024)
+    web.run_app(
+        make_app(args.upstream),
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"passthrough listening on http://{args.host}:{args.port}", flush=True),
+        backlog=1024,
+    )
 
 
 if __name__ == "__main__":

@@ -30,9 +30,22 @@ class Recorder:
     def __init__(self, exe: str, pid: int, out: Path, cpu: int | None, rate: int = 250) -> None:
         self.out = out
         self.proc = subprocess.Popen(
-            [exe, "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking", "--format", "raw",
-             "--output", str(out)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                exe,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                str(rate),
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         if cpu is not None:
             os.sched_setaffinity(self.proc.pid, {cpu})
 

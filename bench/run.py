@@ -70,11 +70,20 @@ import upstream as upstream_mod  # noqa: E402
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
-BUDGETS = {"geomean": 1.3, "max_cell": 2.0, "paced_p50_ms": 0.5, "paced_p99_ratio": 1.5,
-           "paced_cpu_ratio": 1.5, "rss_kib_per_stream": 64.0,
-           # issue 18: A/B against the build before a change; WebSocket cells
-           "ab_geomean": 1.03, "ab_max_cell": 1.10, "ws_cpu_vs_sse": 1.0, "rss_kib_per_socket": 64.0,
-           "idle_cpu_ms": 5.0}
+BUDGETS = {
+    "geomean": 1.3,
+    "max_cell": 2.0,
+    "paced_p50_ms": 0.5,
+    "paced_p99_ratio": 1.5,
+    "paced_cpu_ratio": 1.5,
+    "rss_kib_per_stream": 64.0,
+    # issue 18: A/B against the build before a change; WebSocket cells
+    "ab_geomean": 1.03,
+    "ab_max_cell": 1.10,
+    "ws_cpu_vs_sse": 1.0,
+    "rss_kib_per_socket": 64.0,
+    "idle_cpu_ms": 5.0,
+}
 WS_LABELS = ("crossfeed", "crossfeed-base")  # the targets with a WebSocket mode (when they have one)
 
 
@@ -87,14 +96,14 @@ class Cell:
     c: int
     n: int
     v: str = "text"
-    d: float = 0.0           # ms between deltas
+    d: float = 0.0  # ms between deltas
     b: int = 24
-    duration: float = 2.0    # seconds of launching streams (then drain)
+    duration: float = 2.0  # seconds of launching streams (then drain)
     requests: int | None = None
     stagger: float = 0.0
-    group: str = "info"      # "geo": in the geomean/max set; "paced": the paced budget cell; "ws"
-    fresh: bool = False      # restart the targets before this cell (clean RSS per stream)
-    transport: str = "sse"   # "ws": crossfeed's WebSocket mode (forward, crossfeed targets only)
+    group: str = "info"  # "geo": in the geomean/max set; "paced": the paced budget cell; "ws"
+    fresh: bool = False  # restart the targets before this cell (clean RSS per stream)
+    transport: str = "sse"  # "ws": crossfeed's WebSocket mode (forward, crossfeed targets only)
     twin: str | None = None  # ws cells: the SSE cell of the same shape
 
     @property
@@ -104,8 +113,7 @@ class Cell:
 
 def ws_twin(cell: Cell) -> Cell:
     """The WebSocket cell of an SSE cell's shape (run right after it)."""
-    return Cell(**{**asdict(cell), "name": f"ws {cell.name}", "group": "ws", "transport": "ws",
-                   "twin": cell.name})
+    return Cell(**{**asdict(cell), "name": f"ws {cell.name}", "group": "ws", "transport": "ws", "twin": cell.name})
 
 
 def full_cells(duration: float, paced_n: int = 200) -> list[Cell]:
@@ -118,8 +126,19 @@ def full_cells(duration: float, paced_n: int = 200) -> list[Cell]:
     cells.append(Cell("c16 n200 tool", 16, 200, v="tool", duration=duration, group="geo"))
     cells.append(Cell("c16 n200 text", 16, 200, duration=duration))
     cells.append(Cell("c16 n200 reasoning", 16, 200, v="reasoning", duration=duration))
-    cells.append(Cell(f"paced c256 n{paced_n} d20", 256, paced_n, d=20.0, requests=256, duration=30.0,
-                      stagger=0.5, group="paced", fresh=True))
+    cells.append(
+        Cell(
+            f"paced c256 n{paced_n} d20",
+            256,
+            paced_n,
+            d=20.0,
+            requests=256,
+            duration=30.0,
+            stagger=0.5,
+            group="paced",
+            fresh=True,
+        )
+    )
     cells.append(ws_twin(cells[-1]))
     return cells
 
@@ -248,8 +267,9 @@ class Proc:
 
     def start(self) -> None:
         with open(self.log_path, "ab") as logf:
-            self.popen = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, cwd=self.cwd,
-                                          env=self.env, start_new_session=True)
+            self.popen = subprocess.Popen(
+                self.argv, stdout=logf, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env, start_new_session=True
+            )
         if self.cpu is not None:
             # right after the spawn, long before the interpreter starts any thread
             os.sched_setaffinity(self.popen.pid, {self.cpu})
@@ -297,7 +317,7 @@ async def http_get(port: int, path: str, timeout: float = 2.0) -> tuple[int, byt
             size = int(size_s.split(b";")[0] or b"0", 16)
             if size == 0:
                 break
-            out, rest = out + rest[:size], rest[size + 2:]
+            out, rest = out + rest[:size], rest[size + 2 :]
         body = out
     return status, body
 
@@ -306,8 +326,10 @@ async def wait_ready(proc: Proc, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
-            raise StartError(f"{proc.name} exited with status {proc.popen.returncode if proc.popen else '?'}"
-                             f" before it answered /healthz; log {proc.log_path}:\n{proc.log_tail()}")
+            raise StartError(
+                f"{proc.name} exited with status {proc.popen.returncode if proc.popen else '?'}"
+                f" before it answered /healthz; log {proc.log_path}:\n{proc.log_tail()}"
+            )
         try:
             status, _ = await http_get(proc.port, "/healthz", 1.0)
             if status == 200:
@@ -315,8 +337,9 @@ async def wait_ready(proc: Proc, timeout: float) -> None:
         except (TimeoutError, OSError, ValueError, IndexError):
             pass
         await asyncio.sleep(0.05)
-    raise StartError(f"{proc.name} did not answer /healthz within {timeout:.0f}s; log {proc.log_path}:\n"
-                     f"{proc.log_tail()}")
+    raise StartError(
+        f"{proc.name} did not answer /healthz within {timeout:.0f}s; log {proc.log_path}:\n{proc.log_tail()}"
+    )
 
 
 class StartError(RuntimeError):
@@ -329,10 +352,11 @@ class StartError(RuntimeError):
 @dataclass
 class Target:
     """One thing the load generator talks to, for one direction."""
-    label: str          # passthrough | crossfeed | direct
-    direction: str      # forward | reverse
-    proc: Proc | None   # None for direct
-    path: str           # client path
+
+    label: str  # passthrough | crossfeed | direct
+    direction: str  # forward | reverse
+    proc: Proc | None  # None for direct
+    path: str  # client path
     port: int
 
     @property
@@ -364,13 +388,31 @@ class Env:
             if self.args.passthrough_loop == "uvloop":
                 argv.append("--uvloop")
         elif key.startswith("mintrans"):
-            argv = [py, str(HERE / "mintrans.py"), "--port", str(port), "--upstream", self.upstream_url,
-                    "--upstream-api", "responses" if key.endswith("reverse") else "chat"]
+            argv = [
+                py,
+                str(HERE / "mintrans.py"),
+                "--port",
+                str(port),
+                "--upstream",
+                self.upstream_url,
+                "--upstream-api",
+                "responses" if key.endswith("reverse") else "chat",
+            ]
             if self.args.passthrough_loop == "uvloop":
                 argv.append("--uvloop")
         else:  # crossfeed-forward | crossfeed-reverse | crossfeed-base-forward | crossfeed-base-reverse
-            argv = [py, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(port),
-                    "--upstream", self.upstream_url]
+            argv = [
+                py,
+                "-m",
+                "proxy",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--upstream",
+                self.upstream_url,
+            ]
             if key.endswith("-reverse"):
                 argv += ["--upstream-api", "responses"]
             argv += self.args.crossfeed_arg
@@ -413,25 +455,43 @@ def check_base_tree(python: str, tree: str) -> str:
     if not (root / "proxy" / "__main__.py").is_file():
         raise StartError(f"--baseline-tree {tree}: no proxy/__main__.py there")
     cwd, env = base_env(tree)
-    out = subprocess.run([python, "-c", "import proxy, translators; print(proxy.__file__); "
-                          "print(translators.__file__)"], cwd=cwd, env=env, capture_output=True,
-                         text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [python, "-c", "import proxy, translators; print(proxy.__file__); print(translators.__file__)"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     files = out.stdout.split()
     if out.returncode != 0 or len(files) != 2 or not all(Path(f).resolve().is_relative_to(root) for f in files):
-        raise StartError(f"--baseline-tree {tree}: the interpreter imports {files or out.stderr.strip()!r}, "
-                         f"not the tree's own packages")
+        raise StartError(
+            f"--baseline-tree {tree}: the interpreter imports {files or out.stderr.strip()!r}, "
+            f"not the tree's own packages"
+        )
     return files[0]
 
 
 def git_describe(path: Path) -> str:
     """Short commit of a checkout, and whether proxy/ or translators/ have changes (read-only git)."""
     try:
-        head = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=False)
+        head = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         if head.returncode != 0:
             return "not a git checkout"
-        st = subprocess.run(["git", "-C", str(path), "status", "--short", "proxy", "translators"],
-                            capture_output=True, text=True, timeout=10, check=False)
+        st = subprocess.run(
+            ["git", "-C", str(path), "status", "--short", "proxy", "translators"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return "git unavailable"
     dirty = [ln[3:] for ln in st.stdout.splitlines() if ln.strip()]
@@ -464,10 +524,17 @@ async def ws_probe(env: Env) -> None:
                 frames.append("<no frame within 10 s>")
             await ws.close()
         if not frames or loadgen.WS_TERMINAL_OK not in frames[-1][:120]:
-            print(f"bench: WebSocket probe of {label} failed; last frame: {frames[-1][:300] if frames else None}"
-                  + (" (crossfeed asked the chat upstream for stream: false; --upstream-stream-always makes the "
-                     "fake upstream stream anyway)" if frames and "only streams" in frames[-1] else ""),
-                  file=sys.stderr, flush=True)
+            print(
+                f"bench: WebSocket probe of {label} failed; last frame: {frames[-1][:300] if frames else None}"
+                + (
+                    " (crossfeed asked the chat upstream for stream: false; --upstream-stream-always makes the "
+                    "fake upstream stream anyway)"
+                    if frames and "only streams" in frames[-1]
+                    else ""
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def proc_key(label: str, direction: str) -> str:
@@ -499,9 +566,17 @@ async def upstream_frames(env: Env) -> int:
 
 async def measure(env: Env, target: Target, cell: Cell, rep: int = 0) -> dict:
     model = upstream_mod.model_name(cell.n, b=cell.b, d=cell.d, v=cell.v, w=env.args.write_batch)
-    spec = loadgen.LoadSpec(url=target.url, model=model, variant=cell.v, transport=cell.transport,
-                            concurrency=cell.c, duration=cell.duration, requests=cell.requests,
-                            drain_timeout=env.args.drain_timeout, stagger=cell.stagger)
+    spec = loadgen.LoadSpec(
+        url=target.url,
+        model=model,
+        variant=cell.v,
+        transport=cell.transport,
+        concurrency=cell.c,
+        duration=cell.duration,
+        requests=cell.requests,
+        drain_timeout=env.args.drain_timeout,
+        stagger=cell.stagger,
+    )
     pid = target.proc.pid if target.proc else None
     assert env.upstream is not None
     up_pid = env.upstream.pid
@@ -547,23 +622,28 @@ async def measure(env: Env, target: Target, cell: Cell, rep: int = 0) -> dict:
         await samp
     f1 = await upstream_frames(env)
     frames = f1 - f0
-    res.update({
-        "target": target.label, "direction": target.direction, "cell": cell.name,
-        "frames": frames,
-        "cpu_s": round(cpu1 - cpu0, 4),
-        "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / frames if (pid and frames) else None,
-        # the target's read and write system calls per upstream frame (both sockets)
-        "reads_per_chunk": (io1[0] - io0[0]) / frames if (pid and frames) else None,
-        "writes_per_chunk": (io1[1] - io0[1]) / frames if (pid and frames) else None,
-        "cpu_util": ((cpu1 - cpu0) if pid else (up1 - up0)) / res["wall_s"] if res["wall_s"] else None,
-        "upstream_us_per_chunk": (up1 - up0) * 1e6 / frames if frames else None,
-        "background_cpu": max(0.0, sys1 - sys0) / res["wall_s"] if res["wall_s"] else None,
-        "steal_cpu": (steal1 - steal0) / res["wall_s"] if res["wall_s"] else None,
-        "loadgen_us_per_event": res["loadgen_cpu_s"] * 1e6 / res["events"] if res["events"] else None,
-        "rss_base_kib": rss_base, "rss_peak_kib": rss_peak,
-        "hwm_kib": status_kib(pid, "VmHWM:") if pid else None,
-        "rss_kib_per_stream": ((rss_peak - rss_base) / res["max_open"]) if (pid and res["max_open"]) else None,
-    })
+    res.update(
+        {
+            "target": target.label,
+            "direction": target.direction,
+            "cell": cell.name,
+            "frames": frames,
+            "cpu_s": round(cpu1 - cpu0, 4),
+            "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / frames if (pid and frames) else None,
+            # the target's read and write system calls per upstream frame (both sockets)
+            "reads_per_chunk": (io1[0] - io0[0]) / frames if (pid and frames) else None,
+            "writes_per_chunk": (io1[1] - io0[1]) / frames if (pid and frames) else None,
+            "cpu_util": ((cpu1 - cpu0) if pid else (up1 - up0)) / res["wall_s"] if res["wall_s"] else None,
+            "upstream_us_per_chunk": (up1 - up0) * 1e6 / frames if frames else None,
+            "background_cpu": max(0.0, sys1 - sys0) / res["wall_s"] if res["wall_s"] else None,
+            "steal_cpu": (steal1 - steal0) / res["wall_s"] if res["wall_s"] else None,
+            "loadgen_us_per_event": res["loadgen_cpu_s"] * 1e6 / res["events"] if res["events"] else None,
+            "rss_base_kib": rss_base,
+            "rss_peak_kib": rss_peak,
+            "hwm_kib": status_kib(pid, "VmHWM:") if pid else None,
+            "rss_kib_per_stream": ((rss_peak - rss_base) / res["max_open"]) if (pid and res["max_open"]) else None,
+        }
+    )
     if pid and not target.proc.alive():  # type: ignore[union-attr]
         res["errors"] += 1
         res["error_kinds"]["target_died"] = 1
@@ -580,12 +660,20 @@ async def warm(env: Env, target: Target, quick: bool) -> None:
         for v in ("text", "tool", "reasoning"):
             cell = Cell("warmup", 4, 20 if quick else 200, v=v, duration=0.1 if quick else 0.4)
             model = upstream_mod.model_name(cell.n, v=v, w=env.args.write_batch)
-            spec = loadgen.LoadSpec(url=target.url, model=model, variant=v, transport=transport,
-                                    concurrency=cell.c, duration=cell.duration, drain_timeout=10)
+            spec = loadgen.LoadSpec(
+                url=target.url,
+                model=model,
+                variant=v,
+                transport=transport,
+                concurrency=cell.c,
+                duration=cell.duration,
+                drain_timeout=10,
+            )
             res = await loadgen.run_load(spec)
             if res["errors"]:
-                print(f"  warmup {target.label} {target.direction} {transport} {v}: {res['error_kinds']}",
-                      file=sys.stderr)
+                print(
+                    f"  warmup {target.label} {target.direction} {transport} {v}: {res['error_kinds']}", file=sys.stderr
+                )
 
 
 # ---------------------------------------------------------------------------- idle-socket check
@@ -652,8 +740,12 @@ def tcp_conns_to(pid: int, port: int) -> int:
                 next(f)
                 for line in f:
                     fields = line.split()
-                    if (len(fields) > 9 and fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port
-                            and fields[9] in inodes):
+                    if (
+                        len(fields) > 9
+                        and fields[3] == "01"
+                        and int(fields[2].rsplit(":", 1)[1], 16) == port
+                        and fields[9] in inodes
+                    ):
                         n += 1
         except (OSError, StopIteration, ValueError):
             pass
@@ -676,10 +768,14 @@ async def idle_window(env: Env, pid: int, seconds: float) -> dict:
     ns1, cs1 = sched_ns(pid), ctx_switches(pid)
     conns1 = tcp_conns_to(pid, env.upstream.port)
     st1 = await upstream_stats(env)
-    return {"seconds": seconds, "cpu_ms": (ns1 - ns0) / 1e6, "wakeups": cs1 - cs0,
-            "upstream_active": max(st0["active"], st1["active"]),
-            "upstream_open": max(st0["open"], st1["open"]) - 1,  # less the /stats request's own
-            "crossfeed_upstream_conns": max(conns0, conns1)}
+    return {
+        "seconds": seconds,
+        "cpu_ms": (ns1 - ns0) / 1e6,
+        "wakeups": cs1 - cs0,
+        "upstream_active": max(st0["active"], st1["active"]),
+        "upstream_open": max(st0["open"], st1["open"]) - 1,  # less the /stats request's own
+        "crossfeed_upstream_conns": max(conns0, conns1),
+    }
 
 
 async def idle_check(env: Env, label: str, rep: int) -> dict:
@@ -711,10 +807,18 @@ async def idle_check(env: Env, label: str, rep: int) -> dict:
         still_open = socks.open_count()
     finally:
         await socks.close()
-    return {"target": label, "rep": rep, "sockets": n, "turn_concurrency": conc, **opened,
-            "still_open": still_open, "control": control, "idle": idle,
-            "rss_kib_per_idle_socket": (rss1 - rss0) / n if n else None,
-            "target_alive": tgt.proc.alive()}  # type: ignore[union-attr]
+    return {
+        "target": label,
+        "rep": rep,
+        "sockets": n,
+        "turn_concurrency": conc,
+        **opened,
+        "still_open": still_open,
+        "control": control,
+        "idle": idle,
+        "rss_kib_per_idle_socket": (rss1 - rss0) / n if n else None,
+        "target_alive": tgt.proc is not None and tgt.proc.alive(),
+    }
 
 
 # ---------------------------------------------------------------------------- aggregation and report
@@ -740,8 +844,11 @@ def paired(rs: list[dict], base: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def cpu_ratios(pairs: list[tuple[dict, dict]]) -> list[float]:
-    return [a["cpu_us_per_chunk"] / b["cpu_us_per_chunk"] for a, b in pairs
-            if a.get("cpu_us_per_chunk") and b.get("cpu_us_per_chunk")]
+    return [
+        a["cpu_us_per_chunk"] / b["cpu_us_per_chunk"]
+        for a, b in pairs
+        if a.get("cpu_us_per_chunk") and b.get("cpu_us_per_chunk")
+    ]
 
 
 def aggregate(runs: list[dict], cells: list[Cell], directions: list[str], labels: list[str]) -> list[dict]:
@@ -758,13 +865,35 @@ def aggregate(runs: list[dict], cells: list[Cell], directions: list[str], labels
                 rs = of(direction, cell.name, label)
                 if not rs:
                     continue
-                row = {"direction": direction, "cell": cell.name, "group": cell.group, "target": label,
-                       "transport": cell.transport, "paced": cell.paced, "twin": cell.twin,
-                       "repeats": len(rs)}
-                for k in ("streams_per_s", "events_per_s", "ttfe_p50_ms", "ttfe_p99_ms", "lat_p50_ms",
-                          "lat_p99_ms", "cpu_us_per_chunk", "cpu_util", "upstream_us_per_chunk",
-                          "loadgen_us_per_event", "rss_peak_kib", "rss_kib_per_stream", "hwm_kib",
-                          "background_cpu", "steal_cpu", "reads_per_chunk", "writes_per_chunk"):
+                row = {
+                    "direction": direction,
+                    "cell": cell.name,
+                    "group": cell.group,
+                    "target": label,
+                    "transport": cell.transport,
+                    "paced": cell.paced,
+                    "twin": cell.twin,
+                    "repeats": len(rs),
+                }
+                for k in (
+                    "streams_per_s",
+                    "events_per_s",
+                    "ttfe_p50_ms",
+                    "ttfe_p99_ms",
+                    "lat_p50_ms",
+                    "lat_p99_ms",
+                    "cpu_us_per_chunk",
+                    "cpu_util",
+                    "upstream_us_per_chunk",
+                    "loadgen_us_per_event",
+                    "rss_peak_kib",
+                    "rss_kib_per_stream",
+                    "hwm_kib",
+                    "background_cpu",
+                    "steal_cpu",
+                    "reads_per_chunk",
+                    "writes_per_chunk",
+                ):
                     row[k] = med([r.get(k) for r in rs])
                 row["cpu_spread"] = spread([r.get("cpu_us_per_chunk") for r in rs])
                 row["completed"] = sum(r["completed"] for r in rs)
@@ -780,11 +909,20 @@ def aggregate(runs: list[dict], cells: list[Cell], directions: list[str], labels
                     ratios = cpu_ratios(pairs)
                     row["cpu_ratio"] = med(ratios)
                     row["cpu_ratio_spread"] = spread(ratios)
-                    row["lat_p50_delta_ms"] = med([a["lat_p50_ms"] - b["lat_p50_ms"] for a, b in pairs
-                                                   if a.get("lat_p50_ms") is not None
-                                                   and b.get("lat_p50_ms") is not None])
-                    row["lat_p99_ratio"] = med([a["lat_p99_ms"] / b["lat_p99_ms"] for a, b in pairs
-                                                if a.get("lat_p99_ms") and b.get("lat_p99_ms")])
+                    row["lat_p50_delta_ms"] = med(
+                        [
+                            a["lat_p50_ms"] - b["lat_p50_ms"]
+                            for a, b in pairs
+                            if a.get("lat_p50_ms") is not None and b.get("lat_p50_ms") is not None
+                        ]
+                    )
+                    row["lat_p99_ratio"] = med(
+                        [
+                            a["lat_p99_ms"] / b["lat_p99_ms"]
+                            for a, b in pairs
+                            if a.get("lat_p99_ms") and b.get("lat_p99_ms")
+                        ]
+                    )
                 # A/B: crossfeed against crossfeed-base, same cell, same repeat
                 if label == "crossfeed":
                     ab = cpu_ratios(paired(rs, of(direction, cell.name, "crossfeed-base")))
@@ -815,39 +953,65 @@ def _pct(v: float | None) -> str:
 
 
 def render_table(rows: list[dict]) -> str:
-    head = ["dir", "cell", "target", "streams/s", "events/s", "ttfe p50/p99 ms", "lat p50/p99 ms",
-            "cpu µs/chunk", "vs pt", "cpu%", "rss MiB", "KiB/stream", "up µs/ch", "bg%", "errors"]
+    head = [
+        "dir",
+        "cell",
+        "target",
+        "streams/s",
+        "events/s",
+        "ttfe p50/p99 ms",
+        "lat p50/p99 ms",
+        "cpu µs/chunk",
+        "vs pt",
+        "cpu%",
+        "rss MiB",
+        "KiB/stream",
+        "up µs/ch",
+        "bg%",
+        "errors",
+    ]
     extra = [(k, h) for k, h in (("ab_ratio", "vs base"), ("ws_vs_sse", "vs SSE")) if any(r.get(k) for r in rows)]
     head[9:9] = [h for _, h in extra]
     out = []
     for r in rows:
-        out.append([
-            r["direction"][:3], r["cell"], r["target"],
-            _f(r["streams_per_s"], ".1f"), _f(r["events_per_s"], ".0f"),
-            f"{_f(r['ttfe_p50_ms'], '.2f')}/{_f(r['ttfe_p99_ms'], '.2f')}",
-            f"{_f(r['lat_p50_ms'], '.2f')}/{_f(r['lat_p99_ms'], '.2f')}",
-            f"{_f(r['cpu_us_per_chunk'], '.2f')} {_pct(r['cpu_spread'])}".strip(),
-            (f"{r['cpu_ratio']:.2f}x {_pct(r.get('cpu_ratio_spread'))}".strip()
-             if r.get("cpu_ratio") is not None else ""),
-            *[(f"{r[k]:.2f}x {_pct(r.get(k + '_spread'))}".strip() if r.get(k) is not None else "")
-              for k, _ in extra],
-            _f(r["cpu_util"] * 100 if r["cpu_util"] is not None else None, ".0f"),
-            _f(r["rss_peak_kib"] / 1024 if r["rss_peak_kib"] else None, ".1f"),
-            _f(r["rss_kib_per_stream"], ".1f") if r.get("paced") else "",
-            _f(r["upstream_us_per_chunk"], ".2f"),
-            _f(r["background_cpu"] * 100 if r["background_cpu"] is not None else None, ".0f"),
-            str(r["errors"]) + (f" {r['error_kinds']}" if r["errors"] else ""),
-        ])
+        out.append(
+            [
+                r["direction"][:3],
+                r["cell"],
+                r["target"],
+                _f(r["streams_per_s"], ".1f"),
+                _f(r["events_per_s"], ".0f"),
+                f"{_f(r['ttfe_p50_ms'], '.2f')}/{_f(r['ttfe_p99_ms'], '.2f')}",
+                f"{_f(r['lat_p50_ms'], '.2f')}/{_f(r['lat_p99_ms'], '.2f')}",
+                f"{_f(r['cpu_us_per_chunk'], '.2f')} {_pct(r['cpu_spread'])}".strip(),
+                (
+                    f"{r['cpu_ratio']:.2f}x {_pct(r.get('cpu_ratio_spread'))}".strip()
+                    if r.get("cpu_ratio") is not None
+                    else ""
+                ),
+                *[
+                    (f"{r[k]:.2f}x {_pct(r.get(k + '_spread'))}".strip() if r.get(k) is not None else "")
+                    for k, _ in extra
+                ],
+                _f(r["cpu_util"] * 100 if r["cpu_util"] is not None else None, ".0f"),
+                _f(r["rss_peak_kib"] / 1024 if r["rss_peak_kib"] else None, ".1f"),
+                _f(r["rss_kib_per_stream"], ".1f") if r.get("paced") else "",
+                _f(r["upstream_us_per_chunk"], ".2f"),
+                _f(r["background_cpu"] * 100 if r["background_cpu"] is not None else None, ".0f"),
+                str(r["errors"]) + (f" {r['error_kinds']}" if r["errors"] else ""),
+            ]
+        )
     widths = [max(len(head[i]), *(len(row[i]) for row in out)) if out else len(head[i]) for i in range(len(head))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), "  ".join("-" * w for w in widths)]
     prev = None
     for row in out:
         key = (row[0], row[1])
         if prev is not None and key != prev:
             lines.append("")
         prev = key
-        lines.append("  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+        lines.append(
+            "  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        )
     return "\n".join(lines)
 
 
@@ -869,8 +1033,10 @@ def summarise(rows: list[dict], direction: str, label: str = "crossfeed") -> tup
         worst = max(geo, key=lambda r: r["cpu_ratio"])
         s.update(geomean=gm, max_cell=worst["cpu_ratio"], max_cell_name=worst["cell"], geo_cells=len(geo))
         parts.append(f"cpu/chunk geomean {gm:.2f}x (≤{BUDGETS['geomean']}) {verdict(gm <= BUDGETS['geomean'])}")
-        parts.append(f"max {worst['cpu_ratio']:.2f}x [{worst['cell']}] (≤{BUDGETS['max_cell']}) "
-                     f"{verdict(worst['cpu_ratio'] <= BUDGETS['max_cell'])}")
+        parts.append(
+            f"max {worst['cpu_ratio']:.2f}x [{worst['cell']}] (≤{BUDGETS['max_cell']}) "
+            f"{verdict(worst['cpu_ratio'] <= BUDGETS['max_cell'])}"
+        )
     paced = [r for r in cf if r["group"] == "paced"]
     for r in paced:
         p = pt.get(r["cell"])
@@ -892,15 +1058,20 @@ def summarise(rows: list[dict], direction: str, label: str = "crossfeed") -> tup
         if r.get("rss_kib_per_stream") is not None:
             k = r["rss_kib_per_stream"]
             ptk = p.get("rss_kib_per_stream") if p else None
-            parts.append(f"rss {k:.1f} KiB/stream (≤{BUDGETS['rss_kib_per_stream']:.0f}; pt "
-                         f"{_f(ptk, '.1f')}) {verdict(k <= BUDGETS['rss_kib_per_stream'])}")
+            parts.append(
+                f"rss {k:.1f} KiB/stream (≤{BUDGETS['rss_kib_per_stream']:.0f}; pt "
+                f"{_f(ptk, '.1f')}) {verdict(k <= BUDGETS['rss_kib_per_stream'])}"
+            )
             s["rss_kib_per_stream"] = k
     name = "" if label == "crossfeed" else f" ({label})"
     if not parts:
         return f"SUMMARY{name} {direction}: no cells to compare", s
     s["within_budgets"] = ok
-    return (f"SUMMARY{name} {direction} vs pass-through: " + "; ".join(parts)
-            + f" => {'within budgets' if ok else 'OVER BUDGET'}"), s
+    return (
+        f"SUMMARY{name} {direction} vs pass-through: "
+        + "; ".join(parts)
+        + f" => {'within budgets' if ok else 'OVER BUDGET'}"
+    ), s
 
 
 def geomean(vals: list[float]) -> float:
@@ -914,36 +1085,55 @@ def summarise_ab(rows: list[dict], direction: str) -> tuple[str, dict]:
     s: dict = {"direction": direction, "target": "crossfeed", "kind": "ab", "cells": {}}
     if not cf:
         return f"SUMMARY A/B {direction}: no cell ran both crossfeed and crossfeed-base", s
-    lines = [f"A/B {direction}: crossfeed (this tree) / crossfeed-base, CPU per upstream chunk, median of the "
-             "per-repeat ratios",
-             f"  {'cell':26s} {'base µs/ch':>10s} {'crossfeed':>10s} {'ratio':>7s}  per repeat"]
+    lines = [
+        f"A/B {direction}: crossfeed (this tree) / crossfeed-base, CPU per upstream chunk, median of the "
+        "per-repeat ratios",
+        f"  {'cell':26s} {'base µs/ch':>10s} {'crossfeed':>10s} {'ratio':>7s}  per repeat",
+    ]
     for r in cf:
         b = base.get(r["cell"], {})
-        lines.append(f"  {r['cell']:26s} {_f(b.get('cpu_us_per_chunk'), '.2f'):>10s} "
-                     f"{_f(r.get('cpu_us_per_chunk'), '.2f'):>10s} {r['ab_ratio']:6.3f}x  "
-                     + " ".join(f"{x:.3f}" for x in r["ab_ratios"]))
-        s["cells"][r["cell"]] = {"ratio": r["ab_ratio"], "ratios": r["ab_ratios"],
-                                 "crossfeed_us": r.get("cpu_us_per_chunk"), "base_us": b.get("cpu_us_per_chunk")}
+        lines.append(
+            f"  {r['cell']:26s} {_f(b.get('cpu_us_per_chunk'), '.2f'):>10s} "
+            f"{_f(r.get('cpu_us_per_chunk'), '.2f'):>10s} {r['ab_ratio']:6.3f}x  "
+            + " ".join(f"{x:.3f}" for x in r["ab_ratios"])
+        )
+        s["cells"][r["cell"]] = {
+            "ratio": r["ab_ratio"],
+            "ratios": r["ab_ratios"],
+            "crossfeed_us": r.get("cpu_us_per_chunk"),
+            "base_us": b.get("cpu_us_per_chunk"),
+        }
     gm = geomean([r["ab_ratio"] for r in cf])
     worst = max(cf, key=lambda r: r["ab_ratio"])
     geo = [r["ab_ratio"] for r in cf if r["group"] == "geo"]
-    s.update(geomean=gm, max_cell=worst["ab_ratio"], max_cell_name=worst["cell"], n_cells=len(cf),
-             geomean_geo_cells=geomean(geo) if geo else None)
+    s.update(
+        geomean=gm,
+        max_cell=worst["ab_ratio"],
+        max_cell_name=worst["cell"],
+        n_cells=len(cf),
+        geomean_geo_cells=geomean(geo) if geo else None,
+    )
     ok_gm, ok_max = gm <= BUDGETS["ab_geomean"], worst["ab_ratio"] <= BUDGETS["ab_max_cell"]
     s["within_budgets"] = ok_gm and ok_max
-    lines.append(f"SUMMARY A/B {direction} crossfeed vs crossfeed-base: geomean {gm:.3f}x over {len(cf)} cells "
-                 f"(≤{BUDGETS['ab_geomean']}) {'ok' if ok_gm else 'OVER'}"
-                 + (f" [throughput set {s['geomean_geo_cells']:.3f}x]" if geo else "")
-                 + f"; worst {worst['ab_ratio']:.3f}x [{worst['cell']}] (≤{BUDGETS['ab_max_cell']}) "
-                 f"{'ok' if ok_max else 'OVER'}")
+    lines.append(
+        f"SUMMARY A/B {direction} crossfeed vs crossfeed-base: geomean {gm:.3f}x over {len(cf)} cells "
+        f"(≤{BUDGETS['ab_geomean']}) {'ok' if ok_gm else 'OVER'}"
+        + (f" [throughput set {s['geomean_geo_cells']:.3f}x]" if geo else "")
+        + f"; worst {worst['ab_ratio']:.3f}x [{worst['cell']}] (≤{BUDGETS['ab_max_cell']}) "
+        f"{'ok' if ok_max else 'OVER'}"
+    )
     return "\n".join(lines), s
 
 
 def idle_ok(i: dict) -> bool:
     idle = i["idle"]
-    return (i["errors"] == 0 and i["still_open"] == i["sockets"] and idle["upstream_active"] == 0
-            and idle["crossfeed_upstream_conns"] <= max(i["turn_concurrency"], i["control"]["crossfeed_upstream_conns"])
-            and idle["cpu_ms"] <= BUDGETS["idle_cpu_ms"])
+    return (
+        i["errors"] == 0
+        and i["still_open"] == i["sockets"]
+        and idle["upstream_active"] == 0
+        and idle["crossfeed_upstream_conns"] <= max(i["turn_concurrency"], i["control"]["crossfeed_upstream_conns"])
+        and idle["cpu_ms"] <= BUDGETS["idle_cpu_ms"]
+    )
 
 
 def summarise_ws(rows: list[dict], idle: list[dict], label: str = "crossfeed") -> tuple[str, dict]:
@@ -960,25 +1150,36 @@ def summarise_ws(rows: list[dict], idle: list[dict], label: str = "crossfeed") -
         return "ok" if passed else "OVER"
 
     for r in ws:
-        d = {"cpu_us_per_chunk": r.get("cpu_us_per_chunk"), "sse_cpu_us_per_chunk": r.get("sse_cpu_us_per_chunk"),
-             "ws_vs_sse": r.get("ws_vs_sse"), "vs_pt": r.get("cpu_ratio"), "errors": r["errors"]}
-        txt = (f"{r['cell']}: {r['completed']} turns, {r['errors']} failed {verdict(r['errors'] == 0)}; "
-               f"cpu {_f(r.get('cpu_us_per_chunk'), '.2f')} µs/chunk, SSE {_f(r.get('sse_cpu_us_per_chunk'), '.2f')}")
+        d = {
+            "cpu_us_per_chunk": r.get("cpu_us_per_chunk"),
+            "sse_cpu_us_per_chunk": r.get("sse_cpu_us_per_chunk"),
+            "ws_vs_sse": r.get("ws_vs_sse"),
+            "vs_pt": r.get("cpu_ratio"),
+            "errors": r["errors"],
+        }
+        txt = (
+            f"{r['cell']}: {r['completed']} turns, {r['errors']} failed {verdict(r['errors'] == 0)}; "
+            f"cpu {_f(r.get('cpu_us_per_chunk'), '.2f')} µs/chunk, SSE {_f(r.get('sse_cpu_us_per_chunk'), '.2f')}"
+        )
         if r.get("ws_vs_sse") is not None:
             q = r["ws_vs_sse"]
             txt += f" = {q:.2f}x (≤{BUDGETS['ws_cpu_vs_sse']:.2f}) {verdict(q <= BUDGETS['ws_cpu_vs_sse'])}"
         if r.get("cpu_ratio") is not None:
             txt += f", vs pt SSE {r['cpu_ratio']:.2f}x"
         if r.get("writes_per_chunk") is not None:
-            txt += (f"; write calls/chunk {r['writes_per_chunk']:.2f} (SSE {_f(r.get('sse_writes_per_chunk'), '.2f')}), "
-                    f"reads {_f(r.get('reads_per_chunk'), '.2f')} (SSE {_f(r.get('sse_reads_per_chunk'), '.2f')})")
+            txt += (
+                f"; write calls/chunk {r['writes_per_chunk']:.2f} (SSE {_f(r.get('sse_writes_per_chunk'), '.2f')}), "
+                f"reads {_f(r.get('reads_per_chunk'), '.2f')} (SSE {_f(r.get('sse_reads_per_chunk'), '.2f')})"
+            )
             d["writes_per_chunk"], d["sse_writes_per_chunk"] = r["writes_per_chunk"], r.get("sse_writes_per_chunk")
             d["reads_per_chunk"], d["sse_reads_per_chunk"] = r.get("reads_per_chunk"), r.get("sse_reads_per_chunk")
         if r.get("paced") and r.get("rss_kib_per_stream") is not None:
             k = r["rss_kib_per_stream"]
-            txt += (f"; rss {k:.1f} KiB/socket (≤{BUDGETS['rss_kib_per_socket']:.0f}; SSE "
-                    f"{_f(r.get('sse_rss_kib_per_stream'), '.1f')} KiB/stream) "
-                    f"{verdict(k <= BUDGETS['rss_kib_per_socket'])}")
+            txt += (
+                f"; rss {k:.1f} KiB/socket (≤{BUDGETS['rss_kib_per_socket']:.0f}; SSE "
+                f"{_f(r.get('sse_rss_kib_per_stream'), '.1f')} KiB/stream) "
+                f"{verdict(k <= BUDGETS['rss_kib_per_socket'])}"
+            )
             d["rss_kib_per_socket"] = k
             d["lat_p50_ms"], d["lat_p99_ms"] = r.get("lat_p50_ms"), r.get("lat_p99_ms")
             d["sse_lat_p50_ms"], d["sse_lat_p99_ms"] = r.get("sse_lat_p50_ms"), r.get("sse_lat_p99_ms")
@@ -1000,16 +1201,29 @@ def summarise_ws(rows: list[dict], idle: list[dict], label: str = "crossfeed") -
             f"turns {its[0]['turn_concurrency']} at a time), cpu ≤{worst_cpu['idle']['cpu_ms']:.2f} ms (no socket: ≤"
             f"{max(i['control']['cpu_ms'] for i in its):.2f} ms; ≤{BUDGETS['idle_cpu_ms']:g}), wake-ups "
             f"{'/'.join(map(str, wake))} (no socket: {'/'.join(map(str, wake0))}), rss {_f(rss, '.1f')} KiB/idle "
-            f"socket {verdict(all_ok)}")
-        s["idle"] = {"sockets": n, "checks": len(its), "upstream_active": active, "crossfeed_upstream_conns": conns,
-                     "crossfeed_upstream_conns_before": conns0, "cpu_ms_max": worst_cpu["idle"]["cpu_ms"],
-                     "wakeups": wake, "control_wakeups": wake0, "rss_kib_per_idle_socket": rss, "ok": all_ok}
+            f"socket {verdict(all_ok)}"
+        )
+        s["idle"] = {
+            "sockets": n,
+            "checks": len(its),
+            "upstream_active": active,
+            "crossfeed_upstream_conns": conns,
+            "crossfeed_upstream_conns_before": conns0,
+            "cpu_ms_max": worst_cpu["idle"]["cpu_ms"],
+            "wakeups": wake,
+            "control_wakeups": wake0,
+            "rss_kib_per_idle_socket": rss,
+            "ok": all_ok,
+        }
     name = "" if label == "crossfeed" else f" ({label})"
     if not parts:
         return f"SUMMARY websocket{name}: no WebSocket cell ran", s
     s["within_budgets"] = ok
-    return (f"SUMMARY websocket{name} forward vs SSE: " + "; ".join(parts)
-            + f" => {'within budgets' if ok else 'OVER BUDGET'}"), s
+    return (
+        f"SUMMARY websocket{name} forward vs SSE: "
+        + "; ".join(parts)
+        + f" => {'within budgets' if ok else 'OVER BUDGET'}"
+    ), s
 
 
 def machine_info() -> dict:
@@ -1024,6 +1238,7 @@ def machine_info() -> dict:
         pass
     try:
         import aiohttp
+
         aiohttp_v = aiohttp.__version__
     except ImportError:
         aiohttp_v = None
@@ -1035,8 +1250,14 @@ def machine_info() -> dict:
                     mem_kib = int(line.split()[1])
     except OSError:
         pass
-    return {"cpu": model, "cpus": os.cpu_count(), "mem_gib": round(mem_kib / 2**20, 1),
-            "kernel": platform.release(), "python": platform.python_version(), "aiohttp": aiohttp_v}
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "mem_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "aiohttp": aiohttp_v,
+    }
 
 
 # ---------------------------------------------------------------------------- main
@@ -1085,12 +1306,19 @@ async def run(args: argparse.Namespace) -> int:
         args.idle_sockets = 8 if args.quick else 256
     if args.idle_seconds is None:
         args.idle_seconds = 0.5 if args.quick else 2.0
-    idle_on = args.idle_sockets > 0 and "forward" in directions and not args.no_ws and (
-        not args.cells or any(c.transport == "ws" for c in cells))
+    idle_on = (
+        args.idle_sockets > 0
+        and "forward" in directions
+        and not args.no_ws
+        and (not args.cells or any(c.transport == "ws" for c in cells))
+    )
 
-    print(f"# crossfeed bench: {len(cells)} cells x {len(labels)} targets x {len(directions)} directions "
-          f"x {repeat} repeats; pinning: load generator+upstream cpu {gen_cpu}/{up_cpu}, targets cpu "
-          f"{proxy_cpu}; load average {loadavg()}; logs {logdir}", flush=True)
+    print(
+        f"# crossfeed bench: {len(cells)} cells x {len(labels)} targets x {len(directions)} directions "
+        f"x {repeat} repeats; pinning: load generator+upstream cpu {gen_cpu}/{up_cpu}, targets cpu "
+        f"{proxy_cpu}; load average {loadavg()}; logs {logdir}",
+        flush=True,
+    )
     print(f"# this tree: {REPO} ({git_describe(REPO)})", flush=True)
     if args.baseline_tree:
         try:
@@ -1098,8 +1326,11 @@ async def run(args: argparse.Namespace) -> int:
         except StartError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             return 2
-        print(f"# crossfeed-base: {Path(args.baseline_tree).resolve()} ({git_describe(Path(args.baseline_tree))}; "
-              f"imports {where})", flush=True)
+        print(
+            f"# crossfeed-base: {Path(args.baseline_tree).resolve()} ({git_describe(Path(args.baseline_tree))}; "
+            f"imports {where})",
+            flush=True,
+        )
     up_port = free_port()
     up_argv = [args.python, str(HERE / "upstream.py"), "--port", str(up_port)]
     if args.upstream_stream_always:
@@ -1123,8 +1354,13 @@ async def run(args: argparse.Namespace) -> int:
             for label in WS_LABELS:
                 if label in labels:
                     env.ws_ok[label] = await loadgen.ws_supported(make_target(env, label, "forward").url)
-            print("# websocket mode: " + ", ".join(f"{k} {'yes' if v else 'no (its WebSocket cells are skipped)'}"
-                                                   for k, v in env.ws_ok.items()), flush=True)
+            print(
+                "# websocket mode: "
+                + ", ".join(
+                    f"{k} {'yes' if v else 'no (its WebSocket cells are skipped)'}" for k, v in env.ws_ok.items()
+                ),
+                flush=True,
+            )
             await ws_probe(env)
         for direction in directions:
             for label in labels:
@@ -1147,14 +1383,20 @@ async def run(args: argparse.Namespace) -> int:
                         res["rep"] = rep
                         runs.append(res)
                         if args.verbose:
-                            print(f"  rep {rep} {direction:7s} {cell.name:22s} {label:11s} "
-                                  f"{res['completed']:6d} streams {res['events_per_s']:9.0f} ev/s "
-                                  f"cpu {_f(res['cpu_us_per_chunk'], '.2f')} µs/chunk "
-                                  f"lat {_f(res['lat_p50_ms'], '.2f')}/{_f(res['lat_p99_ms'], '.2f')} ms "
-                                  f"err {res['errors']}", flush=True)
+                            print(
+                                f"  rep {rep} {direction:7s} {cell.name:22s} {label:11s} "
+                                f"{res['completed']:6d} streams {res['events_per_s']:9.0f} ev/s "
+                                f"cpu {_f(res['cpu_us_per_chunk'], '.2f')} µs/chunk "
+                                f"lat {_f(res['lat_p50_ms'], '.2f')}/{_f(res['lat_p99_ms'], '.2f')} ms "
+                                f"err {res['errors']}",
+                                flush=True,
+                            )
                         if res["errors"] and not args.verbose:
-                            print(f"  errors: rep {rep} {direction} {cell.name} {label}: {res['error_kinds']}",
-                                  file=sys.stderr, flush=True)
+                            print(
+                                f"  errors: rep {rep} {direction} {cell.name} {label}: {res['error_kinds']}",
+                                file=sys.stderr,
+                                flush=True,
+                            )
             if idle_on:
                 for label in [x for x in labels if env.ws_ok.get(x)]:
                     if time.monotonic() - t_start > args.max_seconds:
@@ -1162,8 +1404,11 @@ async def run(args: argparse.Namespace) -> int:
                     res = await idle_check(env, label, rep)
                     idle_runs.append(res)
                     if args.verbose or not idle_ok(res):
-                        print(f"  rep {rep} idle check {label}: {res}", file=sys.stdout if args.verbose else sys.stderr,
-                              flush=True)
+                        print(
+                            f"  rep {rep} idle check {label}: {res}",
+                            file=sys.stdout if args.verbose else sys.stderr,
+                            flush=True,
+                        )
         up_final = await upstream_stats(env)
     except StartError as exc:
         print(f"bench: target failed to start: {exc}", file=sys.stderr)
@@ -1171,8 +1416,16 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     except TimeoutError as exc:
         print(f"bench: {exc}; reporting the runs so far", file=sys.stderr)
-        runs.append({"target": "-", "direction": "-", "cell": "-", "errors": 1,
-                     "error_kinds": {"max_seconds": 1}, "completed": 0})
+        runs.append(
+            {
+                "target": "-",
+                "direction": "-",
+                "cell": "-",
+                "errors": 1,
+                "error_kinds": {"max_seconds": 1},
+                "completed": 0,
+            }
+        )
         up_final = {}
     finally:
         env.stop_all()
@@ -1195,15 +1448,19 @@ async def run(args: argparse.Namespace) -> int:
             print(line)
             summaries.append(s)
     for label in WS_LABELS:
-        if label in labels and (any(r["target"] == label and r.get("transport") == "ws" for r in rows)
-                                or any(i["target"] == label for i in idle_runs)):
+        if label in labels and (
+            any(r["target"] == label and r.get("transport") == "ws" for r in rows)
+            or any(i["target"] == label for i in idle_runs)
+        ):
             print()
             line, s = summarise_ws(rows, idle_runs, label)
             print(line)
             summaries.append(s)
     if up_final.get("unstreamed"):
-        print(f"# WARNING: {up_final['unstreamed']} upstream requests did not ask for a stream (\"stream\" not true)"
-              + ("; --upstream-stream-always streamed them anyway" if args.upstream_stream_always else ""))
+        print(
+            f'# WARNING: {up_final["unstreamed"]} upstream requests did not ask for a stream ("stream" not true)'
+            + ("; --upstream-stream-always streamed them anyway" if args.upstream_stream_always else "")
+        )
     info = machine_info()
     n_err = sum(r["errors"] for r in runs)
     hwm: dict[str, int] = {}
@@ -1213,34 +1470,52 @@ async def run(args: argparse.Namespace) -> int:
             hwm[key] = max(hwm.get(key, 0), r["hwm_kib"])
     profiles = [r["profile"] for r in runs if r.get("profile")]
     if profiles:
-        print(f"# {len(profiles)} py-spy profiles (collapsed stacks + .summary.txt) in {args.profile}; "
-              "these runs were profiled: do not quote their figures")
+        print(
+            f"# {len(profiles)} py-spy profiles (collapsed stacks + .summary.txt) in {args.profile}; "
+            "these runs were profiled: do not quote their figures"
+        )
     if hwm:
         print("# peak RSS (VmHWM): " + ", ".join(f"{k} {v / 1024:.1f} MiB" for k, v in hwm.items()))
     bg = med([r.get("background_cpu") for r in runs])
     if bg is not None and bg > 0.10:
-        print(f"# WARNING: other processes used {bg * 100:.0f}% of a CPU (median) during the runs: "
-              "figures are noisy; rerun on a quiet machine")
+        print(
+            f"# WARNING: other processes used {bg * 100:.0f}% of a CPU (median) during the runs: "
+            "figures are noisy; rerun on a quiet machine"
+        )
     steal = [r["steal_cpu"] for r in runs if r.get("steal_cpu") is not None]
     if steal:
-        print(f"# steal (CPU time the hypervisor gave to other guests): median {(med(steal) or 0.0) * 100:.1f}%, max "
-              f"{max(steal) * 100:.1f}% of a CPU per run" + ("; figures are noisy" if max(steal) > 0.05 else ""))
-    print(f"# {len(runs)} runs in {elapsed:.0f}s, {n_err} failed streams; load average {loadavg()}; machine: {info['cpu']}, "
-          f"{info['cpus']} cpus, {info['mem_gib']} GiB, Linux {info['kernel']}, Python {info['python']}, "
-          f"aiohttp {info['aiohttp']}")
+        print(
+            f"# steal (CPU time the hypervisor gave to other guests): median {(med(steal) or 0.0) * 100:.1f}%, max "
+            f"{max(steal) * 100:.1f}% of a CPU per run" + ("; figures are noisy" if max(steal) > 0.05 else "")
+        )
+    print(
+        f"# {len(runs)} runs in {elapsed:.0f}s, {n_err} failed streams; load average {loadavg()}; machine: {info['cpu']}, "
+        f"{info['cpus']} cpus, {info['mem_gib']} GiB, Linux {info['kernel']}, Python {info['python']}, "
+        f"aiohttp {info['aiohttp']}"
+    )
     if args.json:
-        doc = {"machine": info, "args": {k: v for k, v in vars(args).items()}, "elapsed_s": elapsed,
-               "tree": {"path": str(REPO), "describe": git_describe(REPO)},
-               "baseline_tree": ({"path": str(Path(args.baseline_tree).resolve()),
-                                  "describe": git_describe(Path(args.baseline_tree))} if args.baseline_tree else None),
-               "upstream_stats": up_final, "budgets": BUDGETS, "rows": rows, "summary": summaries,
-               "idle_checks": idle_runs, "runs": runs}
+        doc = {
+            "machine": info,
+            "args": {k: v for k, v in vars(args).items()},
+            "elapsed_s": elapsed,
+            "tree": {"path": str(REPO), "describe": git_describe(REPO)},
+            "baseline_tree": (
+                {"path": str(Path(args.baseline_tree).resolve()), "describe": git_describe(Path(args.baseline_tree))}
+                if args.baseline_tree
+                else None
+            ),
+            "upstream_stats": up_final,
+            "budgets": BUDGETS,
+            "rows": rows,
+            "summary": summaries,
+            "idle_checks": idle_runs,
+            "runs": runs,
+        }
         Path(args.json).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     n_err += sum(i["errors"] + (i["sockets"] - i["still_open"]) + (0 if i["target_alive"] else 1) for i in idle_runs)
     if n_err:
         return 1
-    if args.enforce_budgets and not all(s.get("within_budgets", True) for s in summaries
-                                        if s["target"] == "crossfeed"):
+    if args.enforce_budgets and not all(s.get("within_budgets", True) for s in summaries if s["target"] == "crossfeed"):
         return 3
     return 0
 
@@ -1250,9 +1525,15 @@ async def warm_small(env: Env, target: Target, ws_conc: int = 8) -> None:
     transports = ["sse", "ws"] if ws_capable(env, target) else ["sse"]
     for transport in transports:
         for v in ("text", "tool", "reasoning"):
-            spec = loadgen.LoadSpec(url=target.url, model=upstream_mod.model_name(50, v=v), variant=v,
-                                    transport=transport, concurrency=8 if transport == "sse" else ws_conc,
-                                    duration=0.2, drain_timeout=10)
+            spec = loadgen.LoadSpec(
+                url=target.url,
+                model=upstream_mod.model_name(50, v=v),
+                variant=v,
+                transport=transport,
+                concurrency=8 if transport == "sse" else ws_conc,
+                duration=0.2,
+                drain_timeout=10,
+            )
             await loadgen.run_load(spec)
     await asyncio.sleep(0.2)
 
@@ -1263,47 +1544,83 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--direction", choices=["forward", "reverse", "both"], default="both")
     ap.add_argument("--repeat", type=int, default=None, help="repeats per cell (default 3; --quick 1)")
     ap.add_argument("--cells", default=None, help="regex on cell names, e.g. 'n2000|tool|paced'")
-    ap.add_argument("--targets", default="passthrough,crossfeed",
-                    help="comma list of passthrough, crossfeed, mintrans (the issue's minimal translating "
-                         "proxy, for calibration), direct (load generator straight to the upstream), "
-                         "crossfeed-base (added by --baseline-tree)")
+    ap.add_argument(
+        "--targets",
+        default="passthrough,crossfeed",
+        help="comma list of passthrough, crossfeed, mintrans (the issue's minimal translating "
+        "proxy, for calibration), direct (load generator straight to the upstream), "
+        "crossfeed-base (added by --baseline-tree)",
+    )
     ap.add_argument("--duration", type=float, default=2.0, help="seconds of launching streams per throughput run")
     ap.add_argument("--paced-n", type=int, default=None, help="deltas per paced stream (default 200)")
     ap.add_argument("--drain-timeout", type=float, default=60.0)
-    ap.add_argument("--write-batch", type=int, default=1,
-                    help="upstream frames per socket write when unpaced (default 1, like a real server)")
-    ap.add_argument("--passthrough-loop", choices=["uvloop", "asyncio"],
-                    default="uvloop" if _has_uvloop() else "asyncio",
-                    help="event loop of the pass-through (default uvloop when installed, as crossfeed does)")
-    ap.add_argument("--crossfeed-arg", action="append", default=[],
-                    help="extra argument for `python -m proxy serve` (repeatable; the base target gets them too)")
-    ap.add_argument("--baseline-tree", default=None, metavar="DIR",
-                    help="A/B: add the target crossfeed-base, `python -m proxy serve` run from DIR (cwd and "
-                         "PYTHONPATH), e.g. an export of the commit before a change: "
-                         "mkdir -p /tmp/cf-base && git archive COMMIT | tar -x -C /tmp/cf-base")
+    ap.add_argument(
+        "--write-batch",
+        type=int,
+        default=1,
+        help="upstream frames per socket write when unpaced (default 1, like a real server)",
+    )
+    ap.add_argument(
+        "--passthrough-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop" if _has_uvloop() else "asyncio",
+        help="event loop of the pass-through (default uvloop when installed, as crossfeed does)",
+    )
+    ap.add_argument(
+        "--crossfeed-arg",
+        action="append",
+        default=[],
+        help="extra argument for `python -m proxy serve` (repeatable; the base target gets them too)",
+    )
+    ap.add_argument(
+        "--baseline-tree",
+        default=None,
+        metavar="DIR",
+        help="A/B: add the target crossfeed-base, `python -m proxy serve` run from DIR (cwd and "
+        "PYTHONPATH), e.g. an export of the commit before a change: "
+        "mkdir -p /tmp/cf-base && git archive COMMIT | tar -x -C /tmp/cf-base",
+    )
     ap.add_argument("--no-ws", action="store_true", help="leave out the WebSocket cells and the idle check")
-    ap.add_argument("--idle-sockets", type=int, default=None,
-                    help="idle-socket check: sockets opened per repeat (default 256; --quick 8; 0: no check)")
-    ap.add_argument("--idle-seconds", type=float, default=None,
-                    help="idle-socket check: seconds watched (default 2; --quick 0.5)")
-    ap.add_argument("--upstream-stream-always", action="store_true",
-                    help='the fake upstream streams even a request that says "stream": false (default: 400)')
+    ap.add_argument(
+        "--idle-sockets",
+        type=int,
+        default=None,
+        help="idle-socket check: sockets opened per repeat (default 256; --quick 8; 0: no check)",
+    )
+    ap.add_argument(
+        "--idle-seconds", type=float, default=None, help="idle-socket check: seconds watched (default 2; --quick 0.5)"
+    )
+    ap.add_argument(
+        "--upstream-stream-always",
+        action="store_true",
+        help='the fake upstream streams even a request that says "stream": false (default: 400)',
+    )
     ap.add_argument("--python", default=sys.executable, help="interpreter for the subprocesses")
-    ap.add_argument("--upstream-cpu", type=int, default=None,
-                    help="pin the upstream here (with --targets direct and the proxy's CPU: the upstream's "
-                         "capacity alone)")
+    ap.add_argument(
+        "--upstream-cpu",
+        type=int,
+        default=None,
+        help="pin the upstream here (with --targets direct and the proxy's CPU: the upstream's capacity alone)",
+    )
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     ap.add_argument("--start-timeout", type=float, default=30.0)
     ap.add_argument("--max-seconds", type=float, default=1200.0, help="abort the run after this long")
     ap.add_argument("--json", default=None, help="write every run and the aggregated rows to this file")
     ap.add_argument("--logdir", default=None, help="where the subprocess logs go (default: a temp dir)")
-    ap.add_argument("--profile", default=None, metavar="DIR",
-                    help="record a py-spy profile of every non-baseline target run into DIR (figures of a "
-                         "profiled run are not for quoting)")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="record a py-spy profile of every non-baseline target run into DIR (figures of a "
+        "profiled run are not for quoting)",
+    )
     ap.add_argument("--enforce-budgets", action="store_true", help="exit 3 when a budget is missed")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every run as it finishes")
-    ap.add_argument("--workers-cell", action="store_true",
-                    help="after the table, run `serve --workers 1` against `--workers 2` (bench/workers.py)")
+    ap.add_argument(
+        "--workers-cell",
+        action="store_true",
+        help="after the table, run `serve --workers 1` against `--workers 2` (bench/workers.py)",
+    )
     import workers as workers_cell
 
     workers_cell.add_arguments(ap, prefix="workers-")
@@ -1315,8 +1632,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rc = uvloop.run(run(args))
     if args.workers_cell:
-        cell = argparse.Namespace(concurrency=args.workers_concurrency, seconds=args.workers_seconds,
-                                  repeat=args.workers_repeat, chunks=args.workers_chunks)
+        cell = argparse.Namespace(
+            concurrency=args.workers_concurrency,
+            seconds=args.workers_seconds,
+            repeat=args.workers_repeat,
+            chunks=args.workers_chunks,
+        )
         print("\n" + "\n".join(asyncio.run(workers_cell.run_cell(cell))))
     return rc
 

@@ -78,9 +78,14 @@ async def run_backend(args: argparse.Namespace, upstream_url: str, backend: str,
     else:
         env["CROSSFEED_DATA_DIR"] = str(logdir / "data")
     port = free_port()
-    proc = Proc(f"crossfeed-{backend}", [sys.executable, "-m", "proxy", "serve", "--port", str(port),
-                                         "--upstream", upstream_url], port, None, logdir / f"crossfeed-{backend}.log",
-                env=env)
+    proc = Proc(
+        f"crossfeed-{backend}",
+        [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream_url],
+        port,
+        None,
+        logdir / f"crossfeed-{backend}.log",
+        env=env,
+    )
     proc.start()
     rows = []
     try:
@@ -89,8 +94,10 @@ async def run_backend(args: argparse.Namespace, upstream_url: str, backend: str,
             got = await measure(f"http://127.0.0.1:{port}", args.requests, c, args.chunks)
             on, off = got[True], got[False]
             added = statistics.median(on) - statistics.median(off)
-            rows.append(f"| {backend} | {c} | {len(on)} | {ms(off, .5):.2f} | {ms(on, .5):.2f} | **{1000 * added:+.2f}** | "
-                        f"{ms(off, .99):.2f} | {ms(on, .99):.2f} |")
+            rows.append(
+                f"| {backend} | {c} | {len(on)} | {ms(off, 0.5):.2f} | {ms(on, 0.5):.2f} | **{1000 * added:+.2f}** | "
+                f"{ms(off, 0.99):.2f} | {ms(on, 0.99):.2f} |"
+            )
             print(rows[-1], flush=True)
     finally:
         proc.stop()
@@ -100,11 +107,18 @@ async def run_backend(args: argparse.Namespace, upstream_url: str, backend: str,
 async def main_async(args: argparse.Namespace) -> int:
     logdir = Path(tempfile.mkdtemp(prefix="cf-store-latency-"))
     up_port = free_port()
-    upstream = Proc("upstream", [sys.executable, str(HERE / "upstream.py"), "--port", str(up_port)], up_port, None,
-                    logdir / "upstream.log")
+    upstream = Proc(
+        "upstream",
+        [sys.executable, str(HERE / "upstream.py"), "--port", str(up_port)],
+        up_port,
+        None,
+        logdir / "upstream.log",
+    )
     upstream.start()
-    print("| store | concurrency | streams each | store=false median (ms) | store=true median | added | "
-          "store=false p99 | store=true p99 |")
+    print(
+        "| store | concurrency | streams each | store=false median (ms) | store=true median | added | "
+        "store=false p99 | store=true p99 |"
+    )
     print("|---|---|---|---|---|---|---|---|", flush=True)
     try:
         await wait_ready(upstream, 30)

@@ -73,8 +73,8 @@ class Params:
     b: int = 24
     d: float = 0.0
     v: str = "text"
-    w: int = 1    # frames per socket write when unpaced (a real server writes each frame)
-    y: int = 16   # unpaced: let other streams run after this many frames
+    w: int = 1  # frames per socket write when unpaced (a real server writes each frame)
+    y: int = 16  # unpaced: let other streams run after this many frames
 
     @classmethod
     def parse(cls, spec: str) -> Params:
@@ -156,31 +156,54 @@ class ChatPlan:
         self.p = p
         self.model = model
         self.use_ts = use_ts = p.b >= MIN_DELTA_BYTES
-        common = {"id": f"chatcmpl-bench{SID}", "object": "chat.completion.chunk", "created": CREATED,
-                  "model": model, "system_fingerprint": "fp_bench"}
+        common = {
+            "id": f"chatcmpl-bench{SID}",
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": model,
+            "system_fingerprint": "fp_bench",
+        }
 
         def chunk(delta: dict, finish: str | None = None) -> dict:
-            return {**common, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                           "finish_reason": finish}], "usage": None}
+            return {
+                **common,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "usage": None,
+            }
 
         def frame(obj: dict) -> bytes:
             return b"data: " + _j(obj) + b"\n\n"
 
         def tmpl(key: str, before: bytes = b"", after: bytes = b"") -> bytes:
             """A %-template of one delta frame: ``% ts`` gives the frame (``% ()`` without ts)."""
-            delta = ({"tool_calls": [{"index": 0, "function": {"arguments": PH}}]} if key == "tool"
-                     else {key: PH})
+            delta = {"tool_calls": [{"index": 0, "function": {"arguments": PH}}]} if key == "tool" else {key: PH}
             payload = before + (b"T@%s" if use_ts else b"") + _esc(_delta_text(p)) + after
             return _esc(frame(chunk(delta))).replace(PHJ, payload, 1)
 
         v, n = p.v, p.n
         if v == "tool":
-            self.head = frame(chunk({"role": "assistant", "content": None, "tool_calls": [
-                {"index": 0, "id": f"call_bench{SID}", "type": "function",
-                 "function": {"name": "lookup", "arguments": ""}}]}))
+            self.head = frame(
+                chunk(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": f"call_bench{SID}",
+                                "type": "function",
+                                "function": {"name": "lookup", "arguments": ""},
+                            }
+                        ],
+                    }
+                )
+            )
             # the arguments are one JSON object split into n fragments: {"q":" ... "}
-            self.seq = [(tmpl("tool", before=b'{\\"q\\":\\"'), 1), (tmpl("tool"), n - 2),
-                        (tmpl("tool", after=b'\\"}'), 1)]
+            self.seq = [
+                (tmpl("tool", before=b'{\\"q\\":\\"'), 1),
+                (tmpl("tool"), n - 2),
+                (tmpl("tool", after=b'\\"}'), 1),
+            ]
             finish = "tool_calls"
         else:
             self.head = frame(chunk({"role": "assistant", "content": "", "refusal": None}))
@@ -193,12 +216,24 @@ class ChatPlan:
             self.seq = [(t % (), k) for t, k in self.seq]
         self.tail = [
             frame(chunk({}, finish)),
-            frame({**common, "choices": [], "usage": {
-                "prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n,
-                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": n // 2 if v == "reasoning" else 0,
-                                              "audio_tokens": 0, "accepted_prediction_tokens": 0,
-                                              "rejected_prediction_tokens": 0}}}),
+            frame(
+                {
+                    **common,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 12,
+                        "completion_tokens": n,
+                        "total_tokens": 12 + n,
+                        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                        "completion_tokens_details": {
+                            "reasoning_tokens": n // 2 if v == "reasoning" else 0,
+                            "audio_tokens": 0,
+                            "accepted_prediction_tokens": 0,
+                            "rejected_prediction_tokens": 0,
+                        },
+                    },
+                }
+            ),
             b"data: [DONE]\n\n",
         ]
 
@@ -232,23 +267,45 @@ class ResponsesPlan:
         self.tail = _delta_text(p)
         self.use_ts = p.b >= MIN_DELTA_BYTES
         # (frames before, delta template, count) per item, plus the item for closing events
-        self.created = self._ev(0, {"type": "response.created",
-                                    "response": self._response(f"resp_bench{SID}", "in_progress", [], None)})
-        self.in_progress = self._ev(1, {"type": "response.in_progress",
-                                        "response": self._response(f"resp_bench{SID}", "in_progress", [], None)})
+        self.created = self._ev(
+            0, {"type": "response.created", "response": self._response(f"resp_bench{SID}", "in_progress", [], None)}
+        )
+        self.in_progress = self._ev(
+            1, {"type": "response.in_progress", "response": self._response(f"resp_bench{SID}", "in_progress", [], None)}
+        )
         self.static: dict[str, bytes] = {}
 
     def _response(self, rid: str, status: str, output: list, usage: dict | None) -> dict:
         return {
-            "id": rid, "object": "response", "created_at": CREATED, "status": status,
-            "background": False, "error": None, "incomplete_details": None, "instructions": None,
-            "max_output_tokens": None, "max_tool_calls": None, "model": self.model,
-            "output": output, "parallel_tool_calls": True, "previous_response_id": None,
-            "prompt_cache_key": None, "reasoning": {"effort": None, "summary": None},
-            "safety_identifier": None, "service_tier": "default", "store": False,
-            "temperature": 1.0, "text": {"format": {"type": "text"}, "verbosity": "medium"},
-            "tool_choice": "auto", "tools": [], "top_logprobs": 0, "top_p": 1.0,
-            "truncation": "disabled", "usage": usage, "user": None, "metadata": {},
+            "id": rid,
+            "object": "response",
+            "created_at": CREATED,
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "max_output_tokens": None,
+            "max_tool_calls": None,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "prompt_cache_key": None,
+            "reasoning": {"effort": None, "summary": None},
+            "safety_identifier": None,
+            "service_tier": "default",
+            "store": False,
+            "temperature": 1.0,
+            "text": {"format": {"type": "text"}, "verbosity": "medium"},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_logprobs": 0,
+            "top_p": 1.0,
+            "truncation": "disabled",
+            "usage": usage,
+            "user": None,
+            "metadata": {},
         }
 
     @staticmethod
@@ -323,23 +380,55 @@ class ResponsesPlan:
             nr = n // 2
             reasoning_tokens = nr
             item_id = f"rs_bench{real}"
-            yield st("r.added", lambda i: {"type": "response.output_item.added", "output_index": 0,
-                                           "item": {"id": f"rs_bench{i}", "type": "reasoning", "summary": []}})
-            yield st("r.part", lambda i: {"type": "response.reasoning_summary_part.added",
-                                          "item_id": f"rs_bench{i}", "output_index": 0, "summary_index": 0,
-                                          "part": {"type": "summary_text", "text": ""}})
+            yield st(
+                "r.added",
+                lambda i: {
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": {"id": f"rs_bench{i}", "type": "reasoning", "summary": []},
+                },
+            )
+            yield st(
+                "r.part",
+                lambda i: {
+                    "type": "response.reasoning_summary_part.added",
+                    "item_id": f"rs_bench{i}",
+                    "output_index": 0,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""},
+                },
+            )
             pieces: list[bytes] = []
-            t = tmpl("r.delta", lambda i: {"type": "response.reasoning_summary_text.delta",
-                                           "item_id": f"rs_bench{i}", "output_index": 0, "summary_index": 0})
+            t = tmpl(
+                "r.delta",
+                lambda i: {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": f"rs_bench{i}",
+                    "output_index": 0,
+                    "summary_index": 0,
+                },
+            )
             yield from run_deltas(t, nr, pieces)
             text = joined(pieces, nr)
-            yield ev({"type": "response.reasoning_summary_text.done", "item_id": item_id,
-                      "output_index": oi, "summary_index": 0, "text": text})
-            yield ev({"type": "response.reasoning_summary_part.done", "item_id": item_id,
-                      "output_index": oi, "summary_index": 0,
-                      "part": {"type": "summary_text", "text": text}})
-            done_item = {"id": item_id, "type": "reasoning",
-                         "summary": [{"type": "summary_text", "text": text}]}
+            yield ev(
+                {
+                    "type": "response.reasoning_summary_text.done",
+                    "item_id": item_id,
+                    "output_index": oi,
+                    "summary_index": 0,
+                    "text": text,
+                }
+            )
+            yield ev(
+                {
+                    "type": "response.reasoning_summary_part.done",
+                    "item_id": item_id,
+                    "output_index": oi,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": text},
+                }
+            )
+            done_item = {"id": item_id, "type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}
             yield ev({"type": "response.output_item.done", "output_index": oi, "item": done_item})
             output.append(done_item)
             oi += 1
@@ -348,13 +437,24 @@ class ResponsesPlan:
             item_id = f"fc_bench{real}"
 
             def fc_item(i: str) -> dict:
-                return {"id": f"fc_bench{i}", "type": "function_call", "status": "in_progress",
-                        "arguments": "", "call_id": f"call_bench{i}", "name": "lookup"}
+                return {
+                    "id": f"fc_bench{i}",
+                    "type": "function_call",
+                    "status": "in_progress",
+                    "arguments": "",
+                    "call_id": f"call_bench{i}",
+                    "name": "lookup",
+                }
 
-            yield st("f.added", lambda i: {"type": "response.output_item.added", "output_index": 0,
-                                           "item": fc_item(i)})
-            t_mid = tmpl("f.delta", lambda i: {"type": "response.function_call_arguments.delta",
-                                               "item_id": f"fc_bench{i}", "output_index": 0})
+            yield st("f.added", lambda i: {"type": "response.output_item.added", "output_index": 0, "item": fc_item(i)})
+            t_mid = tmpl(
+                "f.delta",
+                lambda i: {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": f"fc_bench{i}",
+                    "output_index": 0,
+                },
+            )
             t_first = t_mid.replace(b'"delta":"', b'"delta":"{\\"q\\":\\"', 1)
             # the delta is the last key: end the last fragment with \"} inside the string
             t_last = t_mid[: t_mid.rindex(b'"}')] + b'\\"}"}\n\n'
@@ -363,42 +463,96 @@ class ResponsesPlan:
             yield from run_deltas(t_mid, n - 2, pieces)
             yield from run_deltas(t_last, 1, pieces)
             args = '{"q":"' + joined(pieces, n) + '"}'
-            yield ev({"type": "response.function_call_arguments.done", "item_id": item_id,
-                      "output_index": oi, "arguments": args})
+            yield ev(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": item_id,
+                    "output_index": oi,
+                    "arguments": args,
+                }
+            )
             done_item = {**fc_item(real), "status": "completed", "arguments": args}
             yield ev({"type": "response.output_item.done", "output_index": oi, "item": done_item})
             output.append(done_item)
         else:
             item_id = f"msg_bench{real}"
             key = f"m{oi}"
-            yield st(key + ".added", lambda i: {
-                "type": "response.output_item.added", "output_index": oi,
-                "item": {"id": f"msg_bench{i}", "type": "message", "status": "in_progress", "content": [],
-                         "role": "assistant"}})
-            yield st(key + ".part", lambda i: {
-                "type": "response.content_part.added", "item_id": f"msg_bench{i}", "output_index": oi,
-                "content_index": 0, "part": {"type": "output_text", "annotations": [], "logprobs": [],
-                                             "text": ""}})
-            t = tmpl(key + ".delta", lambda i: {"type": "response.output_text.delta", "item_id": f"msg_bench{i}",
-                                                "output_index": oi, "content_index": 0, "logprobs": []})
+            yield st(
+                key + ".added",
+                lambda i: {
+                    "type": "response.output_item.added",
+                    "output_index": oi,
+                    "item": {
+                        "id": f"msg_bench{i}",
+                        "type": "message",
+                        "status": "in_progress",
+                        "content": [],
+                        "role": "assistant",
+                    },
+                },
+            )
+            yield st(
+                key + ".part",
+                lambda i: {
+                    "type": "response.content_part.added",
+                    "item_id": f"msg_bench{i}",
+                    "output_index": oi,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""},
+                },
+            )
+            t = tmpl(
+                key + ".delta",
+                lambda i: {
+                    "type": "response.output_text.delta",
+                    "item_id": f"msg_bench{i}",
+                    "output_index": oi,
+                    "content_index": 0,
+                    "logprobs": [],
+                },
+            )
             pieces = []
             yield from run_deltas(t, n, pieces)
             text = joined(pieces, n)
-            yield ev({"type": "response.output_text.done", "item_id": item_id, "output_index": oi,
-                      "content_index": 0, "text": text, "logprobs": []})
+            yield ev(
+                {
+                    "type": "response.output_text.done",
+                    "item_id": item_id,
+                    "output_index": oi,
+                    "content_index": 0,
+                    "text": text,
+                    "logprobs": [],
+                }
+            )
             part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
-            yield ev({"type": "response.content_part.done", "item_id": item_id, "output_index": oi,
-                      "content_index": 0, "part": part})
-            done_item = {"id": item_id, "type": "message", "status": "completed", "content": [part],
-                         "role": "assistant"}
+            yield ev(
+                {
+                    "type": "response.content_part.done",
+                    "item_id": item_id,
+                    "output_index": oi,
+                    "content_index": 0,
+                    "part": part,
+                }
+            )
+            done_item = {
+                "id": item_id,
+                "type": "message",
+                "status": "completed",
+                "content": [part],
+                "role": "assistant",
+            }
             yield ev({"type": "response.output_item.done", "output_index": oi, "item": done_item})
             output.append(done_item)
-        usage = {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                 "output_tokens": out_tokens,
-                 "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-                 "total_tokens": 12 + out_tokens}
-        yield ev({"type": "response.completed",
-                  "response": self._response(f"resp_bench{real}", "completed", output, usage)})
+        usage = {
+            "input_tokens": 12,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": out_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": 12 + out_tokens,
+        }
+        yield ev(
+            {"type": "response.completed", "response": self._response(f"resp_bench{real}", "completed", output, usage)}
+        )
 
 
 # ---------------------------------------------------------------------------- HTTP server
@@ -423,7 +577,7 @@ class Stats:
     streams = 0
     bytes = 0
     sid = 0
-    open = 0    # client connections open now
+    open = 0  # client connections open now
     active = 0  # streams being written now
     unstreamed = 0  # requests whose body did not say "stream": true (streamed with --stream-always)
 
@@ -431,13 +585,23 @@ class Stats:
 STREAM_ALWAYS = False  # --stream-always: answer "stream": false with a stream too
 
 
-HEAD_SSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+HEAD_SSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"
+)
 
 
 def _simple(status: str, body: bytes, ctype: bytes = b"application/json") -> bytes:
-    return (b"HTTP/1.1 " + status.encode() + b"\r\nContent-Type: " + ctype +
-            b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: keep-alive\r\n\r\n" + body)
+    return (
+        b"HTTP/1.1 "
+        + status.encode()
+        + b"\r\nContent-Type: "
+        + ctype
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: keep-alive\r\n\r\n"
+        + body
+    )
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -505,7 +669,7 @@ class UpstreamProtocol(asyncio.Protocol):
                 size = int(bytes(buf[pos:le]).split(b";")[0], 16)
                 if len(buf) < le + 2 + size + 2:
                     return
-                chunks += buf[le + 2:le + 2 + size]
+                chunks += buf[le + 2 : le + 2 + size]
                 pos = le + 2 + size + 2
                 if size == 0:
                     break
@@ -514,7 +678,7 @@ class UpstreamProtocol(asyncio.Protocol):
             clen = int(headers.get("content-length", "0") or 0)
             if len(buf) < pos + clen:
                 return
-            body = bytes(buf[pos:pos + clen])
+            body = bytes(buf[pos : pos + clen])
             pos += clen
         del buf[:pos]
         self.busy = True
@@ -538,11 +702,27 @@ class UpstreamProtocol(asyncio.Protocol):
             if method == "GET" and path in ("/healthz", "/v1/healthz"):
                 tr.write(_simple("200 OK", b"ok", b"text/plain"))
             elif method == "GET" and path == "/stats":
-                tr.write(_simple("200 OK", _j({"frames": Stats.frames, "streams": Stats.streams,
-                                              "bytes": Stats.bytes, "open": Stats.open,
-                                              "active": Stats.active, "unstreamed": Stats.unstreamed})))
-            elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions",
-                                               "/v1/responses", "/responses"):
+                tr.write(
+                    _simple(
+                        "200 OK",
+                        _j(
+                            {
+                                "frames": Stats.frames,
+                                "streams": Stats.streams,
+                                "bytes": Stats.bytes,
+                                "open": Stats.open,
+                                "active": Stats.active,
+                                "unstreamed": Stats.unstreamed,
+                            }
+                        ),
+                    )
+                )
+            elif method == "POST" and path in (
+                "/v1/chat/completions",
+                "/chat/completions",
+                "/v1/responses",
+                "/responses",
+            ):
                 api = "chat" if path.endswith("chat/completions") else "responses"
                 try:
                     req = orjson.loads(body) if body else {}
@@ -550,15 +730,27 @@ class UpstreamProtocol(asyncio.Protocol):
                     spec = headers.get("x-bench") or model
                     plan = get_plan(api, model, spec)
                 except Exception as exc:  # the error goes back to the client
-                    err = {"error": {"message": f"bad bench request: {exc}", "type": "invalid_request_error",
-                                     "param": None, "code": None}}
+                    err = {
+                        "error": {
+                            "message": f"bad bench request: {exc}",
+                            "type": "invalid_request_error",
+                            "param": None,
+                            "code": None,
+                        }
+                    }
                     tr.write(_simple("400 Bad Request", _j(err)))
                     return
                 if req.get("stream") is not True:
                     Stats.unstreamed += 1
                 if req.get("stream") is False and not STREAM_ALWAYS:
-                    err = {"error": {"message": "the bench upstream only streams", "type": "invalid_request_error",
-                                     "param": "stream", "code": None}}
+                    err = {
+                        "error": {
+                            "message": "the bench upstream only streams",
+                            "type": "invalid_request_error",
+                            "param": "stream",
+                            "code": None,
+                        }
+                    }
                     tr.write(_simple("400 Bad Request", _j(err)))
                     return
                 Stats.active += 1
@@ -671,8 +863,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8101)
     ap.add_argument("--no-uvloop", action="store_true")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
-    ap.add_argument("--stream-always", action="store_true",
-                    help='stream even when the body says "stream": false (default: 400); /stats counts them')
+    ap.add_argument(
+        "--stream-always",
+        action="store_true",
+        help='stream even when the body says "stream": false (default: 400); /stats counts them',
+    )
     args = ap.parse_args(argv)
     global STREAM_ALWAYS
     STREAM_ALWAYS = args.stream_always

@@ -44,16 +44,37 @@ async def frames(port: int) -> int:
 
 async def one_run(workers: int, up: Proc, logdir: Path, args: argparse.Namespace) -> dict[str, float]:
     port = free_port()
-    proc = Proc(f"crossfeed-w{workers}", [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream",
-                                          f"http://127.0.0.1:{up.port}/v1", "--workers", str(workers)],
-                port, None, logdir / f"crossfeed-w{workers}.log",
-                env={**{k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")},
-                     "CROSSFEED_DATA_DIR": str(logdir / f"data-w{workers}")})
+    proc = Proc(
+        f"crossfeed-w{workers}",
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--port",
+            str(port),
+            "--upstream",
+            f"http://127.0.0.1:{up.port}/v1",
+            "--workers",
+            str(workers),
+        ],
+        port,
+        None,
+        logdir / f"crossfeed-w{workers}.log",
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")},
+            "CROSSFEED_DATA_DIR": str(logdir / f"data-w{workers}"),
+        },
+    )
     proc.start()
     try:
         await wait_ready(proc, 60)
-        spec = loadgen.LoadSpec(url=f"http://127.0.0.1:{port}/v1/responses", model=upstream_mod.model_name(args.chunks),
-                                concurrency=args.concurrency, duration=2.0)
+        spec = loadgen.LoadSpec(
+            url=f"http://127.0.0.1:{port}/v1/responses",
+            model=upstream_mod.model_name(args.chunks),
+            concurrency=args.concurrency,
+            duration=2.0,
+        )
         await loadgen.run_load(spec)  # warm-up: every worker's pools and caches
         spec.duration = args.seconds
         f0, cpu0, up0 = await frames(up.port), cpu_seconds(proc.pid), cpu_seconds(up.pid)
@@ -62,35 +83,52 @@ async def one_run(workers: int, up: Proc, logdir: Path, args: argparse.Namespace
     finally:
         proc.stop()
     wall, chunks = res["wall_s"], f1 - f0
-    return {"streams_per_s": res["streams_per_s"], "chunks_per_s": chunks / wall, "errors": res["errors"],
-            "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / chunks, "crossfeed_cores": (cpu1 - cpu0) / wall,
-            "upstream_cores": (up1 - up0) / wall, "loadgen_cores": res["loadgen_cpu_s"] / wall}
+    return {
+        "streams_per_s": res["streams_per_s"],
+        "chunks_per_s": chunks / wall,
+        "errors": res["errors"],
+        "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / chunks,
+        "crossfeed_cores": (cpu1 - cpu0) / wall,
+        "upstream_cores": (up1 - up0) / wall,
+        "loadgen_cores": res["loadgen_cpu_s"] / wall,
+    }
 
 
 async def run_cell(args: argparse.Namespace) -> list[str]:
     logdir = Path(tempfile.mkdtemp(prefix="cf-workers-"))
     up_port = free_port()
-    up = Proc("upstream", [sys.executable, str(HERE / "upstream.py"), "--port", str(up_port)], up_port, None,
-              logdir / "upstream.log")
+    up = Proc(
+        "upstream",
+        [sys.executable, str(HERE / "upstream.py"), "--port", str(up_port)],
+        up_port,
+        None,
+        logdir / "upstream.log",
+    )
     up.start()
     runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
     try:
         await wait_ready(up, 30)
         for rep in range(args.repeat):
-            for workers in ((1, 2) if rep % 2 == 0 else (2, 1)):  # A/B, then B/A
+            for workers in (1, 2) if rep % 2 == 0 else (2, 1):  # A/B, then B/A
                 runs[workers].append(await one_run(workers, up, logdir, args))
     finally:
         up.stop()
-    lines = [f"workers cell: c{args.concurrency} n{args.chunks} text, {args.seconds:g} s per run, {args.repeat} "
-             f"interleaved repeats, {os.cpu_count()} cores, nothing pinned (medians)",
-             "| workers | streams/s | chunks/s | CPU us/chunk | crossfeed cores | upstream cores | loadgen cores | errors |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"workers cell: c{args.concurrency} n{args.chunks} text, {args.seconds:g} s per run, {args.repeat} "
+        f"interleaved repeats, {os.cpu_count()} cores, nothing pinned (medians)",
+        "| workers | streams/s | chunks/s | CPU us/chunk | crossfeed cores | upstream cores | loadgen cores | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for workers, got in runs.items():
+
         def med(key: str, got: list[dict[str, float]] = got) -> float:
             return statistics.median(r[key] for r in got)
-        lines.append(f"| {workers} | {med('streams_per_s'):.0f} | {med('chunks_per_s'):.0f} | "
-                     f"{med('cpu_us_per_chunk'):.1f} | {med('crossfeed_cores'):.2f} | {med('upstream_cores'):.2f} | "
-                     f"{med('loadgen_cores'):.2f} | {sum(r['errors'] for r in got):.0f} |")
+
+        lines.append(
+            f"| {workers} | {med('streams_per_s'):.0f} | {med('chunks_per_s'):.0f} | "
+            f"{med('cpu_us_per_chunk'):.1f} | {med('crossfeed_cores'):.2f} | {med('upstream_cores'):.2f} | "
+            f"{med('loadgen_cores'):.2f} | {sum(r['errors'] for r in got):.0f} |"
+        )
     one, two = (statistics.median(r["streams_per_s"] for r in runs[w]) for w in (1, 2))
     lines.append(f"throughput --workers 2 / --workers 1: {two / one:.2f}x")
     return lines

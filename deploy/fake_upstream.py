@@ -78,11 +78,19 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"no route {self.path}"}})
             return
         if not request.get("stream"):
-            self._json(200, {
-                "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": MODEL,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop"}],
-                "usage": USAGE,
-            })
+            self._json(
+                200,
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": MODEL,
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop"}
+                    ],
+                    "usage": USAGE,
+                },
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

@@ -89,17 +89,21 @@ from .websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
 
 log = structlog.get_logger("crossfeed")
 
-def create_app(config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None,
-               clock: Callable[[], int] | None = None) -> web.Application:
+
+def create_app(
+    config: Config, *, environ: Mapping[str, str], ids: IdFactory | None = None, clock: Callable[[], int] | None = None
+) -> web.Application:
     keys = inbound_keys(config, environ)
     upstream_keys(config, environ)
     middlewares = [observe_middleware, error_middleware, *([auth_middleware(keys)] if keys else [])]
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
-    metrics = app[METRICS] = Metrics(open_streams=lambda: limits.counts(),
-                                     shared_dir=environ.get("PROMETHEUS_MULTIPROC_DIR"))
-    limits = app[LIMITS] = StreamLimits(key_stream_caps(config, tuple(name for _, name in keys)),
-                                        on_change=metrics.streams_changed)
+    metrics = app[METRICS] = Metrics(
+        open_streams=lambda: limits.counts(), shared_dir=environ.get("PROMETHEUS_MULTIPROC_DIR")
+    )
+    limits = app[LIMITS] = StreamLimits(
+        key_stream_caps(config, tuple(name for _, name in keys)), on_change=metrics.streams_changed
+    )
     app[SUMMARY_LOG] = structlog.get_logger("crossfeed").bind()
     app[OPEN_STREAMS] = set()
     app[IDS] = ids or RandomIds()
@@ -201,15 +205,20 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
             note_upstream_error(request.app, summary, exc.code)
         return error_response(exc)
     except web.HTTPRequestEntityTooLarge:
-        return error_response(ClientRequestError("the request body is larger than the configured maximum",
-                                                 status=413, code="request_too_large"))
+        return error_response(
+            ClientRequestError(
+                "the request body is larger than the configured maximum", status=413, code="request_too_large"
+            )
+        )
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         code = "not_found" if exc.status == 404 else "method_not_allowed" if exc.status == 405 else None
         message = f"{request.method} {request.path} is not served by crossfeed" if code else exc.reason
-        return error_response(ClientRequestError(message, status=exc.status, code=code), headers=
-                              {k: v for k, v in exc.headers.items() if k.lower() == "allow"})
+        return error_response(
+            ClientRequestError(message, status=exc.status, code=code),
+            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+        )
     except Exception:
         log.exception("request.failed", path=request.path)
         return error_response(ProxyError("crossfeed failed to handle the request"))
@@ -282,16 +291,21 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
         if result is None:
             upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
             completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
-            result = chat_completion_to_response(completion, body, ids=app[IDS], now=app[CLOCK], tools=mapped.tools,
-                                                 seal_reasoning=reasoning_sealer(request, body),
-                                                 profile=up.profile)
+            result = chat_completion_to_response(
+                completion,
+                body,
+                ids=app[IDS],
+                now=app[CLOCK],
+                tools=mapped.tools,
+                seal_reasoning=reasoning_sealer(request, body),
+                profile=up.profile,
+            )
             await save_before_final(app, body, result, history, app[IDS])
         summary.update(terminal=result.get("status"), usage=usage_summary(result))
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
             err = result.get("error") or {}
             code = str(err.get("code") or "upstream_error")
-            raise UpstreamError(str(err.get("message") or "the upstream failed"), code=code,
-                                status=error_status(code))
+            raise UpstreamError(str(err.get("message") or "the upstream failed"), code=code, status=error_status(code))
         return web.Response(body=orjson.dumps(result), content_type="application/json")
     response, open_sink = sse_opener(request, render_responses)
     await forward_streamed(request, body, up, open_sink, mapped, history, summary=summary)
@@ -308,13 +322,14 @@ async def normalized_stream(request: web.Request, body: dict[str, Any], up: Upst
     return response
 
 
-async def passthrough(request: web.Request, *, body: dict[str, Any] | None = None,
-                      upstream: Upstream | None = None) -> web.StreamResponse:
+async def passthrough(
+    request: web.Request, *, body: dict[str, Any] | None = None, upstream: Upstream | None = None
+) -> web.StreamResponse:
     """Forward a request unchanged and stream the answer back as it arrives."""
     app = request.app
     up = upstream or _default_upstream(app[CONFIG])
     headers = outbound_headers(request, up)
-    path = request.path[len("/v1"):] if request.path.startswith("/v1") else request.path
+    path = request.path[len("/v1") :] if request.path.startswith("/v1") else request.path
     if body is not None and up.model_map and isinstance(body.get("model"), str):
         body = {**body, "model": up.model_map.get(body["model"], body["model"])}
     url = up.base_url + path
@@ -325,8 +340,9 @@ async def passthrough(request: web.Request, *, body: dict[str, Any] | None = Non
         return await _relay_unchanged(request, up, url, body, headers)
 
 
-async def _relay_unchanged(request: web.Request, up: Upstream, url: str, body: dict[str, Any] | None,
-                           headers: dict[str, str]) -> web.StreamResponse:
+async def _relay_unchanged(
+    request: web.Request, up: Upstream, url: str, body: dict[str, Any] | None, headers: dict[str, str]
+) -> web.StreamResponse:
     app = request.app
     if body is None:
         resp = await send(app[SESSION], up, request.method, url, headers=headers, params=request.query)
@@ -335,8 +351,11 @@ async def _relay_unchanged(request: web.Request, up: Upstream, url: str, body: d
     if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
         raw = await upstream_client.read_body(resp, up, 64 * 1024, truncate=True)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
-        raise UpstreamHTTPError(resp.status, upstream_error_body(resp.status, raw, resp.headers.get("Content-Type", ""),
-                                                                 secrets=secrets(request, up)), keep)
+        raise UpstreamHTTPError(
+            resp.status,
+            upstream_error_body(resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets(request, up)),
+            keep,
+        )
     out = web.StreamResponse(status=resp.status)
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:
@@ -381,8 +400,9 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
         status: int = 0
         body: Any = {}
         try:
-            async with request.app[SESSION].get(up.base_url + "/models", headers=headers,
-                                                timeout=aiohttp.ClientTimeout(total=10)) as r:
+            async with request.app[SESSION].get(
+                up.base_url + "/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+            ) as r:
                 status = r.status
                 body = await r.json(content_type=None) if r.status == 200 else {}
         except (aiohttp.ClientError, TimeoutError, ValueError):
@@ -390,8 +410,11 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
         data = body.get("data") if isinstance(body, dict) else None
         back = {v: k for k, v in up.model_map.items()}
         out = [{**m, "id": back.get(str(m.get("id")), m.get("id"))} for m in data or () if isinstance(m, dict)]
-        out += [{"id": name, "object": "model", "created": 0, "owned_by": up.name}
-                for name in (*up.models, *up.model_map) if not any(c in name for c in "*?[")]
+        out += [
+            {"id": name, "object": "model", "created": 0, "owned_by": up.name}
+            for name in (*up.models, *up.model_map)
+            if not any(c in name for c in "*?[")
+        ]
         return status, out
 
     answers = await asyncio.gather(*(fetch(u) for u in config.upstreams))
@@ -403,8 +426,7 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
         for m in models:
             merged.setdefault(str(m.get("id")), m)
             listed.append((str(m.get("id")), up))
-    return web.json_response({"object": "list", "data": list(merged.values()),
-                              "models": codex_catalog(config, listed)})
+    return web.json_response({"object": "list", "data": list(merged.values()), "models": codex_catalog(config, listed)})
 
 
 def _default_upstream(config: Config) -> Upstream:

@@ -34,92 +34,123 @@ CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts it
 
 _EXAMPLES = {
     "crossfeed": "examples:\n"
-                 "  crossfeed serve --upstream http://127.0.0.1:8000/v1      # in front of a chat backend\n"
-                 "  crossfeed check-config crossfeed.toml                     # what serve would do with it\n"
-                 "  crossfeed demo                                            # see it work, offline\n"
-                 "  crossfeed COMMAND --help                                  # each command's options",
+    "  crossfeed serve --upstream http://127.0.0.1:8000/v1      # in front of a chat backend\n"
+    "  crossfeed check-config crossfeed.toml                     # what serve would do with it\n"
+    "  crossfeed demo                                            # see it work, offline\n"
+    "  crossfeed COMMAND --help                                  # each command's options",
     "serve": "examples:\n"
-             "  crossfeed serve --upstream http://127.0.0.1:8000/v1\n"
-             "  crossfeed serve --config crossfeed.toml --port 9000\n"
-             "  crossfeed serve --config crossfeed.toml --workers auto        # a worker process per core\n"
-             "  BACKEND_KEY=sk-... crossfeed serve --upstream https://api.deepseek.com/v1 "
-             "--upstream-api-key-env BACKEND_KEY\n"
-             "  CROSSFEED_WEB_SEARCH__BACKEND=searxng CROSSFEED_WEB_SEARCH__URL=http://127.0.0.1:8888 crossfeed serve",
+    "  crossfeed serve --upstream http://127.0.0.1:8000/v1\n"
+    "  crossfeed serve --config crossfeed.toml --port 9000\n"
+    "  crossfeed serve --config crossfeed.toml --workers auto        # a worker process per core\n"
+    "  BACKEND_KEY=sk-... crossfeed serve --upstream https://api.deepseek.com/v1 "
+    "--upstream-api-key-env BACKEND_KEY\n"
+    "  CROSSFEED_WEB_SEARCH__BACKEND=searxng CROSSFEED_WEB_SEARCH__URL=http://127.0.0.1:8888 crossfeed serve",
     "check-config": "examples:\n"
-                    "  crossfeed check-config crossfeed.toml\n"
-                    "  CROSSFEED_PORT=9000 crossfeed check-config crossfeed.toml    # with the environment applied",
+    "  crossfeed check-config crossfeed.toml\n"
+    "  CROSSFEED_PORT=9000 crossfeed check-config crossfeed.toml    # with the environment applied",
     "demo": "examples:\n  crossfeed demo\n  crossfeed demo --no-sdk --delay 0.2",
     "translate": "examples:\n"
-                 "  crossfeed translate --from chat --to responses captured-chat.sse\n"
-                 "  curl -sN ... | crossfeed translate --from responses --to chat --jsonl\n"
-                 "  crossfeed translate --from chat --to responses --request body.json stream.sse",
+    "  crossfeed translate --from chat --to responses captured-chat.sse\n"
+    "  curl -sN ... | crossfeed translate --from responses --to chat --jsonl\n"
+    "  crossfeed translate --from chat --to responses --request body.json stream.sse",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crossfeed", description="Streaming translation proxy between the "
-                                     "OpenAI Responses API and Chat Completions API.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES["crossfeed"])
+    parser = argparse.ArgumentParser(
+        prog="crossfeed",
+        description="Streaming translation proxy between the OpenAI Responses API and Chat Completions API.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EXAMPLES["crossfeed"],
+    )
     parser.add_argument("--version", action="version", version=f"crossfeed {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the proxy", epilog=_EXAMPLES["serve"],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    serve.add_argument("--config", type=Path,
-                       help=f"TOML config file (see config.example.toml; default: ${CONFIG_ENV} when set)")
+    serve = sub.add_parser(
+        "serve", help="run the proxy", epilog=_EXAMPLES["serve"], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    serve.add_argument(
+        "--config", type=Path, help=f"TOML config file (see config.example.toml; default: ${CONFIG_ENV} when set)"
+    )
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free port)")
     serve.add_argument("--upstream", help="backend base URL including /v1 (default http://127.0.0.1:8000/v1)")
     serve.add_argument("--upstream-api", choices=["chat", "responses"], help="the API the backend speaks")
-    serve.add_argument("--upstream-api-key-env", metavar="NAME",
-                       help="environment variable holding the backend's API key (default: pass the client's key)")
+    serve.add_argument(
+        "--upstream-api-key-env",
+        metavar="NAME",
+        help="environment variable holding the backend's API key (default: pass the client's key)",
+    )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
-    serve.add_argument("--workers", metavar="N|auto",
-                       help="worker processes serving the port (default 1; auto: one per core; needs the sqlite "
-                       "or redis store)")
+    serve.add_argument(
+        "--workers",
+        metavar="N|auto",
+        help="worker processes serving the port (default 1; auto: one per core; needs the sqlite or redis store)",
+    )
     # Set by the supervisor of --workers on the processes it starts (proxy/workers.py).
     for hidden in ("--worker-index", "--ready-fd", "--parent-fd", "--listen-fd"):
         serve.add_argument(hidden, type=int, help=argparse.SUPPRESS)
 
-    check = sub.add_parser("check-config", help="validate a config file and print the resolved routing table",
-                           description="Load FILE the way `serve --config FILE` does (CROSSFEED_* environment "
-                           "variables applied), report the first problems by key path (exit 2), or print "
-                           "the resolved routing table: exit 0 when `serve` would start with it here, 1 when "
-                           "this environment lacks what the file names (inbound keys, a Redis URL). Secrets "
-                           "are shown only by variable name.", epilog=_EXAMPLES["check-config"],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config file and print the resolved routing table",
+        description="Load FILE the way `serve --config FILE` does (CROSSFEED_* environment "
+        "variables applied), report the first problems by key path (exit 2), or print "
+        "the resolved routing table: exit 0 when `serve` would start with it here, 1 when "
+        "this environment lacks what the file names (inbound keys, a Redis URL). Secrets "
+        "are shown only by variable name.",
+        epilog=_EXAMPLES["check-config"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     check.add_argument("file", type=Path, metavar="FILE")
 
-    demo = sub.add_parser("demo", help="see crossfeed work: a scripted chat backend, crossfeed in front of it, "
-                          "and a streaming request from the OpenAI SDK, all on loopback",
-                          description="Start a built-in scripted Chat Completions backend and crossfeed in "
-                          "front of it on free loopback ports, send streaming Responses requests with the "
-                          "OpenAI SDK (aiohttp when the SDK is not installed), and print the translated "
-                          "events as they arrive. Needs no network and no config.", epilog=_EXAMPLES["demo"],
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    demo = sub.add_parser(
+        "demo",
+        help="see crossfeed work: a scripted chat backend, crossfeed in front of it, "
+        "and a streaming request from the OpenAI SDK, all on loopback",
+        description="Start a built-in scripted Chat Completions backend and crossfeed in "
+        "front of it on free loopback ports, send streaming Responses requests with the "
+        "OpenAI SDK (aiohttp when the SDK is not installed), and print the translated "
+        "events as they arrive. Needs no network and no config.",
+        epilog=_EXAMPLES["demo"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     demo.add_argument("--no-sdk", action="store_true", help="use a plain aiohttp client instead of the OpenAI SDK")
-    demo.add_argument("--delay", type=float, default=0.02, metavar="SECONDS",
-                      help="pause between the backend's chunks (default 0.02)")
+    demo.add_argument(
+        "--delay", type=float, default=0.02, metavar="SECONDS", help="pause between the backend's chunks (default 0.02)"
+    )
 
-    tr = sub.add_parser("translate", help="translate a captured SSE stream offline",
-                        description="Read a captured SSE stream (a backend's raw response body) from FILE or "
-                        "stdin and translate it with the same code the server runs. Prints SSE frames "
-                        "(default) or one JSON event per line (--jsonl) on stdout, a one-line summary on "
-                        "stderr. A stream that translates into a failure is printed too (exit 0). A stream "
-                        "of the other API than --from says is pointed out.", epilog=_EXAMPLES["translate"],
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_argument("--from", dest="source", required=True, choices=["chat", "responses"],
-                    help="the API of the captured stream")
-    tr.add_argument("--to", dest="target", required=True, choices=["chat", "responses"],
-                    help="the API to translate to")
+    tr = sub.add_parser(
+        "translate",
+        help="translate a captured SSE stream offline",
+        description="Read a captured SSE stream (a backend's raw response body) from FILE or "
+        "stdin and translate it with the same code the server runs. Prints SSE frames "
+        "(default) or one JSON event per line (--jsonl) on stdout, a one-line summary on "
+        "stderr. A stream that translates into a failure is printed too (exit 0). A stream "
+        "of the other API than --from says is pointed out.",
+        epilog=_EXAMPLES["translate"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tr.add_argument(
+        "--from", dest="source", required=True, choices=["chat", "responses"], help="the API of the captured stream"
+    )
+    tr.add_argument("--to", dest="target", required=True, choices=["chat", "responses"], help="the API to translate to")
     tr.add_argument("file", nargs="?", type=Path, metavar="FILE", help="captured stream (default: stdin)")
-    tr.add_argument("--request", type=Path, metavar="FILE",
-                    help="the client's request body (JSON): echoed on the Response, tool context, "
-                    "stream_options.include_usage for chat output")
+    tr.add_argument(
+        "--request",
+        type=Path,
+        metavar="FILE",
+        help="the client's request body (JSON): echoed on the Response, tool context, "
+        "stream_options.include_usage for chat output",
+    )
     tr.add_argument("--jsonl", action="store_true", help="print one JSON event per line instead of SSE frames")
-    tr.add_argument("--reasoning-field", default="reasoning_content", metavar="NAME",
-                    help="chat output: the delta field that carries reasoning (default reasoning_content)")
+    tr.add_argument(
+        "--reasoning-field",
+        default="reasoning_content",
+        metavar="NAME",
+        help="chat output: the delta field that carries reasoning (default reasoning_content)",
+    )
     return parser
 
 
@@ -185,9 +216,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 # The flag behind each override, for the messages that blame a bad value on its source.
-FLAG_NAMES = {"server.host": "--host", "server.port": "--port", "upstream.base_url": "--upstream",
-              "upstream.api": "--upstream-api", "upstream.api_key_env": "--upstream-api-key-env",
-              "logging.level": "--log-level", "logging.format": "--log-format", "server.workers": "--workers"}
+FLAG_NAMES = {
+    "server.host": "--host",
+    "server.port": "--port",
+    "upstream.base_url": "--upstream",
+    "upstream.api": "--upstream-api",
+    "upstream.api_key_env": "--upstream-api-key-env",
+    "logging.level": "--log-level",
+    "logging.format": "--log-format",
+    "server.workers": "--workers",
+}
 
 
 def serve(args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -212,9 +250,12 @@ def serve(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         return _supervise(config, argv if argv is not None else sys.argv[1:], stopped=bool(_STOP_ASKED))
     import select
 
-    configure_logging(config.logging.level, config.logging.format,
-                      fields={"worker": worker.index} if worker else None,
-                      batch_bytes=select.PIPE_BUF if worker else FLUSH_BYTES)
+    configure_logging(
+        config.logging.level,
+        config.logging.format,
+        fields={"worker": worker.index} if worker else None,
+        batch_bytes=select.PIPE_BUF if worker else FLUSH_BYTES,
+    )
     reserve_descriptors()  # before the event loop starts any thread
     try:
         import uvloop
@@ -378,6 +419,7 @@ async def _serve(config: Config, worker: WorkerRole | None = None) -> None:
                 loop.remove_reader(fd)
                 log.warning("server.supervisor.gone")
                 stop.set()
+
             loop.add_reader(fd, orphaned)
         if worker.ready_fd is not None:
             with contextlib.suppress(OSError):  # a supervisor gone meanwhile: the parent pipe says so
@@ -428,15 +470,21 @@ def check_config(path: Path, environ: Mapping[str, str], out: Any = None) -> int
         print(f"crossfeed check-config: warning: {clash}", file=sys.stderr)
     problems = environment_problems(config, environ)
     if problems:
-        print(f"crossfeed check-config: {path} is valid, but `crossfeed serve` would refuse to start "
-              "in this environment:", file=sys.stderr)
+        print(
+            f"crossfeed check-config: {path} is valid, but `crossfeed serve` would refuse to start "
+            "in this environment:",
+            file=sys.stderr,
+        )
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return 1
     search = search_problem(config, environ)
     if search:
-        print(f"crossfeed check-config: {path} is valid and `crossfeed serve` would start, but web search "
-              f"would not work: {search}", file=sys.stderr)
+        print(
+            f"crossfeed check-config: {path} is valid and `crossfeed serve` would start, but web search "
+            f"would not work: {search}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -500,7 +548,10 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     workers = getattr(s, "workers", 1)
     count = f", {s.worker_count} worker processes" + (" (auto: one per core)" if workers == "auto" else "")
     lines.append(f"server: listen {s.host}:{s.port}" + (count if workers != 1 else ""))
-    details = [f"max body {getattr(s, 'max_body_bytes', '?')} bytes", f"drain {_secs(getattr(s, 'drain_seconds', '?'))}"]
+    details = [
+        f"max body {getattr(s, 'max_body_bytes', '?')} bytes",
+        f"drain {_secs(getattr(s, 'drain_seconds', '?'))}",
+    ]
     if getattr(s, "keepalive_seconds", None) is not None:
         details.append(f"SSE keepalive every {_secs(s.keepalive_seconds)}")
     if getattr(s, "websocket", True):
@@ -515,14 +566,18 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     else:
         parts = [f"{k.name} from {_env_state(k.key_env, environ)}" for k in named]
         if keys_env:
-            parts.append(f"key-1, key-2... from ${keys_env} (set)" if environ.get(keys_env) else
-                         f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them")
+            parts.append(
+                f"key-1, key-2... from ${keys_env} (set)"
+                if environ.get(keys_env)
+                else f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them"
+            )
         auth = "; ".join(parts) + "; stored responses belong to the key that made them"
         caps = {k.name: k.max_concurrent_streams for k in named if k.max_concurrent_streams is not None}
         per_key = getattr(s, "max_streams_per_key", 0)
         if per_key or any(caps.values()):
             auth += "; open streams per key at most " + ", ".join(
-                [*(f"{n} {c or 'unlimited'}" for n, c in caps.items()), f"others {per_key or 'unlimited'}"])
+                [*(f"{n} {c or 'unlimited'}" for n, c in caps.items()), f"others {per_key or 'unlimited'}"]
+            )
     lines.append(f"  inbound auth: {auth}")
     lg = config.logging
     lines.append(f"logging: level {lg.level}, format {lg.format}")
@@ -532,8 +587,10 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
         where = getattr(store, "data_dir", None) if backend == "sqlite" else None
         lines.append(f"response store: {backend}" + (f" in {where}" if where else ""))
     lines.append("")
-    lines.append("upstreams (a model goes to the first upstream listing its exact name, else the first with a "
-                 "matching pattern, else the default, else the first listing *):")
+    lines.append(
+        "upstreams (a model goes to the first upstream listing its exact name, else the first with a "
+        "matching pattern, else the default, else the first listing *):"
+    )
     for n, u in enumerate(config.upstreams, 1):
         mark = "  [default]" if u.default else ""
         lines.append(f"  {n}. {u.name}{mark}")
@@ -553,8 +610,10 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             key = "none"
         lines.append(f"       api key   {key}")
         t = u.timeouts
-        lines.append(f"       timeouts  connect {_secs(t.connect)}, first byte {_secs(t.first_byte)}, "
-                     f"idle {_secs(t.idle)}, total {_secs(t.total)}")
+        lines.append(
+            f"       timeouts  connect {_secs(t.connect)}, first byte {_secs(t.first_byte)}, "
+            f"idle {_secs(t.idle)}, total {_secs(t.total)}"
+        )
         extras = []
         if getattr(u, "reasoning_field", None):
             extras.append(f"reasoning field {u.reasoning_field}")
@@ -562,25 +621,46 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
         extras.append(f"max streams {limit or 'unlimited'}")
         if u.api == "chat":
             extras.append(f"system messages {u.system_messages}")
-            extras.append("tokens " + (u.tokenizer if u.tokenizer == "estimate" else
-                                       f"{u.tokenizer} at {u.tokenize_endpoint}"))
+            extras.append(
+                "tokens " + (u.tokenizer if u.tokenizer == "estimate" else f"{u.tokenizer} at {u.tokenize_endpoint}")
+            )
         if getattr(u, "headers", None):
             extras.append("extra headers " + ", ".join(sorted(u.headers)))  # names only: values may be secret
         lines.append(f"       other     {'; '.join(extras)}")
     ws = config.web_search
     lines.append("")
-    lines.append("web search: " + ("off (hosted web_search tools are dropped and logged)" if ws.backend is None else
-                                   f"{ws.backend} at {ws.endpoint}" + (f", key {_env_state(ws.api_key_env, environ)}"
-                                                                        if ws.api_key_env else "")
-                                   + f"; {ws.max_results} results, {ws.max_searches} searches a response"))
+    lines.append(
+        "web search: "
+        + (
+            "off (hosted web_search tools are dropped and logged)"
+            if ws.backend is None
+            else f"{ws.backend} at {ws.endpoint}"
+            + (f", key {_env_state(ws.api_key_env, environ)}" if ws.api_key_env else "")
+            + f"; {ws.max_results} results, {ws.max_searches} searches a response"
+        )
+    )
     mcp = config.mcp
-    lines.append("remote MCP: " + ("off (no allowed_servers: an mcp tool in a request is a 400)" if not mcp.allowed_servers
-                                   else "servers matching " + ", ".join(mcp.allowed_servers)
-                                   + f"; calls time out after {_secs(mcp.call_timeout_seconds)}, {mcp.max_calls} a response"))
+    lines.append(
+        "remote MCP: "
+        + (
+            "off (no allowed_servers: an mcp tool in a request is a 400)"
+            if not mcp.allowed_servers
+            else "servers matching "
+            + ", ".join(mcp.allowed_servers)
+            + f"; calls time out after {_secs(mcp.call_timeout_seconds)}, {mcp.max_calls} a response"
+        )
+    )
     default = next((u for u in config.upstreams if u.default), None)
     star = next((u for u in config.upstreams if "*" in u.models), None)
     lines.append("")
-    lines.append("unknown models: " + (f"-> {default.name} (default)" if default
-                                       else f"-> {star.name} (lists *)" if star
-                                       else "404 model_not_found (no upstream is marked default or lists *)"))
+    lines.append(
+        "unknown models: "
+        + (
+            f"-> {default.name} (default)"
+            if default
+            else f"-> {star.name} (lists *)"
+            if star
+            else "404 model_not_found (no upstream is marked default or lists *)"
+        )
+    )
     return lines

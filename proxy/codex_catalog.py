@@ -28,14 +28,21 @@ checked steps: look before you change, keep edits to what the task needs, run th
 command or test after a change, and read its output before going on. Use apply_patch for file
 edits. Do not guess at file contents or command results: read them. When the task is done, say
 briefly what you changed and what you checked; if you could not finish, say what is left and why."""
-_LEVELS = {"minimal": "Fastest, least reasoning", "low": "Fast responses with lighter reasoning",
-           "medium": "Balances speed and reasoning depth", "high": "Deeper reasoning for hard problems",
-           "xhigh": "The most reasoning"}
+_LEVELS = {
+    "minimal": "Fastest, least reasoning",
+    "low": "Fast responses with lighter reasoning",
+    "medium": "Balances speed and reasoning depth",
+    "high": "Deeper reasoning for hard problems",
+    "xhigh": "The most reasoning",
+}
 
 
 def entry(slug: str, model: CodexModel, upstream: Upstream | None, priority: int) -> dict[str, Any]:
-    window = model.context_window or (upstream.context_window if upstream and upstream.context_window else None) \
+    window = (
+        model.context_window
+        or (upstream.context_window if upstream and upstream.context_window else None)
         or DEFAULT_CONTEXT
+    )
     return {
         "slug": slug,
         "display_name": model.display_name or slug,
@@ -100,4 +107,6 @@ def catalog(config: Config, listed: Iterable[tuple[str, Upstream]]) -> list[dict
             seen.setdefault(name, up)
     for name in config.codex_models:
         seen.setdefault(name, None)
-    return [entry(name, config.codex_models.get(name) or CodexModel(), up, i) for i, (name, up) in enumerate(seen.items())]
+    return [
+        entry(name, config.codex_models.get(name) or CodexModel(), up, i) for i, (name, up) in enumerate(seen.items())
+    ]

@@ -44,19 +44,28 @@ log = structlog.get_logger("crossfeed")
 ITEM_PREFIX = "cmp_"
 
 
-def _main(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest,
-          framing: Any = False) -> ChatToResponsesStream:
+def _main(
+    request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, framing: Any = False
+) -> ChatToResponsesStream:
     app = request.app
-    return ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=plan.tools,
-                                 seal_reasoning=reasoning_sealer(request, body), profile=up.profile, wire=framing)
+    return ChatToResponsesStream(
+        body,
+        ids=app[IDS],
+        now=app[CLOCK],
+        tools=plan.tools,
+        seal_reasoning=reasoning_sealer(request, body),
+        profile=up.profile,
+        wire=framing,
+    )
 
 
 def _leg(request: web.Request, main: ChatToResponsesStream, up: Upstream, *, last: bool) -> SummaryLeg:
     app = request.app
     seal = app[SEAL]
     owner = KEY_NAME.get() or ""
-    return SummaryLeg(main, lambda text: seal.seal_summary(text, owner), app[IDS].new(ITEM_PREFIX), last=last,
-                      profile=up.profile)
+    return SummaryLeg(
+        main, lambda text: seal.seal_summary(text, owner), app[IDS].new(ITEM_PREFIX), last=last, profile=up.profile
+    )
 
 
 def _answer_body(plan: MappedRequest, up: Upstream, summary_text: str) -> dict[str, Any]:
@@ -74,7 +83,10 @@ async def check_size(request: web.Request, up: Upstream, chat: dict[str, Any]) -
             raise ClientRequestError(
                 f"The conversation counts about {count} tokens, more than the {up.context_window} of the "
                 f"backend's context (upstream {up.name!r} context_window): it cannot be summarised in one "
-                "request. Send a shorter history.", param="input", code="context_length_exceeded")
+                "request. Send a shorter history.",
+                param="input",
+                code="context_length_exceeded",
+            )
 
 
 async def over_threshold(request: web.Request, up: Upstream, plan: MappedRequest) -> bool:
@@ -84,19 +96,40 @@ async def over_threshold(request: web.Request, up: Upstream, plan: MappedRequest
     return count > plan.threshold
 
 
-async def compaction_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener,
-                          plan: MappedRequest, *, summary: Summary) -> dict[str, Any] | None:
+async def compaction_turn(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    open_sink: SinkOpener,
+    plan: MappedRequest,
+    *,
+    summary: Summary,
+) -> dict[str, Any] | None:
     """Streamed: the Response's only item is the compaction (Codex's remote compaction)."""
     await check_size(request, up, plan.chat)
-    ran = await stream_turn(request, up, "/chat/completions", plan.chat,
-                            lambda framing: _leg(request, _main(request, body, up, plan, framing), up, last=True),
-                            open_sink, summary, before_end=final_saver(request.app, body, None, keep_failed=False))
+    ran = await stream_turn(
+        request,
+        up,
+        "/chat/completions",
+        plan.chat,
+        lambda framing: _leg(request, _main(request, body, up, plan, framing), up, last=True),
+        open_sink,
+        summary,
+        before_end=final_saver(request.app, body, None, keep_failed=False),
+    )
     return _ended(ran, summary)
 
 
-async def compacting_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener,
-                          plan: MappedRequest, history: list[dict[str, Any]] | None, *,
-                          summary: Summary) -> dict[str, Any] | None:
+async def compacting_turn(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    open_sink: SinkOpener,
+    plan: MappedRequest,
+    history: list[dict[str, Any]] | None,
+    *,
+    summary: Summary,
+) -> dict[str, Any] | None:
     """Streamed: the compaction item, then the answer to the compacted window, in one Response."""
     prompt = up.profile.compaction_prompt or cmp.COMPACTION_PROMPT
     ask = cmp.summary_request(plan.chat, prompt)
@@ -108,10 +141,17 @@ async def compacting_turn(request: web.Request, body: dict[str, Any], up: Upstre
         return _answer_body(plan, up, leg.summary), leg.main
 
     summary["compacted"] = True
-    ran = await stream_turn(request, up, "/chat/completions", ask,
-                            lambda framing: _leg(request, _main(request, body, up, plan, framing), up, last=False),
-                            open_sink, summary, then=then,
-                            before_end=final_saver(request.app, body, history, keep_failed=False))
+    ran = await stream_turn(
+        request,
+        up,
+        "/chat/completions",
+        ask,
+        lambda framing: _leg(request, _main(request, body, up, plan, framing), up, last=False),
+        open_sink,
+        summary,
+        then=then,
+        before_end=final_saver(request.app, body, history, keep_failed=False),
+    )
     return _ended(ran, summary)
 
 
@@ -123,8 +163,9 @@ def _ended(ran: Any, summary: Summary) -> dict[str, Any] | None:
     return final
 
 
-async def _summarise(request: web.Request, up: Upstream, chat: dict[str, Any],
-                     summary: Summary) -> tuple[str, dict[str, Any] | None]:
+async def _summarise(
+    request: web.Request, up: Upstream, chat: dict[str, Any], summary: Summary
+) -> tuple[str, dict[str, Any] | None]:
     """One non-streamed summary call: the text and the usage (an error status raises)."""
     body = {k: v for k, v in chat.items() if k != "stream_options"}
     body["stream"] = False
@@ -132,15 +173,24 @@ async def _summarise(request: web.Request, up: Upstream, chat: dict[str, Any],
     completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
     if isinstance(completion, dict) and isinstance(completion.get("error"), dict):
         err = completion["error"]
-        raise UpstreamError(str(err.get("message") or "the upstream failed"), code=str(err.get("code") or "upstream_error"))
+        raise UpstreamError(
+            str(err.get("message") or "the upstream failed"), code=str(err.get("code") or "upstream_error")
+        )
     text, usage = cmp.summary_of_completion(completion)
     if not text:
         raise UpstreamError("the upstream answered the compaction with an empty summary", code="empty_summary")
     return text, usage
 
 
-async def compact_now(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest,
-                      history: list[dict[str, Any]] | None, *, summary: Summary) -> dict[str, Any] | None:
+async def compact_now(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    plan: MappedRequest,
+    history: list[dict[str, Any]] | None,
+    *,
+    summary: Summary,
+) -> dict[str, Any] | None:
     """A create with ``stream`` false that compacts: the Response, or None when it does not."""
     if plan.compact == "trigger":
         ask = plan.chat
@@ -183,11 +233,19 @@ async def compact_response(request: web.Request, body: dict[str, Any], up: Upstr
     plan = map_forward(request, create, up, history)
     await check_size(request, up, plan.chat)
     text, usage = await _summarise(request, up, plan.chat, summary)
-    item = {"id": app[IDS].new(ITEM_PREFIX), "type": cmp.ITEM,
-            "encrypted_content": app[SEAL].seal_summary(text, KEY_NAME.get() or "")}
+    item = {
+        "id": app[IDS].new(ITEM_PREFIX),
+        "type": cmp.ITEM,
+        "encrypted_content": app[SEAL].seal_summary(text, KEY_NAME.get() or ""),
+    }
     conversation = [*(history or []), *normalize_input(items, app[IDS])]
-    answer = {"id": app[IDS].new(idp.RESPONSE), "object": "response.compaction", "created_at": app[CLOCK](),
-              "output": cmp.compacted_output(conversation, item), "usage": map_usage(usage)}
+    answer = {
+        "id": app[IDS].new(idp.RESPONSE),
+        "object": "response.compaction",
+        "created_at": app[CLOCK](),
+        "output": cmp.compacted_output(conversation, item),
+        "usage": map_usage(usage),
+    }
     summary.update(terminal="completed", compacted=True)
     return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
@@ -220,8 +278,9 @@ async def _tokenize(request: web.Request, up: Upstream, chat: dict[str, Any]) ->
             return int((await r.json(content_type=None))["count"])
     # llama.cpp's server: render the template (/apply-template), then count its tokens
     template = url.rsplit("/", 1)[0] + "/apply-template"
-    async with session.post(template, json={"messages": chat.get("messages") or []}, headers=headers,
-                            timeout=timeout) as r:
+    async with session.post(
+        template, json={"messages": chat.get("messages") or []}, headers=headers, timeout=timeout
+    ) as r:
         r.raise_for_status()
         prompt = (await r.json(content_type=None))["prompt"]
     async with session.post(url, json={"content": prompt}, headers=headers, timeout=timeout) as r:
@@ -229,8 +288,9 @@ async def _tokenize(request: web.Request, up: Upstream, chat: dict[str, Any]) ->
         return len((await r.json(content_type=None))["tokens"])
 
 
-async def input_tokens_response(request: web.Request, body: dict[str, Any], up: Upstream, *,
-                                model_given: bool = True) -> web.Response:
+async def input_tokens_response(
+    request: web.Request, body: dict[str, Any], up: Upstream, *, model_given: bool = True
+) -> web.Response:
     """``POST /v1/responses/input_tokens`` on a chat upstream:
     ``{"object": "response.input_tokens", "input_tokens": N}`` for a create-like body (without
     ``model_given``, the tokenizer is not told a model: the server counts for its own)."""
@@ -239,6 +299,8 @@ async def input_tokens_response(request: web.Request, body: dict[str, Any], up: 
     plan = map_forward(request, {**create, "stream": False}, up, history)
     chat = plan.chat if model_given else {k: v for k, v in plan.chat.items() if k != "model"}
     count, how = await count_tokens(request, up, chat)
-    return web.Response(body=orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
-                        content_type="application/json", headers={"x-crossfeed-token-count": how})
-
+    return web.Response(
+        body=orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
+        content_type="application/json",
+        headers={"x-crossfeed-token-count": how},
+    )

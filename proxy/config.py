@@ -56,23 +56,34 @@ class Upstream(_Model):
     max_concurrent_streams: int = Field(0, ge=0, description="0 = unlimited")
     think_tags: bool = Field(False, description="content may open with <think>...</think> reasoning")
     tool_markup: Literal["hermes", "qwen3_coder", "mistral"] | None = Field(
-        None, description="tool calls the server writes as markup in content (no tool parser): their dialect")
+        None, description="tool calls the server writes as markup in content (no tool parser): their dialect"
+    )
     min_output_tokens: int = Field(
-        16, ge=1, description="api = responses: the smallest max_output_tokens the server accepts (OpenAI: 16)")
+        16, ge=1, description="api = responses: the smallest max_output_tokens the server accepts (OpenAI: 16)"
+    )
     normalize_stream: bool = Field(
-        False, description="api = responses: re-emit the server's stream as a strict one (numbering, ids, done events)")
+        False, description="api = responses: re-emit the server's stream as a strict one (numbering, ids, done events)"
+    )
     system_messages: Literal["merge", "keep", "user"] = Field(
-        "merge", description="system/developer messages after the first: merged into one leading system message, "
-                             "kept in place, or sent as user messages")
+        "merge",
+        description="system/developer messages after the first: merged into one leading system message, "
+        "kept in place, or sent as user messages",
+    )
     compaction_prompt: str | None = Field(None, min_length=1, description="the prompt asking for a compaction summary")
     tokenizer: Literal["estimate", "vllm", "llama.cpp"] = Field(
-        "estimate", description="how input tokens are counted: the documented estimate, or the server's /tokenize")
-    tokenize_url: str | None = Field(None, description="the tokenizer's URL (default: base_url without /v1 + /tokenize)")
-    context_window: int = Field(0, ge=0, description="the backend's context in tokens (0 = unknown): a longer "
-                                                     "compaction request is a 400")
+        "estimate", description="how input tokens are counted: the documented estimate, or the server's /tokenize"
+    )
+    tokenize_url: str | None = Field(
+        None, description="the tokenizer's URL (default: base_url without /v1 + /tokenize)"
+    )
+    context_window: int = Field(
+        0, ge=0, description="the backend's context in tokens (0 = unknown): a longer compaction request is a 400"
+    )
     drop_params: tuple[str, ...] = Field(
-        (), description="api = responses: chat request fields the backend lacks (seed, logit_bias, ...) that are "
-                        "dropped and logged instead of answered with a 400")
+        (),
+        description="api = responses: chat request fields the backend lacks (seed, logit_bias, ...) that are "
+        "dropped and logged instead of answered with a 400",
+    )
 
     @field_validator("base_url", "tokenize_url")
     @classmethod
@@ -99,18 +110,26 @@ class Upstream(_Model):
             wrong = [k for k in ("think_tags", "tool_markup") if k in self.model_fields_set]
         if wrong:
             other = "responses" if self.api == "chat" else "chat"
-            raise ValueError(f"{', '.join(wrong)} only applies to api = \"{other}\" upstreams "
-                             f"(this one is api = \"{self.api}\")")
+            raise ValueError(
+                f'{", ".join(wrong)} only applies to api = "{other}" upstreams (this one is api = "{self.api}")'
+            )
         return self
 
     @cached_property
     def profile(self) -> BackendProfile:
         """The backend's dialect, as the translators take it (translators/options.py)."""
-        return BackendProfile(reasoning_field=self.reasoning_field, max_tokens_field=self.max_tokens_field,
-                              system_role=self.system_role, system_placement=self.system_messages,
-                              compaction_prompt=self.compaction_prompt, think_tags=self.think_tags,
-                              tool_markup=self.tool_markup, normalize_stream=self.normalize_stream,
-                              min_output_tokens=self.min_output_tokens, drop_params=self.drop_params)
+        return BackendProfile(
+            reasoning_field=self.reasoning_field,
+            max_tokens_field=self.max_tokens_field,
+            system_role=self.system_role,
+            system_placement=self.system_messages,
+            compaction_prompt=self.compaction_prompt,
+            think_tags=self.think_tags,
+            tool_markup=self.tool_markup,
+            normalize_stream=self.normalize_stream,
+            min_output_tokens=self.min_output_tokens,
+            drop_params=self.drop_params,
+        )
 
     def matches_pattern(self, model: str) -> bool:
         """``model`` matches one of the glob patterns listed here, the bare ``*`` aside."""
@@ -124,7 +143,8 @@ class InboundKey(_Model):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     key_env: str = Field(min_length=1)
     max_concurrent_streams: int | None = Field(
-        None, ge=0, description="this key's open streams at most (0 = unlimited; default: server.max_streams_per_key)")
+        None, ge=0, description="this key's open streams at most (0 = unlimited; default: server.max_streams_per_key)"
+    )
 
 
 class Server(_Model):
@@ -133,15 +153,17 @@ class Server(_Model):
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     inbound_keys_env: str | None = None
     inbound_keys: tuple[InboundKey, ...] = Field(
-        (), description="named client keys ([[server.inbound_keys]]); with inbound_keys_env, theirs come first")
+        (), description="named client keys ([[server.inbound_keys]]); with inbound_keys_env, theirs come first"
+    )
     drain_seconds: float = Field(20.0, ge=0)
     keepalive_seconds: float = Field(15.0, gt=0, description="SSE comment sent after this much upstream silence")
     max_header_bytes: int = Field(16384, ge=1024, description="longest request line or header field")
     max_headers: int = Field(100, ge=8, description="most request headers")
     websocket: bool = Field(True, description="WebSocket mode on GET /v1/responses (false: 426, clients use HTTP)")
     websocket_max_seconds: float = Field(3600.0, gt=0, description="a WebSocket connection's lifetime")
-    max_streams_per_key: int = Field(0, ge=0, description="open streams one inbound key may have (0 = unlimited); "
-                                                          "per worker process")
+    max_streams_per_key: int = Field(
+        0, ge=0, description="open streams one inbound key may have (0 = unlimited); per worker process"
+    )
     workers: int | Literal["auto"] = Field(1, description="worker processes serving the port (auto: one per core)")
 
     @field_validator("workers", mode="before")
@@ -154,8 +176,9 @@ class Server(_Model):
         except ValueError:
             count = None
         if count is None or not 1 <= count <= MAX_WORKERS:
-            raise ValueError(f"must be a number of processes from 1 to {MAX_WORKERS}, or \"auto\" (one per core); "
-                             f"got {value!r}")
+            raise ValueError(
+                f'must be a number of processes from 1 to {MAX_WORKERS}, or "auto" (one per core); got {value!r}'
+            )
         return count
 
     @property
@@ -186,8 +209,11 @@ class WebSearch(_Model):
     """The search service crossfeed runs the hosted ``web_search`` tool on (proxy/web_search.py)."""
 
     backend: Literal["searxng", "brave", "tavily"] | None = Field(
-        None, description="unset: hosted search tools are dropped and logged")
-    url: str | None = Field(None, description="searxng: its base URL; brave/tavily: their API (default: the public one)")
+        None, description="unset: hosted search tools are dropped and logged"
+    )
+    url: str | None = Field(
+        None, description="searxng: its base URL; brave/tavily: their API (default: the public one)"
+    )
     api_key_env: str | None = Field(None, description="env var holding the search API's key (brave, tavily)")
     max_results: int = Field(5, ge=1, le=20)
     timeout_seconds: float = Field(10.0, gt=0, description="one search")
@@ -203,9 +229,9 @@ class WebSearch(_Model):
     @model_validator(mode="after")
     def _needs(self) -> WebSearch:
         if self.backend == "searxng" and not self.url:
-            raise ValueError("backend \"searxng\" needs url (the SearXNG instance, e.g. http://127.0.0.1:8888)")
+            raise ValueError('backend "searxng" needs url (the SearXNG instance, e.g. http://127.0.0.1:8888)')
         if self.backend in ("brave", "tavily") and not self.api_key_env:
-            raise ValueError(f"backend \"{self.backend}\" needs api_key_env (the env var holding its API key)")
+            raise ValueError(f'backend "{self.backend}" needs api_key_env (the env var holding its API key)')
         return self
 
     @property
@@ -219,7 +245,8 @@ class Mcp(_Model):
     """Remote MCP servers crossfeed may call for the hosted ``mcp`` tool (proxy/mcp_tools.py)."""
 
     allowed_servers: tuple[str, ...] = Field(
-        (), description="shell-style patterns matched against the whole server_url; none: no MCP server is called")
+        (), description="shell-style patterns matched against the whole server_url; none: no MCP server is called"
+    )
     call_timeout_seconds: float = Field(60.0, gt=0, description="one listing or one call")
     max_calls: int = Field(20, ge=1, le=200, description="MCP calls in one response")
     max_output_bytes: int = Field(65536, ge=1024, description="a call's output beyond this is cut")
@@ -228,16 +255,22 @@ class Mcp(_Model):
 class CodexModel(_Model):
     """What ``GET /v1/models`` tells Codex about one model (its catalog entry, proxy/codex_catalog.py)."""
 
-    context_window: int | None = Field(None, gt=0, description="tokens (default: the upstream's context_window, "
-                                                                 "else 128000)")
+    context_window: int | None = Field(
+        None, gt=0, description="tokens (default: the upstream's context_window, else 128000)"
+    )
     apply_patch: Literal["freeform", "function", "none"] = Field(
-        "freeform", description="how Codex offers apply_patch: a custom (freeform) tool, a function, or not at all")
+        "freeform", description="how Codex offers apply_patch: a custom (freeform) tool, a function, or not at all"
+    )
     reasoning_levels: tuple[Literal["minimal", "low", "medium", "high", "xhigh"], ...] = ("low", "medium", "high")
     default_reasoning: Literal["minimal", "low", "medium", "high", "xhigh"] = "medium"
     display_name: str | None = None
     description: str = "A model served through crossfeed."
-    instructions: str | None = Field(None, min_length=1, description="the base instructions Codex sends with this "
-                                                                      "model (default: crossfeed's short coding-agent prompt)")
+    instructions: str | None = Field(
+        None,
+        min_length=1,
+        description="the base instructions Codex sends with this "
+        "model (default: crossfeed's short coding-agent prompt)",
+    )
 
 
 class Config(_Model):
@@ -249,7 +282,8 @@ class Config(_Model):
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
     store: StoreConfig = Field(default_factory=StoreConfig)
     codex_models: dict[str, CodexModel] = Field(
-        default_factory=dict, description="per-model entries of the catalog Codex reads from GET /v1/models")
+        default_factory=dict, description="per-model entries of the catalog Codex reads from GET /v1/models"
+    )
 
     @model_validator(mode="after")
     def _check_upstreams(self) -> Config:
@@ -261,9 +295,11 @@ class Config(_Model):
         if sum(u.default for u in self.upstreams) > 1:
             raise ValueError("at most one upstream may be marked default = true")
         if self.server.workers != 1 and self.store.backend == "memory":
-            raise ValueError(f"server.workers = {self.server.workers!r} with store.backend = \"memory\": each worker "
-                             "would keep its own responses and a follow-up on another worker would not find them; "
-                             "use the sqlite (default) or redis store, or one worker")
+            raise ValueError(
+                f'server.workers = {self.server.workers!r} with store.backend = "memory": each worker '
+                "would keep its own responses and a follow-up on another worker would not find them; "
+                "use the sqlite (default) or redis store, or one worker"
+            )
         return self
 
     @cached_property
@@ -280,17 +316,23 @@ class Config(_Model):
         routes = self._routes
         if model in routes:
             return routes[model]
-        found = (next((u for u in self.upstreams if model in u.models), None)
-                 or next((u for u in self.upstreams if u.matches_pattern(model)), None)
-                 or next((u for u in self.upstreams if u.default), None)
-                 or next((u for u in self.upstreams if "*" in u.models), None))
+        found = (
+            next((u for u in self.upstreams if model in u.models), None)
+            or next((u for u in self.upstreams if u.matches_pattern(model)), None)
+            or next((u for u in self.upstreams if u.default), None)
+            or next((u for u in self.upstreams if "*" in u.models), None)
+        )
         if len(routes) < 1024:
             routes[model] = found
         return found
 
 
-def load_config(path: Path | None, environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None,
-                labels: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: Path | None,
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Config:
     """Read, merge and validate. Raises ConfigError naming the bad key and where its value came
     from (the file, a variable, or the flag ``labels`` names for an override)."""
     raw: dict[str, Any] = {}
@@ -356,7 +398,7 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str], sources: Sources
             sources[_set(raw, dotted, environ[env])] = f"${env}"
     for env, value in environ.items():
         if env.startswith("CROSSFEED_") and "__" in env and value != "":
-            dotted = ".".join(part.lower() for part in env[len("CROSSFEED_"):].split("__"))
+            dotted = ".".join(part.lower() for part in env[len("CROSSFEED_") :].split("__"))
             if value[:1] in "[{":
                 try:
                     value = json.loads(value)
@@ -372,8 +414,10 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> tuple[Any, ...]:
     if head == "upstream":
         ups = raw.setdefault("upstreams", [{"default": True}])
         if not isinstance(ups, list) or not ups or not all(isinstance(u, dict) for u in ups):
-            raise ConfigError("upstreams: must be an array of tables: write [[upstreams]] (two brackets) above each "
-                              "backend's keys, not [upstreams]")
+            raise ConfigError(
+                "upstreams: must be an array of tables: write [[upstreams]] (two brackets) above each "
+                "backend's keys, not [upstreams]"
+            )
         index = next((i for i, u in enumerate(ups) if u.get("default")), 0)
         node: dict[str, Any] = ups[index]
         path: tuple[Any, ...] = ("upstreams", index)

@@ -20,7 +20,9 @@ from pydantic import BaseModel
 Sources = dict[tuple[Any, ...], str]  # a resolved key path -> "$VAR" or "--flag"
 
 # CROSSFEED_* variables crossfeed reads that are not config keys.
-OTHER_VARIABLES = frozenset({"CROSSFEED_CONFIG", "CROSSFEED_DATA_DIR", "CROSSFEED_REASONING_KEY", "CROSSFEED_REDIS_URL"})
+OTHER_VARIABLES = frozenset(
+    {"CROSSFEED_CONFIG", "CROSSFEED_DATA_DIR", "CROSSFEED_REASONING_KEY", "CROSSFEED_REDIS_URL"}
+)
 
 
 def source_of(loc: tuple[Any, ...], sources: Sources, path: Path | None) -> str:
@@ -30,7 +32,7 @@ def source_of(loc: tuple[Any, ...], sources: Sources, path: Path | None) -> str:
         found = sources.get(tuple(loc[:n]))
         if found:
             return f"from {found}"
-    below = sorted({label for key, label in sources.items() if key[:len(loc)] == loc})
+    below = sorted({label for key, label in sources.items() if key[: len(loc)] == loc})
     if below:  # a check of the whole section, whose keys came from there
         return "from " + ", ".join(below) + (f" and {path}" if path else "")
     return f"in {path}" if path else "as set"
@@ -68,11 +70,13 @@ def explain(err: Mapping[str, Any], model: type[BaseModel]) -> str:
     if kind == "extra_forbidden":
         known = _fields(model, loc)
         close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-        return "unknown key" + (f"; did you mean {close[0]!r}?" if close else
-                                (f" (known here: {', '.join(known)})" if known else ""))
+        return "unknown key" + (
+            f"; did you mean {close[0]!r}?" if close else (f" (known here: {', '.join(known)})" if known else "")
+        )
     if loc == ("upstreams",) and isinstance(got, dict):
-        return ("must be an array of tables: write [[upstreams]] (two brackets) above each backend's keys, "
-                "not [upstreams]")
+        return (
+            "must be an array of tables: write [[upstreams]] (two brackets) above each backend's keys, not [upstreams]"
+        )
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return f"must be a whole number, got {got!r}"
     if kind in ("float_parsing", "float_type"):
@@ -88,8 +92,12 @@ def explain(err: Mapping[str, Any], model: type[BaseModel]) -> str:
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected', '')}, got {got!r}"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        bound = {"greater_than": "above", "greater_than_equal": "at least", "less_than": "below",
-                 "less_than_equal": "at most"}[kind]
+        bound = {
+            "greater_than": "above",
+            "greater_than_equal": "at least",
+            "less_than": "below",
+            "less_than_equal": "at most",
+        }[kind]
         limit = next(iter(ctx.values()), "")
         return f"must be {bound} {limit}, got {got!r}"
     if kind == "missing":

@@ -24,8 +24,9 @@ import asyncio
 class Deadline:
     __slots__ = ("_loop", "idle", "tick", "end", "last", "move_at", "_scope")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, idle: float, total: float,
-                 tick: float | None = None) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, *, idle: float, total: float, tick: float | None = None
+    ) -> None:
         now = loop.time()
         self._loop = loop
         self.idle = idle

@@ -50,8 +50,10 @@ WEATHER_TOOL = {
 }
 TOOL_RESULT = '{"city": "Paris", "temperature_c": 18, "sky": "sunny", "wind_kmh": 9}'
 
-_REASONING_CALL = ("The user wants the current weather in Paris. I cannot know it without looking it up, "
-                   "so I will call get_weather with the city.")
+_REASONING_CALL = (
+    "The user wants the current weather in Paris. I cannot know it without looking it up, "
+    "so I will call get_weather with the city."
+)
 _REASONING_ANSWER = "The tool says 18 degrees Celsius, sunny, light wind. One sentence is enough."
 _ANSWER = "It is sunny in Paris right now, about 18 °C with a light breeze of 9 km/h."
 _REASONING_PLAIN = "A simple question; answer briefly."
@@ -93,8 +95,12 @@ class DemoBackend:
             await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": MODEL, "object": "model", "created": 1_700_000_000, "owned_by": "crossfeed-demo"}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": MODEL, "object": "model", "created": 1_700_000_000, "owned_by": "crossfeed-demo"}],
+            }
+        )
 
     def _script(self, body: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
         """(reasoning, text, tool call) for this request."""
@@ -117,36 +123,69 @@ class DemoBackend:
         prompt_tokens = sum(len(str(m.get("content") or "")) // 4 + 4 for m in body.get("messages") or ())
         r_pieces, t_pieces = _pieces(reasoning), _pieces(text)
         completion_tokens = len(r_pieces) + len(t_pieces) + (8 if call else 0)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens,
-                 "prompt_tokens_details": {"cached_tokens": 0},
-                 "completion_tokens_details": {"reasoning_tokens": len(r_pieces)}}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": len(r_pieces)},
+        }
         finish = "tool_calls" if call else "stop"
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": text or None, "reasoning_content": reasoning}
             if call:
                 message["tool_calls"] = [{"id": "call_demo_weather", "type": "function", "function": call}]
-            return web.json_response({"id": cid, "object": "chat.completion", "created": created, "model": MODEL,
-                                      "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                                      "usage": usage})
+            return web.json_response(
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": MODEL,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usage,
+                }
+            )
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-            obj = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": MODEL,
-                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+            obj = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": MODEL,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
             return b"data: " + orjson.dumps(obj) + b"\n\n"
 
         frames = [chunk({"role": "assistant", "content": ""})]
         frames += [chunk({"reasoning_content": p}) for p in r_pieces]
         frames += [chunk({"content": p}) for p in t_pieces]
         if call:
-            frames.append(chunk({"tool_calls": [{"index": 0, "id": "call_demo_weather", "type": "function",
-                                                 "function": {"name": call["name"], "arguments": ""}}]}))
+            frames.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_demo_weather",
+                                "type": "function",
+                                "function": {"name": call["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
             args = call["arguments"]
             for piece in (args[:8], args[8:13], args[13:]):
                 frames.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
         frames.append(chunk({}, finish))
-        usage_chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": MODEL,
-                       "choices": [], "usage": usage}
+        usage_chunk = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": MODEL,
+            "choices": [],
+            "usage": usage,
+        }
         frames.append(b"data: " + orjson.dumps(usage_chunk) + b"\n\n")
         frames.append(b"data: [DONE]\n\n")
 
@@ -178,9 +217,10 @@ async def _sdk_events(base_url: str, request: dict[str, Any]) -> AsyncIterator[d
 
 async def _aiohttp_events(base_url: str, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
-        base_url + "/responses", json=request, headers={"Authorization": "Bearer sk-demo"}
-    ) as resp:
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.post(base_url + "/responses", json=request, headers={"Authorization": "Bearer sk-demo"}) as resp,
+    ):
         if resp.status != 200:
             raise RuntimeError(f"crossfeed answered {resp.status}: {(await resp.text())[:300]}")
         decoder = SSEDecoder()
@@ -228,8 +268,13 @@ def describe(event: dict[str, Any]) -> str:
 
 
 def output_text(response: dict[str, Any]) -> str:
-    return "".join(part.get("text", "") for item in response.get("output") or () if item.get("type") == "message"
-                   for part in item.get("content") or () if part.get("type") == "output_text")
+    return "".join(
+        part.get("text", "")
+        for item in response.get("output") or ()
+        if item.get("type") == "message"
+        for part in item.get("content") or ()
+        if part.get("type") == "output_text"
+    )
 
 
 # -- the demo -------------------------------------------------------------------------------------
@@ -246,15 +291,25 @@ async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str
             events_of = _sdk_events
             client_name = f"the openai SDK {openai.__version__}"
         except ImportError:
-            say("the openai package is not installed (pip install 'crossfeed[test]' or 'openai'): "
-                "using a plain aiohttp client instead")
+            say(
+                "the openai package is not installed (pip install 'crossfeed[test]' or 'openai'): "
+                "using a plain aiohttp client instead"
+            )
 
     backend = DemoBackend(delay)
     await backend.start()
     say(f"starting demo backend on {backend.base_url} (a scripted chat completions server, model {MODEL!r})")
-    config = load_config(None, {}, {"upstream.base_url": backend.base_url, "upstream.api": "chat",
-                                    "server.host": "127.0.0.1", "server.port": 0,
-                                    "store.backend": "memory"})  # the demo leaves no files behind
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": backend.base_url,
+            "upstream.api": "chat",
+            "server.host": "127.0.0.1",
+            "server.port": 0,
+            "store.backend": "memory",
+        },
+    )  # the demo leaves no files behind
     app = create_app(config, environ={})
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -289,11 +344,17 @@ async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str
                     say("demo failed: the model did not call get_weather")
                     return 1
                 call = calls[0]
-                say(f"-> the model called {call['name']}({call['arguments']}); "
-                    f"the demo runs the tool and sends back {TOOL_RESULT}")
+                say(
+                    f"-> the model called {call['name']}({call['arguments']}); "
+                    f"the demo runs the tool and sends back {TOOL_RESULT}"
+                )
                 conversation += [
-                    {"type": "function_call", "call_id": call["call_id"], "name": call["name"],
-                     "arguments": call["arguments"]},
+                    {
+                        "type": "function_call",
+                        "call_id": call["call_id"],
+                        "name": call["name"],
+                        "arguments": call["arguments"],
+                    },
                     {"type": "function_call_output", "call_id": call["call_id"], "output": TOOL_RESULT},
                 ]
         assert final is not None
@@ -301,10 +362,14 @@ async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str
         reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
         say("")
         say(f"final text: {output_text(final)}")
-        say(f"usage: input_tokens={usage.get('input_tokens')} output_tokens={usage.get('output_tokens')} "
-            f"(reasoning {reasoning}) total_tokens={usage.get('total_tokens')}")
-        say(f"done: {len(backend.requests)} chat requests reached the backend; "
-            "every event above was translated by crossfeed from chat.completion.chunk deltas.")
+        say(
+            f"usage: input_tokens={usage.get('input_tokens')} output_tokens={usage.get('output_tokens')} "
+            f"(reasoning {reasoning}) total_tokens={usage.get('total_tokens')}"
+        )
+        say(
+            f"done: {len(backend.requests)} chat requests reached the backend; "
+            "every event above was translated by crossfeed from chat.completion.chunk deltas."
+        )
         return 0
     finally:
         await runner.cleanup()

@@ -29,8 +29,15 @@ class ProxyError(Exception):
     error_type = "server_error"
     code: str | None = "internal_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 status: int | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
@@ -62,8 +69,9 @@ class UpstreamTimeout(UpstreamError):
     code = "upstream_timeout"
 
     def __init__(self, which: str, seconds: float) -> None:
-        super().__init__(f"the upstream did not answer in time ({which} timeout of {seconds:g}s)",
-                         code=f"upstream_{which}_timeout")
+        super().__init__(
+            f"the upstream did not answer in time ({which} timeout of {seconds:g}s)", code=f"upstream_{which}_timeout"
+        )
         self.which = which
 
 
@@ -130,9 +138,12 @@ def _error_body(status: int, raw: bytes, content_type: str) -> dict[str, Any]:
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict) and parsed["error"].get("message"):
         err = parsed["error"]
-        return envelope(str(err["message"]), str(err.get("type") or _type_for(status)),
-                        err.get("param") if isinstance(err.get("param"), str) else None,
-                        str(err["code"]) if err.get("code") is not None else None)
+        return envelope(
+            str(err["message"]),
+            str(err.get("type") or _type_for(status)),
+            err.get("param") if isinstance(err.get("param"), str) else None,
+            str(err["code"]) if err.get("code") is not None else None,
+        )
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) and parsed["error"].strip():
         return envelope(parsed["error"], _type_for(status), None, None)
     if isinstance(parsed, dict) and isinstance(parsed.get("message"), str) and parsed["message"].strip():

@@ -69,27 +69,45 @@ def pick_upstream(request: web.Request, body: dict[str, Any], summary: dict[str,
     config = request.app[CONFIG]
     model = body.get("model")
     if model is None or not isinstance(model, str) or not model:
-        raise ClientRequestError("you must provide a model parameter (a string)", param="model",
-                                 code="missing_required_parameter" if model is None else "invalid_type")
+        raise ClientRequestError(
+            "you must provide a model parameter (a string)",
+            param="model",
+            code="missing_required_parameter" if model is None else "invalid_type",
+        )
     up = config.route(model)
     (request[SUMMARY] if summary is None else summary).update(model=model, upstream=up.name if up else None)
     if up is None:
-        raise ClientRequestError(f"the model `{model}` does not exist or is not served here", param="model",
-                                 status=404, code="model_not_found")
+        raise ClientRequestError(
+            f"the model `{model}` does not exist or is not served here",
+            param="model",
+            status=404,
+            code="model_not_found",
+        )
     return up
 
 
-def map_forward(request: web.Request, body: dict[str, Any], up: Upstream,
-                history: list[dict[str, Any]] | None, *, mcp_results: dict[str, str] | None = None) -> MappedRequest:
+def map_forward(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    history: list[dict[str, Any]] | None,
+    *,
+    mcp_results: dict[str, str] | None = None,
+) -> MappedRequest:
     """The chat request for a Responses request (the upstream's model name in it);
     ``mcp_results``: what came of the MCP approvals this input answers (proxy/mcp_tools.py)."""
     seal = request.app[SEAL]
     owner = KEY_NAME.get() or ""
     searching = request.app[CONFIG].web_search.backend is not None
-    mapped = responses_request_to_chat(body, up.profile, history=history, reveal_reasoning=seal.open,
-                                       open_summary=lambda token: seal.open_summary(token, owner),
-                                       search_function=search_function_name(body.get("tools")) if searching else None,
-                                       mcp_results=mcp_results)
+    mapped = responses_request_to_chat(
+        body,
+        up.profile,
+        history=history,
+        reveal_reasoning=seal.open,
+        open_summary=lambda token: seal.open_summary(token, owner),
+        search_function=search_function_name(body.get("tools")) if searching else None,
+        mcp_results=mcp_results,
+    )
     mapped.chat["model"] = up.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:
         log.info("request.ignored_fields", model=mapped.model, ignored=list(mapped.ignored))
@@ -102,19 +120,30 @@ def reasoning_sealer(request: web.Request, body: dict[str, Any]) -> Any:
     return request.app[SEAL].seal if wanted else None
 
 
-async def open_leg(request: web.Request, up: Upstream, path: str, body: dict[str, Any],
-                   summary: Summary) -> aiohttp.ClientResponse:
+async def open_leg(
+    request: web.Request, up: Upstream, path: str, body: dict[str, Any], summary: Summary
+) -> aiohttp.ClientResponse:
     """POST one upstream call; returns once its 2xx headers are in (errors raise)."""
     started = time.monotonic()
-    upstream = await open_upstream(request.app[SESSION], up, path, body, outbound_headers(request, up),
-                                   secrets=secrets(request, up))
+    upstream = await open_upstream(
+        request.app[SESSION], up, path, body, outbound_headers(request, up), secrets=secrets(request, up)
+    )
     summary["ttfb"] = time.monotonic() - started
     return upstream
 
 
-async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientResponse, pump: Pump, sink: Sink,
-                  summary: Summary, initial: list[Out] | None = None, *, close: bool = True,
-                  before_end: BeforeEnd | None = None) -> RelayStats:
+async def run_leg(
+    request: web.Request,
+    up: Upstream,
+    upstream: aiohttp.ClientResponse,
+    pump: Pump,
+    sink: Sink,
+    summary: Summary,
+    initial: list[Out] | None = None,
+    *,
+    close: bool = True,
+    before_end: BeforeEnd | None = None,
+) -> RelayStats:
     """Run the relay for one leg, registered as open for shutdown (the caller holds its place in
     the stream limits, which the active-streams metric reads).
 
@@ -125,10 +154,20 @@ async def run_leg(request: web.Request, up: Upstream, upstream: aiohttp.ClientRe
     caller (the client hung up) cancels the task it awaits, and the relay closes the upstream
     on its way out; if it is cancelled before it ever ran, that is done here."""
     app = request.app
-    task = asyncio.get_running_loop().create_task(relay(
-        upstream, pump, sink, idle=up.timeouts.idle, keepalive=app[CONFIG].server.keepalive_seconds,
-        total=up.timeouts.total, initial=initial, registry=app[OPEN_STREAMS], close=close,
-        before_end=before_end))
+    task = asyncio.get_running_loop().create_task(
+        relay(
+            upstream,
+            pump,
+            sink,
+            idle=up.timeouts.idle,
+            keepalive=app[CONFIG].server.keepalive_seconds,
+            total=up.timeouts.total,
+            initial=initial,
+            registry=app[OPEN_STREAMS],
+            close=close,
+            before_end=before_end,
+        )
+    )
     try:
         stats = await task
     except asyncio.CancelledError:
@@ -152,10 +191,18 @@ BeforeEnd = Callable[[Any], Awaitable[None]]
 NextLeg = Callable[[Any, Sink], Awaitable["tuple[dict[str, Any], Any] | None"]]
 
 
-async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_body: dict[str, Any],
-                      make_machine: Callable[[Framing], Any], open_sink: SinkOpener,
-                      summary: Summary, *, then: NextLeg | None = None,
-                      before_end: BeforeEnd | None = None) -> tuple[Any, RelayStats] | None:
+async def stream_turn(
+    request: web.Request,
+    up: Upstream,
+    path: str,
+    upstream_body: dict[str, Any],
+    make_machine: Callable[[Framing], Any],
+    open_sink: SinkOpener,
+    summary: Summary,
+    *,
+    then: NextLeg | None = None,
+    before_end: BeforeEnd | None = None,
+) -> tuple[Any, RelayStats] | None:
     """The streamed exchange every direction and transport shares: admission to the upstream's
     stream limit, one leg (upstream call, sink, machine, relay), and the turn's summary fields.
     ``make_machine`` gets the sink's framing; a machine with ``start`` (the forward one) has its
@@ -177,8 +224,17 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
         machine = make_machine(sink.framing)
         start = getattr(machine, "start", None)  # the forward machines open the Response themselves
         initial = start() if start is not None else None
-        stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, initial=initial,
-                              close=then is None, before_end=before_end)
+        stats = await run_leg(
+            request,
+            up,
+            upstream,
+            Pump(machine),
+            sink,
+            summary,
+            initial=initial,
+            close=then is None,
+            before_end=before_end,
+        )
         if then is not None:
             stats = await _later_legs(request, up, path, machine, sink, summary, stats, then, before_end)
     if machine.diagnostics:
@@ -186,8 +242,17 @@ async def stream_turn(request: web.Request, up: Upstream, path: str, upstream_bo
     return machine, stats
 
 
-async def _later_legs(request: web.Request, up: Upstream, path: str, machine: Any, sink: Sink, summary: Summary,
-                      stats: RelayStats, then: NextLeg, before_end: BeforeEnd | None) -> RelayStats:
+async def _later_legs(
+    request: web.Request,
+    up: Upstream,
+    path: str,
+    machine: Any,
+    sink: Sink,
+    summary: Summary,
+    stats: RelayStats,
+    then: NextLeg,
+    before_end: BeforeEnd | None,
+) -> RelayStats:
     """Run the legs after the first one into the open sink, then close it. An upstream that
     fails to answer a later leg, or a failure of crossfeed's own between two legs (a bug in a
     tool runner), ends the Response with ``response.failed``: the stream began, so it still ends
@@ -201,7 +266,9 @@ async def _later_legs(request: web.Request, up: Upstream, path: str, machine: An
             except Exception as exc:
                 log.error("stream.internal_error", detail=repr(exc), where="between legs")
                 summary["ending"] = "internal_error"
-                end = [] if machine.done else machine.fail("internal_error", "crossfeed failed between two backend calls")
+                end = (
+                    [] if machine.done else machine.fail("internal_error", "crossfeed failed between two backend calls")
+                )
                 await _end(sink, machine, end, before_end)
                 return stats
             if nxt is None:
@@ -215,8 +282,9 @@ async def _later_legs(request: web.Request, up: Upstream, path: str, machine: An
                 summary["ending"] = exc.code
                 await _end(sink, machine, machine.fail(str(exc.code), exc.message), before_end)
                 return stats
-            stats = await run_leg(request, up, upstream, Pump(machine), sink, summary, close=False,
-                                  before_end=before_end)
+            stats = await run_leg(
+                request, up, upstream, Pump(machine), sink, summary, close=False, before_end=before_end
+            )
         if stats.ending != "client_disconnected":
             await _end(sink, machine, [], before_end)
     except ConnectionResetError:
@@ -230,9 +298,16 @@ async def _end(sink: Sink, machine: Any, events: list[Any], before_end: BeforeEn
     await sink.end(events)
 
 
-async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *,
-                       history: list[dict[str, Any]] | None, summary: Summary,
-                       mapped: MappedRequest | None = None) -> dict[str, Any] | None:
+async def forward_turn(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    open_sink: SinkOpener,
+    *,
+    history: list[dict[str, Any]] | None,
+    summary: Summary,
+    mapped: MappedRequest | None = None,
+) -> dict[str, Any] | None:
     """A streamed Responses turn on a chat upstream. Returns the final Response (None when the
     client left before the stream began); it is handed to the store here."""
     app = request.app
@@ -240,11 +315,26 @@ async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream,
     sealer = reasoning_sealer(request, body)
 
     def machine(framing: Framing) -> ChatToResponsesStream:
-        return ChatToResponsesStream(body, ids=app[IDS], now=app[CLOCK], tools=plan.tools, seal_reasoning=sealer,
-                                     profile=up.profile, wire=framing)
+        return ChatToResponsesStream(
+            body,
+            ids=app[IDS],
+            now=app[CLOCK],
+            tools=plan.tools,
+            seal_reasoning=sealer,
+            profile=up.profile,
+            wire=framing,
+        )
 
-    ran = await stream_turn(request, up, "/chat/completions", plan.chat, machine, open_sink, summary,
-                            before_end=final_saver(app, body, history))
+    ran = await stream_turn(
+        request,
+        up,
+        "/chat/completions",
+        plan.chat,
+        machine,
+        open_sink,
+        summary,
+        before_end=final_saver(app, body, history),
+    )
     if ran is None:
         return None
     final = ran[0].final_response
@@ -252,8 +342,9 @@ async def forward_turn(request: web.Request, body: dict[str, Any], up: Upstream,
     return final
 
 
-async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *,
-                     summary: Summary) -> dict[str, Any] | None:
+async def relay_turn(
+    request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener, *, summary: Summary
+) -> dict[str, Any] | None:
     """A streamed Responses turn on a Responses upstream: its events checked and relayed."""
     app = request.app
     rbody = {**body, "stream": True}
@@ -263,8 +354,12 @@ async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, o
     def machine(framing: Framing) -> ResponsesEventRelay | NormalizeResponses:
         if up.profile.normalize_stream:
             limit = body.get("max_output_tokens")
-            return NormalizeResponses(ids=app[IDS], now=app[CLOCK], model=str(body.get("model") or ""),
-                                      max_output_tokens=limit if isinstance(limit, int) else None)
+            return NormalizeResponses(
+                ids=app[IDS],
+                now=app[CLOCK],
+                model=str(body.get("model") or ""),
+                max_output_tokens=limit if isinstance(limit, int) else None,
+            )
         return ResponsesEventRelay(model=str(body.get("model") or ""), ids=app[IDS], now=app[CLOCK], request=body)
 
     ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
@@ -275,16 +370,29 @@ async def relay_turn(request: web.Request, body: dict[str, Any], up: Upstream, o
     return final
 
 
-async def reverse_turn(request: web.Request, body: dict[str, Any], rbody: dict[str, Any], up: Upstream,
-                       open_sink: SinkOpener, *, summary: Summary) -> None:
+async def reverse_turn(
+    request: web.Request,
+    body: dict[str, Any],
+    rbody: dict[str, Any],
+    up: Upstream,
+    open_sink: SinkOpener,
+    *,
+    summary: Summary,
+) -> None:
     """A streamed chat turn on a Responses upstream."""
     app = request.app
 
     def machine(framing: Framing) -> ResponsesToChatStream:
         limit = rbody.get("max_output_tokens")
-        return ResponsesToChatStream(include_usage=include_usage(body), options=up.profile, ids=app[IDS],
-                                     now=app[CLOCK], model=str(body.get("model")), wire=framing,
-                                     max_output_tokens=limit if isinstance(limit, int) else None)
+        return ResponsesToChatStream(
+            include_usage=include_usage(body),
+            options=up.profile,
+            ids=app[IDS],
+            now=app[CLOCK],
+            model=str(body.get("model")),
+            wire=framing,
+            max_output_tokens=limit if isinstance(limit, int) else None,
+        )
 
     ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
     if ran is not None:

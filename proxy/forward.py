@@ -1,9 +1,9 @@
 """Which plan a Responses create on a chat upstream follows (both transports).
 
-  input ending with compaction_trigger         -> compaction.compaction_turn / compact_now
-  context_management over its threshold        -> compaction.compacting_turn / compact_now
-  hosted tools crossfeed runs (web search, MCP) -> tool_loop.hosted_turn / hosted_now
-  anything else                                -> exchange.forward_turn / one completion
+input ending with compaction_trigger         -> compaction.compaction_turn / compact_now
+context_management over its threshold        -> compaction.compacting_turn / compact_now
+hosted tools crossfeed runs (web search, MCP) -> tool_loop.hosted_turn / hosted_now
+anything else                                -> exchange.forward_turn / one completion
 """
 
 from __future__ import annotations
@@ -22,9 +22,16 @@ from .searching import search_plan
 from .tool_loop import ToolLoop, hosted_now, hosted_turn
 
 
-async def forward_streamed(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener,
-                           plan: MappedRequest, history: list[dict[str, Any]] | None, *,
-                           summary: Summary) -> dict[str, Any] | None:
+async def forward_streamed(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    open_sink: SinkOpener,
+    plan: MappedRequest,
+    history: list[dict[str, Any]] | None,
+    *,
+    summary: Summary,
+) -> dict[str, Any] | None:
     """A streamed create; the final Response (None when the client left before the stream)."""
     if plan.compact == "trigger":
         return await compaction_turn(request, body, up, open_sink, plan, summary=summary)
@@ -36,8 +43,15 @@ async def forward_streamed(request: web.Request, body: dict[str, Any], up: Upstr
     return await forward_turn(request, body, up, open_sink, history=history, summary=summary, mapped=plan)
 
 
-async def forward_now(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest,
-                      history: list[dict[str, Any]] | None, *, summary: Summary) -> dict[str, Any] | None:
+async def forward_now(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    plan: MappedRequest,
+    history: list[dict[str, Any]] | None,
+    *,
+    summary: Summary,
+) -> dict[str, Any] | None:
     """A create with ``stream`` false that is not one plain completion: its Response, else None."""
     compacted = await compact_now(request, body, up, plan, history, summary=summary)
     if compacted is not None:
@@ -48,8 +62,9 @@ async def forward_now(request: web.Request, body: dict[str, Any], up: Upstream, 
     return None
 
 
-async def tool_loop(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest,
-                    history: list[dict[str, Any]] | None) -> tuple[ToolLoop | None, MappedRequest]:
+async def tool_loop(
+    request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, history: list[dict[str, Any]] | None
+) -> tuple[ToolLoop | None, MappedRequest]:
     """The hosted tools a create asks for that crossfeed runs (web search, remote MCP), if any;
     and the plan, mapped again when this input answers MCP approvals (the calls were made)."""
     if plan.compact:

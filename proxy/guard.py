@@ -34,15 +34,19 @@ def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[tuple[byte
     for i, entry in enumerate(server.inbound_keys):
         value = environ.get(entry.key_env, "").strip()
         if not value:
-            raise ConfigError(f"server.inbound_keys.{i}.key_env (key {entry.name!r}) names ${entry.key_env}, which "
-                              "is unset or empty: refusing to start without that key")
+            raise ConfigError(
+                f"server.inbound_keys.{i}.key_env (key {entry.name!r}) names ${entry.key_env}, which "
+                "is unset or empty: refusing to start without that key"
+            )
         keys.append((value.encode(), entry.name))
     env = server.inbound_keys_env
     if env:
         found = [k.strip().encode() for k in environ.get(env, "").split(",") if k.strip()]
         if not found:
-            raise ConfigError(f"server.inbound_keys_env names ${env}, which is unset or empty: refusing to start "
-                              "without inbound keys (unset inbound_keys_env to run without authentication)")
+            raise ConfigError(
+                f"server.inbound_keys_env names ${env}, which is unset or empty: refusing to start "
+                "without inbound keys (unset inbound_keys_env to run without authentication)"
+            )
         keys += [(k, f"key-{n}") for n, k in enumerate(found, 1)]
     names = [name for _, name in keys]
     if len(set(names)) != len(names):
@@ -58,7 +62,8 @@ def upstream_keys(config: Config, environ: Mapping[str, str]) -> None:
             raise ConfigError(
                 f"upstreams.{i}.api_key_env (upstream {up.name!r}) names ${up.api_key_env}, which is unset or empty: "
                 "refusing to start, so that no other key is sent to that backend in its place (set "
-                f"${up.api_key_env}, or remove api_key_env to pass each client's own key through)")
+                f"${up.api_key_env}, or remove api_key_env to pass each client's own key through)"
+            )
 
 
 # The name of the key the current request came with (None without inbound keys). Set by the auth
@@ -68,6 +73,7 @@ KEY_NAME: ContextVar[str | None] = ContextVar("crossfeed_key_name", default=None
 
 def auth_middleware(keys: tuple[tuple[bytes, str], ...]) -> Callable[..., Any]:
     """Installed only when keys are configured (no middleware layer at all otherwise)."""
+
     @web.middleware
     async def check(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
         if request.path not in OPEN_PATHS:
@@ -78,9 +84,14 @@ def auth_middleware(keys: tuple[tuple[bytes, str], ...]) -> Callable[..., Any]:
                 if hmac.compare_digest(token, key) and name is None:
                     name = key_name
             if name is None:
-                return error_response(ClientRequestError(
-                    "Incorrect or missing API key. Send Authorization: Bearer <key>.", status=401,
-                    code="invalid_api_key"), headers={"WWW-Authenticate": "Bearer"})
+                return error_response(
+                    ClientRequestError(
+                        "Incorrect or missing API key. Send Authorization: Bearer <key>.",
+                        status=401,
+                        code="invalid_api_key",
+                    ),
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             KEY_NAME.set(name)
             request[SUMMARY]["key"] = name
         return await handler(request)
@@ -95,8 +106,9 @@ class StreamLimits:
     ``on_change(upstream, open)``: told each upstream's new count (the metric of several workers).
     The counts are this process's: with several workers each enforces the caps on its own."""
 
-    def __init__(self, key_caps: Mapping[str, int] | None = None,
-                 on_change: Callable[[str, int], None] | None = None) -> None:
+    def __init__(
+        self, key_caps: Mapping[str, int] | None = None, on_change: Callable[[str, int], None] | None = None
+    ) -> None:
         self._open: dict[str, int] = {}
         self._keys: dict[str, int] = {}
         self._key_caps = {name: cap for name, cap in (key_caps or {}).items() if cap}
@@ -109,7 +121,11 @@ class StreamLimits:
         if up.max_concurrent_streams and n >= up.max_concurrent_streams:
             raise ClientRequestError(
                 f"too many concurrent streams to upstream '{up.name}' (limit {up.max_concurrent_streams}); "
-                "retry shortly", status=429, code="rate_limit_exceeded", headers={"Retry-After": "1"})
+                "retry shortly",
+                status=429,
+                code="rate_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
         key = KEY_NAME.get() if self._key_caps else None
         capped: str | None = None
         if key is not None and (cap := self._key_caps.get(key, 0)):
@@ -117,7 +133,10 @@ class StreamLimits:
             if held >= cap:
                 raise ClientRequestError(
                     f"too many concurrent streams for this API key ('{key}', limit {cap}); retry shortly",
-                    status=429, code="rate_limit_exceeded", headers={"Retry-After": "1"})
+                    status=429,
+                    code="rate_limit_exceeded",
+                    headers={"Retry-After": "1"},
+                )
             self._keys[key] = held + 1
             capped = key
         self._open[up.name] = n + 1

@@ -30,6 +30,8 @@ def warning() -> str | None:
     if not found:
         return None
     clash = "; ".join(f"'{name}' also from {', '.join(dists)}" for name, dists in found.items())
-    return (f"this environment has other packages under crossfeed's top-level names ({clash}): one may have "
-            "overwritten the other's files; install crossfeed in its own virtual environment (python3 -m venv, "
-            "or pipx install .)")
+    return (
+        f"this environment has other packages under crossfeed's top-level names ({clash}): one may have "
+        "overwritten the other's files; install crossfeed in its own virtual environment (python3 -m venv, "
+        "or pipx install .)"
+    )

@@ -40,13 +40,18 @@ async def probe_loop(app: web.Application, config: Config, session_key: Any) -> 
         session: aiohttp.ClientSession = app[session_key]
         for up in config.upstreams:
             try:
-                async with session.get(up.base_url + "/models", timeout=aiohttp.ClientTimeout(total=5),
-                                       headers=PROBE_HEADERS) as r:
+                async with session.get(
+                    up.base_url + "/models", timeout=aiohttp.ClientTimeout(total=5), headers=PROBE_HEADERS
+                ) as r:
                     await r.read()
                 app[PROBES][up.name] = time.monotonic()
                 app[PROBE_ERRORS].pop(up.name, None)
             except (TimeoutError, aiohttp.ClientError) as exc:
-                error = "no answer within 5s" if isinstance(exc, asyncio.TimeoutError) else upstream_failure(exc, up).message
+                error = (
+                    "no answer within 5s"
+                    if isinstance(exc, asyncio.TimeoutError)
+                    else upstream_failure(exc, up).message
+                )
                 app[PROBE_ERRORS][up.name] = error
                 log.info("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
             except Exception as exc:
@@ -62,6 +67,7 @@ def probe_ctx(config: Config, session_key: Any) -> Any:
         task = asyncio.get_running_loop().create_task(probe_loop(app, config, session_key))
         yield
         task.cancel()
+
     return ctx
 
 
@@ -72,8 +78,10 @@ def readiness(app: web.Application, config: Config) -> list[str]:
         seen = app[PROBES].get(up.name)
         if seen is None or now - seen > 3 * PROBE_INTERVAL:
             error = app[PROBE_ERRORS].get(up.name)
-            problems.append(f"upstream '{up.name}' at {up.base_url} has not answered a probe (GET /models) in the "
-                            f"last {3 * PROBE_INTERVAL:g}s" + (f": {error}" if error else " (not probed yet)"))
+            problems.append(
+                f"upstream '{up.name}' at {up.base_url} has not answered a probe (GET /models) in the "
+                f"last {3 * PROBE_INTERVAL:g}s" + (f": {error}" if error else " (not probed yet)")
+            )
     return problems
 
 

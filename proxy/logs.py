@@ -153,8 +153,14 @@ def flush_logs() -> None:
 atexit.register(flush_logs)
 
 
-def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None, *,
-                      fields: dict[str, object] | None = None, batch_bytes: int = FLUSH_BYTES) -> None:
+def configure_logging(
+    level: str = "info",
+    fmt: str = "auto",
+    stream: TextIO | None = None,
+    *,
+    fields: dict[str, object] | None = None,
+    batch_bytes: int = FLUSH_BYTES,
+) -> None:
     """``fields``: added to every line (a worker's index); ``batch_bytes``: the largest write of
     batched lines (``PIPE_BUF`` where several processes share the stream)."""
     global _batched

@@ -73,25 +73,40 @@ def servers_of(request: web.Request, body: dict[str, Any]) -> list[McpServer]:
         p = f"tools[{i}]"
         label = tool.get("server_label")
         if not isinstance(label, str) or not label:
-            raise ClientRequestError("an mcp tool needs its server_label (a string)", param=f"{p}.server_label",
-                                     code="missing_required_parameter")
+            raise ClientRequestError(
+                "an mcp tool needs its server_label (a string)",
+                param=f"{p}.server_label",
+                code="missing_required_parameter",
+            )
         if any(s.label == label for s in out):
-            raise ClientRequestError(f"two mcp tools have the server_label {label!r}", param=f"{p}.server_label",
-                                     code="invalid_value")
+            raise ClientRequestError(
+                f"two mcp tools have the server_label {label!r}", param=f"{p}.server_label", code="invalid_value"
+            )
         if tool.get("connector_id") is not None and tool.get("server_url") is None:
-            raise ClientRequestError("connectors are OpenAI's own; crossfeed calls MCP servers by server_url",
-                                     param=f"{p}.connector_id", code="unsupported_parameter")
+            raise ClientRequestError(
+                "connectors are OpenAI's own; crossfeed calls MCP servers by server_url",
+                param=f"{p}.connector_id",
+                code="unsupported_parameter",
+            )
         url = tool.get("server_url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ClientRequestError("an mcp tool needs its server_url (an http or https URL)",
-                                     param=f"{p}.server_url", code="invalid_value")
+            raise ClientRequestError(
+                "an mcp tool needs its server_url (an http or https URL)", param=f"{p}.server_url", code="invalid_value"
+            )
         if not any(fnmatch.fnmatchcase(url, pattern) for pattern in cfg.allowed_servers):
             raise ClientRequestError(
                 f"crossfeed may not call the MCP server at {url}: the operator allows MCP servers by URL pattern in "
-                "[mcp] allowed_servers (for example \"http://127.0.0.1:*\" or \"https://mcp.example.com/*\"), "
-                "and none matches", param=f"{p}.server_url", code="mcp_server_not_allowed", status=400)
-        headers = {str(k): str(v) for k, v in (tool.get("headers") or {}).items()} \
-            if isinstance(tool.get("headers"), dict) else {}
+                '[mcp] allowed_servers (for example "http://127.0.0.1:*" or "https://mcp.example.com/*"), '
+                "and none matches",
+                param=f"{p}.server_url",
+                code="mcp_server_not_allowed",
+                status=400,
+            )
+        headers = (
+            {str(k): str(v) for k, v in (tool.get("headers") or {}).items()}
+            if isinstance(tool.get("headers"), dict)
+            else {}
+        )
         auth = tool.get("authorization")
         if isinstance(auth, str) and auth:
             headers["Authorization"] = auth if auth.lower().startswith(("bearer ", "basic ")) else f"Bearer {auth}"
@@ -104,8 +119,12 @@ def redacted(body: dict[str, Any]) -> dict[str, Any]:
     tools = body.get("tools")
     if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools):
         return body
-    clean = [{k: v for k, v in t.items() if k not in ("headers", "authorization")}
-             if isinstance(t, dict) and t.get("type") == "mcp" else t for t in tools]
+    clean = [
+        {k: v for k, v in t.items() if k not in ("headers", "authorization")}
+        if isinstance(t, dict) and t.get("type") == "mcp"
+        else t
+        for t in tools
+    ]
     return {**body, "tools": clean}
 
 
@@ -120,13 +139,21 @@ async def _client(server: McpServer, cfg: Mcp) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
 
     if server.url.rstrip("/").endswith("/sse"):
-        async with Client(sse_client(server.url, headers=server.headers, timeout=cfg.call_timeout_seconds,
-                                     sse_read_timeout=cfg.call_timeout_seconds)) as c:
+        async with Client(
+            sse_client(
+                server.url,
+                headers=server.headers,
+                timeout=cfg.call_timeout_seconds,
+                sse_read_timeout=cfg.call_timeout_seconds,
+            )
+        ) as c:
             yield c
         return
     timeout = httpx2.Timeout(cfg.call_timeout_seconds)
-    async with httpx2.AsyncClient(headers=server.headers, timeout=timeout) as http, \
-            Client(streamable_http_client(server.url, http_client=http)) as c:
+    async with (
+        httpx2.AsyncClient(headers=server.headers, timeout=timeout) as http,
+        Client(streamable_http_client(server.url, http_client=http)) as c,
+    ):
         yield c
 
 
@@ -152,9 +179,15 @@ async def list_tools(server: McpServer, cfg: Mcp) -> list[dict[str, Any]] | str:
             found = await c.list_tools()
     except Exception as exc:  # any failure of the server: this listing fails, not the Response
         return _why(exc, cfg)
-    return [{"name": t.name, "description": t.description, "input_schema": t.input_schema,
-             "annotations": t.annotations.model_dump(exclude_none=True, by_alias=True) if t.annotations else None}
-            for t in found.tools]
+    return [
+        {
+            "name": t.name,
+            "description": t.description,
+            "input_schema": t.input_schema,
+            "annotations": t.annotations.model_dump(exclude_none=True, by_alias=True) if t.annotations else None,
+        }
+        for t in found.tools
+    ]
 
 
 async def call_tool(server: McpServer, tool: str, arguments: str, cfg: Mcp) -> tuple[str | None, str | None]:
@@ -177,7 +210,7 @@ async def call_tool(server: McpServer, tool: str, arguments: str, cfg: Mcp) -> t
     text = "\n".join(parts)
     raw = text.encode("utf-8")
     if len(raw) > cfg.max_output_bytes:
-        text = raw[:cfg.max_output_bytes].decode("utf-8", "ignore") + f"\n[output cut at {cfg.max_output_bytes} bytes]"
+        text = raw[: cfg.max_output_bytes].decode("utf-8", "ignore") + f"\n[output cut at {cfg.max_output_bytes} bytes]"
     return (None, text or "the tool reported an error") if result.is_error else (text, None)
 
 
@@ -202,9 +235,16 @@ class McpRunner:
                 names.add(name)
                 server.functions[name] = tool["name"]
                 self.by_name[name] = (server, tool["name"])
-                self.tools.append({"type": "function", "function": {
-                    "name": name, "description": str(tool.get("description") or "")[:1024],
-                    "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}}})
+                self.tools.append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": name,
+                            "description": str(tool.get("description") or "")[:1024],
+                            "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+                        },
+                    }
+                )
         self.names = frozenset(self.by_name)
 
     def prelude(self, main: ChatToResponsesStream) -> list[Any]:
@@ -233,8 +273,9 @@ class McpRunner:
         kind = "failed" if item.get("error") else "completed"
         return main.item_event(f"response.mcp_call.{kind}", index, item["id"]) + main.finish_item(index, item)
 
-    async def run(self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]],
-                  sink: Sink | None) -> dict[str, str]:
+    async def run(
+        self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
+    ) -> dict[str, str]:
         results: dict[str, str] = {}
         out: list[Any] = []
         making: list[tuple[dict[str, str], McpServer, str, dict[str, Any], int]] = []
@@ -244,8 +285,14 @@ class McpRunner:
             if mcp_items.needs_approval(server.approval, tool):
                 waiting.append((server, tool, call))
                 continue
-            item = {"id": self.ids.new("mcp_"), "type": "mcp_call", "server_label": server.label, "name": tool,
-                    "arguments": call["arguments"], "approval_request_id": None}
+            item = {
+                "id": self.ids.new("mcp_"),
+                "type": "mcp_call",
+                "server_label": server.label,
+                "name": tool,
+                "arguments": call["arguments"],
+                "approval_request_id": None,
+            }
             events, index = self._begin(main, item)
             out += events
             making.append((call, server, tool, item, index))
@@ -259,8 +306,13 @@ class McpRunner:
             results[call["call_id"]] = f"Error: {error}" if error else output or ""
             out += self._end(main, done, index)
         for server, tool, call in waiting:  # not made: the Response ends asking the client
-            item = {"id": self.ids.new("mcpr_"), "type": "mcp_approval_request", "server_label": server.label,
-                    "name": tool, "arguments": call["arguments"]}
+            item = {
+                "id": self.ids.new("mcpr_"),
+                "type": "mcp_approval_request",
+                "server_label": server.label,
+                "name": tool,
+                "arguments": call["arguments"],
+            }
             events, index = main.begin_item(item)
             out += events + main.finish_item(index, item)
             self.stop = True
@@ -268,8 +320,9 @@ class McpRunner:
         return results
 
 
-async def plan_mcp(request: web.Request, body: dict[str, Any],
-                   history: list[dict[str, Any]] | None) -> tuple[McpRunner | None, dict[str, str] | None]:
+async def plan_mcp(
+    request: web.Request, body: dict[str, Any], history: list[dict[str, Any]] | None
+) -> tuple[McpRunner | None, dict[str, str] | None]:
     """The runner of a request with ``mcp`` tools (listings made or reused, approvals answered
     in this input acted on), and what came of each approval for the request mapping."""
     servers = servers_of(request, body)
@@ -288,28 +341,45 @@ async def plan_mcp(request: web.Request, body: dict[str, Any],
         if server.label in reuse:
             server.tools = [t for t in reuse[server.label] if mcp_items.allowed(server.allowed_tools, t["name"], False)]
     for server, found in zip(fresh, listed, strict=True):
-        item: dict[str, Any] = {"id": ids.new("mcpl_"), "type": "mcp_list_tools", "server_label": server.label,
-                                "tools": [], "error": None}
+        item: dict[str, Any] = {
+            "id": ids.new("mcpl_"),
+            "type": "mcp_list_tools",
+            "server_label": server.label,
+            "tools": [],
+            "error": None,
+        }
         if isinstance(found, str):
             item["error"] = found
             log.info("mcp.list_failed", server_label=server.label, error=found)
         else:
             read_only = {t["name"]: bool((t.get("annotations") or {}).get("readOnlyHint")) for t in found}
-            server.tools = [t for t in found if mcp_items.allowed(server.allowed_tools, t["name"], read_only[t["name"]])]
+            server.tools = [
+                t for t in found if mcp_items.allowed(server.allowed_tools, t["name"], read_only[t["name"]])
+            ]
             item["tools"] = [{k: v for k, v in t.items() if v is not None} for t in server.tools]
         server.listing = item
-    taken = frozenset(t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function")
+    taken = frozenset(
+        t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
+    )
     runner = McpRunner(servers, cfg, ids, taken)
     results: dict[str, str] = {}
     requests = {str(i.get("id")): i for i in earlier if isinstance(i, dict) and i.get("type") == "mcp_approval_request"}
     for rid in answers:
         asked = requests.get(rid)
         if asked is None:
-            at = next(i for i, item in enumerate(inp) if isinstance(item, dict)
-                      and item.get("type") == "mcp_approval_response" and item.get("approval_request_id") == rid)
-            raise ClientRequestError(f"no mcp_approval_request with id {rid!r} in this conversation: answer the "
-                                     "approval requests of the response it continues",
-                                     param=f"input[{at}].approval_request_id", code="invalid_value")
+            at = next(
+                i
+                for i, item in enumerate(inp)
+                if isinstance(item, dict)
+                and item.get("type") == "mcp_approval_response"
+                and item.get("approval_request_id") == rid
+            )
+            raise ClientRequestError(
+                f"no mcp_approval_request with id {rid!r} in this conversation: answer the "
+                "approval requests of the response it continues",
+                param=f"input[{at}].approval_request_id",
+                code="invalid_value",
+            )
         if not answers[rid]:
             results[rid] = REFUSED
             continue
@@ -319,9 +389,18 @@ async def plan_mcp(request: web.Request, body: dict[str, Any],
             continue
         output, error = await call_tool(target, str(asked.get("name")), str(asked.get("arguments") or "{}"), cfg)
         runner.used += 1
-        runner.done_first.append({"id": ids.new("mcp_"), "type": "mcp_call", "server_label": target.label,
-                                  "name": asked.get("name"), "arguments": str(asked.get("arguments") or "{}"),
-                                  "approval_request_id": rid, "status": "failed" if error else "completed",
-                                  "output": output, "error": error})
+        runner.done_first.append(
+            {
+                "id": ids.new("mcp_"),
+                "type": "mcp_call",
+                "server_label": target.label,
+                "name": asked.get("name"),
+                "arguments": str(asked.get("arguments") or "{}"),
+                "approval_request_id": rid,
+                "status": "failed" if error else "completed",
+                "output": output,
+                "error": error,
+            }
+        )
         results[rid] = f"Error: {error}" if error else output or ""
     return runner, results

@@ -70,25 +70,38 @@ class Metrics:
 
             self.registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(self.registry, path=shared_dir)
-            active = Gauge("crossfeed_active_streams", "Streams open right now", ["upstream"],
-                           multiprocess_mode="livesum", registry=r)
+            active = Gauge(
+                "crossfeed_active_streams",
+                "Streams open right now",
+                ["upstream"],
+                multiprocess_mode="livesum",
+                registry=r,
+            )
             self.streams_changed = lambda upstream, n: active.labels(upstream).set(n)
         else:
             r.register(_OpenStreams(open_streams))
-        self.requests = Counter("crossfeed_requests", "Requests handled", ["route", "model", "status", "key"],
-                                registry=r)
-        self.ttfb = Histogram("crossfeed_time_to_first_byte_seconds", "Time until the upstream answered",
-                              ["route"], buckets=_TIME_BUCKETS, registry=r)
-        self.duration = Histogram("crossfeed_request_duration_seconds", "Whole request duration", ["route"],
-                                  buckets=_TIME_BUCKETS, registry=r)
-        self.upstream_errors = Counter("crossfeed_upstream_errors", "Upstream failures by kind", ["upstream", "kind"],
-                                       registry=r)
+        self.requests = Counter(
+            "crossfeed_requests", "Requests handled", ["route", "model", "status", "key"], registry=r
+        )
+        self.ttfb = Histogram(
+            "crossfeed_time_to_first_byte_seconds",
+            "Time until the upstream answered",
+            ["route"],
+            buckets=_TIME_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "crossfeed_request_duration_seconds", "Whole request duration", ["route"], buckets=_TIME_BUCKETS, registry=r
+        )
+        self.upstream_errors = Counter(
+            "crossfeed_upstream_errors", "Upstream failures by kind", ["upstream", "kind"], registry=r
+        )
         self.tokens = Counter("crossfeed_tokens", "Tokens reported by upstreams", ["model", "direction"], registry=r)
         self.terminals = Counter("crossfeed_terminal_events", "How streams ended", ["route", "terminal"], registry=r)
-        self.store_failures = Counter("crossfeed_store_failures", "Response store failures", ["operation"],
-                                      registry=r)
-        self.anomalies = Counter("crossfeed_translation_anomalies", "Upstream quirks absorbed by translation",
-                                 ["kind"], registry=r)
+        self.store_failures = Counter("crossfeed_store_failures", "Response store failures", ["operation"], registry=r)
+        self.anomalies = Counter(
+            "crossfeed_translation_anomalies", "Upstream quirks absorbed by translation", ["kind"], registry=r
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
         self._request_children: dict[tuple[str, str, int, str], tuple[Any, Any]] = {}
         self._models: set[str] = set()
@@ -111,8 +124,10 @@ class Metrics:
         key = (route, model, status, key_name)
         found = self._request_children.get(key)
         if found is None:
-            found = self._request_children[key] = (self.requests.labels(route, model, str(status), key_name),
-                                                   self.duration.labels(route))
+            found = self._request_children[key] = (
+                self.requests.labels(route, model, str(status), key_name),
+                self.duration.labels(route),
+            )
         return found
 
     def child(self, metric: Any, *labels: str) -> Any:
@@ -160,8 +175,12 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
     finally:
         if summary.get("transport") == "websocket":  # each turn was recorded; this is the socket
             if route != "/metrics":
-                request.app[SUMMARY_LOG].info("websocket.closed", status=status,
-                                              duration_ms=round((time.monotonic() - start) * 1000, 1), **summary)
+                request.app[SUMMARY_LOG].info(
+                    "websocket.closed",
+                    status=status,
+                    duration_ms=round((time.monotonic() - start) * 1000, 1),
+                    **summary,
+                )
         else:
             record_request(request.app, route, summary, status, time.monotonic() - start)
         REQUEST_FIELDS.reset(token)
@@ -213,8 +232,10 @@ def usage_counts(usage: Any) -> dict[str, int] | None:
     upstream, so a count that is not a non-negative integer is taken as 0."""
     if not isinstance(usage, dict):
         return None
-    return {"in": _tokens(usage, "input_tokens", "prompt_tokens"),
-            "out": _tokens(usage, "output_tokens", "completion_tokens")}
+    return {
+        "in": _tokens(usage, "input_tokens", "prompt_tokens"),
+        "out": _tokens(usage, "output_tokens", "completion_tokens"),
+    }
 
 
 def _tokens(usage: dict[str, Any], *keys: str) -> int:

@@ -64,13 +64,13 @@ class ReasoningSeal:
         if not isinstance(token, str):
             return None
         if token.startswith(_PREFIX):
-            plain = self._open(token[len(_PREFIX):], _AAD)
+            plain = self._open(token[len(_PREFIX) :], _AAD)
             try:
                 return None if plain is None else (plain.decode("utf-8"), [])
             except UnicodeError:
                 return None
         if token.startswith(_PREFIX_DETAILS):
-            plain = self._open(token[len(_PREFIX_DETAILS):], _AAD_DETAILS)
+            plain = self._open(token[len(_PREFIX_DETAILS) :], _AAD_DETAILS)
             if plain is None:
                 return None
             try:
@@ -95,7 +95,7 @@ class ReasoningSeal:
         sealed with another key, or made for another inbound key's requests."""
         if not isinstance(token, str) or not token.startswith(_PREFIX_COMPACTION):
             return None
-        plain = self._open(token[len(_PREFIX_COMPACTION):], _AAD_COMPACTION + owner.encode())
+        plain = self._open(token[len(_PREFIX_COMPACTION) :], _AAD_COMPACTION + owner.encode())
         try:
             return None if plain is None else plain.decode("utf-8")
         except UnicodeError:

@@ -42,8 +42,11 @@ class Draining(Exception):
     """Raised into a relay's upstream read to end its stream now, properly: the server's drain
     period is over, or the client's connection reached its lifetime."""
 
-    def __init__(self, code: str = "server_shutting_down",
-                 message: str = "crossfeed is shutting down; the stream was ended before the upstream finished") -> None:
+    def __init__(
+        self,
+        code: str = "server_shutting_down",
+        message: str = "crossfeed is shutting down; the stream was ended before the upstream finished",
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -192,19 +195,36 @@ async def relay(
     except Draining as exc:
         await _fail(pump, write, sink, stats, exc.code, exc.message)
     except _IdleTimeout as exc:
-        await _fail(pump, write, sink, stats, "upstream_idle_timeout",
-                    f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)")
+        await _fail(
+            pump,
+            write,
+            sink,
+            stats,
+            "upstream_idle_timeout",
+            f"the upstream sent nothing for {exc.seconds:g}s (idle timeout)",
+        )
     except (_TotalTimeout, TimeoutError):  # asyncio.TimeoutError is TimeoutError (3.11)
-        await _fail(pump, write, sink, stats, "upstream_timeout",
-                    f"the upstream did not finish within the total timeout of {total:g}s")
+        await _fail(
+            pump,
+            write,
+            sink,
+            stats,
+            "upstream_timeout",
+            f"the upstream did not finish within the total timeout of {total:g}s",
+        )
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-        await _fail(pump, write, sink, stats, "upstream_disconnected",
-                    "the upstream connection closed in the middle of the stream")
+        await _fail(
+            pump,
+            write,
+            sink,
+            stats,
+            "upstream_disconnected",
+            "the upstream connection closed in the middle of the stream",
+        )
     except Exception as exc:  # a translator bug must still end the stream properly
         stats.extra["internal_error"] = repr(exc)
         try:
-            await _fail(pump, write, sink, stats, "internal_error",
-                        "crossfeed could not translate the upstream stream")
+            await _fail(pump, write, sink, stats, "internal_error", "crossfeed could not translate the upstream stream")
         except Exception:
             stats.ending = "internal_error"
     finally:
@@ -238,8 +258,7 @@ class _Write(Protocol[_P_in]):
     def __call__(self, data: _P_in, *, last: bool = False, flush: bool = False) -> Awaitable[None]: ...
 
 
-async def _fail(pump: Pump, write: _Write[P], sink: FrameSink[P], stats: RelayStats, code: str,
-                message: str) -> None:
+async def _fail(pump: Pump, write: _Write[P], sink: FrameSink[P], stats: RelayStats, code: str, message: str) -> None:
     stats.ending = code
     stats.error = message
     out = pump.fail(code, message)

@@ -106,8 +106,9 @@ async def _previous(app: web.Application, body: dict[str, Any]) -> list[dict[str
     if prev is None:
         return None
     if not isinstance(prev, str) or not prev:
-        raise ClientRequestError("`previous_response_id` must be a non-empty string", param="previous_response_id",
-                                 code="invalid_type")
+        raise ClientRequestError(
+            "`previous_response_id` must be a non-empty string", param="previous_response_id", code="invalid_type"
+        )
     saving = app[SAVING].get(prev)
     if saving is not None:  # the client was faster than our background save: wait for it
         await asyncio.wait([saving], timeout=10)
@@ -117,13 +118,22 @@ async def _previous(app: web.Application, body: dict[str, Any]) -> list[dict[str
         _count_failure(app, "get", exc)
         raise StoreUnavailable("the response store is unavailable; try again later") from None
     if record is None:
-        raise ClientRequestError(f"Previous response with id '{prev}' not found.", param="previous_response_id",
-                                 status=404, code="previous_response_not_found")
+        raise ClientRequestError(
+            f"Previous response with id '{prev}' not found.",
+            param="previous_response_id",
+            status=404,
+            code="previous_response_not_found",
+        )
     return continued_history(record.input_items, record.response)
 
 
-async def save_before_final(app: web.Application, body: dict[str, Any], response: dict[str, Any] | None,
-                            history: list[dict[str, Any]] | None, ids: Any) -> None:
+async def save_before_final(
+    app: web.Application,
+    body: dict[str, Any],
+    response: dict[str, Any] | None,
+    history: list[dict[str, Any]] | None,
+    ids: Any,
+) -> None:
     """Save ``response`` and wait for it, up to ``save_timeout_seconds`` (then it finishes in the
     background, and a wait in this process still finds it)."""
     task = schedule_save(app, body, response, history, ids)
@@ -136,8 +146,9 @@ async def save_before_final(app: web.Application, body: dict[str, Any], response
         log.warning("store.save_late", response_id=response["id"] if response else None, waited_seconds=timeout)
 
 
-def final_saver(app: web.Application, body: dict[str, Any], history: list[dict[str, Any]] | None, *,
-                keep_failed: bool = True) -> Callable[[Any], Awaitable[None]]:
+def final_saver(
+    app: web.Application, body: dict[str, Any], history: list[dict[str, Any]] | None, *, keep_failed: bool = True
+) -> Callable[[Any], Awaitable[None]]:
     """The exchange's ``before_end``: saves the machine's final Response before its terminal
     event goes out, once however many ends the turn has (``keep_failed`` false: a failed
     Response is not kept, as for a compaction)."""
@@ -154,15 +165,25 @@ def final_saver(app: web.Application, body: dict[str, Any], history: list[dict[s
     return save
 
 
-def schedule_save(app: web.Application, body: dict[str, Any], response: dict[str, Any] | None,
-                  history: list[dict[str, Any]] | None, ids: Any) -> asyncio.Task[None] | None:
+def schedule_save(
+    app: web.Application,
+    body: dict[str, Any],
+    response: dict[str, Any] | None,
+    history: list[dict[str, Any]] | None,
+    ids: Any,
+) -> asyncio.Task[None] | None:
     """Start saving ``response`` (a background task, returned); None when nothing is saved."""
     if response is None or body.get("store") is False:
         return None
     items = (history or []) + normalize_input(body.get("input"), ids)
-    record = StoredResponse(id=response["id"], created_at=int(response.get("created_at") or 0),
-                            response=response, input_items=items,
-                            previous_response_id=body.get("previous_response_id"), owner=KEY_NAME.get())
+    record = StoredResponse(
+        id=response["id"],
+        created_at=int(response.get("created_at") or 0),
+        response=response,
+        input_items=items,
+        previous_response_id=body.get("previous_response_id"),
+        owner=KEY_NAME.get(),
+    )
     task = asyncio.get_running_loop().create_task(_save(app, record))
     app[PENDING].add(task)
     app[SAVING][record.id] = task
@@ -206,8 +227,9 @@ async def _record(request: web.Request) -> StoredResponse:
         _count_failure(request.app, "get", exc)
         raise StoreUnavailable("the response store is unavailable; try again later") from None
     if record is None:
-        raise ClientRequestError(f"Response with id '{rid}' not found.", param="response_id", status=404,
-                                 code="not_found")
+        raise ClientRequestError(
+            f"Response with id '{rid}' not found.", param="response_id", status=404, code="not_found"
+        )
     return record
 
 
@@ -218,8 +240,9 @@ async def get_response(request: web.Request) -> web.StreamResponse:
         after = request.query.get("starting_after")
         if after is not None and after.lstrip("-").isdigit():
             events = [e for e in events if e["sequence_number"] > int(after)]
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
-                                           "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+        )
         await resp.prepare(request)
         await resp.write(render_responses(events))
         await resp.write_eof()
@@ -236,18 +259,21 @@ async def delete_response(request: web.Request) -> web.Response:
         _count_failure(request.app, "delete", exc)
         raise StoreUnavailable("the response store is unavailable; try again later") from None
     if not deleted:
-        raise ClientRequestError(f"Response with id '{rid}' not found.", param="response_id", status=404,
-                                 code="not_found")
-    return web.Response(body=orjson.dumps({"id": rid, "object": "response.deleted", "deleted": True}),
-                        content_type="application/json")
+        raise ClientRequestError(
+            f"Response with id '{rid}' not found.", param="response_id", status=404, code="not_found"
+        )
+    return web.Response(
+        body=orjson.dumps({"id": rid, "object": "response.deleted", "deleted": True}), content_type="application/json"
+    )
 
 
 async def list_input_items(request: web.Request) -> web.Response:
     record = await _record(request)
     q = request.query
     try:
-        page = paginate(record.input_items, limit=q.get("limit"), order=q.get("order"), after=q.get("after"),
-                        before=q.get("before"))
+        page = paginate(
+            record.input_items, limit=q.get("limit"), order=q.get("order"), after=q.get("after"), before=q.get("before")
+        )
     except InvalidParam as exc:
         raise ClientRequestError(exc.message, param=exc.param, code="invalid_value") from None
     return web.Response(body=orjson.dumps(page), content_type="application/json")

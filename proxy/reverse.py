@@ -69,46 +69,70 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         if n == 1:
             completion = await _completion(request, up, rbody, summary, limit, stop)
         else:
-            completion = _merge_completions(await _all(
-                [_completion(request, up, rbody, summary, limit, stop) for _ in range(n)]))
+            completion = _merge_completions(
+                await _all([_completion(request, up, rbody, summary, limit, stop) for _ in range(n)])
+            )
         summary.update(terminal=completion["choices"][0]["finish_reason"], usage=usage_summary(completion))
         return web.Response(body=orjson.dumps(completion), content_type="application/json")
     response, open_sink = sse_opener(request, render_chat, done_frame=DONE_FRAME)
     if n == 1 and not stop:
         await reverse_turn(request, body, rbody, up, open_sink, summary=summary)
     elif n == 1:
-        ran = await stream_turn(request, up, "/responses", rbody, _machines(request, body, rbody, up, stop, wire=True),
-                                open_sink, summary)
+        ran = await stream_turn(
+            request, up, "/responses", rbody, _machines(request, body, rbody, up, stop, wire=True), open_sink, summary
+        )
         if ran is not None:
             m, stats = ran
-            summary.update(terminal=m.finish_reason or ("error" if m.error else stats.ending),
-                           usage=usage_counts(m.usage))
+            summary.update(
+                terminal=m.finish_reason or ("error" if m.error else stats.ending), usage=usage_counts(m.usage)
+            )
     else:
-        await _stream_choices(request, body, rbody, up, open_sink, summary, n,
-                              _machines(request, body, rbody, up, stop, wire=False))
+        await _stream_choices(
+            request, body, rbody, up, open_sink, summary, n, _machines(request, body, rbody, up, stop, wire=False)
+        )
     return response
 
 
-async def _completion(request: web.Request, up: Upstream, rbody: dict[str, Any], summary: Summary,
-                      limit: int | None, stop: tuple[str, ...]) -> dict[str, Any]:
+async def _completion(
+    request: web.Request,
+    up: Upstream,
+    rbody: dict[str, Any],
+    summary: Summary,
+    limit: int | None,
+    stop: tuple[str, ...],
+) -> dict[str, Any]:
     """One non-streamed Responses call, as a chat.completion."""
     app = request.app
     upstream = await open_leg(request, up, "/responses", rbody, summary)
     result = await read_json(upstream, up, MAX_NONSTREAM_BODY)
     if not isinstance(result, dict):
         result = {}
-    return response_to_chat_completion(result, options=up.profile, ids=app[IDS], now=app[CLOCK],
-                                       max_output_tokens=limit, stop=stop)
+    return response_to_chat_completion(
+        result, options=up.profile, ids=app[IDS], now=app[CLOCK], max_output_tokens=limit, stop=stop
+    )
 
 
-def _machines(request: web.Request, body: dict[str, Any], rbody: dict[str, Any], up: Upstream,
-              stop: tuple[str, ...], *, wire: bool) -> Callable[[Framing], ResponsesToChatStream]:
+def _machines(
+    request: web.Request,
+    body: dict[str, Any],
+    rbody: dict[str, Any],
+    up: Upstream,
+    stop: tuple[str, ...],
+    *,
+    wire: bool,
+) -> Callable[[Framing], ResponsesToChatStream]:
     """The stream machine of one choice. ``wire``: frames rendered by the machine where it can
     (one client stream per machine); the n-choice writer needs every chunk as a dict."""
     app = request.app
     limit = rbody.get("max_output_tokens")
-    kw: dict[str, Any] = dict(include_usage=include_usage(body), options=up.profile, ids=app[IDS], now=app[CLOCK],
-                              model=str(body.get("model")), max_output_tokens=limit if isinstance(limit, int) else None)
+    kw: dict[str, Any] = dict(
+        include_usage=include_usage(body),
+        options=up.profile,
+        ids=app[IDS],
+        now=app[CLOCK],
+        model=str(body.get("model")),
+        max_output_tokens=limit if isinstance(limit, int) else None,
+    )
     if stop:
         # The estimate of the prompt, for the usage chunk of a stream cut before the upstream
         # reported usage (the messages were checked by the request mapping).
@@ -116,14 +140,17 @@ def _machines(request: web.Request, body: dict[str, Any], rbody: dict[str, Any],
 
         def stopping(framing: Framing) -> ResponsesToChatStream:
             return StoppingChatStream(stop=stop, prompt_tokens=prompt, **kw)
+
         return stopping
 
     def machine(framing: Framing) -> ResponsesToChatStream:
         return ResponsesToChatStream(wire=framing if wire else False, **kw)
+
     return machine
 
 
 # ---------------------------------------------------------------- n > 1
+
 
 async def _all(coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
     """Run ``coros`` at once; their results in order. The first to fail cancels the others (their
@@ -170,15 +197,24 @@ def _merge_completions(completions: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-async def _stream_choices(request: web.Request, body: dict[str, Any], rbody: dict[str, Any], up: Upstream,
-                          open_sink: SSEOpener, summary: Summary, n: int,
-                          make_machine: Callable[[Framing], ResponsesToChatStream]) -> None:
+async def _stream_choices(
+    request: web.Request,
+    body: dict[str, Any],
+    rbody: dict[str, Any],
+    up: Upstream,
+    open_sink: SSEOpener,
+    summary: Summary,
+    n: int,
+    make_machine: Callable[[Framing], ResponsesToChatStream],
+) -> None:
     """n streamed Responses calls, one chat stream: each call is a turn of its own (admission,
     upstream request, machine, relay) whose sink is its choice's door into ``_Choices``."""
     mux = _Choices(n, open_sink, include_usage(body))
     summaries: list[dict[str, Any]] = [{} for _ in range(n)]
-    mux.tasks = [asyncio.ensure_future(stream_turn(request, up, "/responses", rbody, make_machine, mux.opener(i),
-                                                   summaries[i])) for i in range(n)]
+    mux.tasks = [
+        asyncio.ensure_future(stream_turn(request, up, "/responses", rbody, make_machine, mux.opener(i), summaries[i]))
+        for i in range(n)
+    ]
     try:
         await asyncio.wait(mux.tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
@@ -296,8 +332,16 @@ class _Choices:
             if end and error is None and self._usage_on and len(self._usages) == self.n:
                 assert self._identity is not None
                 cid, created, model = self._identity
-                frames.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [], "usage": _sum_usage(self._usages)})
+                frames.append(
+                    {
+                        "id": cid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": _sum_usage(self._usages),
+                    }
+                )
             try:
                 if end:
                     self.ended = True

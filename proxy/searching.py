@@ -35,9 +35,11 @@ SOURCES_INCLUDE = "web_search_call.action.sources"
 
 
 def _description(live: bool) -> str:
-    return ("Search the web. Returns numbered results, each with a title, its URL and a snippet. Cite what you "
-            "use as a markdown link to the result's URL, [title](url), or by its number, like [1]. "
-            + ("" if live else "Results come from a search index; pages cannot be opened."))
+    return (
+        "Search the web. Returns numbered results, each with a title, its URL and a snippet. Cite what you "
+        "use as a markdown link to the result's URL, [title](url), or by its number, like [1]. "
+        + ("" if live else "Results come from a search index; pages cannot be opened.")
+    )
 
 
 @dataclass(slots=True)
@@ -67,8 +69,9 @@ class SearchPlan:
     def prelude(self, main: ChatToResponsesStream) -> list[Any]:
         return []
 
-    async def run(self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]],
-                  sink: Sink | None) -> dict[str, str]:
+    async def run(
+        self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
+    ) -> dict[str, str]:
         return await _search_calls(request, main, self, calls, sink)
 
 
@@ -76,15 +79,21 @@ def search_plan(request: web.Request, body: dict[str, Any], mapped: MappedReques
     """The plan of a request that asks for hosted search on a crossfeed with a search backend."""
     cfg = request.app[CONFIG].web_search
     tools = body.get("tools")
-    hosted = next((t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TYPES), None) \
-        if cfg.backend and isinstance(tools, list) else None
+    hosted = (
+        next((t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TYPES), None)
+        if cfg.backend and isinstance(tools, list)
+        else None
+    )
     if hosted is None or mapped.compact:
         return None
     fn = search_function_name(tools)
     raw_filters = hosted.get("filters")
     filters: dict[str, Any] = raw_filters if isinstance(raw_filters, dict) else {}
-    domains = tuple(str(d).lower().removeprefix("https://").removeprefix("http://").strip("/")
-                    for d in (filters.get("allowed_domains") or ()) if isinstance(d, str) and d)
+    domains = tuple(
+        str(d).lower().removeprefix("https://").removeprefix("http://").strip("/")
+        for d in (filters.get("allowed_domains") or ())
+        if isinstance(d, str) and d
+    )
     raw_location = hosted.get("user_location")
     location: dict[str, Any] = raw_location if isinstance(raw_location, dict) else {}
     country = location.get("country")
@@ -94,12 +103,28 @@ def search_plan(request: web.Request, body: dict[str, Any], mapped: MappedReques
     raw_include = body.get("include")
     include: list[Any] = raw_include if isinstance(raw_include, list) else []
     live = hosted.get("external_web_access") is not False
-    tool = {"type": "function", "function": {"name": fn, "description": _description(live), "parameters": {
-        "type": "object", "properties": {"query": {"type": "string", "description": "what to search for"}},
-        "required": ["query"]}}}
-    return SearchPlan(fn=fn, count=result_count(cfg, hosted.get("search_context_size")), domains=domains,
-                      country=country, sources=SOURCES_INCLUDE in include, budget=budget, tool=tool,
-                      forced=fn if isinstance(choice, dict) and choice.get("type") in HOSTED_TYPES else None)
+    tool = {
+        "type": "function",
+        "function": {
+            "name": fn,
+            "description": _description(live),
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "what to search for"}},
+                "required": ["query"],
+            },
+        },
+    }
+    return SearchPlan(
+        fn=fn,
+        count=result_count(cfg, hosted.get("search_context_size")),
+        domains=domains,
+        country=country,
+        sources=SOURCES_INCLUDE in include,
+        budget=budget,
+        tool=tool,
+        forced=fn if isinstance(choice, dict) and choice.get("type") in HOSTED_TYPES else None,
+    )
 
 
 def _query(call: dict[str, str]) -> str | None:
@@ -118,15 +143,23 @@ async def _run(request: web.Request, sp: SearchPlan, query: str | None) -> list[
         return 'the search call needs its arguments as {"query": "..."}'
     app = request.app
     try:
-        return await search(app[SESSION], app[CONFIG].web_search, app[ENV], query, count=sp.count,
-                            domains=sp.domains, country=sp.country)
+        return await search(
+            app[SESSION],
+            app[CONFIG].web_search,
+            app[ENV],
+            query,
+            count=sp.count,
+            domains=sp.domains,
+            country=sp.country,
+        )
     except SearchFailed as exc:
         log.warning("web_search.failed", backend=app[CONFIG].web_search.backend, error=exc.message)
         return exc.message
 
 
-async def _search_calls(request: web.Request, main: ChatToResponsesStream, sp: SearchPlan,
-                        calls: list[dict[str, str]], sink: Sink | None) -> dict[str, str]:
+async def _search_calls(
+    request: web.Request, main: ChatToResponsesStream, sp: SearchPlan, calls: list[dict[str, str]], sink: Sink | None
+) -> dict[str, str]:
     """The searches of one round, as ``web_search_call`` items between the legs."""
     results: dict[str, str] = {}
     queries = [_query(c) for c in calls]
@@ -134,9 +167,15 @@ async def _search_calls(request: web.Request, main: ChatToResponsesStream, sp: S
     out: list[Any] = []
     for query in queries:
         item_id = request.app[IDS].new("ws_")
-        events, index = main.begin_item({"id": item_id, "type": "web_search_call", "status": "in_progress",
-                                         "action": {"type": "search", "query": query or ""}},
-                                        then="response.web_search_call.in_progress")
+        events, index = main.begin_item(
+            {
+                "id": item_id,
+                "type": "web_search_call",
+                "status": "in_progress",
+                "action": {"type": "search", "query": query or ""},
+            },
+            then="response.web_search_call.in_progress",
+        )
         out += events + main.item_event("response.web_search_call.searching", index, item_id)
         opened.append((item_id, index))
     await write(sink, out)
@@ -146,8 +185,9 @@ async def _search_calls(request: web.Request, main: ChatToResponsesStream, sp: S
         action: dict[str, Any] = {"type": "search", "query": query or ""}
         if isinstance(found, str):
             results[call["call_id"]] = f"The search failed: {found}."
-            out += main.finish_item(index, {"id": item_id, "type": "web_search_call", "status": "failed",
-                                            "action": action})
+            out += main.finish_item(
+                index, {"id": item_id, "type": "web_search_call", "status": "failed", "action": action}
+            )
             continue
         start = len(sp.numbered)
         sp.numbered += [(r.url, r.title) for r in found]
@@ -155,8 +195,9 @@ async def _search_calls(request: web.Request, main: ChatToResponsesStream, sp: S
         if sp.sources:
             action["sources"] = [{"type": "url", "url": r.url} for r in found]
         out += main.item_event("response.web_search_call.completed", index, item_id)
-        out += main.finish_item(index, {"id": item_id, "type": "web_search_call", "status": "completed",
-                                        "action": action})
+        out += main.finish_item(
+            index, {"id": item_id, "type": "web_search_call", "status": "completed", "action": action}
+        )
     main.cite(sp.numbered)
     await write(sink, out)
     return results

@@ -29,15 +29,22 @@ _MESSAGES = {
 
 
 class _Handler(web_protocol.RequestHandler):
-    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
         if request.writer.output_size > 0:  # a response already started: the connection is broken
             raise ConnectionError("response already started")
         status = status if status in _MESSAGES else (400 if status < 500 else 500)
         text = _MESSAGES.get(status, "crossfeed failed to handle the request")
         log.info("http.malformed", status=status, error=type(exc).__name__ if exc else None)
-        body = {"error": {"message": text, "type": "invalid_request_error" if status < 500 else "server_error",
-                          "param": None, "code": "malformed_http" if status < 500 else "internal_error"}}
+        body = {
+            "error": {
+                "message": text,
+                "type": "invalid_request_error" if status < 500 else "server_error",
+                "param": None,
+                "code": "malformed_http" if status < 500 else "internal_error",
+            }
+        }
         resp = web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
         resp.force_close()
         return resp
@@ -59,5 +66,12 @@ def make_runner(app: web.Application, config: Config) -> web.AppRunner:
     for name in ("aiohttp.server", "aiohttp.access", "aiohttp.web", "aiohttp.internal"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     s = config.server
-    return Runner(app, handler_cancellation=True, access_log=None, shutdown_timeout=s.drain_seconds + 5,
-                  max_line_size=s.max_header_bytes, max_field_size=s.max_header_bytes, max_headers=s.max_headers)
+    return Runner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=s.drain_seconds + 5,
+        max_line_size=s.max_header_bytes,
+        max_field_size=s.max_header_bytes,
+        max_headers=s.max_headers,
+    )

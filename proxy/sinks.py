@@ -45,15 +45,21 @@ class FrameSink(Protocol[P]):
     def empty(self) -> P: ...
     @property
     def framing(self) -> Framing: ...
+
     open_stream: Any  # the relay running into this sink (proxy.relay.OpenStream)
+
     async def flush(self) -> None: ...
     async def keepalive(self) -> None: ...
     async def close(self, last: P) -> None: ...
     async def end(self, events: list[Out]) -> None: ...
 
+
 KEEPALIVE_FRAME = b": keepalive\n\n"
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no"}
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
 
 
 class EventStreamResponse(web.StreamResponse):
@@ -69,8 +75,9 @@ class EventStreamResponse(web.StreamResponse):
 class SSESink:
     __slots__ = ("response", "render", "write", "done_frame", "empty", "framing", "open_stream")
 
-    def __init__(self, response: web.StreamResponse, render: Callable[[list[Any]], bytes], *,
-                 done_frame: bytes = b"") -> None:
+    def __init__(
+        self, response: web.StreamResponse, render: Callable[[list[Any]], bytes], *, done_frame: bytes = b""
+    ) -> None:
         self.response = response
         self.render = render
         self.write: Callable[[bytes], Awaitable[None]] = response.write
@@ -104,8 +111,18 @@ class WebSocketSink:
     not masked). Flow control is aiohttp's: while the transport has paused writing, the write
     waits on the connection's ``drain``."""
 
-    __slots__ = ("ws", "request", "render", "write", "empty", "framing", "sent", "open_stream", "_transport",
-                 "_protocol")
+    __slots__ = (
+        "ws",
+        "request",
+        "render",
+        "write",
+        "empty",
+        "framing",
+        "sent",
+        "open_stream",
+        "_transport",
+        "_protocol",
+    )
 
     def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest) -> None:
         self.ws = ws
@@ -126,8 +143,9 @@ class WebSocketSink:
         if len(frames) == 1:  # the common case on the per-chunk path
             doc = frames[0]
             n = len(doc)
-            transport.write((_LEN1(0x81, n) if n < 126 else _LEN2(0x81, 126, n) if n < 65536
-                             else _LEN3(0x81, 127, n)) + doc)
+            transport.write(
+                (_LEN1(0x81, n) if n < 126 else _LEN2(0x81, 126, n) if n < 65536 else _LEN3(0x81, 127, n)) + doc
+            )
         else:
             transport.write(text_frames(frames))
         self.sent += len(frames)
@@ -176,8 +194,9 @@ Sink = FrameSink[Any]
 SSEOpener = Callable[[], Awaitable[SSESink | None]]
 
 
-def sse_opener(request: web.Request, render: Callable[[list[Any]], bytes], *,
-               done_frame: bytes = b"") -> tuple[EventStreamResponse, SSEOpener]:
+def sse_opener(
+    request: web.Request, render: Callable[[list[Any]], bytes], *, done_frame: bytes = b""
+) -> tuple[EventStreamResponse, SSEOpener]:
     """An event-stream response and the opener a turn calls when its stream begins: it sends
     the headers then, and gives None when the client has already gone."""
     response = EventStreamResponse(headers=SSE_HEADERS)

@@ -62,8 +62,9 @@ def _list(commands: dict[str, Any], key: str) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ClientRequestError(f"`commands.{key}` must be an array of objects", param=f"commands.{key}",
-                                 code="invalid_type")
+        raise ClientRequestError(
+            f"`commands.{key}` must be an array of objects", param=f"commands.{key}", code="invalid_type"
+        )
     return value
 
 
@@ -73,7 +74,10 @@ async def alpha_search(request: web.Request) -> web.Response:
     if cfg.backend is None:
         raise ClientRequestError(
             "web search is not configured on this crossfeed: set [web_search] backend (searxng, brave or tavily) "
-            "and its url / api_key_env, or CROSSFEED_WEB_SEARCH__BACKEND", status=404, code="not_found")
+            "and its url / api_key_env, or CROSSFEED_WEB_SEARCH__BACKEND",
+            status=404,
+            code="not_found",
+        )
     body = await read_body(request)
     commands = body.get("commands")
     if not isinstance(commands, dict):
@@ -112,7 +116,7 @@ async def alpha_search(request: web.Request) -> web.Response:
     text = "\n\n".join(out) or "Nothing to do: send search_query commands."
     limit = body.get("max_output_tokens")
     if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and len(text) > limit * 4:
-        text = text[:limit * 4] + "\n[cut at max_output_tokens]"
+        text = text[: limit * 4] + "\n[cut at max_output_tokens]"
     return web.Response(body=orjson.dumps({"output": text}), content_type="application/json")
 
 
@@ -120,7 +124,9 @@ async def _one(request: web.Request, q: dict[str, Any]) -> list[Result] | str:
     query = q.get("q")
     if not isinstance(query, str) or not query.strip():
         return []
-    domains = tuple(d for d in q.get("domains") or () if isinstance(d, str)) if isinstance(q.get("domains"), list) else ()
+    domains = (
+        tuple(d for d in q.get("domains") or () if isinstance(d, str)) if isinstance(q.get("domains"), list) else ()
+    )
     app = request.app
     cfg = app[CONFIG].web_search
     try:
@@ -133,10 +139,14 @@ def _open(session: _Session, o: dict[str, Any]) -> str:
     ref = str(o.get("ref_id") or "")
     found = session.refs.get(ref)
     if found is None:
-        return (f"Cannot open {ref or 'that'}: crossfeed does not fetch pages, and it is not a result of this "
-                "session's searches. Search for it instead.")
-    return (f"【{ref}】 {found.title}\n{found.url}\n{found.snippet or '(no text)'}\n"
-            "(What the search returned for this page; crossfeed does not fetch the page itself.)")
+        return (
+            f"Cannot open {ref or 'that'}: crossfeed does not fetch pages, and it is not a result of this "
+            "session's searches. Search for it instead."
+        )
+    return (
+        f"【{ref}】 {found.title}\n{found.url}\n{found.snippet or '(no text)'}\n"
+        "(What the search returned for this page; crossfeed does not fetch the page itself.)"
+    )
 
 
 def _find(session: _Session, f: dict[str, Any]) -> str:

@@ -25,8 +25,9 @@ def api_key(request: web.Request, up: Upstream) -> str | None:
 def outbound_headers(request: web.Request, up: Upstream) -> dict[str, str]:
     """The upstream request's headers for this client request. With inbound keys configured,
     the client's key is crossfeed's own: it is checked here and never passed to a backend."""
-    return upstream_headers(up, request.headers, api_key(request, up),
-                            client_key_is_ours=bool(request.app[CONFIG].server.inbound_keys_env))
+    return upstream_headers(
+        up, request.headers, api_key(request, up), client_key_is_ours=bool(request.app[CONFIG].server.inbound_keys_env)
+    )
 
 
 def secrets(request: web.Request, up: Upstream) -> tuple[str, ...]:
@@ -44,8 +45,6 @@ def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
         request.app[METRICS].anomalies.labels(kind).inc(n)
 
 
-
-
 async def read_body(request: web.Request) -> dict[str, Any]:
     """The request's JSON object, or a 400 that says what is wrong with it. A body compressed as
     its ``Content-Encoding`` says (gzip, deflate, zstd) is read decompressed; one that is not what
@@ -56,7 +55,9 @@ async def read_body(request: web.Request) -> dict[str, Any]:
         encoding = request.headers.get("Content-Encoding", "")
         raise ClientRequestError(
             f"the request body could not be read as its Content-Encoding ({encoding or 'none'}) says: send it "
-            "compressed that way, or without the header", code="invalid_body") from None
+            "compressed that way, or without the header",
+            code="invalid_body",
+        ) from None
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -51,8 +51,9 @@ class Runner(Protocol):
         """Items at the start of the Response (after ``response.in_progress``)."""
         ...
 
-    async def run(self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]],
-                  sink: Sink | None) -> dict[str, str]:
+    async def run(
+        self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
+    ) -> dict[str, str]:
         """Make ``calls`` (their items streamed into ``sink``); call_id -> the tool result text."""
         ...
 
@@ -139,8 +140,9 @@ def first_body(plan: MappedRequest, loop: ToolLoop) -> dict[str, Any]:
     return chat
 
 
-def next_body(body: dict[str, Any], main: ChatToResponsesStream, loop: ToolLoop, leg_start: int,
-              reasoning_field: str) -> dict[str, Any]:
+def next_body(
+    body: dict[str, Any], main: ChatToResponsesStream, loop: ToolLoop, leg_start: int, reasoning_field: str
+) -> dict[str, Any]:
     """The chat body of the leg after a round: the leg's assistant turn (its text, reasoning and
     hosted calls), the results as tool messages; nothing forced any more, and once the calls are
     spent, ``tool_choice: "none"`` for a last leg that must answer."""
@@ -152,14 +154,24 @@ def next_body(body: dict[str, Any], main: ChatToResponsesStream, loop: ToolLoop,
             text += [p.get("text", "") for p in item.get("content") or () if p.get("type") == "output_text"]
         elif item.get("type") == "reasoning":
             reasoning += [p.get("text", "") for p in item.get("content") or () if isinstance(p, dict)]
-    turn: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None, "tool_calls": [
-        {"id": c["call_id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-        for c in leg.hosted]}
+    turn: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(text) or None,
+        "tool_calls": [
+            {"id": c["call_id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in leg.hosted
+        ],
+    }
     if reasoning:
         turn[reasoning_field] = "".join(reasoning)
-    messages = [*body["messages"], turn,
-                *({"role": "tool", "tool_call_id": c["call_id"], "content": loop.results.get(c["call_id"], "")}
-                  for c in leg.hosted)]
+    messages = [
+        *body["messages"],
+        turn,
+        *(
+            {"role": "tool", "tool_call_id": c["call_id"], "content": loop.results.get(c["call_id"], "")}
+            for c in leg.hosted
+        ),
+    ]
     out = {**body, "messages": messages}
     if any(r.forced for r in loop.runners):
         out["tool_choice"] = "auto"
@@ -169,20 +181,36 @@ def next_body(body: dict[str, Any], main: ChatToResponsesStream, loop: ToolLoop,
     return out
 
 
-def _machine(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, loop: ToolLoop,
-             framing: Any = False) -> HostedLeg:
+def _machine(
+    request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, loop: ToolLoop, framing: Any = False
+) -> HostedLeg:
     from .mcp_tools import redacted  # the echo never carries an MCP server's headers
 
     app = request.app
     tools = dataclasses.replace(plan.tools, hosted=loop.names)
-    main = ChatToResponsesStream(redacted(body), ids=app[IDS], now=app[CLOCK], tools=tools,
-                                 seal_reasoning=reasoning_sealer(request, body), profile=up.profile, wire=framing)
+    main = ChatToResponsesStream(
+        redacted(body),
+        ids=app[IDS],
+        now=app[CLOCK],
+        tools=tools,
+        seal_reasoning=reasoning_sealer(request, body),
+        profile=up.profile,
+        wire=framing,
+    )
     return HostedLeg(main, loop)
 
 
-async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, open_sink: SinkOpener,
-                      plan: MappedRequest, loop: ToolLoop, history: list[dict[str, Any]] | None, *,
-                      summary: Summary) -> dict[str, Any] | None:
+async def hosted_turn(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    open_sink: SinkOpener,
+    plan: MappedRequest,
+    loop: ToolLoop,
+    history: list[dict[str, Any]] | None,
+    *,
+    summary: Summary,
+) -> dict[str, Any] | None:
     """Streamed (SSE or WebSocket): legs and rounds until the model answers."""
     deadline = time.monotonic() + up.timeouts.total
     state: dict[str, Any] = {"body": first_body(plan, loop), "start": 0}
@@ -203,9 +231,17 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
         state["start"] = main.output_count
         return state["body"], leg
 
-    ran = await stream_turn(request, up, "/chat/completions", state["body"],
-                            lambda framing: _machine(request, body, up, plan, loop, framing), open_sink, summary,
-                            then=then, before_end=save)
+    ran = await stream_turn(
+        request,
+        up,
+        "/chat/completions",
+        state["body"],
+        lambda framing: _machine(request, body, up, plan, loop, framing),
+        open_sink,
+        summary,
+        then=then,
+        before_end=save,
+    )
     if ran is None:
         return None
     final = ran[0].final_response
@@ -213,8 +249,16 @@ async def hosted_turn(request: web.Request, body: dict[str, Any], up: Upstream, 
     return final
 
 
-async def hosted_now(request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, loop: ToolLoop,
-                     history: list[dict[str, Any]] | None, *, summary: Summary) -> dict[str, Any]:
+async def hosted_now(
+    request: web.Request,
+    body: dict[str, Any],
+    up: Upstream,
+    plan: MappedRequest,
+    loop: ToolLoop,
+    history: list[dict[str, Any]] | None,
+    *,
+    summary: Summary,
+) -> dict[str, Any]:
     """Not streamed: the same legs, each a whole completion."""
     deadline = time.monotonic() + up.timeouts.total
     leg = _machine(request, body, up, plan, loop)

@@ -59,8 +59,15 @@ def _responses_request_from_chat(chat: dict[str, Any]) -> dict[str, Any]:
     for t in chat.get("tools") or ():
         fn = t.get("function") if isinstance(t, dict) else None
         if isinstance(fn, dict) and fn.get("name"):
-            tools.append({"type": "function", "name": fn["name"], "description": fn.get("description"),
-                          "parameters": fn.get("parameters"), "strict": fn.get("strict")})
+            tools.append(
+                {
+                    "type": "function",
+                    "name": fn["name"],
+                    "description": fn.get("description"),
+                    "parameters": fn.get("parameters"),
+                    "strict": fn.get("strict"),
+                }
+            )
     if tools:
         req["tools"] = tools
     for key in ("temperature", "top_p", "parallel_tool_calls"):
@@ -200,8 +207,12 @@ class ReverseTranslator:
             if "messages" in request:
                 stream_options = request.get("stream_options")
                 include_usage = bool(isinstance(stream_options, dict) and stream_options.get("include_usage"))
-        kwargs: dict[str, Any] = {"include_usage": include_usage, "options": options, "ids": SequentialIds(),
-                                  "now": lambda: int(time.time())}
+        kwargs: dict[str, Any] = {
+            "include_usage": include_usage,
+            "options": options,
+            "ids": SequentialIds(),
+            "now": lambda: int(time.time()),
+        }
         if model and "model" in inspect.signature(ResponsesToChatStream).parameters:
             kwargs["model"] = model
         self.machine = ResponsesToChatStream(**kwargs)
@@ -287,12 +298,20 @@ def other_api(head: bytes, source: str) -> str | None:
     return None
 
 
-def translate_stream(src: BinaryIO, dst: BinaryIO, *, source: str, request: dict[str, Any] | None = None,
-                     jsonl: bool = False, reasoning_field: str = "reasoning_content") -> dict[str, Any]:
+def translate_stream(
+    src: BinaryIO,
+    dst: BinaryIO,
+    *,
+    source: str,
+    request: dict[str, Any] | None = None,
+    jsonl: bool = False,
+    reasoning_field: str = "reasoning_content",
+) -> dict[str, Any]:
     """Translate ``src`` to ``dst``; returns a summary (events in/out, ending, notes, diagnostics)."""
     options = BackendProfile(reasoning_field=reasoning_field)
     translator: ForwardTranslator | ReverseTranslator = (
-        ForwardTranslator(request, options) if source == "chat" else ReverseTranslator(request, options))
+        ForwardTranslator(request, options) if source == "chat" else ReverseTranslator(request, options)
+    )
     to_chat = source == "responses"
     render = render_chat if to_chat else render_responses
     outputs: list[Out] = []
@@ -319,8 +338,13 @@ def translate_stream(src: BinaryIO, dst: BinaryIO, *, source: str, request: dict
     if to_chat and not jsonl:
         dst.write(DONE_FRAME)
         dst.flush()
-    return {"events_in": translator.events_in, "events_out": len(outputs), "ending": translator.ending(outputs),
-            "notes": translator.notes, "diagnostics": translator.diagnostics}
+    return {
+        "events_in": translator.events_in,
+        "events_out": len(outputs),
+        "ending": translator.ending(outputs),
+        "notes": translator.notes,
+        "diagnostics": translator.diagnostics,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -341,8 +365,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         with src:
-            summary = translate_stream(src, sys.stdout.buffer, source=args.source, request=request,
-                                       jsonl=args.jsonl, reasoning_field=args.reasoning_field)
+            summary = translate_stream(
+                src,
+                sys.stdout.buffer,
+                source=args.source,
+                request=request,
+                jsonl=args.jsonl,
+                reasoning_field=args.reasoning_field,
+            )
     except BrokenPipeError:  # `| head`: the reader is gone, which is fine
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
@@ -353,6 +383,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"crossfeed translate: note: {note}", file=sys.stderr)
     diag = summary["diagnostics"]
     extra = f"; anomalies: {', '.join(f'{k}={v}' for k, v in sorted(diag.items()))}" if diag else ""
-    print(f"crossfeed translate: {args.source} -> {args.target}: {summary['events_in']} events in, "
-          f"{summary['events_out']} out, ended: {summary['ending']}{extra}", file=sys.stderr)
+    print(
+        f"crossfeed translate: {args.source} -> {args.target}: {summary['events_in']} events in, "
+        f"{summary['events_out']} out, ended: {summary['ending']}{extra}",
+        file=sys.stderr,
+    )
     return 0

@@ -41,12 +41,17 @@ def new_session() -> aiohttp.ClientSession:
     so a cookie one upstream answer set (a load balancer's, say) would otherwise ride along on
     every later request, whoever sent it."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-    return aiohttp.ClientSession(connector=connector, auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar(),
-                                 json_serialize=lambda o: orjson.dumps(o).decode())
+    return aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=True,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        json_serialize=lambda o: orjson.dumps(o).decode(),
+    )
 
 
-def upstream_headers(up: Upstream, client_headers: Mapping[str, str], api_key: str | None,
-                     *, client_key_is_ours: bool = False) -> dict[str, str]:
+def upstream_headers(
+    up: Upstream, client_headers: Mapping[str, str], api_key: str | None, *, client_key_is_ours: bool = False
+) -> dict[str, str]:
     """The headers of an upstream request. The backend key is the configured one; without one,
     the client's ``Authorization`` is passed on (``pass_client_key``), unless the client's key
     is crossfeed's own inbound key (``client_key_is_ours``), which never leaves crossfeed."""
@@ -117,7 +122,9 @@ def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:
     return os.strerror(exc.errno).lower() if exc.errno else "the connection failed"
 
 
-async def send(session: aiohttp.ClientSession, up: Upstream, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
+async def send(
+    session: aiohttp.ClientSession, up: Upstream, method: str, url: str, **kwargs: Any
+) -> aiohttp.ClientResponse:
     """Make the request and return once the response headers are in, within ``first_byte``
     seconds; every failure is raised as an ``UpstreamError`` (see ``upstream_failure``)."""
     try:
@@ -130,15 +137,30 @@ async def send(session: aiohttp.ClientSession, up: Upstream, method: str, url: s
     if 300 <= resp.status < 400:
         resp.release()
         log.warning("upstream.redirect", upstream=up.name, status=resp.status, location=resp.headers.get("Location"))
-        raise UpstreamHTTPError(502, {"error": {
-            "message": f"upstream '{up.name}' answered HTTP {resp.status} (a redirect), which crossfeed does not "
-                       "follow: its base_url should be the backend's final address",
-            "type": "server_error", "param": None, "code": "upstream_redirect"}})
+        raise UpstreamHTTPError(
+            502,
+            {
+                "error": {
+                    "message": f"upstream '{up.name}' answered HTTP {resp.status} (a redirect), which crossfeed does not "
+                    "follow: its base_url should be the backend's final address",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "upstream_redirect",
+                }
+            },
+        )
     return resp
 
 
-async def open_upstream(session: aiohttp.ClientSession, up: Upstream, path: str, body: dict[str, Any],
-                        headers: dict[str, str], *, secrets: tuple[str, ...] = ()) -> aiohttp.ClientResponse:
+async def open_upstream(
+    session: aiohttp.ClientSession,
+    up: Upstream,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    secrets: tuple[str, ...] = (),
+) -> aiohttp.ClientResponse:
     """POST ``body`` and return the response once its headers are in (2xx only).
 
     A non-2xx answer is read whole (bounded) and raised as ``UpstreamHTTPError``; ``secrets``
@@ -160,8 +182,9 @@ def encode_body(body: Any) -> bytes:
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:  # deeper than orjson writes (255 levels)
-        raise ClientRequestError("the request nests JSON too deeply (at most 255 levels)",
-                                 code="invalid_json") from None
+        raise ClientRequestError(
+            "the request nests JSON too deeply (at most 255 levels)", code="invalid_json"
+        ) from None
 
 
 async def read_body(resp: aiohttp.ClientResponse, up: Upstream, limit: int, *, truncate: bool = False) -> bytes:

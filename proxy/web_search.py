@@ -54,8 +54,16 @@ def result_count(cfg: WebSearch, context_size: Any) -> int:
     return cfg.max_results
 
 
-async def search(session: aiohttp.ClientSession, cfg: WebSearch, environ: Mapping[str, str], query: str, *,
-                 count: int, domains: tuple[str, ...] = (), country: str | None = None) -> list[Result]:
+async def search(
+    session: aiohttp.ClientSession,
+    cfg: WebSearch,
+    environ: Mapping[str, str],
+    query: str,
+    *,
+    count: int,
+    domains: tuple[str, ...] = (),
+    country: str | None = None,
+) -> list[Result]:
     key = environ.get(cfg.api_key_env) if cfg.api_key_env else None
     if cfg.backend in ("brave", "tavily") and not key:
         raise SearchFailed(f"the search service is not available (its key, ${cfg.api_key_env}, is not set)")
@@ -69,10 +77,13 @@ async def search(session: aiohttp.ClientSession, cfg: WebSearch, environ: Mappin
                 if country:
                     body["country"] = country
                 headers["Authorization"] = f"Bearer {key}"
-                request = session.post(cfg.endpoint, data=orjson.dumps(body),
-                                       headers={**headers, "Content-Type": "application/json"})
+                request = session.post(
+                    cfg.endpoint, data=orjson.dumps(body), headers={**headers, "Content-Type": "application/json"}
+                )
             else:
-                params = {"q": query, "format": "json"} if cfg.backend == "searxng" else {"q": query, "count": str(count)}
+                params = (
+                    {"q": query, "format": "json"} if cfg.backend == "searxng" else {"q": query, "count": str(count)}
+                )
                 if cfg.backend == "brave":
                     headers["X-Subscription-Token"] = key or ""
                     if country:
@@ -142,7 +153,7 @@ def _clean(value: Any, limit: int) -> str:
     if not isinstance(value, str):
         return ""
     text = " ".join(value.split())
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def _allowed(url: str, domains: tuple[str, ...]) -> bool:

@@ -76,8 +76,9 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
         raise web.HTTPMethodNotAllowed("GET", ["POST"])
     config = request.app[CONFIG]
     if not config.server.websocket:
-        raise ClientRequestError("WebSocket mode is turned off on this server; use POST /v1/responses",
-                                 status=426, code="websocket_disabled")
+        raise ClientRequestError(
+            "WebSocket mode is turned off on this server; use POST /v1/responses", status=426, code="websocket_disabled"
+        )
     # A frame up to max_body_bytes is a request; one up to twice that still gets an error frame
     # and the socket goes on; a larger one is more than aiohttp reads, and closes it with 1009.
     # (aiohttp refuses a message of max_msg_size bytes itself, hence the + 1.)
@@ -109,8 +110,9 @@ async def close_sockets(app: web.Application) -> None:
 class _Remembered:
     __slots__ = ("id", "items", "response", "settings")
 
-    def __init__(self, rid: str, items: list[dict[str, Any]], response: dict[str, Any],
-                 settings: dict[str, Any] | None) -> None:
+    def __init__(
+        self, rid: str, items: list[dict[str, Any]], response: dict[str, Any], settings: dict[str, Any] | None
+    ) -> None:
         self.id = rid
         self.items = items  # the whole resolved input of that response
         self.response = response
@@ -141,8 +143,9 @@ class Connection:
                 if msg.type == WSMsgType.TEXT:
                     await self._frame(msg.data)
                 elif msg.type == WSMsgType.BINARY:
-                    await self._error(400, "binary frames are not accepted; send JSON text frames",
-                                      code="invalid_frame")
+                    await self._error(
+                        400, "binary frames are not accepted; send JSON text frames", code="invalid_frame"
+                    )
                 elif msg.type == WSMsgType.ERROR:
                     break
         finally:
@@ -160,11 +163,19 @@ class Connection:
     def _expire(self) -> None:
         async def close() -> None:
             self.closing = True
-            await self._settle(Draining("websocket_connection_limit_reached",
-                                        "the WebSocket connection reached its time limit; the response was ended"))
-            await self._error(400, "the WebSocket connection reached its time limit; open a new one",
-                              code="websocket_connection_limit_reached")
+            await self._settle(
+                Draining(
+                    "websocket_connection_limit_reached",
+                    "the WebSocket connection reached its time limit; the response was ended",
+                )
+            )
+            await self._error(
+                400,
+                "the WebSocket connection reached its time limit; open a new one",
+                code="websocket_connection_limit_reached",
+            )
             await self.ws.close(code=1000, message=b"connection limit reached")
+
         self._closer = asyncio.get_running_loop().create_task(close())
 
     async def _settle(self, reason: Draining) -> None:
@@ -185,8 +196,9 @@ class Connection:
 
     async def _frame(self, data: str) -> None:
         if len(data) > self.app[CONFIG].server.max_body_bytes:
-            await self._error(413, "the frame is larger than the configured maximum request size",
-                              code="request_too_large")
+            await self._error(
+                413, "the frame is larger than the configured maximum request size", code="request_too_large"
+            )
             return
         try:
             event = orjson.loads(data)
@@ -198,18 +210,29 @@ class Connection:
             return
         kind = event.get("type")
         if kind != "response.create":
-            await self._error(400, f"unsupported event type {kind!r}: send 'response.create'"
-                              if isinstance(kind, str) else "the frame has no string `type`",
-                              code="invalid_value" if isinstance(kind, str) else "missing_required_parameter",
-                              param="type")
+            await self._error(
+                400,
+                f"unsupported event type {kind!r}: send 'response.create'"
+                if isinstance(kind, str)
+                else "the frame has no string `type`",
+                code="invalid_value" if isinstance(kind, str) else "missing_required_parameter",
+                param="type",
+            )
             return
         if self.closing:
-            await self._error(503, "crossfeed is shutting down; open a new connection", code="server_shutting_down",
-                              error_type="server_error")
+            await self._error(
+                503,
+                "crossfeed is shutting down; open a new connection",
+                code="server_shutting_down",
+                error_type="server_error",
+            )
             return
         if self.turn is not None and not self.turn.done():
-            await self._error(409, "a response is already in progress on this connection; wait for its "
-                              "terminal event", code="response_already_in_progress")
+            await self._error(
+                409,
+                "a response is already in progress on this connection; wait for its terminal event",
+                code="response_already_in_progress",
+            )
             return
         body = {k: v for k, v in event.items() if k != "type"}
         self.turns += 1
@@ -219,8 +242,9 @@ class Connection:
         summary: dict[str, Any] = {"transport": "websocket"}
         if KEY_NAME.get() is not None:
             summary["key"] = KEY_NAME.get()
-        token = REQUEST_FIELDS.set({"request_id": f"{self.request.get(REQUEST_ID, 'ws')}.{n}", "route": ROUTE,
-                                    "method": "WS"})
+        token = REQUEST_FIELDS.set(
+            {"request_id": f"{self.request.get(REQUEST_ID, 'ws')}.{n}", "route": ROUTE, "method": "WS"}
+        )
         start = time.monotonic()
         status = 200
         prev = body.get("previous_response_id")
@@ -241,8 +265,9 @@ class Connection:
             status = 500
             log.exception("request.failed", path=ROUTE)
             self._forget(prev)
-            await self._error(500, "crossfeed failed to handle the request", code="internal_error",
-                              error_type="server_error")
+            await self._error(
+                500, "crossfeed failed to handle the request", code="internal_error", error_type="server_error"
+            )
         finally:
             record_request(self.app, ROUTE, summary, status, time.monotonic() - start)
             REQUEST_FIELDS.reset(token)
@@ -250,12 +275,18 @@ class Connection:
     async def _create(self, body: dict[str, Any], summary: dict[str, Any]) -> None:
         # Codex sends `stream: true` in every frame: true (or null) says what is so anyway.
         if body.pop("stream", None) not in (True, None):
-            raise ClientRequestError("`stream` cannot be false in a WebSocket response.create: every response "
-                                     "is streamed as frames", param="stream", code="unsupported_parameter")
+            raise ClientRequestError(
+                "`stream` cannot be false in a WebSocket response.create: every response is streamed as frames",
+                param="stream",
+                code="unsupported_parameter",
+            )
         for key in _NOT_IN_CREATE:
             if key in body:
-                raise ClientRequestError(f"`{key}` is not allowed in a WebSocket response.create: every "
-                                         "response is streamed as frames", param=key, code="unsupported_parameter")
+                raise ClientRequestError(
+                    f"`{key}` is not allowed in a WebSocket response.create: every response is streamed as frames",
+                    param=key,
+                    code="unsupported_parameter",
+                )
         generate = body.pop("generate", True)
         if not isinstance(generate, bool):
             raise ClientRequestError("`generate` must be a boolean", param="generate", code="invalid_type")
@@ -285,8 +316,7 @@ class Connection:
         if up.api == "chat":
             history = await self._history(body, remembered)
             mapped = map_forward(self.request, body, up, history)
-            final = await forward_streamed(self.request, body, up, self._open_sink, mapped, history,
-                                           summary=summary)
+            final = await forward_streamed(self.request, body, up, self._open_sink, mapped, history, summary=summary)
         else:
             # The upstream never saw a remembered response: the whole conversation goes to it.
             # A turn that continued from the upstream's own store is not remembered (its history
@@ -294,8 +324,9 @@ class Connection:
             complete = prev is None or remembered is not None
             if remembered is not None:
                 body = {k: v for k, v in body.items() if k != "previous_response_id"}
-                body["input"] = (continued_history(remembered.items, remembered.response)
-                                 + normalize_input(body.get("input"), ids))
+                body["input"] = continued_history(remembered.items, remembered.response) + normalize_input(
+                    body.get("input"), ids
+                )
             final = await relay_turn(self.request, body, up, self._open_sink, summary=summary)
             if not complete:
                 self.last = None
@@ -312,8 +343,14 @@ class Connection:
             return continued_history(remembered.items, remembered.response)
         return await load_history(self.app, body)
 
-    def _remember(self, body: dict[str, Any], history: list[dict[str, Any]] | None, response: dict[str, Any], *,
-                  primed: bool = False) -> None:
+    def _remember(
+        self,
+        body: dict[str, Any],
+        history: list[dict[str, Any]] | None,
+        response: dict[str, Any],
+        *,
+        primed: bool = False,
+    ) -> None:
         items = (history or []) + normalize_input(body.get("input"), self.app[IDS])
         settings = {k: body[k] for k in _INHERITED if body.get(k) is not None} if primed else None
         self.last = _Remembered(str(response.get("id")), items, response, settings)
@@ -326,14 +363,28 @@ class Connection:
     async def _open_sink(self) -> WebSocketSink | None:
         return None if self.ws.closed else self.sink
 
-    async def _error(self, status: int, message: str, *, code: str, param: str | None = None,
-                     error_type: str = "invalid_request_error") -> None:
+    async def _error(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str,
+        param: str | None = None,
+        error_type: str = "invalid_request_error",
+    ) -> None:
         await self._send_error(status, {"type": error_type, "code": code, "message": message, "param": param})
 
     async def _send_error(self, status: int, error: dict[str, Any]) -> None:
-        frame = {"type": "error", "status": status, "error": {"type": error.get("type"), "code": error.get("code"),
-                                                             "message": error.get("message"),
-                                                             "param": error.get("param")}}
+        frame = {
+            "type": "error",
+            "status": status,
+            "error": {
+                "type": error.get("type"),
+                "code": error.get("code"),
+                "message": error.get("message"),
+                "param": error.get("param"),
+            },
+        }
         try:
             await self.ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
         except (ConnectionResetError, RuntimeError, OSError):

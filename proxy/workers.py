@@ -91,8 +91,18 @@ class Supervisor:
     def spawn(self, index: int, *, announce: bool) -> Worker:
         """Start worker ``index``; ``announce``: it tells when it listens (start-up waits for that;
         a replacement's own log line says it)."""
-        args = [sys.executable, "-m", "proxy", *self.argv, "--port", str(self.port),
-                "--worker-index", str(index), "--parent-fd", str(self.life_r)]
+        args = [
+            sys.executable,
+            "-m",
+            "proxy",
+            *self.argv,
+            "--port",
+            str(self.port),
+            "--worker-index",
+            str(index),
+            "--parent-fd",
+            str(self.life_r),
+        ]
         fds = [self.life_r]
         ready_r = ready_w = -1
         if announce:
@@ -168,9 +178,15 @@ class Supervisor:
         s = self.config.server
         ups = ", ".join(f"{u.name}={u.base_url} ({u.api})" for u in self.config.upstreams)
         print(f"crossfeed listening on http://{s.host}:{self.port} -> {ups} ({self.count} workers)", flush=True)
-        log.info("server.started", host=s.host, port=self.port, upstreams=ups, workers=self.count,
-                 pids=[w.proc.pid for w in self.workers.values()],
-                 balancing="SO_REUSEPORT" if REUSE_PORT else "shared socket")
+        log.info(
+            "server.started",
+            host=s.host,
+            port=self.port,
+            upstreams=ups,
+            workers=self.count,
+            pids=[w.proc.pid for w in self.workers.values()],
+            balancing="SO_REUSEPORT" if REUSE_PORT else "shared socket",
+        )
 
     def _watch(self) -> None:
         while not self.stopping:
@@ -184,8 +200,14 @@ class Supervisor:
                 lived = now - worker.started
                 self.deaths[index] = self.deaths.get(index, 0) + 1 if lived < YOUNG else 0
                 pause = min(MAX_PAUSE, 0.5 * 2 ** (self.deaths[index] - 1)) if self.deaths[index] else 0.0
-                log.warning("server.worker.died", worker=index, pid=worker.proc.pid, exit_code=code,
-                            lived_s=round(lived, 1), restart_in_s=pause)
+                log.warning(
+                    "server.worker.died",
+                    worker=index,
+                    pid=worker.proc.pid,
+                    exit_code=code,
+                    lived_s=round(lived, 1),
+                    restart_in_s=pause,
+                )
                 self.restart_at[index] = now + pause
             for index, when in list(self.restart_at.items()):
                 if now >= when and not self.stopping:
@@ -240,7 +262,6 @@ def supervise(config: Config, argv: list[str], *, stopped: bool = False) -> int:
     try:
         sup.bind()
     except OSError as exc:
-        print(f"crossfeed: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror}",
-              file=sys.stderr)
+        print(f"crossfeed: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror}", file=sys.stderr)
         return 1
     return sup.run()

@@ -66,8 +66,12 @@ class TeeTransport(httpx2.AsyncBaseTransport):
         response = await self._inner.handle_async_request(request)
         sink = Captured(request.url.path, response.headers.get("content-type", ""))
         self.captured.append(sink)
-        return httpx2.Response(status_code=response.status_code, headers=response.headers,
-                               stream=_TeeStream(response.stream, sink), extensions=response.extensions)
+        return httpx2.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_TeeStream(response.stream, sink),
+            extensions=response.extensions,
+        )
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -186,13 +190,19 @@ def mcp_urls() -> Iterator[dict[str, str]]:
     root = Path(__file__).resolve().parents[1]
     procs, urls = [], {}
     try:
-        for name, transport, path, extra in (("http", "streamable-http", "/mcp", ["--token", TEST_TOKEN]),
-                                              ("sse", "sse", "/sse", [])):
+        for name, transport, path, extra in (
+            ("http", "streamable-http", "/mcp", ["--token", TEST_TOKEN]),
+            ("sse", "sse", "/sse", []),
+        ):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = int(s.getsockname()[1])
-            proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_server", "--transport", transport,
-                                     "--port", str(port), *extra], cwd=root, stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.fakes.mcp_server", "--transport", transport, "--port", str(port), *extra],
+                cwd=root,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             procs.append(proc)
             assert proc.stdout is not None and proc.stdout.readline().strip() == "LISTENING", f"{name} MCP server"
             urls[name] = f"http://127.0.0.1:{port}{path}"

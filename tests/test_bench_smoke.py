@@ -22,9 +22,23 @@ REPO = Path(__file__).resolve().parent.parent
 def test_bench_quick_run_completes_without_errors(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--json", str(out),
-         "--logdir", str(tmp_path / "logs"), "--max-seconds", "120"],
-        check=False, cwd=REPO, capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(REPO / "bench" / "run.py"),
+            "--quick",
+            "--json",
+            str(out),
+            "--logdir",
+            str(tmp_path / "logs"),
+            "--max-seconds",
+            "120",
+        ],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        stdin=subprocess.DEVNULL,
     )
     report = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, report
@@ -52,10 +66,20 @@ def test_bench_quick_run_completes_without_errors(tmp_path: Path) -> None:
 def test_the_workers_cell_and_the_store_latency_run_complete(script: str) -> None:
     """bench/workers.py (--workers 1 against 2) and bench/store_latency.py (sqlite; redis when the
     suite has one) at their smallest: every run finishes, every row is printed, no stream failed."""
-    args = (["--seconds", "1", "--repeat", "1", "--concurrency", "4"] if script == "workers.py"
-            else ["--requests", "5", "--concurrency", "1", "2"])
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], check=False, cwd=REPO,
-                          capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL)
+    args = (
+        ["--seconds", "1", "--repeat", "1", "--concurrency", "4"]
+        if script == "workers.py"
+        else ["--requests", "5", "--concurrency", "1", "2"]
+    )
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), *args],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        stdin=subprocess.DEVNULL,
+    )
     report = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, report
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]

@@ -46,9 +46,18 @@ def base_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def cli(*args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxy", *args], check=False, cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, timeout=timeout)
+def cli(
+    *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 # -- check-config ---------------------------------------------------------------------------------
@@ -125,11 +134,14 @@ def test_check_config_environment_applies_and_unset_keys_are_flagged(tmp_path: P
 
 
 def test_serve_refuses_an_upstream_key_variable_that_is_unset(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[upstreams]]
         name = "hosted"
         api_key_env = "TEST_UNSET_BACKEND_KEY"
-    """)
+    """,
+    )
     r = cli("serve", "--config", str(path), "--port", "0", env=base_env(tmp_path))
     assert r.returncode == 2
     err = r.stderr.decode()
@@ -138,48 +150,73 @@ def test_serve_refuses_an_upstream_key_variable_that_is_unset(tmp_path: Path) ->
 
 
 def test_check_config_without_default_says_404(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[upstreams]]
         name = "only"
         models = ["a-*"]
-    """)
+    """,
+    )
     r = cli("check-config", str(path), env=base_env(tmp_path))
     assert r.returncode == 0, r.stderr.decode()
     assert "404 model_not_found" in r.stdout.decode()
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("""
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            """
      [[upstreams]]
      name = "a"
      bse_url = "http://x/v1"
-     """, ["upstreams.0.bse_url", "unknown key; did you mean 'base_url'?"]),
-    ("""
+     """,
+            ["upstreams.0.bse_url", "unknown key; did you mean 'base_url'?"],
+        ),
+        (
+            """
      [server]
      port = "eighty"
-     """, ["server.port"]),
-    ("""
+     """,
+            ["server.port"],
+        ),
+        (
+            """
      [server]
      prot = 80
-     """, ["server.prot"]),
-    ("""
+     """,
+            ["server.prot"],
+        ),
+        (
+            """
      [[upstreams]]
      name = "a"
      base_url = "ftp://backend/v1"
-     """, ["upstreams.0.base_url", "http://"]),
-    ("""
+     """,
+            ["upstreams.0.base_url", "http://"],
+        ),
+        (
+            """
      [[upstreams]]
      name = "a"
      api = "completions"
-     """, ["upstreams.0.api"]),
-    ("""
+     """,
+            ["upstreams.0.api"],
+        ),
+        (
+            """
      [[upstreams]]
      name = "a"
      [upstreams.timeouts]
      idle = -1
-     """, ["upstreams.0.timeouts.idle"]),
-    ("[server\nport = 1\n", ["invalid TOML"]),
-], ids=["unknown-key", "wrong-type", "misspelt-section-key", "bad-url", "bad-api", "negative-timeout", "bad-toml"])
+     """,
+            ["upstreams.0.timeouts.idle"],
+        ),
+        ("[server\nport = 1\n", ["invalid TOML"]),
+    ],
+    ids=["unknown-key", "wrong-type", "misspelt-section-key", "bad-url", "bad-api", "negative-timeout", "bad-toml"],
+)
 def test_check_config_bad_file_names_the_key(tmp_path: Path, text: str, expected: list[str]) -> None:
     path = write(tmp_path, text)
     r = cli("check-config", str(path), env=base_env(tmp_path))
@@ -247,7 +284,9 @@ def check_demo_output(r: subprocess.CompletedProcess) -> str:
     assert {"response.reasoning_text.delta", "response.output_text.delta"} <= second
     assert "get_weather" in out
     assert re.search(r"^final text: It is sunny in Paris", out, re.MULTILINE)
-    assert re.search(r"^usage: input_tokens=\d+ output_tokens=\d+ \(reasoning \d+\) total_tokens=\d+", out, re.MULTILINE)
+    assert re.search(
+        r"^usage: input_tokens=\d+ output_tokens=\d+ \(reasoning \d+\) total_tokens=\d+", out, re.MULTILINE
+    )
     # the demo ran to its end: its last line is the closing summary
     assert re.match(r"done: \d+ chat requests reached the backend", out.rstrip().splitlines()[-1]), out[-500:]
     return out
@@ -281,11 +320,20 @@ def test_demo_falls_back_when_openai_is_missing(tmp_path: Path) -> None:
 
 # -- translate ------------------------------------------------------------------------------------
 
-CHAT_CASES = ["crusoe-vllm-llama33-text", "deepseek-reasoner-reasoning-content", "groq-kimik2-content-and-tool-call",
-              "deepseek-chat-length", "avian-kimik25-reasoning-details-parallel-tools"]
-RESPONSES_CASES = ["openai-gpt4o-function-call-no-seq", "azure-gpt5mini-reasoning-summary-3-parts",
-                   "openai-gpt5-web-search-call", "openai-gpt4omini-parallel-function-calls",
-                   "githubcopilot-gpt53codex-rotating-item-ids"]
+CHAT_CASES = [
+    "crusoe-vllm-llama33-text",
+    "deepseek-reasoner-reasoning-content",
+    "groq-kimik2-content-and-tool-call",
+    "deepseek-chat-length",
+    "avian-kimik25-reasoning-details-parallel-tools",
+]
+RESPONSES_CASES = [
+    "openai-gpt4o-function-call-no-seq",
+    "azure-gpt5mini-reasoning-summary-3-parts",
+    "openai-gpt5-web-search-call",
+    "openai-gpt4omini-parallel-function-calls",
+    "githubcopilot-gpt53codex-rotating-item-ids",
+]
 
 
 def capture(kind: str, name: str) -> Path:
@@ -304,8 +352,9 @@ def test_translate_chat_to_responses(tmp_path: Path, name: str) -> None:
     # Deterministic: the same bytes again, and the same events as JSONL from stdin.
     again = cli("translate", "--from", "chat", "--to", "responses", str(path), env=base_env(tmp_path))
     assert again.stdout == r.stdout
-    jl = cli("translate", "--from", "chat", "--to", "responses", "--jsonl", env=base_env(tmp_path),
-             stdin=path.read_bytes())
+    jl = cli(
+        "translate", "--from", "chat", "--to", "responses", "--jsonl", env=base_env(tmp_path), stdin=path.read_bytes()
+    )
     assert jl.returncode == 0, jl.stderr.decode()
     assert [orjson.loads(line) for line in jl.stdout.splitlines()] == events
 
@@ -319,8 +368,9 @@ def test_translate_responses_to_chat(tmp_path: Path, name: str) -> None:
     chunks = validate_chat_sse(r.stdout, expect_usage=True)
     assert all(c.get("object") == "chat.completion.chunk" for c in chunks)
     assert any(ch.get("finish_reason") for c in chunks for ch in c["choices"])
-    jl = cli("translate", "--from", "responses", "--to", "chat", "--jsonl", env=base_env(tmp_path),
-             stdin=path.read_bytes())
+    jl = cli(
+        "translate", "--from", "responses", "--to", "chat", "--jsonl", env=base_env(tmp_path), stdin=path.read_bytes()
+    )
     assert jl.returncode == 0, jl.stderr.decode()
     assert [orjson.loads(line) for line in jl.stdout.splitlines()] == chunks
 
@@ -328,20 +378,34 @@ def test_translate_responses_to_chat(tmp_path: Path, name: str) -> None:
 def test_translate_with_request_files(tmp_path: Path) -> None:
     """--request: a Responses request is echoed; a Chat request without include_usage drops usage."""
     path = capture("chat", "crusoe-vllm-llama33-text")
-    req = write(tmp_path, json.dumps({"model": "llama-echo", "input": "hi", "stream": True, "temperature": 0.25}),
-                "req.json")
-    r = cli("translate", "--from", "chat", "--to", "responses", "--request", str(req), str(path),
-            env=base_env(tmp_path))
+    req = write(
+        tmp_path, json.dumps({"model": "llama-echo", "input": "hi", "stream": True, "temperature": 0.25}), "req.json"
+    )
+    r = cli(
+        "translate", "--from", "chat", "--to", "responses", "--request", str(req), str(path), env=base_env(tmp_path)
+    )
     assert r.returncode == 0, r.stderr.decode()
     events = validate_responses_sse(r.stdout)
     assert events[0]["response"]["model"] == "llama-echo"
     assert events[-1]["response"]["temperature"] == 0.25
 
     rpath = capture("responses", "openai-gpt4o-function-call-no-seq")
-    chat_req = write(tmp_path, json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}],
-                                           "stream": True}), "chat.json")
-    r = cli("translate", "--from", "responses", "--to", "chat", "--request", str(chat_req), str(rpath),
-            env=base_env(tmp_path))
+    chat_req = write(
+        tmp_path,
+        json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}),
+        "chat.json",
+    )
+    r = cli(
+        "translate",
+        "--from",
+        "responses",
+        "--to",
+        "chat",
+        "--request",
+        str(chat_req),
+        str(rpath),
+        env=base_env(tmp_path),
+    )
     assert r.returncode == 0, r.stderr.decode()
     chunks = validate_chat_sse(r.stdout, expect_usage=False)
     assert all("usage" not in c for c in chunks)
@@ -355,8 +419,10 @@ def test_translate_failures_are_data(tmp_path: Path) -> None:
     assert events[-1]["type"] == "response.failed"
     assert "ended: failed" in r.stderr.decode()
 
-    truncated = b'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1",' \
-                b'"object":"response","created_at":1,"status":"in_progress","model":"m","output":[]}}\n\n'
+    truncated = (
+        b'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1",'
+        b'"object":"response","created_at":1,"status":"in_progress","model":"m","output":[]}}\n\n'
+    )
     r = cli("translate", "--from", "responses", "--to", "chat", env=base_env(tmp_path), stdin=truncated)
     assert r.returncode == 0, r.stderr.decode()
     chunks = validate_chat_sse(r.stdout)
@@ -374,8 +440,17 @@ def test_translate_usage_errors(tmp_path: Path) -> None:
     r = cli("translate", "--from", "chat", "--to", "chat", str(tmp_path), env=env)
     assert r.returncode == 2 and "must differ" in r.stderr.decode()
     bad = write(tmp_path, "{nope", "bad.json")
-    r = cli("translate", "--from", "chat", "--to", "responses", "--request", str(bad),
-            str(capture("chat", "crusoe-vllm-llama33-text")), env=env)
+    r = cli(
+        "translate",
+        "--from",
+        "chat",
+        "--to",
+        "responses",
+        "--request",
+        str(bad),
+        str(capture("chat", "crusoe-vllm-llama33-text")),
+        env=env,
+    )
     assert r.returncode == 2 and "not valid JSON" in r.stderr.decode()
     r = cli("translate", "--from", "chat", env=env)
     assert r.returncode == 2
@@ -387,9 +462,13 @@ def test_translate_usage_errors(tmp_path: Path) -> None:
 class Server:
     def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = open(tmp_path / "serve.err", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", "0",
-                                      *args], cwd=ROOT, env=env or base_env(tmp_path), stdout=subprocess.PIPE,
-                                     stderr=self.log)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", "0", *args],
+            cwd=ROOT,
+            env=env or base_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
         self.line = self._read_line(20)
         m = re.match(r"crossfeed listening on http://127\.0\.0\.1:(\d+) -> ", self.line)
         assert m, f"unexpected first line: {self.line!r}"
@@ -456,7 +535,7 @@ def test_serve_reverse_mode_and_environment(tmp_path: Path) -> None:
 
 
 def test_serve_bad_config_exits_2(tmp_path: Path) -> None:
-    path = write(tmp_path, '[server]\nprot = 1\n')
+    path = write(tmp_path, "[server]\nprot = 1\n")
     r = cli("serve", "--config", str(path), "--port", "0", env=base_env(tmp_path), timeout=30)
     assert r.returncode == 2
     assert "server.prot" in r.stderr.decode() and b"listening" not in r.stdout
@@ -532,8 +611,12 @@ def test_pip_install_ships_every_package() -> None:
     listed = setuptools.get("packages")
     if not isinstance(listed, list):
         return  # packages.find (automatic discovery) picks up subpackages by itself
-    found = sorted(".".join(p.parent.relative_to(ROOT).parts) for top in ("proxy", "translators")
-                   for p in (ROOT / top).rglob("__init__.py") if "__pycache__" not in p.parts)
+    found = sorted(
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("proxy", "translators")
+        for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    )
     missing = [name for name in found if name not in listed]
     assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}: `pip install .` would omit them"
 
@@ -546,8 +629,14 @@ def test_version_and_a_closed_pipe(tmp_path: Path) -> None:
     read, write = os.pipe()
     os.close(read)
     try:
-        r = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(ROOT / "config.example.toml")],
-                           cwd=ROOT, env=base_env(tmp_path), stdout=write, stderr=subprocess.PIPE, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "proxy", "check-config", str(ROOT / "config.example.toml")],
+            cwd=ROOT,
+            env=base_env(tmp_path),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
     finally:
         os.close(write)
     assert r.returncode == 0, r.stderr.decode()
@@ -556,13 +645,16 @@ def test_version_and_a_closed_pipe(tmp_path: Path) -> None:
 
 def test_translate_says_when_the_stream_is_the_other_api(tmp_path: Path) -> None:
     responses = tmp_path / "r.sse"
-    responses.write_bytes(b'event: response.created\ndata: {"type":"response.created","sequence_number":0,'
-                          b'"response":{"id":"r"}}\n\n')
+    responses.write_bytes(
+        b'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"r"}}\n\n'
+    )
     r = cli("translate", "--from", "chat", "--to", "responses", str(responses), env=base_env(tmp_path))
     assert "this is a Responses API stream" in r.stderr.decode() and "--from responses --to chat" in r.stderr.decode()
     chat = tmp_path / "c.sse"
-    chat.write_bytes(b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}'
-                     b"\n\ndata: [DONE]\n\n")
+    chat.write_bytes(
+        b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}'
+        b"\n\ndata: [DONE]\n\n"
+    )
     r = cli("translate", "--from", "responses", "--to", "chat", str(chat), env=base_env(tmp_path))
     assert "this is a Chat Completions stream" in r.stderr.decode()
     r = cli("translate", "--from", "chat", "--to", "responses", str(chat), env=base_env(tmp_path))

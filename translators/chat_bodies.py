@@ -171,7 +171,8 @@ def chat_usage(usage: dict[str, Any], where: str = "usage") -> dict[str, Any]:
         "total_tokens": up_int(usage, "total_tokens", where) or (prompt + completion),
         "prompt_tokens_details": pdet,
         "completion_tokens_details": {
-            "reasoning_tokens": up_int(odet, "reasoning_tokens", f"{where}.output_tokens_details") or 0},
+            "reasoning_tokens": up_int(odet, "reasoning_tokens", f"{where}.output_tokens_details") or 0
+        },
     }
 
 
@@ -194,8 +195,10 @@ def chat_logprobs(lps: list[Any], where: str = "logprobs") -> list[dict[str, Any
     out = []
     for i, lp in enumerate(lps):
         entry = _logprob(lp, f"{where}[{i}]")
-        entry["top_logprobs"] = [_logprob(t, f"{where}[{i}].top_logprobs[{j}]")
-                                 for j, t in enumerate(up_list(lp, "top_logprobs", f"{where}[{i}]"))]
+        entry["top_logprobs"] = [
+            _logprob(t, f"{where}[{i}].top_logprobs[{j}]")
+            for j, t in enumerate(up_list(lp, "top_logprobs", f"{where}[{i}]"))
+        ]
         out.append(entry)
     return out
 
@@ -336,8 +339,10 @@ def response_to_chat_completion(
         kind = up_str(item, "type", where)
         if kind == "message":
             parts = up_items(up_list(item, "content", where), f"{where}.content")
-            texts = [(up_str(p, "type", f"{where}.content[{j}]"), up_str(p, "text", f"{where}.content[{j}]") or "")
-                     for j, p in enumerate(parts)]
+            texts = [
+                (up_str(p, "type", f"{where}.content[{j}]"), up_str(p, "text", f"{where}.content[{j}]") or "")
+                for j, p in enumerate(parts)
+            ]
             item_text = "".join(text for ptype, text in texts if ptype == "output_text")
             pos = offset + (len(SEPARATOR) if content and item_text else 0)
             refusals: list[str] = []
@@ -385,11 +390,21 @@ def response_to_chat_completion(
                 raise UpstreamProtocolError(f"{where}: a {kind} item without a name")
             call_id = up_str(item, "call_id", where) or up_str(item, "id", where)
             if kind == "function_call":
-                tool_calls.append({"id": call_id, "type": "function",
-                                   "function": {"name": name, "arguments": up_str(item, "arguments", where) or ""}})
+                tool_calls.append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": up_str(item, "arguments", where) or ""},
+                    }
+                )
             else:
-                tool_calls.append({"id": call_id, "type": "custom",
-                                   "custom": {"name": name, "input": up_str(item, "input", where) or ""}})
+                tool_calls.append(
+                    {
+                        "id": call_id,
+                        "type": "custom",
+                        "custom": {"name": name, "input": up_str(item, "input", where) or ""},
+                    }
+                )
     message: dict[str, Any] = {
         "role": "assistant",
         "content": SEPARATOR.join(content) if content else None,

@@ -24,8 +24,9 @@ def mistral_parts(parts: list[Any]) -> Iterator[tuple[str, str]]:
             if isinstance(part.get("text"), str) and part["text"]:
                 yield "text", part["text"]
         elif kind == "thinking":
-            text = "".join(p["text"] for p in part.get("thinking") or ()
-                           if isinstance(p, dict) and isinstance(p.get("text"), str))
+            text = "".join(
+                p["text"] for p in part.get("thinking") or () if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
             if text:
                 yield "reasoning", text
         else:
@@ -66,8 +67,16 @@ def delta_logprobs(logprobs: dict[str, Any], part: list[Any]) -> list[dict[str, 
     full = []
     for e in entries:  # built completely before the part is touched, so a bad entry changes nothing
         top = e.get("top_logprobs") or ()
-        full.append({"token": e.get("token", ""), "bytes": e.get("bytes") or [], "logprob": e.get("logprob", 0.0),
-                     "top_logprobs": [{"token": t.get("token", ""), "bytes": t.get("bytes") or [],
-                                       "logprob": t.get("logprob", 0.0)} for t in top]})
+        full.append(
+            {
+                "token": e.get("token", ""),
+                "bytes": e.get("bytes") or [],
+                "logprob": e.get("logprob", 0.0),
+                "top_logprobs": [
+                    {"token": t.get("token", ""), "bytes": t.get("bytes") or [], "logprob": t.get("logprob", 0.0)}
+                    for t in top
+                ],
+            }
+        )
     part[3].extend(full)
     return full

@@ -32,15 +32,47 @@ _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _PASS_STR = ("user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "service_tier")
 # Accepted, not sent (only tune caching), reported in `ignored`.
 _DROPPED = ("prompt_cache_options",)
-_HANDLED = frozenset({
-    "model", "messages", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
-    "max_tokens", "max_completion_tokens", "temperature", "top_p", "response_format", "verbosity",
-    "reasoning_effort", "metadata", "store", "stream", "stream_options", "n", "logprobs", "top_logprobs",
-    "web_search_options", "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias",
-    "audio", "modalities", "prediction", "moderation", *_PASS_STR, *_DROPPED,
-})
-_NO_EQUIVALENT = ("the Responses API has no equivalent, and dropping it would change the output (the "
-                  "upstream's drop_params can list it to have it dropped)")
+_HANDLED = frozenset(
+    {
+        "model",
+        "messages",
+        "tools",
+        "functions",
+        "tool_choice",
+        "function_call",
+        "parallel_tool_calls",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "response_format",
+        "verbosity",
+        "reasoning_effort",
+        "metadata",
+        "store",
+        "stream",
+        "stream_options",
+        "n",
+        "logprobs",
+        "top_logprobs",
+        "web_search_options",
+        "stop",
+        "seed",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "audio",
+        "modalities",
+        "prediction",
+        "moderation",
+        *_PASS_STR,
+        *_DROPPED,
+    }
+)
+_NO_EQUIVALENT = (
+    "the Responses API has no equivalent, and dropping it would change the output (the "
+    "upstream's drop_params can list it to have it dropped)"
+)
 # Never dropped by drop_params: without them there is no request.
 _NOT_DROPPABLE = frozenset({"model", "messages", "stream"})
 MAX_CHOICES = 8  # n: that many Responses calls run for one request
@@ -80,8 +112,9 @@ def choice_count(body: dict[str, Any], options: BackendProfile) -> int:
     return 1 if n is None else int(n)
 
 
-def chat_request_to_responses(body: Any, options: BackendProfile, *,
-                              ignored: list[str] | None = None) -> dict[str, Any]:
+def chat_request_to_responses(
+    body: Any, options: BackendProfile, *, ignored: list[str] | None = None
+) -> dict[str, Any]:
     """Map a Chat Completions request onto a Responses request.
 
     Rules:
@@ -122,8 +155,9 @@ def chat_request_to_responses(body: Any, options: BackendProfile, *,
         body = _drop_params(body, options.drop_params, dropped)
     for key in body:
         if key not in _HANDLED:
-            raise UnsupportedFeature(f"Unrecognized request argument supplied: {key}", param=key,
-                                     code="unknown_parameter")
+            raise UnsupportedFeature(
+                f"Unrecognized request argument supplied: {key}", param=key, code="unknown_parameter"
+            )
     model = body.get("model")
     if model is None:
         raise missing("model")
@@ -186,8 +220,7 @@ def _drop_params(body: dict[str, Any], names: tuple[str, ...], dropped: list[str
 
 
 def _unsupported(param: str, what: str = _NO_EQUIVALENT) -> UnsupportedFeature:
-    return UnsupportedFeature(f"'{param}' is not supported by crossfeed's Responses upstream: {what}.",
-                              param=param)
+    return UnsupportedFeature(f"'{param}' is not supported by crossfeed's Responses upstream: {what}.", param=param)
 
 
 def _reject_unsupported(body: dict[str, Any], options: BackendProfile) -> None:
@@ -247,8 +280,7 @@ def _map_response_format(rf: dict[str, Any]) -> dict[str, Any]:
     if kind in ("text", "json_object"):
         return {"type": kind}
     if kind != "json_schema":
-        raise value_error("response_format.type",
-                          f"expected 'text', 'json_object' or 'json_schema', got {kind!r}.")
+        raise value_error("response_format.type", f"expected 'text', 'json_object' or 'json_schema', got {kind!r}.")
     js = expect_dict(rf.get("json_schema"), "response_format.json_schema")
     fmt: dict[str, Any] = {"type": "json_schema", "name": req_str(js, "name", "response_format.json_schema")}
     if opt_str(js, "description", "response_format.json_schema") is not None:
@@ -260,6 +292,7 @@ def _map_response_format(rf: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- tools
+
 
 def _map_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
@@ -275,8 +308,9 @@ def _map_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
         elif kind is None:
             raise missing(f"{p}.type")
         else:
-            raise UnsupportedFeature(f"Tool type {kind!r} is not supported: declare function or "
-                                     "custom tools.", param=f"{p}.type")
+            raise UnsupportedFeature(
+                f"Tool type {kind!r} is not supported: declare function or custom tools.", param=f"{p}.type"
+            )
     functions = body.get("functions")
     for i, raw in enumerate(expect_list(functions, "functions") if functions is not None else ()):
         tools.append(_function(expect_dict(raw, f"functions[{i}]"), f"functions[{i}]"))
@@ -292,8 +326,9 @@ def _function(fn: dict[str, Any], p: str) -> dict[str, Any]:
         tool["description"] = fn["description"]
     params = fn.get("parameters")
     # Chat: parameters omitted = a function without arguments.
-    tool["parameters"] = (expect_dict(params, f"{p}.parameters") if params is not None
-                          else {"type": "object", "properties": {}})
+    tool["parameters"] = (
+        expect_dict(params, f"{p}.parameters") if params is not None else {"type": "object", "properties": {}}
+    )
     tool["strict"] = opt_bool(fn, "strict", p) is True
     return tool
 
@@ -310,8 +345,11 @@ def _custom(c: dict[str, Any], p: str) -> dict[str, Any]:
             tool["format"] = {"type": "text"}
         elif kind == "grammar":
             g = expect_dict(fmt.get("grammar"), f"{p}.format.grammar")
-            tool["format"] = {"type": "grammar", "syntax": req_str(g, "syntax", f"{p}.format.grammar"),
-                              "definition": req_str(g, "definition", f"{p}.format.grammar")}
+            tool["format"] = {
+                "type": "grammar",
+                "syntax": req_str(g, "syntax", f"{p}.format.grammar"),
+                "definition": req_str(g, "definition", f"{p}.format.grammar"),
+            }
         else:
             raise value_error(f"{p}.format.type", f"expected 'text' or 'grammar', got {kind!r}.")
     return tool
@@ -353,9 +391,14 @@ def _map_tool_choice(choice: Any, p: str) -> Any:
     if mode not in ("auto", "required"):
         raise value_error(f"{p}.allowed_tools.mode", f"expected 'auto' or 'required', got {mode!r}.")
     entries = expect_list(at.get("tools"), f"{p}.allowed_tools.tools")
-    return {"type": "allowed_tools", "mode": mode,
-            "tools": [_named(expect_dict(e, f"{p}.allowed_tools.tools[{i}]"), f"{p}.allowed_tools.tools[{i}]")
-                      for i, e in enumerate(entries)]}
+    return {
+        "type": "allowed_tools",
+        "mode": mode,
+        "tools": [
+            _named(expect_dict(e, f"{p}.allowed_tools.tools[{i}]"), f"{p}.allowed_tools.tools[{i}]")
+            for i, e in enumerate(entries)
+        ],
+    }
 
 
 def _map_legacy_choice(fc: Any) -> Any:
@@ -368,8 +411,20 @@ def _map_legacy_choice(fc: Any) -> Any:
 
 # ---------------------------------------------------------------- messages
 
-_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "audio",
-                           "function_call", "reasoning_content", "reasoning"})
+_MESSAGE_KEYS = frozenset(
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "refusal",
+        "audio",
+        "function_call",
+        "reasoning_content",
+        "reasoning",
+    }
+)
 
 
 class _Messages:
@@ -427,13 +482,19 @@ class _Messages:
         elif role == "function":
             if self._legacy_id is None:
                 raise value_error(p, "a function message must follow an assistant function_call.")
-            self.items.append({"type": "function_call_output", "call_id": self._legacy_id,
-                               "output": self._text(msg.get("content"), p)})
+            self.items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": self._legacy_id,
+                    "output": self._text(msg.get("content"), p),
+                }
+            )
         elif role is None:
             raise missing(f"{p}.role")
         else:
-            raise value_error(f"{p}.role", f"expected 'system', 'developer', 'user', 'assistant' or "
-                                           f"'tool', got {role!r}.")
+            raise value_error(
+                f"{p}.role", f"expected 'system', 'developer', 'user', 'assistant' or 'tool', got {role!r}."
+            )
 
     def _text(self, content: Any, p: str) -> str:
         """String content, or text parts joined."""
@@ -479,8 +540,11 @@ class _Messages:
                     raise missing(f"{pp}.file.file_data")
                 parts.append(out)
             elif kind == "input_audio":
-                raise UnsupportedFeature("Audio input is not supported by crossfeed's Responses upstream "
-                                         "(Responses messages take no audio parts).", param=pp)
+                raise UnsupportedFeature(
+                    "Audio input is not supported by crossfeed's Responses upstream "
+                    "(Responses messages take no audio parts).",
+                    param=pp,
+                )
             elif kind is None:
                 raise missing(f"{pp}.type")
             else:
@@ -493,8 +557,9 @@ class _Messages:
         for field in (self._rfield, "reasoning_content", "reasoning"):
             value = msg.get(field)
             if isinstance(value, str) and value:
-                self.items.append({"type": "reasoning", "summary": [],
-                                   "content": [{"type": "reasoning_text", "text": value}]})
+                self.items.append(
+                    {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": value}]}
+                )
                 break
         content = msg.get("content")
         text = ""
@@ -519,23 +584,38 @@ class _Messages:
         if fc is not None:
             fc = expect_dict(fc, f"{p}.function_call")
             self._legacy_id = f"call_legacy_{i}"
-            self.items.append({"type": "function_call", "call_id": self._legacy_id,
-                               "name": req_str(fc, "name", f"{p}.function_call"),
-                               "arguments": req_str(fc, "arguments", f"{p}.function_call")})
+            self.items.append(
+                {
+                    "type": "function_call",
+                    "call_id": self._legacy_id,
+                    "name": req_str(fc, "name", f"{p}.function_call"),
+                    "arguments": req_str(fc, "arguments", f"{p}.function_call"),
+                }
+            )
 
     def _tool_call(self, call: dict[str, Any], p: str) -> None:
         call_id = req_str(call, "id", p)
         kind = call.get("type", "function")
         if kind == "function":
             fn = expect_dict(call.get("function"), f"{p}.function")
-            self.items.append({"type": "function_call", "call_id": call_id,
-                               "name": req_str(fn, "name", f"{p}.function"),
-                               "arguments": req_str(fn, "arguments", f"{p}.function")})
+            self.items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call_id,
+                    "name": req_str(fn, "name", f"{p}.function"),
+                    "arguments": req_str(fn, "arguments", f"{p}.function"),
+                }
+            )
         elif kind == "custom":
             c = expect_dict(call.get("custom"), f"{p}.custom")
             self._custom_ids.add(call_id)
-            self.items.append({"type": "custom_tool_call", "call_id": call_id,
-                               "name": req_str(c, "name", f"{p}.custom"),
-                               "input": req_str(c, "input", f"{p}.custom")})
+            self.items.append(
+                {
+                    "type": "custom_tool_call",
+                    "call_id": call_id,
+                    "name": req_str(c, "name", f"{p}.custom"),
+                    "input": req_str(c, "input", f"{p}.custom"),
+                }
+            )
         else:
             raise value_error(f"{p}.type", f"expected 'function' or 'custom', got {kind!r}.")

@@ -99,12 +99,17 @@ class Phase(Enum):
 
 
 # Mistral's ``model_length``: the answer reached the model's context length, cut as ``length`` is.
-_INCOMPLETE_REASONS = {"length": "max_output_tokens", "model_length": "max_output_tokens",
-                       "content_filter": "content_filter"}
+_INCOMPLETE_REASONS = {
+    "length": "max_output_tokens",
+    "model_length": "max_output_tokens",
+    "content_filter": "content_filter",
+}
 # Reasons that say the generation failed: finish_reason -> (error code, message).
 _FAILED_REASONS = {
-    "insufficient_system_resource": ("insufficient_system_resource",
-                                     "the upstream stopped generating for lack of resources"),  # DeepSeek
+    "insufficient_system_resource": (
+        "insufficient_system_resource",
+        "the upstream stopped generating for lack of resources",
+    ),  # DeepSeek
     "error": ("upstream_error", "the upstream stopped generating because of an error"),  # Mistral, OpenRouter
     "abort": ("upstream_aborted", "the upstream aborted the generation"),  # vLLM, SGLang
 }
@@ -146,8 +151,13 @@ class LegEnd:
 
     __slots__ = ("finish_reason", "usage", "calls", "hosted")
 
-    def __init__(self, finish_reason: str | None, usage: dict[str, Any] | None, calls: list[dict[str, Any]],
-                 hosted: list[dict[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        finish_reason: str | None,
+        usage: dict[str, Any] | None,
+        calls: list[dict[str, Any]],
+        hosted: list[dict[str, str]] | None = None,
+    ) -> None:
         self.finish_reason = finish_reason
         self.usage = usage
         self.calls = calls
@@ -221,9 +231,13 @@ class ChatToResponsesStream:
         self._calls: dict[Any, _Item] = {}  # upstream tool index -> open call
         self._open_calls: list[_Item] = []
         self._held_space = ""
-        self._think = (ContentSplitter(think_tags=profile.think_tags, tool_markup=profile.tool_markup,
-                                       schemas=function_schemas(request))
-                       if profile.think_tags or profile.tool_markup else None)
+        self._think = (
+            ContentSplitter(
+                think_tags=profile.think_tags, tool_markup=profile.tool_markup, schemas=function_schemas(request)
+            )
+            if profile.think_tags or profile.tool_markup
+            else None
+        )
         self._markup_calls = 0
         # reasoning.summary asked ("auto", "concise", "detailed"): reasoning streams as a summary
         # part, as OpenAI's own models send it; otherwise as reasoning_text content.
@@ -327,13 +341,20 @@ class ChatToResponsesStream:
         except FRAME_ERRORS:
             return None
         choices = chunk.choices
-        if (chunk.usage is not None or chunk.error is not None or chunk.x_groq is not None or choices is None
-                or len(choices) != 1 or choices[0].index or self._think is not None or not self._live):
+        if (
+            chunk.usage is not None
+            or chunk.error is not None
+            or chunk.x_groq is not None
+            or choices is None
+            or len(choices) != 1
+            or choices[0].index
+            or self._think is not None
+            or not self._live
+        ):
             return self.feed(as_dict(chunk))
         choice = choices[0]
         delta = choice.delta
-        if delta is not None and (delta.reasoning_details or delta.refusal or delta.annotations
-                                  or delta.function_call):
+        if delta is not None and (delta.reasoning_details or delta.refusal or delta.annotations or delta.function_call):
             return self.feed(as_dict(chunk))
         out = self._out = []
         try:
@@ -402,8 +423,12 @@ class ChatToResponsesStream:
         self._close_all("incomplete" if _INCOMPLETE_REASONS.get(reason or "") else "completed")
         self._seal_details_left()
         self._live = False
-        self.leg = LegEnd(reason, self._usage,
-                          [item for item in self._output[first:] if item.get("type") in _CALL_TYPES], self._hosted)
+        self.leg = LegEnd(
+            reason,
+            self._usage,
+            [item for item in self._output[first:] if item.get("type") in _CALL_TYPES],
+            self._hosted,
+        )
         self._hosted = []
         return out
 
@@ -546,7 +571,9 @@ class ChatToResponsesStream:
             if text:
                 self._reasoning(text)
             elif self._details and self._open is None and not self._open_calls:
-                self._open_item(REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []})  # details alone
+                self._open_item(
+                    REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []}
+                )  # details alone
         content = delta.get("content")
         if content:
             if isinstance(content, str) and self._think is not None:
@@ -586,8 +613,13 @@ class ChatToResponsesStream:
                 self._text("output_text", piece[1], None)
             elif len(piece) == 3:  # a call the backend wrote as markup in its content: a call like any other
                 self._markup_calls += 1
-                self._tool_fragment({"index": f"markup-{self._markup_calls}", "id": None,
-                                     "function": {"name": piece[1], "arguments": piece[2]}})
+                self._tool_fragment(
+                    {
+                        "index": f"markup-{self._markup_calls}",
+                        "id": None,
+                        "function": {"name": piece[1], "arguments": piece[2]},
+                    }
+                )
 
     def _flush_think(self) -> None:
         if self._think is not None:
@@ -609,24 +641,46 @@ class ChatToResponsesStream:
         if item is None or item.kind != REASONING or not item.parts:
             if item is None or item.kind != REASONING:
                 self._close_all("completed")
-                item = self._open_item(REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []})
+                item = self._open_item(
+                    REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []}
+                )
             if self._summaries:  # the client asked for reasoning.summary: the reasoning is one
                 item.parts.append([SUMMARY_TEXT, []])
-                self._emit({"type": "response.reasoning_summary_part.added", "item_id": item.id,
-                            "output_index": item.index, "summary_index": 0,
-                            "part": {"type": SUMMARY_TEXT, "text": ""}})
+                self._emit(
+                    {
+                        "type": "response.reasoning_summary_part.added",
+                        "item_id": item.id,
+                        "output_index": item.index,
+                        "summary_index": 0,
+                        "part": {"type": SUMMARY_TEXT, "text": ""},
+                    }
+                )
             else:
                 part = {"type": "reasoning_text", "text": ""}
                 item.parts.append(["reasoning_text", []])
                 self._emit(self._part_event("response.content_part.added", item, 0, part))
         item.parts[0][1].append(text)
         if self._wire:
-            self._frame(item.head or (self._head(item, _SUMMARY_DELTA, 0, b"summary_index") if self._summaries
-                                      else self._head(item, _REASONING_DELTA, 0)), text)
+            self._frame(
+                item.head
+                or (
+                    self._head(item, _SUMMARY_DELTA, 0, b"summary_index")
+                    if self._summaries
+                    else self._head(item, _REASONING_DELTA, 0)
+                ),
+                text,
+            )
             return
         if self._summaries:
-            self._emit({"type": _SUMMARY_DELTA, "item_id": item.id, "output_index": item.index,
-                        "summary_index": 0, "delta": text})
+            self._emit(
+                {
+                    "type": _SUMMARY_DELTA,
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "summary_index": 0,
+                    "delta": text,
+                }
+            )
             return
         self._emit(
             {
@@ -655,9 +709,17 @@ class ChatToResponsesStream:
                     head = item.head if item.head_ci == ci else self._head(item, _TEXT_DELTA, ci)
                     self._out.append(b"%s%s%s%d%s" % (head, _dumps(text), _TEXT_TAIL, seq, self._end))
                     return
-                self._out.append({"type": "response.output_text.delta", "item_id": item.id, "output_index": item.index,
-                                  "content_index": ci, "delta": text, "logprobs": [],
-                                  "sequence_number": seq})
+                self._out.append(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": item.id,
+                        "output_index": item.index,
+                        "content_index": ci,
+                        "delta": text,
+                        "logprobs": [],
+                        "sequence_number": seq,
+                    }
+                )
                 return
         self._text("output_text", text, lp if lp.__class__ is dict else None)
 
@@ -752,8 +814,12 @@ class ChatToResponsesStream:
         call_id = tc.get("id")
         name = fn.get("name") if isinstance(fn, dict) else None
         args = fn.get("arguments") if isinstance(fn, dict) else None
-        if not isinstance(fn, dict) or not isinstance(name, (str, type(None))) or \
-                not isinstance(call_id, (str, type(None))) or not isinstance(key, (int, str, type(None))):
+        if (
+            not isinstance(fn, dict)
+            or not isinstance(name, (str, type(None)))
+            or not isinstance(call_id, (str, type(None)))
+            or not isinstance(key, (int, str, type(None)))
+        ):
             raise UpstreamProtocolError("a tool call of an unexpected shape")
         if key is None:  # Mistral omits the index: a fragment with a new id is a new call
             key = self._calls_key_for_id(call_id)
@@ -799,7 +865,13 @@ class ChatToResponsesStream:
         item.name = name
         if namespace is not None:
             item.namespace, item.name = namespace
-        self._emit({"type": "response.output_item.added", "output_index": item.index, "item": self._call_body(item, "in_progress")})
+        self._emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": item.index,
+                "item": self._call_body(item, "in_progress"),
+            }
+        )
         self._calls[key] = item
         self._open_calls.append(item)
         return item
@@ -856,7 +928,13 @@ class ChatToResponsesStream:
     def _open_item(self, kind: str, prefix: str, body: dict[str, Any]) -> _Item:
         item = self._new_item(kind, prefix)
         self._open = item
-        self._emit({"type": "response.output_item.added", "output_index": item.index, "item": {"id": item.id, "type": kind, **body}})
+        self._emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": item.index,
+                "item": {"id": item.id, "type": kind, **body},
+            }
+        )
         return item
 
     def _close_all(self, status: str) -> None:
@@ -899,9 +977,18 @@ class ChatToResponsesStream:
                 if self._citable:
                     for ann in citations(text, self._citable):
                         anns.append(ann)
-                        self._emit({"type": "response.output_text.annotation.added", **base, "content_index": ci,
-                                    "annotation_index": len(anns) - 1, "annotation": ann})
-                self._emit({"type": "response.output_text.done", **base, "content_index": ci, "text": text, "logprobs": []})
+                        self._emit(
+                            {
+                                "type": "response.output_text.annotation.added",
+                                **base,
+                                "content_index": ci,
+                                "annotation_index": len(anns) - 1,
+                                "annotation": ann,
+                            }
+                        )
+                self._emit(
+                    {"type": "response.output_text.done", **base, "content_index": ci, "text": text, "logprobs": []}
+                )
                 part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": anns, "logprobs": lps}
             else:
                 self._emit({"type": "response.refusal.done", **base, "content_index": ci, "refusal": text})
@@ -926,8 +1013,13 @@ class ChatToResponsesStream:
             part = {"type": "reasoning_text", "text": text}
             self._emit(self._part_event("response.content_part.done", item, 0, part))
             content.append(part)
-        done: dict[str, Any] = {"id": item.id, "type": REASONING, "status": status, "summary": summary,
-                                "content": content}
+        done: dict[str, Any] = {
+            "id": item.id,
+            "type": REASONING,
+            "status": status,
+            "summary": summary,
+            "content": content,
+        }
         if self._seal is not None:
             done["encrypted_content"] = self._seal(text, self._details or None)
             self._details = []
@@ -957,7 +1049,10 @@ class ChatToResponsesStream:
         """Details that came while no reasoning item could open (after text, between calls) get
         a reasoning item of their own at the end of the output, so the client sends them back."""
         if self._details:
-            self._close(self._open_item(REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []}), "completed")
+            self._close(
+                self._open_item(REASONING, idp.REASONING, {"status": "in_progress", "summary": [], "content": []}),
+                "completed",
+            )
 
     def _close_custom(self, item: _Item, base: dict[str, Any]) -> str:
         unwrap = item.unwrap
@@ -999,7 +1094,11 @@ class ChatToResponsesStream:
         """The wire-mode template of ``item``'s delta event: its frame up to the delta text, in
         the key order of the dict the event would be (orjson keeps insertion order)."""
         head = b'%s{"type":"%s","item_id":%s,"output_index":%d' % (
-            self._framing.named(event_type), event_type.encode(), _dumps(item.id), item.index)
+            self._framing.named(event_type),
+            event_type.encode(),
+            _dumps(item.id),
+            item.index,
+        )
         if ci is not None:
             head += b',"%s":%d' % (index_key, ci)
         item.head = head = head + b',"delta":'
@@ -1042,4 +1141,3 @@ class LegDriver:
     @property
     def final_response(self) -> dict[str, Any] | None:
         return self.main.final_response
-

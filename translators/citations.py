@@ -52,5 +52,7 @@ def citations(text: str, sources: list[tuple[str, str]]) -> list[dict[str, Any]]
         if 1 <= n <= len(sources) and free(m.start(), m.end()):
             spans.append((m.start(), m.end(), *sources[n - 1]))
     spans.sort()
-    return [{"type": "url_citation", "url": url, "title": title, "start_index": a, "end_index": b}
-            for a, b, url, title in spans]
+    return [
+        {"type": "url_citation", "url": url, "title": title, "start_index": a, "end_index": b}
+        for a, b, url, title in spans
+    ]

@@ -52,8 +52,10 @@ showed, decisions taken and why.
 
 Be concise and concrete. Write only the summary: no greeting, no questions, no tool calls."""
 
-SUMMARY_PREFIX = ("The conversation so far was compacted. This summary of it was written for you to "
-                  "continue the work from where it stopped:")
+SUMMARY_PREFIX = (
+    "The conversation so far was compacted. This summary of it was written for you to "
+    "continue the work from where it stopped:"
+)
 
 
 def trigger_in(inp: Any) -> bool:
@@ -114,16 +116,21 @@ def is_summary(message: dict[str, Any]) -> bool:
 def window(messages: list[dict[str, Any]], system_role: str) -> list[dict[str, Any]]:
     """What stays in front of a compaction: system/developer and user messages, earlier summaries
     aside (the new one covers them)."""
-    return [m for m in messages if m.get("role") in ("system", system_role)
-            or (m.get("role") == "user" and not is_summary(m))]
+    return [
+        m
+        for m in messages
+        if m.get("role") in ("system", system_role) or (m.get("role") == "user" and not is_summary(m))
+    ]
 
 
 def summary_request(chat: dict[str, Any], prompt: str) -> dict[str, Any]:
     """The chat body asking for the summary: the same conversation and sampling, the prompt
     after it as a user message, and no tools (the model is to write, not to act)."""
-    out = {k: v for k, v in chat.items()
-           if k not in ("tools", "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
-                        "top_logprobs")}
+    out = {
+        k: v
+        for k, v in chat.items()
+        if k not in ("tools", "tool_choice", "parallel_tool_calls", "response_format", "logprobs", "top_logprobs")
+    }
     out["messages"] = [*chat["messages"], {"role": "user", "content": prompt}]
     return out
 
@@ -170,8 +177,15 @@ class SummaryLeg(LegDriver):
     error, a cut stream or an empty summary ends the Response with ``response.failed``, and the
     failed Response has no compaction item: nothing partial is ever handed out."""
 
-    def __init__(self, main: ChatToResponsesStream, seal: Callable[[str], str], item_id: str, *,
-                 last: bool, profile: BackendProfile = DEFAULT_PROFILE) -> None:
+    def __init__(
+        self,
+        main: ChatToResponsesStream,
+        seal: Callable[[str], str],
+        item_id: str,
+        *,
+        last: bool,
+        profile: BackendProfile = DEFAULT_PROFILE,
+    ) -> None:
         super().__init__(main)
         self.item = {"id": item_id, "type": ITEM, "encrypted_content": ""}
         self._seal = seal
@@ -217,7 +231,9 @@ class SummaryLeg(LegDriver):
         if self._think is not None:
             self._parts += [piece for kind, piece in self._think.finish() if kind == "text"]
         if not clean and self._reason is None:
-            return self.main.fail("upstream_truncated", "the upstream closed the stream before the summary was finished")
+            return self.main.fail(
+                "upstream_truncated", "the upstream closed the stream before the summary was finished"
+            )
         if self._reason == "content_filter":
             return self.main.fail("content_filter", "the upstream's content filter stopped the summary")
         summary = "".join(self._parts).strip()
@@ -251,7 +267,9 @@ def summary_of_completion(completion: Any) -> tuple[str, dict[str, Any] | None]:
     if not isinstance(completion, dict):
         raise UpstreamProtocolError("the upstream's completion is not a JSON object")
     choices = completion.get("choices")
-    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    message = (
+        choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    )
     if not isinstance(message, dict):
         raise UpstreamProtocolError("the upstream's completion has no message")
     text = message.get("content")
@@ -266,8 +284,10 @@ def summary_of_completion(completion: Any) -> tuple[str, dict[str, Any] | None]:
 def _upstream_error(error: Any) -> tuple[str, str]:
     if isinstance(error, dict):
         code = error.get("code")
-        return (code if isinstance(code, str) and code else "upstream_error",
-                str(error.get("message") or "upstream error"))
+        return (
+            code if isinstance(code, str) and code else "upstream_error",
+            str(error.get("message") or "upstream error"),
+        )
     return "upstream_error", str(error)
 
 

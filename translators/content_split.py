@@ -22,8 +22,9 @@ Split = tuple[str, str] | tuple[str, str, str]
 class ContentSplitter:
     __slots__ = ("_think", "_markup")
 
-    def __init__(self, *, think_tags: bool, tool_markup: Dialect | None,
-                 schemas: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, *, think_tags: bool, tool_markup: Dialect | None, schemas: Mapping[str, Any] | None = None
+    ) -> None:
         self._think = ThinkSplitter() if think_tags else None
         self._markup = ToolMarkupParser(tool_markup, schemas) if tool_markup else None
 

@@ -20,8 +20,15 @@ from .ids import IdFactory
 
 def normalize_input(value: Any, ids: IdFactory) -> list[dict[str, Any]]:
     if isinstance(value, str):
-        return [{"id": ids.new(idp.MESSAGE), "type": "message", "role": "user", "status": "completed",
-                 "content": [{"type": "input_text", "text": value}]}]
+        return [
+            {
+                "id": ids.new(idp.MESSAGE),
+                "type": "message",
+                "role": "user",
+                "status": "completed",
+                "content": [{"type": "input_text", "text": value}],
+            }
+        ]
     if not isinstance(value, list):
         return []
     out = []

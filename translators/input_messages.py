@@ -21,12 +21,25 @@ Reveal = Callable[[str], "tuple[str, list[dict[str, Any]]] | None"]
 # A compaction item's ``encrypted_content`` -> the summary it holds, or None.
 OpenSummary = Callable[[str], "str | None"]
 # Responses input item types with no chat equivalent that only record hosted-tool activity.
-_DROPPED_ITEM_TYPES = frozenset({
-    "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
-    "computer_call", "computer_call_output", "local_shell_call", "local_shell_call_output",
-    "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
-    "tool_search_call", "tool_search_output", "compaction_summary",
-})
+_DROPPED_ITEM_TYPES = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "image_generation_call",
+        "code_interpreter_call",
+        "computer_call",
+        "computer_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "shell_call",
+        "shell_call_output",
+        "apply_patch_call",
+        "apply_patch_call_output",
+        "tool_search_call",
+        "tool_search_output",
+        "compaction_summary",
+    }
+)
 _MCP_ITEMS = frozenset({"mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response"})
 _TOOL_IMAGE_NOTE = "(The tool returned image or file content; it follows in the next message.)"
 ITEM_REFERENCE = "item_reference"
@@ -73,7 +86,9 @@ def resolve_references(inp: list[Any], found: Mapping[str, dict[str, Any]]) -> l
                 "response crossfeed stored for this API key (created with store not false, and not "
                 "expired or deleted). Send the item itself in `input` instead, or continue the "
                 "conversation with `previous_response_id`.",
-                param=f"input[{i}].id", code="item_not_found")
+                param=f"input[{i}].id",
+                code="item_not_found",
+            )
         out[i] = dict(item)
     return out
 
@@ -114,8 +129,14 @@ class InputMessages:
       other/unknown types -> 400 input[i].type
     """
 
-    def __init__(self, options: BackendProfile, reveal: Reveal | None, ignored: list[str],
-                 open_summary: OpenSummary | None = None, search_function: str | None = None) -> None:
+    def __init__(
+        self,
+        options: BackendProfile,
+        reveal: Reveal | None,
+        ignored: list[str],
+        open_summary: OpenSummary | None = None,
+        search_function: str | None = None,
+    ) -> None:
         self.options = options
         self.reveal = reveal
         self.open_summary = open_summary
@@ -125,9 +146,9 @@ class InputMessages:
         self.approvals: dict[str, dict[str, Any]] = {}  # approval requests seen, by id
         self.ignored = ignored
         self.out: list[dict[str, Any]] = []
-        self.turn: dict[str, Any] | None = None   # the open assistant message
-        self.reasoning: list[str] = []            # pending, for the next assistant content
-        self.details: list[dict[str, Any]] = []   # pending reasoning_details, likewise
+        self.turn: dict[str, Any] | None = None  # the open assistant message
+        self.reasoning: list[str] = []  # pending, for the next assistant content
+        self.details: list[dict[str, Any]] = []  # pending reasoning_details, likewise
         self.reasoning_at: str | None = None
         self.deferred: list[dict[str, Any]] = []  # tool-output media for a following user message
         self.extra_tools: list[tuple[str, Any]] = []  # tools declared by additional_tools items
@@ -144,8 +165,11 @@ class InputMessages:
         elif kind in ("function_call", "custom_tool_call"):
             name = req_str(item, "name", p)
             ns = opt_str(item, "namespace", p)
-            args = (req_str(item, "arguments", p) if kind == "function_call" else
-                    json.dumps({CUSTOM_ARG: req_str(item, "input", p)}, ensure_ascii=False))
+            args = (
+                req_str(item, "arguments", p)
+                if kind == "function_call"
+                else json.dumps({CUSTOM_ARG: req_str(item, "input", p)}, ensure_ascii=False)
+            )
             self._call(item, p, flat_name(ns, name) if ns else name, args)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             self._tool_output(item, p)
@@ -168,9 +192,12 @@ class InputMessages:
         elif kind == cmp.TRIGGER:
             pass  # its place was checked (compaction.trigger_in): it asks for this request's kind
         elif kind == ITEM_REFERENCE:
-            raise UnsupportedFeature("this item_reference could not be resolved to a stored item "
-                                     "here: send the item itself, or continue the conversation "
-                                     "with previous_response_id.", param=p)
+            raise UnsupportedFeature(
+                "this item_reference could not be resolved to a stored item "
+                "here: send the item itself, or continue the conversation "
+                "with previous_response_id.",
+                param=p,
+            )
         elif kind in _DROPPED_ITEM_TYPES:
             self.ignored.append(f"{p} {kind}")
         elif kind is None:
@@ -202,8 +229,11 @@ class InputMessages:
         self.reasoning, self.details, self.reasoning_at = [], [], None
 
     def _call(self, item: dict[str, Any], p: str, name: str, arguments: str) -> None:
-        call = {"id": req_str(item, "call_id", p), "type": "function",
-                "function": {"name": name, "arguments": arguments}}
+        call = {
+            "id": req_str(item, "call_id", p),
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
         self._assistant().setdefault("tool_calls", []).append(call)
 
     def _close(self) -> None:
@@ -239,8 +269,7 @@ class InputMessages:
             turn["content"] = text if turn["content"] is None else _text_of([turn["content"], text])
             return
         if role not in ("user", "system", "developer"):
-            raise value_error(f"{p}.role", f"expected 'user', 'assistant', 'system' or "
-                                           f"'developer', got {role!r}.")
+            raise value_error(f"{p}.role", f"expected 'user', 'assistant', 'system' or 'developer', got {role!r}.")
         self._close()
         chat_role = self.options.system_role if role == "developer" else role
         mapped = content if isinstance(content, str) else self._parts(content, p, media=role == "user")
@@ -256,13 +285,15 @@ class InputMessages:
             elif kind == "refusal":
                 texts.append(req_str(part, "refusal", f"{p}.content[{j}]"))
             else:
-                raise value_error(f"{p}.content[{j}].type",
-                                  f"assistant content must be output_text or refusal, got {kind!r}.")
+                raise value_error(
+                    f"{p}.content[{j}].type", f"assistant content must be output_text or refusal, got {kind!r}."
+                )
         return _text_of(texts)
 
     def _parts(self, content: Any, p: str, *, media: bool) -> str | list[dict[str, Any]]:
-        parts = [self._part(raw, f"{p}.content[{j}]", media)
-                 for j, raw in enumerate(expect_list(content, f"{p}.content"))]
+        parts = [
+            self._part(raw, f"{p}.content[{j}]", media) for j, raw in enumerate(expect_list(content, f"{p}.content"))
+        ]
         if all(part["type"] == "text" for part in parts):
             return _text_of([part["text"] for part in parts])
         return parts
@@ -278,19 +309,22 @@ class InputMessages:
             raise value_error(p, f"{kind} parts are only allowed in user messages and tool outputs.")
         if kind == "input_image":
             if part.get("image_url") is None and part.get("file_id") is not None:
-                raise UnsupportedFeature("input_image.file_id refers to a file stored on OpenAI; "
-                                         "send image_url (an https or data: URL).", param=f"{p}.file_id")
+                raise UnsupportedFeature(
+                    "input_image.file_id refers to a file stored on OpenAI; send image_url (an https or data: URL).",
+                    param=f"{p}.file_id",
+                )
             image: dict[str, Any] = {"url": req_str(part, "image_url", p)}
             detail = opt_str(part, "detail", p)
             if detail is not None:
                 if detail not in ("low", "high", "auto", "original"):
-                    raise value_error(f"{p}.detail",
-                                      f"expected 'low', 'high', 'auto' or 'original', got {detail!r}.")
+                    raise value_error(f"{p}.detail", f"expected 'low', 'high', 'auto' or 'original', got {detail!r}.")
                 image["detail"] = "high" if detail == "original" else detail
             return {"type": "image_url", "image_url": image}
         if part.get("file_url") is not None:
-            raise UnsupportedFeature("input_file.file_url cannot be passed to a chat backend: send "
-                                     "file_data (base64) instead.", param=f"{p}.file_url")
+            raise UnsupportedFeature(
+                "input_file.file_url cannot be passed to a chat backend: send file_data (base64) instead.",
+                param=f"{p}.file_url",
+            )
         file = {k: opt_str(part, k, p) for k in ("file_id", "file_data", "filename")}
         if file["file_id"] is None and file["file_data"] is None:
             raise missing(f"{p}.file_data")
@@ -330,8 +364,12 @@ class InputMessages:
             self._close()
             if result is not None:
                 self.out.append(result)
-        elif kind == "mcp_approval_request" and name and self.mcp_results is not None \
-                and str(item.get("id")) in self.mcp_results:
+        elif (
+            kind == "mcp_approval_request"
+            and name
+            and self.mcp_results is not None
+            and str(item.get("id")) in self.mcp_results
+        ):
             self._assistant().setdefault("tool_calls", []).append(mcp.approval_call(item, name))
         elif kind == "mcp_approval_response" and self.mcp_results is not None:
             rid = item.get("approval_request_id")
@@ -350,7 +388,10 @@ class InputMessages:
             raise InvalidRequest(
                 f"The compaction item {p} cannot be opened: its encrypted_content was not sealed by crossfeed "
                 "with this server's key, or it was altered. The history it stands for is not here; send that "
-                "history instead.", param=f"{p}.encrypted_content", code="invalid_encrypted_content")
+                "history instead.",
+                param=f"{p}.encrypted_content",
+                code="invalid_encrypted_content",
+            )
         self._close()
         self.reasoning, self.details, self.reasoning_at = [], [], None
         self.out[:] = [*cmp.window(self.out, self.options.system_role), cmp.summary_message(summary)]

@@ -44,7 +44,7 @@ class JsonStringField:
         m = self._prefix_re.match(self._seek)
         if m:
             self._state = self._IN
-            rest, self._seek = self._seek[m.end():], ""
+            rest, self._seek = self._seek[m.end() :], ""
             return self._consume(rest)
         if len(self._seek) > 256 or self._seek.lstrip()[:1] not in ("", "{"):
             self._state = self._OFF
@@ -103,8 +103,7 @@ def _safe_cut(s: str) -> int:
             continue
         if i + 6 > n:
             return i
-        if s[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db") and (
-                i + 6 == n or (s[i + 6] == "\\" and i + 12 > n)):
+        if s[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db") and (i + 6 == n or (s[i + 6] == "\\" and i + 12 > n)):
             return i
         i = s.find("\\", i + 6)
     return n

@@ -63,16 +63,22 @@ def allowed(rule: Any, tool: str, read_only: bool) -> bool:
 def call_exchange(item: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(the assistant's tool_calls entry, the tool message) of an earlier ``mcp_call`` item."""
     call_id = str(item.get("id") or "mcp_call")
-    call = {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": str(item.get("arguments") or "{}")}}
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": str(item.get("arguments") or "{}")},
+    }
     if item.get("error"):
         return call, {"role": "tool", "tool_call_id": call_id, "content": f"Error: {item['error']}"}
     return call, {"role": "tool", "tool_call_id": call_id, "content": str(item.get("output") or "")}
 
 
 def approval_call(item: dict[str, Any], name: str) -> dict[str, Any]:
-    return {"id": str(item.get("id")), "type": "function",
-            "function": {"name": name, "arguments": str(item.get("arguments") or "{}")}}
+    return {
+        "id": str(item.get("id")),
+        "type": "function",
+        "function": {"name": name, "arguments": str(item.get("arguments") or "{}")},
+    }
 
 
 def answered(items: Iterable[Any]) -> dict[str, bool]:

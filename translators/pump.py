@@ -43,15 +43,17 @@ class Machine(Protocol):
 class Pump:
     __slots__ = ("machine", "_decoder", "_clean", "events_in", "_frame")
 
-    def __init__(self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *,
-                 typed_frames: bool = True) -> None:
+    def __init__(
+        self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, typed_frames: bool = True
+    ) -> None:
         """``typed_frames=False``: never use the machine's ``feed_frame`` (tests compare both)."""
         self.machine = machine
         self._decoder = SSEDecoder(max_event_bytes)
         self._clean = False  # [DONE] seen
         self.events_in = 0
         self._frame: Callable[[bytes], list[Out] | None] | None = (
-            getattr(machine, "feed_frame", None) if typed_frames else None)
+            getattr(machine, "feed_frame", None) if typed_frames else None
+        )
 
     @property
     def done(self) -> bool:

@@ -30,8 +30,9 @@ def chat_completion_to_response(
     seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
     profile: BackendProfile = DEFAULT_PROFILE,
 ) -> dict[str, Any]:
-    machine = ChatToResponsesStream(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning,
-                                    profile=profile)
+    machine = ChatToResponsesStream(
+        request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning, profile=profile
+    )
     machine.start()
     feed_completion(machine, completion)
     resp = machine.final_response
@@ -57,8 +58,14 @@ def feed_completion(machine: Machine, completion: Any) -> None:
     if isinstance(calls, list):
         message["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, dict)]
     chunk = {
-        "choices": [{"index": 0, "delta": message, "finish_reason": choice.get("finish_reason"),
-                     "logprobs": choice.get("logprobs")}],
+        "choices": [
+            {
+                "index": 0,
+                "delta": message,
+                "finish_reason": choice.get("finish_reason"),
+                "logprobs": choice.get("logprobs"),
+            }
+        ],
         "usage": completion.get("usage"),
     }
     machine.feed(chunk)

@@ -37,9 +37,14 @@ def echoed_tool(tool: Any) -> Any:
     (``strict`` defaults to true in the Responses API). Other tools are echoed as sent."""
     if not isinstance(tool, dict) or tool.get("type") != "function":
         return tool
-    return {"type": "function", "name": tool.get("name"), "description": tool.get("description"),
-            "parameters": tool.get("parameters"), "strict": True if tool.get("strict") is None else tool["strict"],
-            **{k: v for k, v in tool.items() if k not in _FUNCTION_TOOL_FIELDS}}
+    return {
+        "type": "function",
+        "name": tool.get("name"),
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters"),
+        "strict": True if tool.get("strict") is None else tool["strict"],
+        **{k: v for k, v in tool.items() if k not in _FUNCTION_TOOL_FIELDS},
+    }
 
 
 _FUNCTION_TOOL_FIELDS = frozenset({"type", "name", "description", "parameters", "strict"})

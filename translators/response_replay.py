@@ -21,8 +21,14 @@ def replay_events(response: dict[str, Any]) -> list[Event]:
         ev["sequence_number"] = len(out)
         out.append(ev)
 
-    start = {**response, "status": "in_progress", "output": [], "usage": None, "error": None,
-             "incomplete_details": None}
+    start = {
+        **response,
+        "status": "in_progress",
+        "output": [],
+        "usage": None,
+        "error": None,
+        "incomplete_details": None,
+    }
     emit({"type": "response.created", "response": start})
     emit({"type": "response.in_progress", "response": start})
     for index, item in enumerate(response.get("output") or ()):
@@ -35,8 +41,13 @@ def _item_events(index: int, item: dict[str, Any], emit: Any) -> None:
     kind = item.get("type")
     base = {"item_id": item.get("id", ""), "output_index": index}
     if kind == "message":
-        emit({"type": "response.output_item.added", "output_index": index,
-              "item": {**item, "status": "in_progress", "content": []}})
+        emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "status": "in_progress", "content": []},
+            }
+        )
         for ci, part in enumerate(item.get("content") or ()):
             ptype = part.get("type")
             field = "refusal" if ptype == "refusal" else "text"
@@ -51,8 +62,15 @@ def _item_events(index: int, item: dict[str, Any], emit: Any) -> None:
             else:
                 emit({"type": "response.output_text.delta", **base, "content_index": ci, "delta": text, "logprobs": []})
                 for ai, ann in enumerate(part.get("annotations") or ()):
-                    emit({"type": "response.output_text.annotation.added", **base, "content_index": ci,
-                          "annotation_index": ai, "annotation": ann})
+                    emit(
+                        {
+                            "type": "response.output_text.annotation.added",
+                            **base,
+                            "content_index": ci,
+                            "annotation_index": ai,
+                            "annotation": ann,
+                        }
+                    )
                 emit({"type": "response.output_text.done", **base, "content_index": ci, "text": text, "logprobs": []})
             emit({"type": "response.content_part.done", **base, "content_index": ci, "part": part})
     elif kind == "reasoning":
@@ -66,10 +84,17 @@ def _item_events(index: int, item: dict[str, Any], emit: Any) -> None:
             emit({"type": "response.reasoning_text.done", **base, "content_index": ci, "text": text})
             emit({"type": "response.content_part.done", **base, "content_index": ci, "part": part})
     elif kind in ("function_call", "custom_tool_call"):
-        field, family = ("arguments", "function_call_arguments") if kind == "function_call" else ("input", "custom_tool_call_input")
+        field, family = (
+            ("arguments", "function_call_arguments") if kind == "function_call" else ("input", "custom_tool_call_input")
+        )
         value = item.get(field, "")
-        emit({"type": "response.output_item.added", "output_index": index,
-              "item": {**item, "status": "in_progress", field: ""}})
+        emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "status": "in_progress", field: ""},
+            }
+        )
         emit({"type": f"response.{family}.delta", **base, "delta": value})
         done = {"type": f"response.{family}.done", **base, field: value}
         if kind == "function_call":

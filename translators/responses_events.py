@@ -31,8 +31,9 @@ TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fai
 class ResponsesEventRelay:
     __slots__ = ("done", "final_response", "diagnostics", "_seq", "_resp", "_request", "_ids", "_now", "_model")
 
-    def __init__(self, *, model: str, ids: IdFactory, now: Callable[[], int],
-                 request: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, *, model: str, ids: IdFactory, now: Callable[[], int], request: dict[str, Any] | None = None
+    ) -> None:
         self.done = False
         self.final_response: dict[str, Any] | None = None
         self.diagnostics: dict[str, int] = {}  # nothing to absorb: the events pass through
@@ -72,16 +73,26 @@ class ResponsesEventRelay:
             self._resp = self._snapshot()
             out.append(self._stamp({"type": "response.created", "response": dict(self._resp)}))
         resp = {**self._resp, "status": "failed", "error": {"code": code, "message": message}}
-        out.append(self._stamp({"type": "error", "code": code, "message": message, "param": None,
-                                "error": {"type": "server_error", "code": code, "message": message, "param": None}}))
+        out.append(
+            self._stamp(
+                {
+                    "type": "error",
+                    "code": code,
+                    "message": message,
+                    "param": None,
+                    "error": {"type": "server_error", "code": code, "message": message, "param": None},
+                }
+            )
+        )
         out.append(self._stamp({"type": "response.failed", "response": resp}))
         self.done = True
         self.final_response = resp
         return out
 
     def _snapshot(self) -> dict[str, Any]:
-        return new_response(self._request, response_id=self._ids.new(idp.RESPONSE), created_at=self._now(),
-                            model=self._model)
+        return new_response(
+            self._request, response_id=self._ids.new(idp.RESPONSE), created_at=self._now(), model=self._model
+        )
 
     def _stamp(self, event: Event) -> Event:
         event["sequence_number"] = self._seq
@@ -92,9 +103,12 @@ class ResponsesEventRelay:
 def primed_response_events(request: dict[str, Any], *, ids: IdFactory, now: Callable[[], int]) -> list[Event]:
     """The events of a ``generate: false`` turn (a WebSocket connection primed, nothing sampled):
     a Response that completes at once with no output and no tokens spent."""
-    resp = new_response(request, response_id=ids.new(idp.RESPONSE), created_at=now(),
-                        model=str(request.get("model") or ""))
+    resp = new_response(
+        request, response_id=ids.new(idp.RESPONSE), created_at=now(), model=str(request.get("model") or "")
+    )
     done = {**resp, "status": "completed", "usage": map_usage(None)}
-    return [{"type": "response.created", "response": resp, "sequence_number": 0},
-            {"type": "response.in_progress", "response": dict(resp), "sequence_number": 1},
-            {"type": "response.completed", "response": done, "sequence_number": 2}]
+    return [
+        {"type": "response.created", "response": resp, "sequence_number": 0},
+        {"type": "response.in_progress", "response": dict(resp), "sequence_number": 1},
+        {"type": "response.completed", "response": done, "sequence_number": 2},
+    ]

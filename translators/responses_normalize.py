@@ -56,26 +56,47 @@ _PARTS = {
     "output_text": ("response.output_text", "text", "response.content_part", "content_index", "message"),
     "refusal": ("response.refusal", "refusal", "response.content_part", "content_index", "message"),
     "reasoning_text": ("response.reasoning_text", "text", "response.content_part", "content_index", "reasoning"),
-    "summary_text": ("response.reasoning_summary_text", "text", "response.reasoning_summary_part",
-                     "summary_index", "reasoning"),
+    "summary_text": (
+        "response.reasoning_summary_text",
+        "text",
+        "response.reasoning_summary_part",
+        "summary_index",
+        "reasoning",
+    ),
 }
 # Text streamed into the item itself: event prefix -> (item type, field).
-_ITEM_TEXT = {"response.function_call_arguments": ("function_call", "arguments"),
-              "response.custom_tool_call_input": ("custom_tool_call", "input"),
-              "response.code_interpreter_call_code": ("code_interpreter_call", "code"),
-              "response.mcp_call_arguments": ("mcp_call", "arguments")}
+_ITEM_TEXT = {
+    "response.function_call_arguments": ("function_call", "arguments"),
+    "response.custom_tool_call_input": ("custom_tool_call", "input"),
+    "response.code_interpreter_call_code": ("code_interpreter_call", "code"),
+    "response.mcp_call_arguments": ("mcp_call", "arguments"),
+}
 # Text event prefix -> (part type, None for the item's own text; field; index key; item type).
-_STREAMS = {**{s[0]: (t, s[1], s[3], s[4]) for t, s in _PARTS.items()},
-            **{p: (None, field, None, kind) for p, (kind, field) in _ITEM_TEXT.items()}}
+_STREAMS = {
+    **{s[0]: (t, s[1], s[3], s[4]) for t, s in _PARTS.items()},
+    **{p: (None, field, None, kind) for p, (kind, field) in _ITEM_TEXT.items()},
+}
 _CALLS = frozenset({"function_call", "custom_tool_call"})  # their text's *.done must precede the item's
 _STATUS_REQUIRED = frozenset({"message", "web_search_call", *_CALLS})
 _CALL_ID_TYPES = frozenset({"shell_call", "shell_call_output", *_CALLS})
-_PREFIXES = {"message": idp.MESSAGE, "reasoning": idp.REASONING, "function_call": idp.FUNCTION_CALL,
-             "custom_tool_call": idp.CUSTOM_TOOL_CALL}
-_HOSTED = frozenset(f"response.{kind}.{phase}" for kind in (  # events of hosted-tool items
-    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call",
-    "mcp_list_tools") for phase in ("in_progress", "searching", "interpreting", "generating", "completed", "failed",
-                                    "partial_image"))
+_PREFIXES = {
+    "message": idp.MESSAGE,
+    "reasoning": idp.REASONING,
+    "function_call": idp.FUNCTION_CALL,
+    "custom_tool_call": idp.CUSTOM_TOOL_CALL,
+}
+_HOSTED = frozenset(
+    f"response.{kind}.{phase}"
+    for kind in (  # events of hosted-tool items
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "mcp_list_tools",
+    )
+    for phase in ("in_progress", "searching", "interpreting", "generating", "completed", "failed", "partial_image")
+)
 # Sentence endings, CJK and typographic ones too (the look-alikes are meant: noqa RUF001).
 _ENDINGS = frozenset(".!?;:)]}>\"'`*…。！？」』”’")  # noqa: RUF001
 _SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError)
@@ -83,8 +104,12 @@ _SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, Val
 
 def _blank(kind: str) -> dict[str, Any]:
     """The fields an added item of ``kind`` must start with (fresh lists: items are sent as they are)."""
-    blanks: dict[str, dict[str, Any]] = {"message": {"content": []}, "reasoning": {"summary": []},
-                                         "function_call": {"arguments": ""}, "custom_tool_call": {"input": ""}}
+    blanks: dict[str, dict[str, Any]] = {
+        "message": {"content": []},
+        "reasoning": {"summary": []},
+        "function_call": {"arguments": ""},
+        "custom_tool_call": {"input": ""},
+    }
     return blanks.get(kind, {})
 
 
@@ -120,8 +145,14 @@ class _Item:
 class NormalizeResponses:
     """One upstream Responses stream -> one strict Responses stream (see the module docstring)."""
 
-    def __init__(self, *, ids: IdFactory, now: Callable[[], int] | None = None, model: str | None = None,
-                 max_output_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ids: IdFactory,
+        now: Callable[[], int] | None = None,
+        model: str | None = None,
+        max_output_tokens: int | None = None,
+    ) -> None:
         """``now``, ``model``: for a Response the upstream never described (``created_at`` 0 without
         a clock). ``max_output_tokens``: the request's budget, for the max-tokens heuristic."""
         self.done, self._seq = False, 0
@@ -150,8 +181,11 @@ class NormalizeResponses:
                 raise UpstreamProtocolError("an event without a type")
             if kind == "error":
                 nested = event.get("error")
-                err = error_body(nested if isinstance(nested, dict) else event, code="upstream_error",
-                                 message="the upstream reported an error")["error"]
+                err = error_body(
+                    nested if isinstance(nested, dict) else event,
+                    code="upstream_error",
+                    message="the upstream reported an error",
+                )["error"]
                 self._failed(err["code"], err["message"], error_type=err["type"])
                 return out
             self._start(event.get("response"))
@@ -188,10 +222,17 @@ class NormalizeResponses:
         reasoning = base.get("reasoning")
         if isinstance(reasoning, dict):  # the Open Responses schema wants both keys
             base["reasoning"] = {"effort": reasoning.get("effort"), "summary": reasoning.get("summary"), **reasoning}
-        base.update(id=rid if rid.__class__ is str and rid else self._ids.new(idp.RESPONSE), object="response",
-                    created_at=created if created.__class__ in (int, float) else self._now() if self._now else 0,
-                    model=model if model.__class__ is str and model else self._model,
-                    status="in_progress", output=[], error=None, incomplete_details=None, usage=None)
+        base.update(
+            id=rid if rid.__class__ is str and rid else self._ids.new(idp.RESPONSE),
+            object="response",
+            created_at=created if created.__class__ in (int, float) else self._now() if self._now else 0,
+            model=model if model.__class__ is str and model else self._model,
+            status="in_progress",
+            output=[],
+            error=None,
+            incomplete_details=None,
+            usage=None,
+        )
         self._emit({"type": "response.created", "response": base})
         self._emit({"type": "response.in_progress", "response": base})
 
@@ -218,26 +259,51 @@ class NormalizeResponses:
         final.update(usage=usage, error=None, incomplete_details={"reason": reason} if reason else None)
         self._end("response.incomplete" if reason else "response.completed", final)
 
-    def _failed(self, code: str, message: str, up: dict[str, Any] | None = None, *, event: bool = True,
-                error_type: str = "server_error") -> None:
+    def _failed(
+        self,
+        code: str,
+        message: str,
+        up: dict[str, Any] | None = None,
+        *,
+        event: bool = True,
+        error_type: str = "server_error",
+    ) -> None:
         self._start(None)
         self._close_open("incomplete")
         up = up or {}
         final = self._final(up, "failed")
-        final.update(usage=_usage(up["usage"]) if isinstance(up.get("usage"), dict) else None,
-                     error={"code": code, "message": message}, incomplete_details=None)
+        final.update(
+            usage=_usage(up["usage"]) if isinstance(up.get("usage"), dict) else None,
+            error={"code": code, "message": message},
+            incomplete_details=None,
+        )
         if event:
-            self._emit({"type": "error", "code": code, "message": message, "param": None,
-                        "error": {"type": error_type, "code": code, "message": message, "param": None}})
+            self._emit(
+                {
+                    "type": "error",
+                    "code": code,
+                    "message": message,
+                    "param": None,
+                    "error": {"type": error_type, "code": code, "message": message, "param": None},
+                }
+            )
         self._end("response.failed", final)
 
     def _final(self, up: dict[str, Any], status: str) -> dict[str, Any]:
         base = self._resp
         assert base is not None
         model = up.get("model")
-        final = {**base, **up, "id": base["id"], "object": "response", "created_at": base["created_at"],
-                 "status": status, "output": self._output,
-                 "model": model if model.__class__ is str and model else base["model"], "reasoning": base.get("reasoning")}
+        final = {
+            **base,
+            **up,
+            "id": base["id"],
+            "object": "response",
+            "created_at": base["created_at"],
+            "status": status,
+            "output": self._output,
+            "model": model if model.__class__ is str and model else base["model"],
+            "reasoning": base.get("reasoning"),
+        }
         if status == "completed" and final.get("completed_at") is None:
             final["completed_at"] = self._now() if self._now else final["created_at"]
         elif status != "completed":
@@ -333,15 +399,18 @@ class NormalizeResponses:
                 final[field] = stream.text()
         if "status" in final or "status" in item.added:
             given = final.get("status")
-            final["status"] = given if given in ("completed", "incomplete") or (
-                given == "failed" and item.type not in _PREFIXES) else status
+            final["status"] = (
+                given
+                if given in ("completed", "incomplete") or (given == "failed" and item.type not in _PREFIXES)
+                else status
+            )
         item.final = final
         self._output.append(final)
         self._emit({"type": "response.output_item.done", "output_index": item.index, "item": final})
 
     def _close_parts(self, item: _Item, parts: list[_Part], want: Any, summary: bool) -> list[Any]:
         want = [w if isinstance(w, dict) else {} for w in want] if isinstance(want, list) else []
-        for w in want[len(parts):]:  # parts only the done item has: streamed now
+        for w in want[len(parts) :]:  # parts only the done item has: streamed now
             ptype = w.get("type")
             if ptype in _PARTS and _PARTS[ptype][4] == item.type and (ptype == "summary_text") == summary:
                 self._open_part(item, ptype)
@@ -359,8 +428,11 @@ class NormalizeResponses:
 
     def _lookup(self, event: Event, family: Any, upstream_id: Any = None) -> _Item | None:
         """The item an event names: by upstream output_index, else item id, else the open one."""
-        for item in (self._by_index.get(event.get("output_index")),
-                     self._by_id.get(upstream_id if upstream_id is not None else event.get("item_id")), self._open):
+        for item in (
+            self._by_index.get(event.get("output_index")),
+            self._by_id.get(upstream_id if upstream_id is not None else event.get("item_id")),
+            self._open,
+        ):
             if item is not None and (family is None or item.type == family):
                 return item
         return None
@@ -385,8 +457,13 @@ class NormalizeResponses:
         if spec is not None:
             ptype, field, key, family = spec
             item = self._item_for(event, family, phase == "delta")
-            stream = None if item is None else self._part_for(item, event, ptype, phase == "delta") \
-                if ptype is not None else item.texts.setdefault(prefix, _Part(prefix, 0))
+            stream = (
+                None
+                if item is None
+                else self._part_for(item, event, ptype, phase == "delta")
+                if ptype is not None
+                else item.texts.setdefault(prefix, _Part(prefix, 0))
+            )
             if item is None or stream is None or stream.text_done:
                 return self._note("late_event")
             if phase == "done":
@@ -457,8 +534,9 @@ class NormalizeResponses:
         part = _Part(ptype, len(parts))
         parts.append(part)
         body = {"type": ptype, field: "", **({"annotations": [], "logprobs": []} if ptype == "output_text" else {})}
-        self._emit({"type": pprefix + ".added", "item_id": item.id, "output_index": item.index, key: part.index,
-                    "part": body})
+        self._emit(
+            {"type": pprefix + ".added", "item_id": item.id, "output_index": item.index, key: part.index, "part": body}
+        )
         return part
 
     def _part_done(self, item: _Item, part: _Part, want: Any, event: Event | None = None) -> None:
@@ -488,8 +566,8 @@ class NormalizeResponses:
         lps: dict[str, Any] = {"logprobs": []} if prefix == "response.output_text" else {}
         if want.__class__ is str and want != have:
             if want.startswith(have):
-                stream.pieces.append(want[len(have):])
-                self._emit({"type": prefix + ".delta", **ids, "delta": want[len(have):], **lps})
+                stream.pieces.append(want[len(have) :])
+                self._emit({"type": prefix + ".delta", **ids, "delta": want[len(have) :], **lps})
             else:
                 self._note("done_text_mismatch")
         event = event if event is not None else {"type": prefix + ".done"}
@@ -505,8 +583,13 @@ class NormalizeResponses:
             raise UpstreamProtocolError("an annotation that is not an object")
         part.anns.append(ann)
         event = event if event is not None else {"type": "response.output_text.annotation.added"}
-        event.update(item_id=item.id, output_index=item.index, content_index=part.index,
-                     annotation_index=len(part.anns) - 1, annotation=ann)
+        event.update(
+            item_id=item.id,
+            output_index=item.index,
+            content_index=part.index,
+            annotation_index=len(part.anns) - 1,
+            annotation=ann,
+        )
         self._emit(event)
 
     def _emit(self, event: Event) -> None:
@@ -523,9 +606,14 @@ def _usage(usage: Any) -> dict[str, Any]:
     u: dict[str, Any] = usage if isinstance(usage, dict) else {}
     ind, outd = (u[k] if isinstance(u.get(k), dict) else {} for k in ("input_tokens_details", "output_tokens_details"))
     inp, out = _count(u.get("input_tokens")), _count(u.get("output_tokens"))
-    return {**u, "input_tokens": inp, "output_tokens": out, "total_tokens": _count(u.get("total_tokens")) or inp + out,
-            "input_tokens_details": {**ind, "cached_tokens": _count(ind.get("cached_tokens"))},
-            "output_tokens_details": {**outd, "reasoning_tokens": _count(outd.get("reasoning_tokens"))}}
+    return {
+        **u,
+        "input_tokens": inp,
+        "output_tokens": out,
+        "total_tokens": _count(u.get("total_tokens")) or inp + out,
+        "input_tokens_details": {**ind, "cached_tokens": _count(ind.get("cached_tokens"))},
+        "output_tokens_details": {**outd, "reasoning_tokens": _count(outd.get("reasoning_tokens"))},
+    }
 
 
 def _count(value: Any) -> int:

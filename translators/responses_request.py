@@ -32,30 +32,70 @@ from .tools_mapping import (
 )
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.
-_IGNORED_FIELDS = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier",
-                   "max_tool_calls", "context_management", "moderation", "stream_options")
+_IGNORED_FIELDS = (
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "safety_identifier",
+    "max_tool_calls",
+    "context_management",
+    "moderation",
+    "stream_options",
+)
 # Fields handled elsewhere (the proxy, or the Response echo): accepted, never forwarded, not logged.
-_HANDLED_FIELDS = frozenset({"store", "previous_response_id", "metadata", "model", "input",
-                             "instructions", "tools", "tool_choice", "parallel_tool_calls",
-                             "max_output_tokens", "temperature", "top_p", "top_logprobs", "text",
-                             "reasoning", "include", "user", "stream", "background", "prompt",
-                             "conversation", "truncation", "service_tier", "presence_penalty",
-                             "frequency_penalty"})
+_HANDLED_FIELDS = frozenset(
+    {
+        "store",
+        "previous_response_id",
+        "metadata",
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "top_logprobs",
+        "text",
+        "reasoning",
+        "include",
+        "user",
+        "stream",
+        "background",
+        "prompt",
+        "conversation",
+        "truncation",
+        "service_tier",
+        "presence_penalty",
+        "frequency_penalty",
+    }
+)
 # The fields each group of checks reads: a group whose fields are all absent (the usual request
 # sends a handful of fields) is skipped with one set test instead of a lookup per field.
 _UNSUPPORTED_KEYS = frozenset({"conversation", "prompt", "background"})
 _SAMPLING_KEYS = frozenset({"max_output_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty"})
 _INCLUDE_KEYS = frozenset({"include", "top_logprobs"})
-_CHECKED_IGNORED_KEYS = frozenset({"max_tool_calls", "service_tier", "prompt_cache_key", "prompt_cache_retention",
-                                   "safety_identifier", "stream_options", "moderation", "context_management"})
+_CHECKED_IGNORED_KEYS = frozenset(
+    {
+        "max_tool_calls",
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+        "stream_options",
+        "moderation",
+        "context_management",
+    }
+)
 _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _HANDLED_INCLUDES = frozenset({_LOGPROBS_INCLUDE, "reasoning.encrypted_content"})
 
 
 @dataclass(frozen=True, slots=True)
 class MappedRequest:
-    chat: dict            # the body to POST to the upstream /chat/completions
-    tools: ToolContext    # for the stream machine (custom tool names, namespace map)
+    chat: dict  # the body to POST to the upstream /chat/completions
+    tools: ToolContext  # for the stream machine (custom tool names, namespace map)
     ignored: tuple[str, ...]  # accepted but not sent, for one info log line
     model: str
     # "trigger": the input ends with compaction_trigger and ``chat`` asks for the summary.
@@ -64,12 +104,16 @@ class MappedRequest:
     threshold: int | None = None
 
 
-def responses_request_to_chat(body: Any, options: BackendProfile, *,
-                              history: list[dict] | None = None,
-                              reveal_reasoning: Reveal | None = None,
-                              open_summary: OpenSummary | None = None,
-                              search_function: str | None = None,
-                              mcp_results: Mapping[str, str] | None = None) -> MappedRequest:
+def responses_request_to_chat(
+    body: Any,
+    options: BackendProfile,
+    *,
+    history: list[dict] | None = None,
+    reveal_reasoning: Reveal | None = None,
+    open_summary: OpenSummary | None = None,
+    search_function: str | None = None,
+    mcp_results: Mapping[str, str] | None = None,
+) -> MappedRequest:
     """Map a Responses create request onto a Chat Completions request.
 
     Rules:
@@ -125,8 +169,9 @@ def responses_request_to_chat(body: Any, options: BackendProfile, *,
     trigger = cmp.trigger_in(body.get("input"))
     msgs = InputMessages(options, reveal_reasoning, ignored, open_summary, search_function)
     msgs.mcp_results = mcp_results
-    msgs.client_functions = frozenset(t.get("name") for t in body.get("tools") or ()
-                                      if isinstance(t, dict) and t.get("type") == "function")
+    msgs.client_functions = frozenset(
+        t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
+    )
     instructions = opt_str(body, "instructions", "")
     if instructions:
         msgs.out.append({"role": options.system_role, "content": instructions})
@@ -134,8 +179,7 @@ def responses_request_to_chat(body: Any, options: BackendProfile, *,
         try:
             msgs.add_item(item, f"input[{i}]")
         except InvalidRequest as exc:  # our own stored data: blame the id that brought it in
-            raise InvalidRequest(f"Stored conversation item {i}: {exc.message}",
-                                 param="previous_response_id") from exc
+            raise InvalidRequest(f"Stored conversation item {i}: {exc.message}", param="previous_response_id") from exc
     inp = body.get("input")
     if isinstance(inp, str):
         msgs.add_item({"role": "user", "content": inp}, "input")
@@ -170,25 +214,36 @@ def responses_request_to_chat(body: Any, options: BackendProfile, *,
     threshold = cmp.compact_threshold(body)
     if trigger:
         chat = cmp.summary_request(chat, options.compaction_prompt or cmp.COMPACTION_PROMPT)
-    return MappedRequest(chat=chat, tools=table.context(arg), ignored=tuple(ignored), model=model,
-                         compact="trigger" if trigger else None, threshold=None if trigger else threshold)
+    return MappedRequest(
+        chat=chat,
+        tools=table.context(arg),
+        ignored=tuple(ignored),
+        model=model,
+        compact="trigger" if trigger else None,
+        threshold=None if trigger else threshold,
+    )
 
 
 def _reject_unsupported(body: dict[str, Any]) -> None:
     if body.get("conversation") is not None:
         raise UnsupportedFeature(
-            "crossfeed keeps no conversation objects: send the full input, or chain turns with "
-            "previous_response_id.", param="conversation")
+            "crossfeed keeps no conversation objects: send the full input, or chain turns with previous_response_id.",
+            param="conversation",
+        )
     if body.get("prompt") is not None:
         raise UnsupportedFeature(
             "Stored prompt templates live on OpenAI's servers and cannot be resolved by a chat "
-            "backend: send the prompt text as instructions/input.", param="prompt")
+            "backend: send the prompt text as instructions/input.",
+            param="prompt",
+        )
     background = opt_bool(body, "background", "")
     if background:
         raise UnsupportedFeature(
             "Background responses (queued, polled and cancelled later) are not supported: send "
             "the request without background, with stream: true for long generations.",
-            param="background", code="unsupported_value")
+            param="background",
+            code="unsupported_value",
+        )
 
 
 def _map_sampling(body: dict[str, Any], options: BackendProfile, chat: dict[str, Any]) -> None:
@@ -217,8 +272,11 @@ def _map_reasoning(reasoning: Any, chat: dict[str, Any], ignored: list[str]) -> 
         chat["reasoning_effort"] = effort
     for key in ("summary", "generate_summary"):  # typed (strings or null); the stream machine reads summary
         opt_str(reasoning, key, "reasoning")
-    ignored.extend(f"reasoning.{k}" for k, v in reasoning.items()
-                   if k not in ("effort", "summary", "generate_summary") and v is not None)
+    ignored.extend(
+        f"reasoning.{k}"
+        for k, v in reasoning.items()
+        if k not in ("effort", "summary", "generate_summary") and v is not None
+    )
 
 
 def _map_include(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) -> None:

@@ -94,25 +94,43 @@ from .stop_sequences import StopMatcher
 
 _dumps = orjson.dumps
 _WAITING, _STREAMING, _DONE = "waiting", "streaming", "done"
-_LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress",
-                        "response.completed", "response.incomplete"})
+_LIFECYCLE = frozenset(
+    {"response.created", "response.queued", "response.in_progress", "response.completed", "response.incomplete"}
+)
 _NO_START = frozenset({"error", "response.failed", "keepalive"})
 _HOSTED_PREFIXES = (
-    "response.web_search_call.", "response.file_search_call.", "response.code_interpreter_call",
-    "response.image_generation_call.", "response.mcp_", "response.shell_call", "response.local_shell_call",
-    "response.apply_patch_call", "response.computer_call", "response.compaction.", "response.tool_search",
+    "response.web_search_call.",
+    "response.file_search_call.",
+    "response.code_interpreter_call",
+    "response.image_generation_call.",
+    "response.mcp_",
+    "response.shell_call",
+    "response.local_shell_call",
+    "response.apply_patch_call",
+    "response.computer_call",
+    "response.compaction.",
+    "response.tool_search",
 )
 # Last-resort net: a shape no explicit check caught still ends the stream as the upstream's fault.
 _MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError, OverflowError)
 _CALL_TYPES = {"function_call": False, "custom_tool_call": True}  # item type -> is custom
 # Final-text part types -> (part kind, field): t = output_text, r = refusal, x = reasoning_text.
-_DELTA_KINDS = {"response.refusal.delta": "r", "response.reasoning_summary_text.delta": "s",
-                "response.reasoning_text.delta": "x"}
-_PART_KINDS: dict[str | None, tuple[str, str]] = {"output_text": ("t", "text"), "refusal": ("r", "refusal"), "reasoning_text": ("x", "text")}
-_DONE_FIELDS = {"response.output_text.done": ("t", "content_index", "text"),
-                "response.refusal.done": ("r", "content_index", "refusal"),
-                "response.reasoning_text.done": ("x", "content_index", "text"),
-                "response.reasoning_summary_text.done": ("s", "summary_index", "text")}
+_DELTA_KINDS = {
+    "response.refusal.delta": "r",
+    "response.reasoning_summary_text.delta": "s",
+    "response.reasoning_text.delta": "x",
+}
+_PART_KINDS: dict[str | None, tuple[str, str]] = {
+    "output_text": ("t", "text"),
+    "refusal": ("r", "refusal"),
+    "reasoning_text": ("x", "text"),
+}
+_DONE_FIELDS = {
+    "response.output_text.done": ("t", "content_index", "text"),
+    "response.refusal.done": ("r", "content_index", "refusal"),
+    "response.reasoning_text.done": ("x", "content_index", "text"),
+    "response.reasoning_summary_text.done": ("s", "summary_index", "text"),
+}
 
 
 def _escape(text: str) -> str:
@@ -190,14 +208,47 @@ class _Held:
 class ResponsesToChatStream:
     """One Responses stream -> one chat completion stream. See the module docstring for rules."""
 
-    __slots__ = ("_usage_on", "_rfield", "_ids", "_now", "_fallback_model", "_phase", "_id", "_model",
-                 "_created", "_parts", "_calls", "_held", "_anns", "_last_msg", "_last_seg", "_content_len",
-                 "_streamed", "done", "finish_reason", "error", "diagnostics", "_wire", "_framing", "_heads", "_after",
-                 "usage", "_limit")
+    __slots__ = (
+        "_usage_on",
+        "_rfield",
+        "_ids",
+        "_now",
+        "_fallback_model",
+        "_phase",
+        "_id",
+        "_model",
+        "_created",
+        "_parts",
+        "_calls",
+        "_held",
+        "_anns",
+        "_last_msg",
+        "_last_seg",
+        "_content_len",
+        "_streamed",
+        "done",
+        "finish_reason",
+        "error",
+        "diagnostics",
+        "_wire",
+        "_framing",
+        "_heads",
+        "_after",
+        "usage",
+        "_limit",
+    )
 
-    def __init__(self, *, include_usage: bool, options: BackendProfile, ids: IdFactory,
-                 now: Callable[[], int], model: str | None = None, wire: bool | Framing = False,
-                 max_output_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        include_usage: bool,
+        options: BackendProfile,
+        ids: IdFactory,
+        now: Callable[[], int],
+        model: str | None = None,
+        wire: bool | Framing = False,
+        max_output_tokens: int | None = None,
+    ) -> None:
         """``model``: reported only if no lifecycle event names one (default ``"unknown"``).
         ``max_output_tokens``: the limit the request set; a ``completed`` Response that spent it
         all was cut (llama-server says ``completed`` of an answer cut by the limit): ``length``.
@@ -250,8 +301,7 @@ class ResponsesToChatStream:
             return []
         try:
             if type(event) is not dict:
-                raise UpstreamProtocolError(f"the upstream sent an event that is {json_kind(event)}, "
-                                            "not a JSON object")
+                raise UpstreamProtocolError(f"the upstream sent an event that is {json_kind(event)}, not a JSON object")
             t = event.get("type")
             if type(t) is str:
                 handler = _HANDLERS.get(t)
@@ -314,11 +364,15 @@ class ResponsesToChatStream:
         then (``_first``), so the template is made once per key and stream."""
         head = self._heads.get(key)
         if head is None:
-            head = self._heads[key] = b'%s{"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
-                b'"choices":[{"index":0,"delta":{%s:' % (self._framing.data, _dumps(self._id), self._created,
-                                                         _dumps(self._model), _dumps(key))
+            head = self._heads[key] = (
+                b'%s{"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,'
+                b'"choices":[{"index":0,"delta":{%s:'
+                % (self._framing.data, _dumps(self._id), self._created, _dumps(self._model), _dumps(key))
+            )
             self._after = b'},"logprobs":null,"finish_reason":null}]%s}%s' % (
-                b',"usage":null' if self._usage_on else b"", self._framing.end)
+                b',"usage":null' if self._usage_on else b"",
+                self._framing.end,
+            )
         return b"%s%s%s" % (head, _dumps(text), self._after)
 
     def _first(self, event: dict[str, Any], t: Any) -> list[Out]:
@@ -403,7 +457,7 @@ class ResponsesToChatStream:
         seen = pieces[0] if len(pieces) == 1 else "".join(pieces)
         holder.pieces = [seen]
         if final.startswith(seen):
-            return final[len(seen):]
+            return final[len(seen) :]
         self._count("done_text_mismatch")
         return ""
 
@@ -506,8 +560,12 @@ class ResponsesToChatStream:
         call_id = up_str(item, "call_id", kind) or self._ids.new(CALL)
         call = self._calls[oi] = _Call(len(self._calls), custom)
         call.pieces.append(initial)
-        fragment = {"index": call.index, "id": call_id, "type": "function",
-                    "function": {"name": name, "arguments": '"' + _escape(initial) if custom else initial}}
+        fragment = {
+            "index": call.index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": '"' + _escape(initial) if custom else initial},
+        }
         return self._chunk({"tool_calls": [fragment]})
 
     def _args(self, call: _Call, text: str, close: bool = False) -> dict[str, Any]:
@@ -549,8 +607,7 @@ class ResponsesToChatStream:
             return []
         return self._finish_call(oi, call, final)
 
-    def _item_call(self, oi: Any, item: dict[str, Any], custom: bool, final: str | None,
-                   done: bool) -> list[Out]:
+    def _item_call(self, oi: Any, item: dict[str, Any], custom: bool, final: str | None, done: bool) -> list[Out]:
         """A call item (``output_item.added``, or ``.done`` / the terminal output when ``done``):
         open the call if needed (with the fragments held for it), then send what is missing."""
         call = self._calls.get(oi)
@@ -675,8 +732,13 @@ class ResponsesToChatStream:
             if call.custom and not call.closed:
                 out.append(self._args(call, "", close=True))
         if self._anns:
-            anns = chat_annotations(((self._parts[k].base if k in self._parts else self._content_len, by_index)
-                                     for k, by_index in self._anns.items()), self._count)
+            anns = chat_annotations(
+                (
+                    (self._parts[k].base if k in self._parts else self._content_len, by_index)
+                    for k, by_index in self._anns.items()
+                ),
+                self._count,
+            )
             if anns:
                 out.append(self._chunk({"annotations": anns}))
         if finish is None:
@@ -684,8 +746,16 @@ class ResponsesToChatStream:
         out.append(self._chunk({}, finish))
         if self._usage_on:
             if usage is not None:
-                out.append({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                            "model": self._model, "choices": [], "usage": usage})
+                out.append(
+                    {
+                        "id": self._id,
+                        "object": "chat.completion.chunk",
+                        "created": self._created,
+                        "model": self._model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
             else:
                 self._count("usage_missing")
         self.finish_reason = finish
@@ -769,11 +839,28 @@ class StoppingChatStream(ResponsesToChatStream):
 
     __slots__ = ("_matcher", "_fed", "_sent", "_sent_bytes", "_lps", "_prompt_tokens")
 
-    def __init__(self, *, stop: Sequence[str], prompt_tokens: int = 0, include_usage: bool,
-                 options: BackendProfile, ids: IdFactory, now: Callable[[], int], model: str | None = None,
-                 wire: bool | Framing = False, max_output_tokens: int | None = None) -> None:
-        super().__init__(include_usage=include_usage, options=options, ids=ids, now=now, model=model, wire=False,
-                         max_output_tokens=max_output_tokens)
+    def __init__(
+        self,
+        *,
+        stop: Sequence[str],
+        prompt_tokens: int = 0,
+        include_usage: bool,
+        options: BackendProfile,
+        ids: IdFactory,
+        now: Callable[[], int],
+        model: str | None = None,
+        wire: bool | Framing = False,
+        max_output_tokens: int | None = None,
+    ) -> None:
+        super().__init__(
+            include_usage=include_usage,
+            options=options,
+            ids=ids,
+            now=now,
+            model=model,
+            wire=False,
+            max_output_tokens=max_output_tokens,
+        )
         self._matcher = StopMatcher(stop)
         self._fed = 0  # characters of content given to the matcher
         self._sent = 0  # characters of content sent
@@ -851,8 +938,9 @@ class StoppingChatStream(ResponsesToChatStream):
 
     def _stop_here(self) -> list[Out]:
         self._lps.clear()
-        out: list[Out] = [self._args(call, "", close=True) for call in self._calls.values()
-                          if call.custom and not call.closed]
+        out: list[Out] = [
+            self._args(call, "", close=True) for call in self._calls.values() if call.custom and not call.closed
+        ]
         out.append(self._chunk({}, "stop"))
         self._count("stop_sequence")
         if self.usage is None:  # cut before the terminal event: nothing reported, estimated
@@ -864,8 +952,16 @@ class StoppingChatStream(ResponsesToChatStream):
         else:  # the terminal event's output was being replayed: its usage is the upstream's
             usage = chat_usage(self.usage, "response.usage") if self._usage_on else None
         if usage is not None:
-            out.append({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                        "model": self._model, "choices": [], "usage": usage})
+            out.append(
+                {
+                    "id": self._id,
+                    "object": "chat.completion.chunk",
+                    "created": self._created,
+                    "model": self._model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
         self.finish_reason = "stop"
         self._phase = _DONE
         self.done = True
@@ -874,13 +970,16 @@ class StoppingChatStream(ResponsesToChatStream):
     def _estimate(self) -> dict[str, int]:
         other = sum(len("".join(p.pieces).encode()) for key, p in self._parts.items() if key[0] != "t")
         args = sum(len("".join(c.pieces).encode()) for c in self._calls.values())
-        return {"input_tokens": self._prompt_tokens,
-                "output_tokens": math.ceil((self._sent_bytes + other + args) / 4)}
+        return {"input_tokens": self._prompt_tokens, "output_tokens": math.ceil((self._sent_bytes + other + args) / 4)}
 
     def _estimated_chat_usage(self) -> dict[str, Any]:
         reasoning = sum(len("".join(p.pieces).encode()) for key, p in self._parts.items() if key[0] in ("s", "x"))
         assert self.usage is not None
         prompt, completion = self.usage["input_tokens"], self.usage["output_tokens"]
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": math.ceil(reasoning / 4)}}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": math.ceil(reasoning / 4)},
+        }

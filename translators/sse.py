@@ -51,8 +51,15 @@ class SSEDecoder:
         # Then every LF in it belongs to a known place, so a split and an LF count prove the
         # shape with a few C-level scans instead of a call per line. (`find` rather than `in`:
         # `b"\r" in chunk` first tries the operand as an integer and costs twice as much.)
-        if (not self._tail and not self._data and self._event is None and not self._cr
-                and chunk.find(b"\r") < 0 and chunk.endswith(b"\n\n") and len(chunk) <= self._max):
+        if (
+            not self._tail
+            and not self._data
+            and self._event is None
+            and not self._cr
+            and chunk.find(b"\r") < 0
+            and chunk.endswith(b"\n\n")
+            and len(chunk) <= self._max
+        ):
             if chunk.startswith(b"data: "):
                 if chunk.find(b"\n") == len(chunk) - 2:  # one frame: the most common read of all
                     return [(None, chunk[6:-2])]
@@ -119,7 +126,7 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     With two LFs a separator and one inside each event, any other line adds to the count."""
     first = chunk.find(b"\n")
     if chunk.startswith(b"\ndata: ", first) and chunk.find(b"\n", first + 1) == len(chunk) - 2:  # one event
-        return [(chunk[7:first].decode("utf-8", "replace"), chunk[first + 7:-2])]
+        return [(chunk[7:first].decode("utf-8", "replace"), chunk[first + 7 : -2])]
     blocks = chunk[:-2].split(b"\n\n")
     if chunk.count(b"\n") != 3 * len(blocks):
         return None

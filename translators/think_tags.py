@@ -42,7 +42,7 @@ class ThinkSplitter:
             if not stripped.startswith(OPEN):
                 self._state = _TEXT
                 return [("text", held)]
-            held = stripped[len(OPEN):]
+            held = stripped[len(OPEN) :]
             state = self._state = _IN
         if state == _IN:
             end = held.find(CLOSE)
@@ -50,11 +50,11 @@ class ThinkSplitter:
                 keep = _partial_suffix(held, CLOSE)
                 if len(held) > keep:
                     out.append(("reasoning", held[: len(held) - keep]))
-                self._held = held[len(held) - keep:]
+                self._held = held[len(held) - keep :]
                 return out
             if end:
                 out.append(("reasoning", held[:end]))
-            held = held[end + len(CLOSE):]
+            held = held[end + len(CLOSE) :]
             state = self._state = _AFTER
         if state == _AFTER:
             held = held.lstrip()

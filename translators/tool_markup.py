@@ -61,8 +61,7 @@ _STR_STOP = re.compile(r'["\\]')
 class ToolMarkupParser:
     """``schemas``: a function's name to its JSON-schema ``parameters`` (qwen3_coder types with it)."""
 
-    __slots__ = ("_dialect", "_schemas", "_openers", "_closers", "_trigger", "_state", "_buf", "_scan",
-                 "_open_len")
+    __slots__ = ("_dialect", "_schemas", "_openers", "_closers", "_trigger", "_state", "_buf", "_scan", "_open_len")
 
     def __init__(self, dialect: Dialect, schemas: Mapping[str, Any] | None = None) -> None:
         if dialect not in _OPENERS:
@@ -125,7 +124,7 @@ class ToolMarkupParser:
                 assert ws is not None  # a star pattern matches the empty string too
                 at = ws.end()
                 if buf.startswith(self._closers, at):
-                    self._buf = buf[at + len(TC_CLOSE):]
+                    self._buf = buf[at + len(TC_CLOSE) :]
                     continue
                 rest = buf[at:]
                 if not rest or _partial(rest, self._openers + self._closers):
@@ -137,19 +136,22 @@ class ToolMarkupParser:
             if not found:
                 keep = _held_back(buf, self._openers, self._trigger)
                 _text(out, buf[: len(buf) - keep])
-                self._buf = buf[len(buf) - keep:]
+                self._buf = buf[len(buf) - keep :]
                 return
             at, opener = min(found)
             _text(out, buf[:at])
             self._buf = buf[at:]
             self._state, self._open_len = _CALL, len(opener)
-            self._scan = self._mistral() if self._dialect == "mistral" else (
-                self._hermes() if self._dialect == "hermes" else self._qwen3_coder())
+            self._scan = (
+                self._mistral()
+                if self._dialect == "mistral"
+                else (self._hermes() if self._dialect == "hermes" else self._qwen3_coder())
+            )
 
     def _reject(self, out: list[Piece]) -> None:
         """The markup in ``_buf`` is not a call: its opening tag is text, the rest is read again."""
         _text(out, self._buf[: self._open_len])
-        self._buf = self._buf[self._open_len:]
+        self._buf = self._buf[self._open_len :]
         self._state, self._scan = _TEXT, None
 
     # The scans: generators over ``_buf`` that yield while they need more text, and return
@@ -193,7 +195,7 @@ class ToolMarkupParser:
             if not param:
                 return None
             k = yield from self._until(j + 1, PARAM_CLOSE)
-            value = self._buf[j + 1 + (self._buf[j + 1] == "\n"):k]
+            value = self._buf[j + 1 + (self._buf[j + 1] == "\n") : k]
             value = value[:-1] if value.endswith("\n") else value
             prop = props.get(param) if isinstance(props, Mapping) else None
             kind = prop.get("type") if isinstance(prop, Mapping) else None

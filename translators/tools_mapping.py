@@ -20,10 +20,13 @@ _MISSING = object()
 
 # ---------------------------------------------------------------- type checks (shared)
 
+
 def type_error(param: str, expected: str, value: Any) -> InvalidRequest:
     return InvalidRequest(
         f"Invalid type for '{param}': expected {expected}, but got {json_kind(value, decimal='a decimal')} instead.",
-        param=param, code="invalid_type")
+        param=param,
+        code="invalid_type",
+    )
 
 
 def value_error(param: str, message: str) -> InvalidRequest:
@@ -31,8 +34,7 @@ def value_error(param: str, message: str) -> InvalidRequest:
 
 
 def missing(param: str) -> InvalidRequest:
-    return InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
-                          code="missing_required_parameter")
+    return InvalidRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
 
 
 def expect_dict(value: Any, param: str) -> dict[str, Any]:
@@ -72,8 +74,9 @@ def opt_bool(obj: dict[str, Any], key: str, param: str) -> bool | None:
     return value
 
 
-def opt_number(obj: dict[str, Any], key: str, *, integer: bool = False,
-               low: float | None = None, high: float | None = None) -> Any:
+def opt_number(
+    obj: dict[str, Any], key: str, *, integer: bool = False, low: float | None = None, high: float | None = None
+) -> Any:
     """Top-level ``obj[key]``: absent/null, or a number (an integer if asked) within bounds."""
     value = obj.get(key)
     if value is None:
@@ -87,6 +90,7 @@ def opt_number(obj: dict[str, Any], key: str, *, integer: bool = False,
 
 
 # ---------------------------------------------------------------- text.format
+
 
 def map_text(text: Any, chat: dict[str, Any], ignored: list[str]) -> None:
     """Map Responses ``text`` onto ``chat``.
@@ -117,8 +121,7 @@ def map_text(text: Any, chat: dict[str, Any], ignored: list[str]) -> None:
         elif kind == "json_object":
             chat["response_format"] = {"type": "json_object"}
         elif kind != "text":
-            raise value_error("text.format.type",
-                              f"expected 'text', 'json_schema' or 'json_object', got {kind!r}.")
+            raise value_error("text.format.type", f"expected 'text', 'json_schema' or 'json_object', got {kind!r}.")
     verbosity = opt_str(text, "verbosity", "text")
     if verbosity is not None:
         if verbosity not in ("low", "medium", "high"):
@@ -182,8 +185,7 @@ def _custom_description(tool: dict[str, Any], param: str, arg: str) -> str:
     elif kind == "grammar":
         syntax = req_str(fmt, "syntax", f"{param}.format")
         definition = req_str(fmt, "definition", f"{param}.format")
-        note = (f"The `{arg}` argument is the raw input, which must match this {syntax} "
-                f"grammar:\n```\n{definition}\n```")
+        note = f"The `{arg}` argument is the raw input, which must match this {syntax} grammar:\n```\n{definition}\n```"
     else:
         raise value_error(f"{param}.format.type", f"expected 'text' or 'grammar', got {kind!r}.")
     return f"{description}\n\n{note}" if description else note
@@ -207,11 +209,21 @@ def _function(name: str, tool: dict[str, Any], param: str) -> dict[str, Any]:
 
 
 def _custom(name: str, tool: dict[str, Any], param: str, arg: str) -> dict[str, Any]:
-    schema = {"type": "object", "properties": {arg: {"type": "string"}},
-              "required": [arg], "additionalProperties": False}
-    return {"type": "function", "function": {
-        "name": name, "description": _custom_description(tool, param, arg),
-        "parameters": schema, "strict": False}}
+    schema = {
+        "type": "object",
+        "properties": {arg: {"type": "string"}},
+        "required": [arg],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": _custom_description(tool, param, arg),
+            "parameters": schema,
+            "strict": False,
+        },
+    }
 
 
 class ToolTable:
@@ -223,8 +235,9 @@ class ToolTable:
         self.namespaced: dict[str, tuple[str, str]] = {}
         self.by_choice: dict[tuple[str, str | None], str] = {}  # (name, namespace) -> chat name
 
-    def add(self, chat_tool: dict[str, Any], param: str, *, namespace: str | None = None,
-            member: str, custom: bool) -> None:
+    def add(
+        self, chat_tool: dict[str, Any], param: str, *, namespace: str | None = None, member: str, custom: bool
+    ) -> None:
         name = chat_tool["function"]["name"]
         if any(t["function"]["name"] == name for t in self.chat):
             raise value_error(f"{param}.name", f"duplicate tool name {name!r}.")
@@ -239,12 +252,10 @@ class ToolTable:
     def context(self, arg: str) -> ToolContext:
         if not self.custom and not self.namespaced and arg == CUSTOM_ARG:
             return NO_TOOLS  # the usual request: shared, not built anew
-        return ToolContext(custom_tools=frozenset(self.custom), namespaced=dict(self.namespaced),
-                           custom_arg=arg)
+        return ToolContext(custom_tools=frozenset(self.custom), namespaced=dict(self.namespaced), custom_arg=arg)
 
 
-def map_tools(tools: Any, ignored: list[str], arg: str,
-              extra: list[tuple[str, Any]] | None = None) -> ToolTable:
+def map_tools(tools: Any, ignored: list[str], arg: str, extra: list[tuple[str, Any]] | None = None) -> ToolTable:
     """Map Responses ``tools`` onto Chat function tools.
 
     Rules:
@@ -281,18 +292,25 @@ def map_tools(tools: Any, ignored: list[str], arg: str,
                     ignored.append(f"{mparam} {mkind}")
                     continue
                 mname = req_str(member, "name", mparam)
-                _add_member(table, member, mkind, mparam, flat_name(ns, mname), ns, mname,
-                            ignored, arg)
+                _add_member(table, member, mkind, mparam, flat_name(ns, mname), ns, mname, ignored, arg)
         elif isinstance(kind, str):
             ignored.append(f"{param} {kind}")
         else:
-            raise missing(f"{param}.type") if kind is None else type_error(f"{param}.type",
-                                                                             "a string", kind)
+            raise missing(f"{param}.type") if kind is None else type_error(f"{param}.type", "a string", kind)
     return table
 
 
-def _add_member(table: ToolTable, tool: dict[str, Any], kind: str, param: str, chat_name: str,
-                ns: str | None, member: str, ignored: list[str], arg: str) -> None:
+def _add_member(
+    table: ToolTable,
+    tool: dict[str, Any],
+    kind: str,
+    param: str,
+    chat_name: str,
+    ns: str | None,
+    member: str,
+    ignored: list[str],
+    arg: str,
+) -> None:
     if kind == "function":
         chat_tool = _function(chat_name, tool, param)
         if opt_bool(tool, "defer_loading", param) is not None:

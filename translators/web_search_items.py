@@ -22,7 +22,8 @@ HOSTED_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "we
 
 def search_function_name(tools: Any) -> str:
     clash = isinstance(tools, list) and any(
-        isinstance(t, dict) and t.get("type") == "function" and t.get("name") == SEARCH_FUNCTION for t in tools)
+        isinstance(t, dict) and t.get("type") == "function" and t.get("name") == SEARCH_FUNCTION for t in tools
+    )
     return CLASH_NAME if clash else SEARCH_FUNCTION
 
 
@@ -32,14 +33,20 @@ def replayed(item: dict[str, Any], name: str, call_id: str) -> tuple[dict[str, A
     action: dict[str, Any] = raw if isinstance(raw, dict) else {}
     query = action.get("query")
     query = query if isinstance(query, str) else ""
-    call = {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": orjson.dumps({"query": query}).decode()}}
-    sources = [s.get("url") for s in action.get("sources") or () if isinstance(s, dict) and isinstance(s.get("url"), str)]
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": orjson.dumps({"query": query}).decode()},
+    }
+    sources = [
+        s.get("url") for s in action.get("sources") or () if isinstance(s, dict) and isinstance(s.get("url"), str)
+    ]
     if item.get("status") == "failed":
         text = "The search failed."
     elif sources:
         text = f'Search results for "{query}" (sources only; their text was not kept):\n' + "\n".join(
-            f"[{n}] {url}" for n, url in enumerate(sources, 1))
+            f"[{n}] {url}" for n, url in enumerate(sources, 1)
+        )
     else:
         text = f'Searched for "{query}"; the results were not kept (the answer that used them follows).'
     return call, {"role": "tool", "tool_call_id": call_id, "content": text}

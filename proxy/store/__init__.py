@@ -101,8 +101,10 @@ class StoreConfig(BaseModel):
     @model_validator(mode="after")
     def _check_backend_options(self) -> StoreConfig:
         if self.redis_url and "@" in self.redis_url.split("://", 1)[-1].split("/", 1)[0]:
-            raise ValueError("redis_url must not hold credentials: put the URL in the environment "
-                             "variable named by redis_url_env instead")
+            raise ValueError(
+                "redis_url must not hold credentials: put the URL in the environment "
+                "variable named by redis_url_env instead"
+            )
         if self.backend == "redis" and self.max_bytes is not None:
             raise ValueError(
                 "max_bytes is not supported by the redis backend: bound memory with Redis's own "
@@ -309,9 +311,7 @@ class MemoryStore(ResponseStore):
         self._check_open()
         blob = encode_record(record, self.backend)
         if self._max_bytes is not None and len(blob) > self._max_bytes:
-            raise StoreError(
-                f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend
-            )
+            raise StoreError(f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend)
         now = self._clock()
         self._drop(record.id)
         self._data[record.id] = (now + self._ttl, blob)
@@ -321,9 +321,7 @@ class MemoryStore(ResponseStore):
         self._keys_of[record.id] = keys
         for key in keys:
             self._holders.setdefault(key, {})[record.id] = None
-        while len(self._data) > self._max_count or (
-            self._max_bytes is not None and self._bytes > self._max_bytes
-        ):
+        while len(self._data) > self._max_count or (self._max_bytes is not None and self._bytes > self._max_bytes):
             self._drop(next(iter(self._data)))
             self._evicted += 1
         if now >= self._next_sweep:
@@ -386,9 +384,7 @@ class MemoryStore(ResponseStore):
         self._bytes = 0
 
 
-def open_store(
-    config: StoreConfig, *, clock: Clock = time.time, env: Mapping[str, str] | None = None
-) -> ResponseStore:
+def open_store(config: StoreConfig, *, clock: Clock = time.time, env: Mapping[str, str] | None = None) -> ResponseStore:
     """Build the configured backend. Cheap and synchronous: nothing is opened or created until the
     first call (use ``await store.ping()`` to fail fast at startup). Raises ``StoreError`` when the
     configuration cannot work (redis backend without a URL, malformed URL)."""
@@ -403,7 +399,6 @@ def open_store(
     url = config.resolved_redis_url(env)
     if not url:
         raise StoreError(
-            f"store backend is redis but neither [store] redis_url nor ${config.redis_url_env} is set",
-            backend="redis",
+            f"store backend is redis but neither [store] redis_url nor ${config.redis_url_env} is set", backend="redis"
         )
     return RedisStore(config, url, clock=clock)

@@ -40,9 +40,7 @@ def _limit(value: int | str | None) -> int:
     else:
         raise InvalidParam("limit", f"Invalid 'limit': expected an integer, got {value!r}.")
     if not 1 <= n <= MAX_LIMIT:
-        raise InvalidParam(
-            "limit", f"Invalid 'limit': expected an integer from 1 to {MAX_LIMIT}, got {n}."
-        )
+        raise InvalidParam("limit", f"Invalid 'limit': expected an integer from 1 to {MAX_LIMIT}, got {n}.")
     return n
 
 
@@ -50,9 +48,7 @@ def _position(ids: list[Any], cursor: str, param: str) -> int:
     try:
         return ids.index(cursor)
     except ValueError:
-        raise InvalidParam(
-            param, f"Invalid '{param}': no input item with id '{cursor}' in this response."
-        ) from None
+        raise InvalidParam(param, f"Invalid '{param}': no input item with id '{cursor}' in this response.") from None
 
 
 def paginate(

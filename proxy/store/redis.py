@@ -243,8 +243,9 @@ class RedisStore(ResponseStore):
     async def get_by_item(self, item_id: str, owner: str | None) -> StoredResponse | None:
         self._check_open()
         try:
-            data = await self._by_item_script(keys=[self._item_key(item_id, owner)],
-                                              args=[repr(self._clock()), self._record_prefix])
+            data = await self._by_item_script(
+                keys=[self._item_key(item_id, owner)], args=[repr(self._clock()), self._record_prefix]
+            )
         except (RedisError, OSError) as exc:
             raise self._wrap(exc) from exc
         return None if data is None else decode_record(data, self.backend)
@@ -252,8 +253,7 @@ class RedisStore(ResponseStore):
     async def delete(self, response_id: str) -> bool:
         self._check_open()
         try:
-            exp, deleted = await self._delete_script(keys=[self._key(response_id), self._index],
-                                                     args=[response_id])
+            exp, deleted = await self._delete_script(keys=[self._key(response_id), self._index], args=[response_id])
             return bool(deleted) and exp is not None and float(exp) > self._clock()
         except (RedisError, OSError, ValueError) as exc:
             raise self._wrap(exc) from exc
@@ -264,8 +264,7 @@ class RedisStore(ResponseStore):
         try:
             n = int(
                 await self._sweep_script(
-                    keys=[self._index],
-                    args=[repr(self._clock()), self._record_prefix, self.SWEEP_BATCH],
+                    keys=[self._index], args=[repr(self._clock()), self._record_prefix, self.SWEEP_BATCH]
                 )
             )
         except (RedisError, OSError) as exc:

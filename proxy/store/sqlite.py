@@ -165,8 +165,7 @@ class SQLiteStore(ResponseStore):
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path} has schema version {version}, newer than this crossfeed "
-                    f"({SCHEMA_VERSION})",
+                    f"{self.path} has schema version {version}, newer than this crossfeed ({SCHEMA_VERSION})",
                     backend=self.backend,
                 )
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # effective only on a new file
@@ -209,9 +208,7 @@ class SQLiteStore(ResponseStore):
     def _save_sync(self, record: StoredResponse, now: float) -> None:
         blob = encode_record(record, self.backend)
         if self._max_bytes is not None and len(blob) > self._max_bytes:
-            raise StoreError(
-                f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend
-            )
+            raise StoreError(f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend)
         conn = self._connect()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -240,16 +237,14 @@ class SQLiteStore(ResponseStore):
             # The new row has the highest seq and count - max_count < count: never evicted here.
             n = min(count - self._max_count, self.EVICT_BATCH)
             cur = conn.execute(
-                "DELETE FROM responses WHERE seq IN (SELECT seq FROM responses ORDER BY seq LIMIT ?)",
-                (n,),
+                "DELETE FROM responses WHERE seq IN (SELECT seq FROM responses ORDER BY seq LIMIT ?)", (n,)
             )
             self._evicted += cur.rowcount
             count, total = conn.execute("SELECT count, bytes FROM totals").fetchone()
         if self._max_bytes is not None and total > self._max_bytes:
             excess, cutoff, n = total - self._max_bytes, None, 0
             rows = conn.execute(
-                "SELECT seq, size FROM responses WHERE seq != ? ORDER BY seq LIMIT ?",
-                (newest_seq, self.EVICT_BATCH),
+                "SELECT seq, size FROM responses WHERE seq != ? ORDER BY seq LIMIT ?", (newest_seq, self.EVICT_BATCH)
             )
             for seq, size in rows:
                 cutoff, n, excess = seq, n + 1, excess - size
@@ -262,8 +257,7 @@ class SQLiteStore(ResponseStore):
     def _sweep_sync(self, now: float) -> int:
         conn = self._connect()
         cur = conn.execute(
-            "DELETE FROM responses WHERE seq IN "
-            "(SELECT seq FROM responses WHERE expires_at <= ? LIMIT ?)",
+            "DELETE FROM responses WHERE seq IN (SELECT seq FROM responses WHERE expires_at <= ? LIMIT ?)",
             (now, self.SWEEP_BATCH),
         )
         purged = max(cur.rowcount, 0)
@@ -275,32 +269,30 @@ class SQLiteStore(ResponseStore):
 
     def _get_sync(self, response_id: str, now: float) -> StoredResponse | None:
         conn = self._connect()
-        row = conn.execute(
-            "SELECT expires_at, data FROM responses WHERE id = ?", (response_id,)
-        ).fetchone()
+        row = conn.execute("SELECT expires_at, data FROM responses WHERE id = ?", (response_id,)).fetchone()
         if row is None:
             return None
         if row[0] <= now:
-            cur = conn.execute(
-                "DELETE FROM responses WHERE id = ? AND expires_at <= ?", (response_id, now)
-            )
+            cur = conn.execute("DELETE FROM responses WHERE id = ? AND expires_at <= ?", (response_id, now))
             self._expired += max(cur.rowcount, 0)
             return None
         return decode_record(row[1], self.backend)
 
     def _get_by_item_sync(self, item_id: str, owner: str | None, now: float) -> StoredResponse | None:
-        row = self._connect().execute(
-            "SELECT r.data FROM items i JOIN responses r ON r.seq = i.seq "
-            "WHERE i.owner = ? AND i.item_id = ? AND r.expires_at > ? ORDER BY i.seq DESC LIMIT 1",
-            (owner_tag(owner), item_id, now),
-        ).fetchone()
+        row = (
+            self._connect()
+            .execute(
+                "SELECT r.data FROM items i JOIN responses r ON r.seq = i.seq "
+                "WHERE i.owner = ? AND i.item_id = ? AND r.expires_at > ? ORDER BY i.seq DESC LIMIT 1",
+                (owner_tag(owner), item_id, now),
+            )
+            .fetchone()
+        )
         return None if row is None else decode_record(row[0], self.backend)
 
     def _delete_sync(self, response_id: str, now: float) -> bool:
         conn = self._connect()
-        row = conn.execute(
-            "DELETE FROM responses WHERE id = ? RETURNING expires_at", (response_id,)
-        ).fetchall()
+        row = conn.execute("DELETE FROM responses WHERE id = ? RETURNING expires_at", (response_id,)).fetchall()
         return bool(row) and row[0][0] > now
 
     def _stats_sync(self) -> StoreStats:

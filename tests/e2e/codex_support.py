@@ -53,14 +53,7 @@ FALLBACK_MODEL = "crossfeed-test-model"
 
 # Environment variables that could point Codex somewhere else or change its auth.
 _SCRUB_ENV_PREFIXES = ("CODEX_", "OPENAI_", "AZURE_OPENAI", "RUST_LOG")
-_SCRUB_ENV = {
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-}
+_SCRUB_ENV = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
 
 
 # --------------------------------------------------------------------------------------- binary
@@ -86,18 +79,13 @@ def codex_binary() -> Path | None:
             return None
     except (OSError, ValueError):
         return None
-    native = list(
-        (CODEX_INSTALL_DIR / "node_modules" / "@openai").glob(
-            "codex-*/vendor/*/bin/codex"
-        )
-    )
+    native = list((CODEX_INSTALL_DIR / "node_modules" / "@openai").glob("codex-*/vendor/*/bin/codex"))
     if not native:
         return None
     return launcher
 
 
 # --------------------------------------------------------------------------------------- config
-
 
 
 def codex_binary_or_skip() -> Path:
@@ -109,6 +97,7 @@ def codex_binary_or_skip() -> Path:
         require_service("codex", "export CROSSFEED_CODEX_BIN=$(bash .ci/install-codex.sh)")
     assert exe is not None
     return exe
+
 
 def _toml_key(k: str) -> str:
     return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
@@ -124,11 +113,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, Mapping):
-        return (
-            "{ "
-            + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items())
-            + " }"
-        )
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
 
 
@@ -203,12 +188,7 @@ def codex_config(
         "analytics": {"enabled": False},
         "feedback": {"enabled": False},
         "history": {"persistence": "none"},
-        "otel": {
-            "exporter": "none",
-            "metrics_exporter": "none",
-            "trace_exporter": "none",
-            "log_user_prompt": False,
-        },
+        "otel": {"exporter": "none", "metrics_exporter": "none", "trace_exporter": "none", "log_user_prompt": False},
         "features": {
             "plugins": False,  # else: git ls-remote github.com/openai/plugins.git, chatgpt.com
             "remote_plugin": False,
@@ -250,11 +230,7 @@ BUILTIN_API_KEY_ENV = "CODEX_API_KEY"
 
 
 def write_codex_home_builtin(
-    dir: str | os.PathLike[str],
-    *,
-    base_url: str,
-    model: str,
-    extra: Mapping[str, Any] | None = None,
+    dir: str | os.PathLike[str], *, base_url: str, model: str, extra: Mapping[str, Any] | None = None
 ) -> dict[str, str]:
     """Write ``dir/config.toml`` that uses Codex's built-in ``openai`` provider; return the env.
 
@@ -278,18 +254,12 @@ def write_codex_home_builtin(
     """
     home = Path(dir)
     home.mkdir(parents=True, exist_ok=True)
-    cfg = codex_config(
-        base_url=base_url,
-        model=model,
-        extra={"model_provider": None, "model_providers": None},
-    )
+    cfg = codex_config(base_url=base_url, model=model, extra={"model_provider": None, "model_providers": None})
     cfg["openai_base_url"] = base_url  # a root key: to_toml writes root scalars before tables
     _deep_merge(cfg, extra or {})
     (home / "config.toml").write_text(to_toml(cfg), encoding="utf-8")
     (home / "auth.json").write_text(
-        json.dumps({"auth_mode": "apikey", "OPENAI_API_KEY": DUMMY_API_KEY}, indent=2)
-        + "\n",
-        encoding="utf-8",
+        json.dumps({"auth_mode": "apikey", "OPENAI_API_KEY": DUMMY_API_KEY}, indent=2) + "\n", encoding="utf-8"
     )
     return _codex_env(home, BUILTIN_API_KEY_ENV)
 
@@ -323,9 +293,7 @@ def codex_exec_args(
     if resume_last:
         args += ["resume", "--last"]
     args += ["--skip-git-repo-check", "--strict-config"]
-    if (
-        not resume_last
-    ):  # `exec resume` has neither --color nor -C (it runs in the process cwd)
+    if not resume_last:  # `exec resume` has neither --color nor -C (it runs in the process cwd)
         args += ["--color", "never", "-C", str(cwd)]
     if json_events:
         args.append("--json")
@@ -419,8 +387,7 @@ def agent_messages(events: list[dict[str, Any]]) -> list[str]:
     return [
         e["item"].get("text", "")
         for e in events
-        if e.get("type") == "item.completed"
-        and e.get("item", {}).get("type") == "agent_message"
+        if e.get("type") == "item.completed" and e.get("item", {}).get("type") == "agent_message"
     ]
 
 
@@ -429,18 +396,13 @@ def command_executions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         e["item"]
         for e in events
-        if e.get("type") == "item.completed"
-        and e.get("item", {}).get("type") == "command_execution"
+        if e.get("type") == "item.completed" and e.get("item", {}).get("type") == "command_execution"
     ]
 
 
 def error_messages(proc: subprocess.CompletedProcess[str]) -> list[str]:
     """``ERROR: ...`` lines Codex printed on stderr, plus ``error``/``turn.failed`` JSON events."""
-    msgs = [
-        ln[len("ERROR: ") :]
-        for ln in (proc.stderr or "").splitlines()
-        if ln.startswith("ERROR: ")
-    ]
+    msgs = [ln[len("ERROR: ") :] for ln in (proc.stderr or "").splitlines() if ln.startswith("ERROR: ")]
     for e in parse_events(proc.stdout or ""):
         if e.get("type") == "error":
             msgs.append(e.get("message", ""))
@@ -461,41 +423,20 @@ def _msg(text: str) -> dict[str, Any]:
     return {"items": [{"type": "message", "text": text}]}
 
 
-def _err(
-    status: int, message: str, type_: str, code: str | None, param: str | None = None
-) -> dict[str, Any]:
+def _err(status: int, message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
     return {
         "http_error": {
             "status": status,
-            "body": {
-                "error": {
-                    "message": message,
-                    "type": type_,
-                    "param": param,
-                    "code": code,
-                }
-            },
+            "body": {"error": {"message": message, "type": type_, "param": param, "code": code}},
         }
     }
 
 
 #: Recording cases: model, prompt, files to seed, backend script, optional resume turns, config.
 CASES: dict[str, dict[str, Any]] = {
-    "plain": {
-        "model": APPLY_PATCH_MODEL,
-        "prompt": "say hi",
-        "script": [_msg("hi there")],
-    },
-    "plain_fallback_model": {
-        "model": FALLBACK_MODEL,
-        "prompt": "say hi",
-        "script": [_msg("hi there")],
-    },
-    "plain_responses_lite_model": {
-        "model": "gpt-6-sol",
-        "prompt": "say hi",
-        "script": [_msg("hi there")],
-    },
+    "plain": {"model": APPLY_PATCH_MODEL, "prompt": "say hi", "script": [_msg("hi there")]},
+    "plain_fallback_model": {"model": FALLBACK_MODEL, "prompt": "say hi", "script": [_msg("hi there")]},
+    "plain_responses_lite_model": {"model": "gpt-6-sol", "prompt": "say hi", "script": [_msg("hi there")]},
     "shell": {
         "model": APPLY_PATCH_MODEL,
         "prompt": "write hello-from-codex to out.txt and show it",
@@ -506,9 +447,7 @@ CASES: dict[str, dict[str, Any]] = {
                         "type": "function_call",
                         "name": "exec_command",
                         "call_id": "call_shell_1",
-                        "arguments": {
-                            "cmd": "echo hello-from-codex > out.txt && cat out.txt"
-                        },
+                        "arguments": {"cmd": "echo hello-from-codex > out.txt && cat out.txt"},
                     }
                 ]
             },
@@ -562,12 +501,7 @@ CASES: dict[str, dict[str, Any]] = {
         "script": [
             {
                 "items": [
-                    {
-                        "type": "custom_tool_call",
-                        "name": "apply_patch",
-                        "call_id": "call_patch_1",
-                        "input": _PATCH,
-                    }
+                    {"type": "custom_tool_call", "name": "apply_patch", "call_id": "call_patch_1", "input": _PATCH}
                 ]
             },
             _msg("patched"),
@@ -595,11 +529,7 @@ CASES: dict[str, dict[str, Any]] = {
             },
             {
                 "items": [
-                    {
-                        "type": "reasoning",
-                        "summary": ["Listing done."],
-                        "encrypted_content": "ENC-opaque-blob-2",
-                    },
+                    {"type": "reasoning", "summary": ["Listing done."], "encrypted_content": "ENC-opaque-blob-2"},
                     {"type": "message", "text": "The directory is empty."},
                 ]
             },
@@ -612,10 +542,7 @@ CASES: dict[str, dict[str, Any]] = {
         "script": [
             {
                 "items": [
-                    {
-                        "type": "reasoning",
-                        "summary": ["thinking without encrypted content"],
-                    },
+                    {"type": "reasoning", "summary": ["thinking without encrypted content"]},
                     {
                         "type": "function_call",
                         "name": "exec_command",
@@ -706,26 +633,14 @@ CASES: dict[str, dict[str, Any]] = {
         "model": APPLY_PATCH_MODEL,
         "prompt": "say hi",
         "save_bodies": False,
-        "script": [
-            {
-                "error_event": {
-                    "code": "server_error",
-                    "message": "backend failed mid-stream",
-                }
-            }
-        ],
+        "script": [{"error_event": {"code": "server_error", "message": "backend failed mid-stream"}}],
     },
     "error_stream_truncated": {
         "model": APPLY_PATCH_MODEL,
         "prompt": "say hi",
         "save_bodies": False,
         "script": [
-            {
-                "items": [
-                    {"type": "message", "text": "partial answer that never completes"}
-                ],
-                "truncate_after": 5,
-            }
+            {"items": [{"type": "message", "text": "partial answer that never completes"}], "truncate_after": 5}
         ],
     },
 }
@@ -736,12 +651,7 @@ def _png_1x1() -> bytes:
     import zlib
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + kind
-            + data
-            + struct.pack(">I", zlib.crc32(kind + data))
-        )
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
     return (
@@ -756,9 +666,7 @@ def _scrub_headers(h: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in h.items() if k not in ("host", "content-length")}
 
 
-def record_case(
-    name: str, case: Mapping[str, Any], out_dir: Path, *, timeout: float = 120.0
-) -> dict[str, Any]:
+def record_case(name: str, case: Mapping[str, Any], out_dir: Path, *, timeout: float = 120.0) -> dict[str, Any]:
     """Run one case against the fake backend; write its request bodies; return a manifest entry."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from fake_responses_backend import FakeResponsesBackend
@@ -774,12 +682,7 @@ def record_case(
                 (work / fn).write_text(content)
         runs = []
         with FakeResponsesBackend(list(case["script"])) as fake:
-            env = write_codex_home(
-                tmp / "home",
-                base_url=fake.url,
-                model=case["model"],
-                **case.get("config", {}),
-            )
+            env = write_codex_home(tmp / "home", base_url=fake.url, model=case["model"], **case.get("config", {}))
             turns = [(case["prompt"], None), *case.get("resume", [])]
             for k, (prompt, more) in enumerate(turns):
                 if more:
@@ -817,22 +720,12 @@ def record_case(
         for f in work.iterdir():
             if f.is_file() and f.suffix != ".png":
                 files[f.name] = f.read_text()
-        bodies = [
-            r
-            for r in reqs
-            if r["method"] == "POST" and r["path"].endswith("/responses")
-        ]
+        bodies = [r for r in reqs if r["method"] == "POST" and r["path"].endswith("/responses")]
         written = []
         if case.get("save_bodies", True):
             for i, r in enumerate(bodies, 1):
-                fn = (
-                    f"{name}.request.json"
-                    if len(bodies) == 1
-                    else f"{name}.{i}.request.json"
-                )
-                (out_dir / fn).write_text(
-                    json.dumps(r["body"], indent=2, ensure_ascii=False) + "\n"
-                )
+                fn = f"{name}.request.json" if len(bodies) == 1 else f"{name}.{i}.request.json"
+                (out_dir / fn).write_text(json.dumps(r["body"], indent=2, ensure_ascii=False) + "\n")
                 written.append(fn)
         return {
             "model": case["model"],

@@ -102,27 +102,19 @@ class FakeResponsesBackend:
     def responses_requests(self) -> list[dict[str, Any]]:
         """Recorded ``POST /v1/responses`` requests (each with ``body``)."""
         with self._lock:
-            return [
-                r
-                for r in self.requests
-                if r["method"] == "POST" and r["path"].endswith("/responses")
-            ]
+            return [r for r in self.requests if r["method"] == "POST" and r["path"].endswith("/responses")]
 
     def add_steps(self, *steps: dict[str, Any]) -> None:
         with self._lock:
             self.script.extend(steps)
 
     def start(self) -> FakeResponsesBackend:
-        self._thread = threading.Thread(
-            target=self._thread_main, name="fake-responses", daemon=True
-        )
+        self._thread = threading.Thread(target=self._thread_main, name="fake-responses", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("fake responses backend did not start in 10 s")
         if self._start_error is not None:
-            raise RuntimeError(
-                f"fake responses backend failed to start: {self._start_error!r}"
-            )
+            raise RuntimeError(f"fake responses backend failed to start: {self._start_error!r}")
         return self
 
     def stop(self) -> None:
@@ -209,20 +201,13 @@ class FakeResponsesBackend:
             "method": request.method,
             "path": request.path,
             "query": request.query_string,
-            "headers": {
-                k.lower(): v
-                for k, v in request.headers.items()
-                if k.lower() not in _DROP_HEADERS
-            },
-            "has_authorization": "authorization"
-            in {k.lower() for k in request.headers},
+            "headers": {k.lower(): v for k, v in request.headers.items() if k.lower() not in _DROP_HEADERS},
+            "has_authorization": "authorization" in {k.lower() for k in request.headers},
             "body": body,
         }
         self._record(entry)
         if request.method == "POST" and request.path.rstrip("/").endswith("/responses"):
-            return await self._responses(
-                request, body if isinstance(body, dict) else {}
-            )
+            return await self._responses(request, body if isinstance(body, dict) else {})
         if request.method == "GET" and request.path.rstrip("/").endswith("/models"):
             return web.json_response({"object": "list", "data": [], "models": []})
         return web.json_response(
@@ -239,9 +224,7 @@ class FakeResponsesBackend:
 
     # ------------------------------------------------------------------ responses
 
-    def _response_obj(
-        self, rid: str, req: dict[str, Any], status: str, output: list, usage: Any
-    ) -> dict:
+    def _response_obj(self, rid: str, req: dict[str, Any], status: str, output: list, usage: Any) -> dict:
         return {
             "id": rid,
             "object": "response",
@@ -268,22 +251,12 @@ class FakeResponsesBackend:
             "metadata": {},
         }
 
-    def _build_events(
-        self, step: dict[str, Any], req: dict[str, Any]
-    ) -> list[dict[str, Any]]:
+    def _build_events(self, step: dict[str, Any], req: dict[str, Any]) -> list[dict[str, Any]]:
         rid = self._ids.next("resp")
         events: list[dict[str, Any]] = []
+        events.append({"type": "response.created", "response": self._response_obj(rid, req, "in_progress", [], None)})
         events.append(
-            {
-                "type": "response.created",
-                "response": self._response_obj(rid, req, "in_progress", [], None),
-            }
-        )
-        events.append(
-            {
-                "type": "response.in_progress",
-                "response": self._response_obj(rid, req, "in_progress", [], None),
-            }
+            {"type": "response.in_progress", "response": self._response_obj(rid, req, "in_progress", [], None)}
         )
         if "stream_error" in step or "error_event" in step:
             err = step.get("stream_error") or step["error_event"]
@@ -295,19 +268,11 @@ class FakeResponsesBackend:
                         "code": code,
                         "message": msg,
                         "param": None,
-                        "error": {
-                            "type": "server_error",
-                            "code": code,
-                            "message": msg,
-                            "param": None,
-                        },
+                        "error": {"type": "server_error", "code": code, "message": msg, "param": None},
                     }
                 )
             failed = self._response_obj(rid, req, "failed", [], None)
-            failed["error"] = {
-                "code": err.get("code", "server_error"),
-                "message": err.get("message", "boom"),
-            }
+            failed["error"] = {"code": err.get("code", "server_error"), "message": err.get("message", "boom")}
             events.append({"type": "response.failed", "response": failed})
             return events
         output: list[dict[str, Any]] = []
@@ -331,10 +296,7 @@ class FakeResponsesBackend:
             "total_tokens": 120,
         }
         events.append(
-            {
-                "type": "response.completed",
-                "response": self._response_obj(rid, req, "completed", output, usage),
-            }
+            {"type": "response.completed", "response": self._response_obj(rid, req, "completed", output, usage)}
         )
         return events
 
@@ -342,22 +304,10 @@ class FakeResponsesBackend:
         iid = self._ids.next("msg")
         text = spec["text"]
         pieces = [text[i : i + 8] for i in range(0, len(text), 8)] or [""]
-        item0 = {
-            "id": iid,
-            "type": "message",
-            "status": "in_progress",
-            "role": "assistant",
-            "content": [],
-        }
+        item0 = {"id": iid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
         part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        done = {
-            "id": iid,
-            "type": "message",
-            "status": "completed",
-            "role": "assistant",
-            "content": [part],
-        }
+        done = {"id": iid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
         if spec.get("phase"):
             item0["phase"] = done["phase"] = spec["phase"]
         ev = [
@@ -419,9 +369,7 @@ class FakeResponsesBackend:
         if spec.get("namespace"):
             item0["namespace"] = spec["namespace"]
         done = dict(item0, status="completed", arguments=args)
-        ev = [
-            {"type": "response.output_item.added", "output_index": idx, "item": item0}
-        ]
+        ev = [{"type": "response.output_item.added", "output_index": idx, "item": item0}]
         for i in range(0, len(args), 10):
             ev.append(
                 {
@@ -432,20 +380,13 @@ class FakeResponsesBackend:
                 }
             )
         ev += [
-            {
-                "type": "response.function_call_arguments.done",
-                "item_id": iid,
-                "output_index": idx,
-                "arguments": args,
-            },
+            {"type": "response.function_call_arguments.done", "item_id": iid, "output_index": idx, "arguments": args},
             {"type": "response.output_item.done", "output_index": idx, "item": done},
         ]
         output.append(done)
         return ev
 
-    def _custom_tool_call_events(
-        self, idx: int, spec: dict, output: list
-    ) -> list[dict]:
+    def _custom_tool_call_events(self, idx: int, spec: dict, output: list) -> list[dict]:
         iid = self._ids.next("ctc")
         call_id = spec.get("call_id") or self._ids.next("call")
         text = spec["input"]
@@ -458,9 +399,7 @@ class FakeResponsesBackend:
             "input": "",
         }
         done = dict(item0, status="completed", input=text)
-        ev = [
-            {"type": "response.output_item.added", "output_index": idx, "item": item0}
-        ]
+        ev = [{"type": "response.output_item.added", "output_index": idx, "item": item0}]
         for i in range(0, len(text), 16):
             ev.append(
                 {
@@ -471,12 +410,7 @@ class FakeResponsesBackend:
                 }
             )
         ev += [
-            {
-                "type": "response.custom_tool_call_input.done",
-                "item_id": iid,
-                "output_index": idx,
-                "input": text,
-            },
+            {"type": "response.custom_tool_call_input.done", "item_id": iid, "output_index": idx, "input": text},
             {"type": "response.output_item.done", "output_index": idx, "item": done},
         ]
         output.append(done)
@@ -488,9 +422,7 @@ class FakeResponsesBackend:
         item0: dict[str, Any] = {"id": iid, "type": "reasoning", "summary": []}
         if "encrypted_content" in spec:
             item0["encrypted_content"] = spec["encrypted_content"]
-        ev = [
-            {"type": "response.output_item.added", "output_index": idx, "item": item0}
-        ]
+        ev = [{"type": "response.output_item.added", "output_index": idx, "item": item0}]
         for k, s in enumerate(summaries):
             ev += [
                 {
@@ -522,9 +454,7 @@ class FakeResponsesBackend:
                     "part": {"type": "summary_text", "text": s},
                 },
             ]
-        done = dict(
-            item0, summary=[{"type": "summary_text", "text": s} for s in summaries]
-        )
+        done = dict(item0, summary=[{"type": "summary_text", "text": s} for s in summaries])
         contents = spec.get("content") or []
         if contents:
             ev_c = []
@@ -561,25 +491,17 @@ class FakeResponsesBackend:
                 ]
             ev += ev_c
             done["content"] = [{"type": "reasoning_text", "text": c} for c in contents]
-        ev.append(
-            {"type": "response.output_item.done", "output_index": idx, "item": done}
-        )
+        ev.append({"type": "response.output_item.done", "output_index": idx, "item": done})
         output.append(done)
         return ev
 
-    async def _responses(
-        self, request: web.Request, req: dict[str, Any]
-    ) -> web.StreamResponse:
+    async def _responses(self, request: web.Request, req: dict[str, Any]) -> web.StreamResponse:
         step = copy.deepcopy(self._next_step())
         if step.get("delay_s"):
             await asyncio.sleep(float(step["delay_s"]))
         if "http_error" in step:
             he = step["http_error"]
-            return web.json_response(
-                he.get("body", {}),
-                status=he.get("status", 500),
-                headers=he.get("headers"),
-            )
+            return web.json_response(he.get("body", {}), status=he.get("status", 500), headers=he.get("headers"))
         events = self._build_events(step, req)
         for n, e in enumerate(events):
             e["sequence_number"] = n
@@ -588,8 +510,7 @@ class FakeResponsesBackend:
         if not req.get("stream", False):
             return web.json_response(events[-1]["response"])
         resp = web.StreamResponse(
-            status=200,
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
         for e in events:
@@ -605,20 +526,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--script", help="JSON file: a list of steps")
-    ap.add_argument(
-        "--record", help="append every request as one JSON line to this file"
-    )
-    ap.add_argument(
-        "--max-seconds",
-        type=float,
-        default=600.0,
-        help="exit after this long (bounded run)",
-    )
+    ap.add_argument("--record", help="append every request as one JSON line to this file")
+    ap.add_argument("--max-seconds", type=float, default=600.0, help="exit after this long (bounded run)")
     a = ap.parse_args(argv)
     script = json.loads(Path(a.script).read_text()) if a.script else []
-    fake = FakeResponsesBackend(
-        script, host=a.host, port=a.port, record_path=a.record
-    ).start()
+    fake = FakeResponsesBackend(script, host=a.host, port=a.port, record_path=a.record).start()
     print(f"LISTENING http://{fake.host}:{fake.port}", flush=True)
     try:
         deadline = time.monotonic() + a.max_seconds

@@ -41,12 +41,25 @@ codex_bin = pytest.fixture(autouse=True)(cx.codex_binary_or_skip)
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
-    return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+    return (
+        b"data: "
+        + orjson.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+        + b"\n\n"
+    )
 
 
-USAGE = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],' \
-        b'"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120}}\n\n'
+USAGE = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120}}\n\n'
+)
 DONE = b"data: [DONE]\n\n"
 
 
@@ -67,10 +80,20 @@ def calls(*specs: tuple[str, str, dict], reasoning: str = "") -> SSEReply:
             body += chunk({"reasoning_content": piece + " "})
     for index, (call_id, name, args) in enumerate(specs):
         raw = orjson.dumps(args).decode()
-        body += chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                       "function": {"name": name, "arguments": raw[:7]}}]})
+        body += chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": raw[:7]},
+                    }
+                ]
+            }
+        )
         for k in range(7, len(raw), 9):
-            body += chunk({"tool_calls": [{"index": index, "function": {"arguments": raw[k:k + 9]}}]})
+            body += chunk({"tool_calls": [{"index": index, "function": {"arguments": raw[k : k + 9]}}]})
     return SSEReply(body + chunk({}, "tool_calls") + USAGE + DONE, max_piece=31)
 
 
@@ -83,8 +106,9 @@ def setup(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def run_codex(proxy, tmp_path: Path, prompt: str, setup: str, *, model: str = cx.FALLBACK_MODEL,
-                    extra: dict | None = None):
+async def run_codex(
+    proxy, tmp_path: Path, prompt: str, setup: str, *, model: str = cx.FALLBACK_MODEL, extra: dict | None = None
+):
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir(exist_ok=True)
     write = cx.write_codex_home if setup == "provider" else cx.write_codex_home_builtin
@@ -98,8 +122,11 @@ def requests_on(proxy, route: str, status: str | None = None) -> int:
     total = 0.0
     for metric in proxy.app[METRICS].registry.collect():
         if metric.name == "crossfeed_requests":
-            total += sum(s.value for s in metric.samples if s.name.endswith("_total") and s.labels["route"] == route
-                         and status in (None, s.labels["status"]))
+            total += sum(
+                s.value
+                for s in metric.samples
+                if s.name.endswith("_total") and s.labels["route"] == route and status in (None, s.labels["status"])
+            )
     return int(total)
 
 
@@ -127,9 +154,13 @@ async def test_plain_answer(proxy, upstream: FakeUpstream, tmp_path: Path, setup
     check_transport(proxy, proc, setup, 1)
 
 
-async def test_shell_command_and_answer_using_its_output(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
-    upstream.reply(calls(("call_sh", "exec_command", {"cmd": "echo crossfeed-$((6*7))"})),
-                   lambda req: text(f"The command printed {tool_outputs(req)['call_sh'].split('crossfeed-')[1][:2]}."))
+async def test_shell_command_and_answer_using_its_output(
+    proxy, upstream: FakeUpstream, tmp_path: Path, setup: str
+) -> None:
+    upstream.reply(
+        calls(("call_sh", "exec_command", {"cmd": "echo crossfeed-$((6*7))"})),
+        lambda req: text(f"The command printed {tool_outputs(req)['call_sh'].split('crossfeed-')[1][:2]}."),
+    )
     proc, events, _ = await run_codex(proxy, tmp_path, "run the command", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert any("crossfeed-42" in c.get("aggregated_output", "") for c in cx.command_executions(events))
@@ -142,8 +173,9 @@ async def test_shell_command_and_answer_using_its_output(proxy, upstream: FakeUp
 
 
 async def test_reasoning_then_tool_call_is_replayed(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
-    upstream.reply(calls(("call_r", "exec_command", {"cmd": "echo ok"}), reasoning="I should run echo first."),
-                   text("Done."))
+    upstream.reply(
+        calls(("call_r", "exec_command", {"cmd": "echo ok"}), reasoning="I should run echo first."), text("Done.")
+    )
     proc, _events, _ = await run_codex(proxy, tmp_path, "think, then run echo", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     second = upstream.requests[1].body["messages"]
@@ -155,10 +187,12 @@ async def test_reasoning_then_tool_call_is_replayed(proxy, upstream: FakeUpstrea
 
 
 async def test_two_parallel_tool_calls(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
-    upstream.reply(calls(("call_a", "exec_command", {"cmd": "echo alpha"}),
-                         ("call_b", "exec_command", {"cmd": "echo beta"})),
-                   lambda req: text("Got " + " and ".join(
-                       "alpha" if "alpha" in out else "beta" for out in tool_outputs(req).values()) + "."))
+    upstream.reply(
+        calls(("call_a", "exec_command", {"cmd": "echo alpha"}), ("call_b", "exec_command", {"cmd": "echo beta"})),
+        lambda req: text(
+            "Got " + " and ".join("alpha" if "alpha" in out else "beta" for out in tool_outputs(req).values()) + "."
+        ),
+    )
     proc, events, _ = await run_codex(proxy, tmp_path, "run both", setup)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert cx.agent_messages(events)[-1] == "Got alpha and beta."
@@ -172,12 +206,14 @@ async def test_apply_patch_through_the_custom_tool(proxy, upstream: FakeUpstream
     work = tmp_path / "work"
     work.mkdir()
     (work / "hello.txt").write_text("hello world\n")
-    patch = ("*** Begin Patch\n*** Update File: hello.txt\n@@\n-hello world\n+hello \"crossfeed\" \u00e9\n"
-             "*** Add File: new.txt\n+created through a chat backend\n*** End Patch\n")
+    patch = (
+        '*** Begin Patch\n*** Update File: hello.txt\n@@\n-hello world\n+hello "crossfeed" \u00e9\n'
+        "*** Add File: new.txt\n+created through a chat backend\n*** End Patch\n"
+    )
     upstream.reply(calls(("call_p", "apply_patch", {"input": patch})), text("Patched."))
     proc, _events, _ = await run_codex(proxy, tmp_path, "edit hello.txt", setup, model=cx.APPLY_PATCH_MODEL)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (work / "hello.txt").read_text() == "hello \"crossfeed\" \u00e9\n"
+    assert (work / "hello.txt").read_text() == 'hello "crossfeed" \u00e9\n'
     assert (work / "new.txt").read_text() == "created through a chat backend\n"
     tool = next(t for t in upstream.requests[0].body["tools"] if t["function"]["name"] == "apply_patch")
     assert tool["function"]["parameters"]["required"] == ["input"]
@@ -187,8 +223,19 @@ async def test_apply_patch_through_the_custom_tool(proxy, upstream: FakeUpstream
 
 
 async def test_upstream_error_is_shown(proxy, upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
-    upstream.reply(JSONReply({"error": {"message": "context too long for model qwen-test", "type": "invalid_request_error",
-                                        "param": "messages", "code": None}}, status=400))
+    upstream.reply(
+        JSONReply(
+            {
+                "error": {
+                    "message": "context too long for model qwen-test",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": None,
+                }
+            },
+            status=400,
+        )
+    )
     proc, _events, _ = await run_codex(proxy, tmp_path, "hello", setup)
     assert proc.returncode != 0
     assert any("context too long for model qwen-test" in m for m in cx.error_messages(proc))
@@ -220,8 +267,13 @@ async def test_long_task_compacts_remotely_and_finishes(proxy, upstream: FakeUps
     for a summary and answers with one sealed compaction item, and the requests after it carry
     the summary instead of the history it replaced."""
     upstream.default = shell_steps
-    proc, events, _ = await run_codex(proxy, tmp_path, "run the two commands, then tell me what they printed",
-                                      "openai_base_url", extra={"model_auto_compact_token_limit": 200})
+    proc, events, _ = await run_codex(
+        proxy,
+        tmp_path,
+        "run the two commands, then tell me what they printed",
+        "openai_base_url",
+        extra={"model_auto_compact_token_limit": 200},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert cx.agent_messages(events)[-1] == "Both commands ran: alpha-42 and beta-42."
@@ -239,11 +291,20 @@ async def test_long_task_compacts_remotely_and_finishes(proxy, upstream: FakeUps
 @pytest.fixture
 async def search_proxy(upstream: FakeUpstream, tmp_path: Path):
     """crossfeed with hosted web search on a fake SearXNG (tests/fakes/search.py)."""
-    fake = FakeSearch(pages={"*": [(RUST_URL, "Announcing Rust 1.80.0",
-                                    "Rust 1.80.0 stabilises LazyCell and LazyLock.")]})
+    fake = FakeSearch(
+        pages={"*": [(RUST_URL, "Announcing Rust 1.80.0", "Rust 1.80.0 stabilises LazyCell and LazyLock.")]}
+    )
     await fake.start()
-    config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data"),
-                                    "web_search.backend": "searxng", "web_search.url": fake.url})
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path / "data"),
+            "web_search.backend": "searxng",
+            "web_search.url": fake.url,
+        },
+    )
     handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
     yield handle, fake
     await handle.runner.cleanup()
@@ -280,10 +341,12 @@ async def test_live_web_search_runs_inside_the_response(search_proxy, upstream: 
     upstream.default = model
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
-    env = cx.write_codex_home_builtin(home, base_url=proxy.base_url, model=cx.FALLBACK_MODEL,
-                                      extra={"web_search": "live"})
-    proc = await asyncio.to_thread(cx.run_codex_exec, "what is new in rust 1.80? search the web", cwd=work,
-                                   env=env, timeout=180, ephemeral=False)
+    env = cx.write_codex_home_builtin(
+        home, base_url=proxy.base_url, model=cx.FALLBACK_MODEL, extra={"web_search": "live"}
+    )
+    proc = await asyncio.to_thread(
+        cx.run_codex_exec, "what is new in rust 1.80? search the web", cwd=work, env=env, timeout=180, ephemeral=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = cx.parse_events(proc.stdout)
     assert "stabilised LazyCell" in cx.agent_messages(events)[-1]
@@ -296,8 +359,9 @@ async def test_live_web_search_runs_inside_the_response(search_proxy, upstream: 
     assert requests_on(proxy, "/v1/responses") == 0  # all of it over the socket
 
 
-async def test_standalone_web_search_for_a_custom_provider(search_proxy, upstream: FakeUpstream,
-                                                           tmp_path: Path) -> None:
+async def test_standalone_web_search_for_a_custom_provider(
+    search_proxy, upstream: FakeUpstream, tmp_path: Path
+) -> None:
     """A provider with ``supports_standalone_web_search``: Codex gives the model ``web.run`` and
     runs it through ``POST /v1/alpha/search``, which crossfeed answers from SearXNG."""
     proxy, search = search_proxy
@@ -306,14 +370,24 @@ async def test_standalone_web_search_for_a_custom_provider(search_proxy, upstrea
         last = req.body["messages"][-1]
         if last["role"] == "tool":
             return text("Found: " + ("LazyCell" if "LazyCell" in last["content"] else "nothing") + ".")
-        return calls(("call_run", "web__run", {"search_query": [{"q": "rust 1.80"}], "open": [{"ref_id": "turn0search0"}]}))
+        return calls(
+            ("call_run", "web__run", {"search_query": [{"q": "rust 1.80"}], "open": [{"ref_id": "turn0search0"}]})
+        )
 
     upstream.default = model
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
-    env = cx.write_codex_home(home, base_url=proxy.base_url, model=cx.FALLBACK_MODEL, web_search="live", extra={
-        "model_providers": {cx.PROVIDER_ID: {"supports_standalone_web_search": True}},
-        "features": {"standalone_web_search": True}, "suppress_unstable_features_warning": True})
+    env = cx.write_codex_home(
+        home,
+        base_url=proxy.base_url,
+        model=cx.FALLBACK_MODEL,
+        web_search="live",
+        extra={
+            "model_providers": {cx.PROVIDER_ID: {"supports_standalone_web_search": True}},
+            "features": {"standalone_web_search": True},
+            "suppress_unstable_features_warning": True,
+        },
+    )
     proc = await asyncio.to_thread(cx.run_codex_exec, "search the web for rust 1.80", cwd=work, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert cx.agent_messages(cx.parse_events(proc.stdout))[-1] == "Found: LazyCell."
@@ -349,10 +423,12 @@ async def catalog_proxy(upstream: FakeUpstream, tmp_path: Path):
 
 
 async def test_model_catalog_gives_a_local_model_apply_patch_and_its_context_window(
-        catalog_proxy, upstream: FakeUpstream, tmp_path: Path) -> None:
+    catalog_proxy, upstream: FakeUpstream, tmp_path: Path
+) -> None:
     """``model_catalog_url`` pointed at crossfeed's ``GET /v1/models``: for a model name Codex does
     not know, and no ``model_map`` to one it does, Codex offers ``apply_patch`` as a custom tool
     and takes the context window from the catalog (its rollout records it)."""
+
     def by_path(req: Recorded) -> JSONReply | SSEReply:  # crossfeed lists the backend's models too
         if req.path.endswith("/models"):
             return JSONReply({"object": "list", "data": [{"id": "qwen3-coder-local", "object": "model"}]})
@@ -361,8 +437,12 @@ async def test_model_catalog_gives_a_local_model_apply_patch_and_its_context_win
     upstream.default = by_path
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
-    env = cx.write_codex_home(home, base_url=catalog_proxy.base_url, model="qwen3-coder-local", extra={
-        "model_providers": {cx.PROVIDER_ID: {"model_catalog_url": catalog_proxy.base_url + "/models"}}})
+    env = cx.write_codex_home(
+        home,
+        base_url=catalog_proxy.base_url,
+        model="qwen3-coder-local",
+        extra={"model_providers": {cx.PROVIDER_ID: {"model_catalog_url": catalog_proxy.base_url + "/models"}}},
+    )
     proc = await asyncio.to_thread(cx.run_codex_exec, "say hi", cwd=work, env=env, timeout=180, ephemeral=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert cx.agent_messages(cx.parse_events(proc.stdout))[-1] == "Catalog read."

@@ -73,7 +73,9 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, deadline_s: 
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the server exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+            raise RuntimeError(
+                f"{url}: the server exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}"
+            )
         try:
             with urlopen(url, timeout=2) as r:  # loopback, our own server
                 if r.status == 200:
@@ -85,8 +87,9 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, deadline_s: 
 
 
 @contextmanager
-def _serve(name: str, argv: list[str], env: dict[str, str], ready_path: str, port: int,
-           log: Path) -> Iterator[RunningServer]:
+def _serve(
+    name: str, argv: list[str], env: dict[str, str], ready_path: str, port: int, log: Path
+) -> Iterator[RunningServer]:
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
@@ -104,9 +107,30 @@ def _serve(name: str, argv: list[str], env: dict[str, str], ready_path: str, por
 @contextmanager
 def llama_server(bins: Binaries, model: Path, log_dir: Path) -> Iterator[RunningServer]:
     port = free_port()
-    argv = [str(bins.llama_server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--jinja", "-np", "1", "-c", str(CONTEXT), "-b", "4096", "-ub", "4096", "--no-cache-prompt",
-            "--temp", "0", "--no-webui", "-t", "2"]
+    argv = [
+        str(bins.llama_server),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--jinja",
+        "-np",
+        "1",
+        "-c",
+        str(CONTEXT),
+        "-b",
+        "4096",
+        "-ub",
+        "4096",
+        "--no-cache-prompt",
+        "--temp",
+        "0",
+        "--no-webui",
+        "-t",
+        "2",
+    ]
     with _serve("llama-server", argv, dict(os.environ), "/health", port, log_dir / "llama-server.log") as s:
         yield s
 
@@ -114,11 +138,27 @@ def llama_server(bins: Binaries, model: Path, log_dir: Path) -> Iterator[Running
 @contextmanager
 def llama_cpp_python(bins: Binaries, model: Path, log_dir: Path) -> Iterator[RunningServer]:
     port = free_port()
-    argv = [str(bins.python), "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-            "--port", str(port), "--n_ctx", "8192", "--n_batch", "4096", "--n_threads", "2",
-            # By default a new request cuts the running one short: its stream ends [DONE] with no
-            # finish_reason and no text (README, backend notes). Behind a proxy, queue instead.
-            "--interrupt_requests", "False"]
+    argv = [
+        str(bins.python),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "8192",
+        "--n_batch",
+        "4096",
+        "--n_threads",
+        "2",
+        # By default a new request cuts the running one short: its stream ends [DONE] with no
+        # finish_reason and no text (README, backend notes). Behind a proxy, queue instead.
+        "--interrupt_requests",
+        "False",
+    ]
     env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(bins.lib)}
     with _serve("llama-cpp-python", argv, env, "/v1/models", port, log_dir / "llama-cpp-python.log") as s:
         yield s

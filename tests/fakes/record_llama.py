@@ -18,29 +18,77 @@ from pathlib import Path
 from tests.fakes import llama_servers as ls
 from tests.fakes.tiny_model import write_model
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 USER = {"role": "user", "content": "Weather in Paris?"}
 
 # (server, file name, path, request body)
 RECORDINGS = [
-    ("llama-cpp-python", "chat/llamacpppython-named-tool-legacy-function-call.sse", "/chat/completions",
-     {"messages": [USER], "tools": [WEATHER], "stream": True, "stream_options": {"include_usage": True},
-      "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
-    ("llama-cpp-python", "chat/llamacpppython-tool-markup-in-content.sse", "/chat/completions",
-     {"messages": [USER], "tools": [WEATHER], "stream": True, "stream_options": {"include_usage": True}}),
-    ("llama-server", "chat/llamaserver-tool-call.sse", "/chat/completions",
-     {"messages": [USER], "tools": [WEATHER], "stream": True, "stream_options": {"include_usage": True}}),
-    *[("llama-server", f"chat/llamaserver-markup-{m}.sse", "/chat/completions",
-       {"messages": [{"role": "system", "content": f"markup={m}"}, USER], "stream": True,
-        "stream_options": {"include_usage": True}}) for m in ("hermes", "mistral", "qwen3")],
-    ("llama-server", "responses/llamaserver-native-text.sse", "/responses",
-     {"model": "tiny", "input": "Say hello", "stream": True}),
-    ("llama-server", "responses/llamaserver-native-cut.sse", "/responses",
-     {"model": "tiny", "input": "Say hello", "stream": True, "max_output_tokens": 3}),
-    ("llama-server", "responses/llamaserver-native-tool-call.sse", "/responses",
-     {"model": "tiny", "input": "Weather in Paris?", "stream": True,
-      "tools": [{"type": "function", **WEATHER["function"]}]}),
+    (
+        "llama-cpp-python",
+        "chat/llamacpppython-named-tool-legacy-function-call.sse",
+        "/chat/completions",
+        {
+            "messages": [USER],
+            "tools": [WEATHER],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        },
+    ),
+    (
+        "llama-cpp-python",
+        "chat/llamacpppython-tool-markup-in-content.sse",
+        "/chat/completions",
+        {"messages": [USER], "tools": [WEATHER], "stream": True, "stream_options": {"include_usage": True}},
+    ),
+    (
+        "llama-server",
+        "chat/llamaserver-tool-call.sse",
+        "/chat/completions",
+        {"messages": [USER], "tools": [WEATHER], "stream": True, "stream_options": {"include_usage": True}},
+    ),
+    *[
+        (
+            "llama-server",
+            f"chat/llamaserver-markup-{m}.sse",
+            "/chat/completions",
+            {
+                "messages": [{"role": "system", "content": f"markup={m}"}, USER],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
+        for m in ("hermes", "mistral", "qwen3")
+    ],
+    (
+        "llama-server",
+        "responses/llamaserver-native-text.sse",
+        "/responses",
+        {"model": "tiny", "input": "Say hello", "stream": True},
+    ),
+    (
+        "llama-server",
+        "responses/llamaserver-native-cut.sse",
+        "/responses",
+        {"model": "tiny", "input": "Say hello", "stream": True, "max_output_tokens": 3},
+    ),
+    (
+        "llama-server",
+        "responses/llamaserver-native-tool-call.sse",
+        "/responses",
+        {
+            "model": "tiny",
+            "input": "Weather in Paris?",
+            "stream": True,
+            "tools": [{"type": "function", **WEATHER["function"]}],
+        },
+    ),
 ]
 
 

@@ -68,8 +68,15 @@ class FakeSearch:
 
     async def _record(self, request: web.Request) -> web.Response | None:
         raw = await request.read()
-        self.requests.append(SearchRequest(request.method, request.path, dict(request.query), dict(request.headers),
-                                           orjson.loads(raw) if raw else None))
+        self.requests.append(
+            SearchRequest(
+                request.method,
+                request.path,
+                dict(request.query),
+                dict(request.headers),
+                orjson.loads(raw) if raw else None,
+            )
+        )
         if self.hook is not None:
             await self.hook()
         if self.delay:
@@ -83,8 +90,10 @@ class FakeSearch:
         if self.fail == "shape":
             return web.json_response({"results": "nope"})
         if self.fail == "huge":
-            return web.Response(body=b'{"results": [' + b'{"url": "https://x.test/", "title": "x"},' * 60000 + b"{}]}",
-                                content_type="application/json")
+            return web.Response(
+                body=b'{"results": [' + b'{"url": "https://x.test/", "title": "x"},' * 60000 + b"{}]}",
+                content_type="application/json",
+            )
         return None
 
     async def _searxng(self, request: web.Request) -> web.StreamResponse:
@@ -92,27 +101,65 @@ class FakeSearch:
         if failed is not None:
             return failed
         q = request.query.get("q", "")
-        return web.json_response({
-            "query": q, "number_of_results": 0, "answers": [], "corrections": [], "infoboxes": [], "suggestions": [],
-            "unresponsive_engines": [],
-            "results": [{"url": u, "title": t, "content": c, "engine": "duckduckgo", "engines": ["duckduckgo"],
-                         "score": 1.0 / (i + 1), "category": "general", "parsed_url": u.split("/"), "positions": [i + 1]}
-                        for i, (u, t, c) in enumerate(self._found(q))]})
+        return web.json_response(
+            {
+                "query": q,
+                "number_of_results": 0,
+                "answers": [],
+                "corrections": [],
+                "infoboxes": [],
+                "suggestions": [],
+                "unresponsive_engines": [],
+                "results": [
+                    {
+                        "url": u,
+                        "title": t,
+                        "content": c,
+                        "engine": "duckduckgo",
+                        "engines": ["duckduckgo"],
+                        "score": 1.0 / (i + 1),
+                        "category": "general",
+                        "parsed_url": u.split("/"),
+                        "positions": [i + 1],
+                    }
+                    for i, (u, t, c) in enumerate(self._found(q))
+                ],
+            }
+        )
 
     async def _brave(self, request: web.Request) -> web.StreamResponse:
         failed = await self._record(request)
         if failed is not None:
             return failed
         if not request.headers.get("X-Subscription-Token"):
-            return web.json_response({"type": "ErrorResponse", "error": {"code": "SUBSCRIPTION_TOKEN_INVALID"}},
-                                     status=422)
+            return web.json_response(
+                {"type": "ErrorResponse", "error": {"code": "SUBSCRIPTION_TOKEN_INVALID"}}, status=422
+            )
         q = request.query.get("q", "")
         count = int(request.query.get("count", "20"))
-        return web.json_response({"type": "search", "query": {"original": q}, "mixed": {"type": "mixed"},
-                                  "web": {"type": "search", "family_friendly": True, "results": [
-                                      {"type": "search_result", "title": t, "url": u, "description": c,
-                                       "is_source_local": False, "language": "en", "profile": {"name": "x"}}
-                                      for u, t, c in self._found(q)[:count]]}})
+        return web.json_response(
+            {
+                "type": "search",
+                "query": {"original": q},
+                "mixed": {"type": "mixed"},
+                "web": {
+                    "type": "search",
+                    "family_friendly": True,
+                    "results": [
+                        {
+                            "type": "search_result",
+                            "title": t,
+                            "url": u,
+                            "description": c,
+                            "is_source_local": False,
+                            "language": "en",
+                            "profile": {"name": "x"},
+                        }
+                        for u, t, c in self._found(q)[:count]
+                    ],
+                },
+            }
+        )
 
     async def _tavily(self, request: web.Request) -> web.StreamResponse:
         failed = await self._record(request)
@@ -123,6 +170,16 @@ class FakeSearch:
         body = self.requests[-1].body or {}
         q = body.get("query", "")
         n = int(body.get("max_results", 5))
-        return web.json_response({"query": q, "follow_up_questions": None, "answer": None, "images": [],
-                                  "results": [{"title": t, "url": u, "content": c, "score": 0.9, "raw_content": None}
-                                              for u, t, c in self._found(q)[:n]], "response_time": 0.4})
+        return web.json_response(
+            {
+                "query": q,
+                "follow_up_questions": None,
+                "answer": None,
+                "images": [],
+                "results": [
+                    {"title": t, "url": u, "content": c, "score": 0.9, "raw_content": None}
+                    for u, t, c in self._found(q)[:n]
+                ],
+                "response_time": 0.4,
+            }
+        )

@@ -40,19 +40,40 @@ from pathlib import Path
 
 # The scripts, as token texts. A text may appear in several scripts (the selector bonus decides
 # its successor) but only once within a script.
-WEATHER_CALL = ["<tool_call>", "\n<function=get_weather>\n", "<parameter=city>\n", "Paris",
-                "\n</parameter>\n", "</function>\n", "</tool_call>"]
+WEATHER_CALL = [
+    "<tool_call>",
+    "\n<function=get_weather>\n",
+    "<parameter=city>\n",
+    "Paris",
+    "\n</parameter>\n",
+    "</function>\n",
+    "</tool_call>",
+]
 COMMAND = "echo crossfeed-$((6*7))"
-EXEC_CALL = ["<tool_call>", "\n<function=exec_command>\n", "<parameter=cmd>\n", COMMAND,
-             "\n</parameter>\n", "</function>\n", "</tool_call>"]
+EXEC_CALL = [
+    "<tool_call>",
+    "\n<function=exec_command>\n",
+    "<parameter=cmd>\n",
+    COMMAND,
+    "\n</parameter>\n",
+    "</function>\n",
+    "</tool_call>",
+]
 SCRIPTS: dict[str, list[str]] = {
     "text": ["Hello", " from", " a", " tiny", " model", " served", " by", " llama", ".cpp", "."],
     "after_tool": ["The", " tool", " answered", ";", " all", " done", "!"],
     "call_get_weather": WEATHER_CALL,
     "call_exec_command": EXEC_CALL,
     "markup_qwen3": WEATHER_CALL,
-    "markup_hermes": ["Checking", " the", " weather", ".\n", "<tool_call>",
-                      '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n', "</tool_call>"],
+    "markup_hermes": [
+        "Checking",
+        " the",
+        " weather",
+        ".\n",
+        "<tool_call>",
+        '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n',
+        "</tool_call>",
+    ],
     "markup_mistral": ["[TOOL_CALLS]", "get_weather", "[ARGS]", '{"city": "Paris"}'],
 }
 # A server that forces a named tool with a JSON grammar of its arguments (llama-cpp-python) rejects
@@ -75,7 +96,8 @@ CHAT_TEMPLATE = (
     "{% if messages and messages[0].role == 'system' and messages[0].content is string %}"
     + "".join(
         "{% if 'markup=" + m + "' in messages[0].content %}{% set ns.sel = '<|sel_markup_" + m + "|>' %}{% endif %}"
-        for m in MARKUP)
+        for m in MARKUP
+    )
     + "{% endif %}"
     "{% if messages and messages[-1].role == 'user' and messages[-1].content is string"
     " and ('hello' in messages[-1].content or 'Hello' in messages[-1].content) %}"
@@ -86,7 +108,8 @@ CHAT_TEMPLATE = (
     "<|im_start|>system\n# Tools\n<tools>"
     "{% for t in tools %}\n<function><name>{{ t.function.name }}</name>"
     "{% if t.function.parameters is mapping and t.function.parameters.properties is mapping %}"
-    "{% for pname in t.function.parameters.properties %}<parameter=" "{{ pname }}>{% endfor %}"
+    "{% for pname in t.function.parameters.properties %}<parameter="
+    "{{ pname }}>{% endfor %}"
     "{% endif %}</function>{% endfor %}\n</tools>\n"
     "To call a function, reply with <tool_call>\n<function=name>\n<parameter=arg>\nvalue\n"
     "</parameter>\n</function>\n</tool_call><|im_end|>\n"
@@ -121,7 +144,9 @@ CONTEXT = 131072
 
 def _byte_symbols() -> list[str]:
     """GPT-2's byte-to-unicode table: the printable form each byte takes in a BPE vocabulary."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table = dict.fromkeys(range(256), "")
     extra = 0
     for b in range(256):

@@ -103,8 +103,9 @@ class FakeUpstream:
         try:
             if isinstance(reply, JSONReply):
                 payload = reply.raw if reply.raw is not None else orjson.dumps(reply.body)
-                return web.Response(status=reply.status, body=payload, content_type=reply.content_type,
-                                    headers=reply.headers)
+                return web.Response(
+                    status=reply.status, body=payload, content_type=reply.content_type, headers=reply.headers
+                )
             return await self._stream(request, reply)
         except asyncio.CancelledError:
             self.cancelled += 1

@@ -53,7 +53,8 @@ TIMEOUT_FAULT_TIMEOUTS = {
 LEAK_RE = re.compile(
     rb"Traceback|File \"|Exception|Error\(|aiohttp|asyncio|KeyError|AttributeError|TypeError|ValueError|"
     rb"orjson|pydantic|multidict|site-packages|\b\d{3}, message=|\.py\b|<[A-Za-z_.]*(?:Error|Exception)\b|"
-    rb"\b(?:[A-Z][a-z0-9]+){1,5}(?:Error|Exception)\b")
+    rb"\b(?:[A-Z][a-z0-9]+){1,5}(?:Error|Exception)\b"
+)
 
 SECRET_MARK = "SECRET-MARK"
 
@@ -67,8 +68,9 @@ def new_secrets() -> tuple[str, str]:
 # -- in-process crossfeed --------------------------------------------------------------------------
 
 
-def fault_config(upstream_url: str, direction: str, *, timeouts: Timeouts = GENEROUS_TIMEOUTS,
-                 server: dict[str, Any] | None = None) -> Config:
+def fault_config(
+    upstream_url: str, direction: str, *, timeouts: Timeouts = GENEROUS_TIMEOUTS, server: dict[str, Any] | None = None
+) -> Config:
     """Upstreams speaking the direction's API: ``fault:refuse`` goes to a closed port; each
     model of TIMEOUT_FAULT_TIMEOUTS to the fault upstream with its small timeout; every other
     model to the fault upstream with ``timeouts`` (generous: those answers must not depend on
@@ -78,11 +80,23 @@ def fault_config(upstream_url: str, direction: str, *, timeouts: Timeouts = GENE
         overrides[f"server.{key}"] = value
     base = load_config(None, {}, overrides)
     api = API[direction]
-    dead = Upstream(name="dead", base_url=f"http://127.0.0.1:{closed_port()}/v1", api=api,
-                    models=("fault:refuse",), timeouts=timeouts)
-    timing_out = tuple(Upstream(name=f"fault-{fault.replace('_', '-')}", base_url=upstream_url, api=api,
-                                models=(f"fault:{fault}",), timeouts=t)
-                       for fault, t in TIMEOUT_FAULT_TIMEOUTS.items())
+    dead = Upstream(
+        name="dead",
+        base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        api=api,
+        models=("fault:refuse",),
+        timeouts=timeouts,
+    )
+    timing_out = tuple(
+        Upstream(
+            name=f"fault-{fault.replace('_', '-')}",
+            base_url=upstream_url,
+            api=api,
+            models=(f"fault:{fault}",),
+            timeouts=t,
+        )
+        for fault, t in TIMEOUT_FAULT_TIMEOUTS.items()
+    )
     live = Upstream(name="fault", base_url=upstream_url, api=api, models=("*",), default=True, timeouts=timeouts)
     return base.model_copy(update={"upstreams": (dead, *timing_out, live)})
 
@@ -151,7 +165,7 @@ def check_clean(raw: bytes) -> None:
     except UnicodeDecodeError as exc:
         raise AssertionError(f"client body is not valid UTF-8 at byte {exc.start}") from None
     m = LEAK_RE.search(raw)
-    assert m is None, f"client body leaks Python internals: {raw[max(0, m.start() - 80):m.end() + 80]!r}"
+    assert m is None, f"client body leaks Python internals: {raw[max(0, m.start() - 80) : m.end() + 80]!r}"
 
 
 def parse_outcome(direction: str, stream: bool, status: int, headers: dict[str, str], raw: bytes) -> Outcome:
@@ -166,13 +180,15 @@ def parse_outcome(direction: str, stream: bool, status: int, headers: dict[str, 
         assert "text/event-stream" in ctype, f"200 stream answer with content-type {ctype!r}: {raw[:200]!r}"
         if direction == "forward":
             events = validate_responses_sse(raw)
-            terminals = [e for e in events if e["type"] in
-                         ("response.completed", "response.incomplete", "response.failed")]
+            terminals = [
+                e for e in events if e["type"] in ("response.completed", "response.incomplete", "response.failed")
+            ]
             assert len(terminals) == 1 and terminals[0] is events[-1], "exactly one terminal event, last"
             text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
             last = events[-1]
-            kind = {"response.completed": "success", "response.incomplete": "incomplete",
-                    "response.failed": "failed"}[last["type"]]
+            kind = {"response.completed": "success", "response.incomplete": "incomplete", "response.failed": "failed"}[
+                last["type"]
+            ]
             return Outcome(status, kind, text, last["response"].get("error"), raw, headers, events)
         chunks = validate_chat_sse(raw)
         acc = accumulate_chat(chunks)
@@ -189,8 +205,13 @@ def parse_outcome(direction: str, stream: bool, status: int, headers: dict[str, 
     assert isinstance(body, dict)
     if direction == "forward":
         assert body.get("object") == "response", f"not a Response object: {raw[:300]!r}"
-        text = "".join(p.get("text", "") for item in body.get("output", []) if item.get("type") == "message"
-                       for p in item.get("content", []) if p.get("type") == "output_text")
+        text = "".join(
+            p.get("text", "")
+            for item in body.get("output", [])
+            if item.get("type") == "message"
+            for p in item.get("content", [])
+            if p.get("type") == "output_text"
+        )
         kind = {"completed": "success", "incomplete": "incomplete"}.get(body.get("status"), "failed")
         return Outcome(status, kind, text, body.get("error"), raw, headers, [body])
     assert body.get("object") == "chat.completion", f"not a chat.completion: {raw[:300]!r}"
@@ -210,8 +231,14 @@ class RawResponse:
     head: bytes
 
 
-async def raw_http(port: int, data: bytes | list[bytes], *, timeout: float = 10.0, shutdown_write: bool = False,
-                   read_limit: int = 1024 * 1024) -> RawResponse | None:
+async def raw_http(
+    port: int,
+    data: bytes | list[bytes],
+    *,
+    timeout: float = 10.0,
+    shutdown_write: bool = False,
+    read_limit: int = 1024 * 1024,
+) -> RawResponse | None:
     """Send raw bytes, read one response (None if the server closed without answering)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1024 * 1024)
 
@@ -277,7 +304,7 @@ def _dechunk(data: bytes) -> bytes:
         if size == 0:
             break
         out += rest[:size]
-        data = rest[size + 2:]
+        data = rest[size + 2 :]
     return bytes(out)
 
 
@@ -312,7 +339,7 @@ def proc_inbound_connections(pid: int, port: int) -> int:
         with contextlib.suppress(OSError):
             link = os.readlink(f"/proc/{pid}/fd/{fd}")
             if link.startswith("socket:["):
-                inodes.add(int(link[len("socket:["):-1]))
+                inodes.add(int(link[len("socket:[") : -1]))
     count = 0
     for table in ("tcp", "tcp6"):
         path = Path(f"/proc/{pid}/net/{table}")
@@ -331,8 +358,17 @@ class ProxyProcess:
 
     KEY_ENV = "CF_FAULTS_UPSTREAM_KEY"
 
-    def __init__(self, tmp: Path, upstream_url: str, *, api: str = "chat", drain: float = 20.0,
-                 timeouts: Timeouts | None = None, log_level: str = "debug", workers: int = 1) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        upstream_url: str,
+        *,
+        api: str = "chat",
+        drain: float = 20.0,
+        timeouts: Timeouts | None = None,
+        log_level: str = "debug",
+        workers: int = 1,
+    ) -> None:
         self.tmp = tmp
         self.workers = workers  # > 1: ``serve --workers N``; the figures below are summed over the processes
         self.upstream_url = upstream_url
@@ -363,11 +399,13 @@ class ProxyProcess:
         path = self.tmp / "crossfeed.toml"
         path.write_text(
             f"[server]\ndrain_seconds = {self.drain}\n\n"
-            f"[store]\nbackend = \"sqlite\"\ndata_dir = \"{self.tmp / 'data'}\"\n\n"
-            f"[[upstreams]]\nname = \"main\"\nbase_url = \"{self.upstream_url}\"\napi = \"{self.api}\"\n"
+            f'[store]\nbackend = "sqlite"\ndata_dir = "{self.tmp / "data"}"\n\n'
+            f'[[upstreams]]\nname = "main"\nbase_url = "{self.upstream_url}"\napi = "{self.api}"\n'
             f"default = true\n\n"
             f"[upstreams.timeouts]\nconnect = {t.connect}\nfirst_byte = {t.first_byte}\nidle = {t.idle}\n"
-            f"total = {t.total}\n", encoding="utf-8")
+            f"total = {t.total}\n",
+            encoding="utf-8",
+        )
         return path
 
     async def start(self) -> ProxyProcess:
@@ -376,10 +414,26 @@ class ProxyProcess:
         env["PYTHONUNBUFFERED"] = "1"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "proxy", "serve", "--config", str(self._config()), "--port", "0",
-            "--upstream-api-key-env", self.KEY_ENV, "--log-level", self.log_level, "--log-format", "json",
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--config",
+            str(self._config()),
+            "--port",
+            "0",
+            "--upstream-api-key-env",
+            self.KEY_ENV,
+            "--log-level",
+            self.log_level,
+            "--log-format",
+            "json",
             *(["--workers", str(self.workers)] if self.workers > 1 else []),
-            cwd=str(REPO), env=env, stdout=asyncio.subprocess.PIPE, stderr=self._log)
+            cwd=str(REPO),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=self._log,
+        )
         assert self.proc.stdout is not None
         line = await asyncio.wait_for(self.proc.stdout.readline(), 20)
         m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
@@ -440,5 +494,3 @@ async def proxy_process(tmp: Path, upstream_url: str, **kw: Any) -> AsyncIterato
         yield p
     finally:
         await p.stop(signal.SIGTERM, timeout=15.0)
-
-

@@ -59,7 +59,7 @@ class Request:
     def fault(self) -> str:
         model = self.body.get("model") if isinstance(self.body, dict) else None
         if isinstance(model, str) and model.startswith("fault:"):
-            return model[len("fault:"):]
+            return model[len("fault:") :]
         return "ok"
 
     @property
@@ -80,46 +80,82 @@ def sse(obj: Any, event: str | None = None, eol: bytes = b"\n") -> bytes:
 
 
 def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"id": "chatcmpl-fault", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    return {
+        "id": "chatcmpl-fault",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
 
 
 def chat_usage_chunk(completion: int = 9) -> dict[str, Any]:
-    return {"id": "chatcmpl-fault", "object": "chat.completion.chunk", "created": 1, "model": MODEL, "choices": [],
-            "usage": {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion}}
+    return {
+        "id": "chatcmpl-fault",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": MODEL,
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion},
+    }
 
 
-def chat_completion(text: str = TEXT, *, reasoning: str | None = None,
-                    tool: tuple[str, str] | None = None) -> dict[str, Any]:
+def chat_completion(
+    text: str = TEXT, *, reasoning: str | None = None, tool: tuple[str, str] | None = None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if reasoning:
         message["reasoning_content"] = reasoning
     finish = "stop"
     if tool:
-        message["tool_calls"] = [{"id": "call_fault1", "type": "function",
-                                  "function": {"name": tool[0], "arguments": tool[1]}}]
+        message["tool_calls"] = [
+            {"id": "call_fault1", "type": "function", "function": {"name": tool[0], "arguments": tool[1]}}
+        ]
         finish = "tool_calls"
-    return {"id": "chatcmpl-fault", "object": "chat.completion", "created": 1, "model": MODEL,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}}
+    return {
+        "id": "chatcmpl-fault",
+        "object": "chat.completion",
+        "created": 1,
+        "model": MODEL,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14},
+    }
 
 
 def pieces_of(text: str, n: int = 6) -> list[str]:
     size = max(1, len(text) // n)
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def chat_stream_events(text: str = TEXT, *, finish: str | None = "stop", usage: bool = True,
-                       reasoning: str | None = None, tool: tuple[str, str] | None = None,
-                       pieces: list[str] | None = None) -> list[dict[str, Any]]:
+def chat_stream_events(
+    text: str = TEXT,
+    *,
+    finish: str | None = "stop",
+    usage: bool = True,
+    reasoning: str | None = None,
+    tool: tuple[str, str] | None = None,
+    pieces: list[str] | None = None,
+) -> list[dict[str, Any]]:
     out = [chat_chunk({"role": "assistant", "content": ""})]
     if reasoning:
         out += [chat_chunk({"reasoning_content": p}) for p in pieces_of(reasoning, 3)]
     out += [chat_chunk({"content": p}) for p in (pieces if pieces is not None else pieces_of(text))]
     if tool:
         name, args = tool
-        out.append(chat_chunk({"tool_calls": [{"index": 0, "id": "call_fault1", "type": "function",
-                                               "function": {"name": name, "arguments": ""}}]}))
+        out.append(
+            chat_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_fault1",
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         out += [chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in pieces_of(args, 3)]
         finish = "tool_calls" if finish else None
     if finish:
@@ -130,34 +166,63 @@ def chat_stream_events(text: str = TEXT, *, finish: str | None = "stop", usage: 
 
 
 def _usage(output_tokens: int = 9) -> dict[str, Any]:
-    return {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 5 + output_tokens}
+    return {
+        "input_tokens": 5,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 5 + output_tokens,
+    }
 
 
-def response_object(status: str, output: list[dict[str, Any]], *, error: dict[str, Any] | None = None) -> dict[str, Any]:
+def response_object(
+    status: str, output: list[dict[str, Any]], *, error: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A whole Response, every field as OpenAI's API sends it."""
-    return {**new_response({}, response_id="resp_fault", created_at=1, model=MODEL), "status": status,
-            "completed_at": 2 if status == "completed" else None, "output": output, "error": error,
-            "usage": _usage() if status != "in_progress" else None}
+    return {
+        **new_response({}, response_id="resp_fault", created_at=1, model=MODEL),
+        "status": status,
+        "completed_at": 2 if status == "completed" else None,
+        "output": output,
+        "error": error,
+        "usage": _usage() if status != "in_progress" else None,
+    }
 
 
 def message_item(text: str, status: str = "completed") -> dict[str, Any]:
-    return {"id": "msg_fault", "type": "message", "role": "assistant", "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+    return {
+        "id": "msg_fault",
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def reasoning_item(text: str) -> dict[str, Any]:
-    return {"id": "rs_fault", "type": "reasoning", "status": "completed", "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}]}
+    return {
+        "id": "rs_fault",
+        "type": "reasoning",
+        "status": "completed",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
 
 
 def call_item(name: str, args: str) -> dict[str, Any]:
-    return {"id": "fc_fault", "type": "function_call", "call_id": "call_fault1", "name": name, "arguments": args,
-            "status": "completed"}
+    return {
+        "id": "fc_fault",
+        "type": "function_call",
+        "call_id": "call_fault1",
+        "name": name,
+        "arguments": args,
+        "status": "completed",
+    }
 
 
-def responses_body(text: str = TEXT, *, reasoning: str | None = None,
-                   tool: tuple[str, str] | None = None) -> dict[str, Any]:
+def responses_body(
+    text: str = TEXT, *, reasoning: str | None = None, tool: tuple[str, str] | None = None
+) -> dict[str, Any]:
     output = []
     if reasoning:
         output.append(reasoning_item(reasoning))
@@ -178,9 +243,15 @@ class _Seq:
         self.events.append(ev)
 
 
-def responses_stream_events(text: str = TEXT, *, terminal: bool = True, close_items: bool = True,
-                            reasoning: str | None = None, tool: tuple[str, str] | None = None,
-                            pieces: list[str] | None = None) -> list[dict[str, Any]]:
+def responses_stream_events(
+    text: str = TEXT,
+    *,
+    terminal: bool = True,
+    close_items: bool = True,
+    reasoning: str | None = None,
+    tool: tuple[str, str] | None = None,
+    pieces: list[str] | None = None,
+) -> list[dict[str, Any]]:
     emit = _Seq()
     emit({"type": "response.created", "response": response_object("in_progress", [])})
     emit({"type": "response.in_progress", "response": response_object("in_progress", [])})
@@ -188,46 +259,131 @@ def responses_stream_events(text: str = TEXT, *, terminal: bool = True, close_it
     index = 0
     if reasoning:
         rs = reasoning_item(reasoning)
-        emit({"type": "response.output_item.added", "output_index": index,
-              "item": {**rs, "status": "in_progress", "content": []}})
-        emit({"type": "response.content_part.added", "item_id": rs["id"], "output_index": index, "content_index": 0,
-              "part": {"type": "reasoning_text", "text": ""}})
+        emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**rs, "status": "in_progress", "content": []},
+            }
+        )
+        emit(
+            {
+                "type": "response.content_part.added",
+                "item_id": rs["id"],
+                "output_index": index,
+                "content_index": 0,
+                "part": {"type": "reasoning_text", "text": ""},
+            }
+        )
         for p in pieces_of(reasoning, 3):
-            emit({"type": "response.reasoning_text.delta", "item_id": rs["id"], "output_index": index,
-                  "content_index": 0, "delta": p})
-        emit({"type": "response.reasoning_text.done", "item_id": rs["id"], "output_index": index,
-              "content_index": 0, "text": reasoning})
-        emit({"type": "response.content_part.done", "item_id": rs["id"], "output_index": index, "content_index": 0,
-              "part": {"type": "reasoning_text", "text": reasoning}})
+            emit(
+                {
+                    "type": "response.reasoning_text.delta",
+                    "item_id": rs["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": p,
+                }
+            )
+        emit(
+            {
+                "type": "response.reasoning_text.done",
+                "item_id": rs["id"],
+                "output_index": index,
+                "content_index": 0,
+                "text": reasoning,
+            }
+        )
+        emit(
+            {
+                "type": "response.content_part.done",
+                "item_id": rs["id"],
+                "output_index": index,
+                "content_index": 0,
+                "part": {"type": "reasoning_text", "text": reasoning},
+            }
+        )
         emit({"type": "response.output_item.done", "output_index": index, "item": rs})
         output.append(rs)
         index += 1
     msg = message_item(text)
-    emit({"type": "response.output_item.added", "output_index": index,
-          "item": {**msg, "status": "in_progress", "content": []}})
-    emit({"type": "response.content_part.added", "item_id": msg["id"], "output_index": index, "content_index": 0,
-          "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})
+    emit(
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**msg, "status": "in_progress", "content": []},
+        }
+    )
+    emit(
+        {
+            "type": "response.content_part.added",
+            "item_id": msg["id"],
+            "output_index": index,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+        }
+    )
     for p in pieces if pieces is not None else pieces_of(text):
-        emit({"type": "response.output_text.delta", "item_id": msg["id"], "output_index": index,
-              "content_index": 0, "delta": p, "logprobs": []})
+        emit(
+            {
+                "type": "response.output_text.delta",
+                "item_id": msg["id"],
+                "output_index": index,
+                "content_index": 0,
+                "delta": p,
+                "logprobs": [],
+            }
+        )
     if not close_items:
         return emit.events
-    emit({"type": "response.output_text.done", "item_id": msg["id"], "output_index": index, "content_index": 0,
-          "text": text, "logprobs": []})
-    emit({"type": "response.content_part.done", "item_id": msg["id"], "output_index": index, "content_index": 0,
-          "part": msg["content"][0]})
+    emit(
+        {
+            "type": "response.output_text.done",
+            "item_id": msg["id"],
+            "output_index": index,
+            "content_index": 0,
+            "text": text,
+            "logprobs": [],
+        }
+    )
+    emit(
+        {
+            "type": "response.content_part.done",
+            "item_id": msg["id"],
+            "output_index": index,
+            "content_index": 0,
+            "part": msg["content"][0],
+        }
+    )
     emit({"type": "response.output_item.done", "output_index": index, "item": msg})
     output.append(msg)
     index += 1
     if tool:
         fc = call_item(*tool)
-        emit({"type": "response.output_item.added", "output_index": index,
-              "item": {**fc, "arguments": "", "status": "in_progress"}})
+        emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**fc, "arguments": "", "status": "in_progress"},
+            }
+        )
         for a in pieces_of(tool[1], 3):
-            emit({"type": "response.function_call_arguments.delta", "item_id": fc["id"], "output_index": index,
-                  "delta": a})
-        emit({"type": "response.function_call_arguments.done", "item_id": fc["id"], "output_index": index,
-              "arguments": tool[1]})
+            emit(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": fc["id"],
+                    "output_index": index,
+                    "delta": a,
+                }
+            )
+        emit(
+            {
+                "type": "response.function_call_arguments.done",
+                "item_id": fc["id"],
+                "output_index": index,
+                "arguments": tool[1],
+            }
+        )
         emit({"type": "response.output_item.done", "output_index": index, "item": fc})
         output.append(fc)
     if terminal:
@@ -259,8 +415,9 @@ def error_object(shape: str) -> tuple[bytes, dict[str, Any]]:
     err = {"message": ERROR_MESSAGE, "type": "server_error", "param": None, "code": "overloaded"}
     if shape == "chat":
         return sse({"error": err}), {"error": err}
-    return sse({"type": "error", "code": "overloaded", "message": ERROR_MESSAGE, "param": None, "error": err},
-               "error"), {"error": err}
+    return sse(
+        {"type": "error", "code": "overloaded", "message": ERROR_MESSAGE, "param": None, "error": err}, "error"
+    ), {"error": err}
 
 
 # -- HTTP plumbing -------------------------------------------------------------------------------
@@ -324,7 +481,7 @@ class Conn:
                 if not await self._fill():
                     return bytes(out)
             out += self.buf[:size]
-            self.buf = self.buf[size + 2:]
+            self.buf = self.buf[size + 2 :]
             if size == 0:
                 return bytes(out)
 
@@ -370,10 +527,26 @@ class Conn:
             return
         raise PeerGone
 
-    async def head(self, status: int, content_type: str | None, *, length: int | None = None,
-                   chunked: bool = False, close: bool = False, extra: dict[str, str] | None = None) -> None:
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
-                  500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}.get(status, "X")
+    async def head(
+        self,
+        status: int,
+        content_type: str | None,
+        *,
+        length: int | None = None,
+        chunked: bool = False,
+        close: bool = False,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            429: "Too Many Requests",
+            500: "Internal Server Error",
+            502: "Bad Gateway",
+            503: "Service Unavailable",
+        }.get(status, "X")
         lines = [f"HTTP/1.1 {status} {reason}"]
         if content_type:
             lines.append(f"Content-Type: {content_type}")
@@ -511,21 +684,50 @@ class FaultUpstream:
 
     async def _answer(self, conn: Conn, req: Request) -> bool:
         if req.method == "GET" and req.path.rstrip("/").endswith("/models"):
-            await conn.json(200, {"object": "list", "data": [{"id": "fault:ok", "object": "model", "created": 0,
-                                                              "owned_by": "fault"}]})
+            await conn.json(
+                200,
+                {"object": "list", "data": [{"id": "fault:ok", "object": "model", "created": 0, "owned_by": "fault"}]},
+            )
             return True
         if req.method != "POST":
-            await conn.json(404, {"error": {"message": f"no route {req.method} {req.path}",
-                                            "type": "invalid_request_error", "param": None, "code": "not_found"}})
+            await conn.json(
+                404,
+                {
+                    "error": {
+                        "message": f"no route {req.method} {req.path}",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "not_found",
+                    }
+                },
+            )
             return True
         if req.body is None or not isinstance(req.body, dict):
-            await conn.json(400, {"error": {"message": "fault upstream: body is not a JSON object",
-                                            "type": "invalid_request_error", "param": None, "code": None}})
+            await conn.json(
+                400,
+                {
+                    "error": {
+                        "message": "fault upstream: body is not a JSON object",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
             return True
         handler = FAULTS.get(req.fault)
         if handler is None:
-            await conn.json(404, {"error": {"message": f"unknown fault {req.fault}", "type": "invalid_request_error",
-                                            "param": "model", "code": "model_not_found"}})
+            await conn.json(
+                404,
+                {
+                    "error": {
+                        "message": f"unknown fault {req.fault}",
+                        "type": "invalid_request_error",
+                        "param": "model",
+                        "code": "model_not_found",
+                    }
+                },
+            )
             return True
         return await handler(conn, req)
 
@@ -569,21 +771,36 @@ async def f_reasoning(conn: Conn, req: Request) -> bool:
     return True
 
 
-def _http_error(status: int, message: str, etype: str, code: str | None, param: str | None = None,
-                extra: dict[str, str] | None = None) -> Handler:
+def _http_error(
+    status: int,
+    message: str,
+    etype: str,
+    code: str | None,
+    param: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> Handler:
     async def handler(conn: Conn, req: Request) -> bool:
         await conn.json(status, {"error": {"message": message, "type": etype, "param": param, "code": code}}, extra)
         return True
+
     return handler
 
 
 async def f_http_400_split(conn: Conn, req: Request) -> bool:
     """A JSON error envelope whose body arrives in three writes, 20 ms apart."""
-    raw = orjson.dumps({"error": {"message": "fault: this request is invalid", "type": "invalid_request_error",
-                                  "param": "input", "code": "bad_input"}})
+    raw = orjson.dumps(
+        {
+            "error": {
+                "message": "fault: this request is invalid",
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": "bad_input",
+            }
+        }
+    )
     await conn.head(400, "application/json", length=len(raw))
     third = len(raw) // 3
-    for piece in (raw[:third], raw[third:2 * third], raw[2 * third:]):
+    for piece in (raw[:third], raw[third : 2 * third], raw[2 * third :]):
         await conn.send(piece)
         await asyncio.sleep(0.02)
     return True
@@ -617,7 +834,7 @@ async def f_slow_first_byte(conn: Conn, req: Request) -> bool:
 
 def _half(shape: str) -> tuple[list[bytes], list[bytes]]:
     parts = ok_frames(shape)
-    return parts[: len(parts) // 2], parts[len(parts) // 2:]
+    return parts[: len(parts) // 2], parts[len(parts) // 2 :]
 
 
 async def f_stall_mid(conn: Conn, req: Request) -> bool:
@@ -650,6 +867,7 @@ def _cut(rst: bool) -> Handler:
         else:
             await conn.fin()
         return False
+
     return handler
 
 
@@ -676,7 +894,7 @@ def _split_inside_multibyte(data: bytes) -> list[bytes]:
     out, start = [], 0
     for i, b in enumerate(data):
         if b >= 0xC0 and i + 1 > start:  # lead byte of a multi-byte character
-            out.append(data[start:i + 1])
+            out.append(data[start : i + 1])
             start = i + 1
     out.append(data[start:])
     return [p for p in out if p]
@@ -735,8 +953,12 @@ async def f_error_midstream(conn: Conn, req: Request) -> bool:
             events = responses_stream_events(text_part, close_items=False)
             parts = [*frames("responses", events), frame]
             failed = response_object("failed", [], error={"code": "overloaded", "message": ERROR_MESSAGE})
-            parts.append(sse({"type": "response.failed", "response": failed, "sequence_number": len(events) + 1},
-                             "response.failed"))
+            parts.append(
+                sse(
+                    {"type": "response.failed", "response": failed, "sequence_number": len(events) + 1},
+                    "response.failed",
+                )
+            )
         await _stream_frames(conn, parts)
     else:
         if req.shape == "chat":
@@ -809,8 +1031,9 @@ def _tiny_wire(shape: str) -> Iterator[bytes]:
         yield from done
         return
     built: list[bytes] = []
-    events = chat_stream_events(TINY_TEXT, pieces=[]) if shape == "chat" else \
-        responses_stream_events(TINY_TEXT, pieces=[])
+    events = (
+        chat_stream_events(TINY_TEXT, pieces=[]) if shape == "chat" else responses_stream_events(TINY_TEXT, pieces=[])
+    )
     split_at = 1 if shape == "chat" else 4  # where the text deltas go
     head, tail = frames(shape, events[:split_at], done=False), frames(shape, events[split_at:])
     if shape == "responses":  # renumber: the deltas are inserted before the closing events
@@ -819,9 +1042,18 @@ def _tiny_wire(shape: str) -> Iterator[bytes]:
     def delta(n: int, ch: str) -> bytes:
         if shape == "chat":
             return sse(chat_chunk({"content": ch}))
-        return sse({"type": "response.output_text.delta", "item_id": "msg_fault", "output_index": 0,
-                    "content_index": 0, "delta": ch, "logprobs": [], "sequence_number": split_at + n},
-                   "response.output_text.delta")
+        return sse(
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_fault",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": ch,
+                "logprobs": [],
+                "sequence_number": split_at + n,
+            },
+            "response.output_text.delta",
+        )
 
     def framed(parts: list[bytes]) -> bytes:
         return b"".join(b"%x\r\n" % len(p) + p + b"\r\n" for p in parts)
@@ -856,7 +1088,7 @@ async def f_tiny_chunks(conn: Conn, req: Request) -> bool:
         step = max(1, len(raw) // TINY_COUNT + 1)
         batch = []
         for n, i in enumerate(range(0, len(raw), step), 1):
-            piece = raw[i:i + step]
+            piece = raw[i : i + step]
             batch.append(b"%x\r\n" % len(piece) + piece + b"\r\n")
             if n % 2000 == 0:
                 await conn.send(b"".join(batch))
@@ -869,8 +1101,11 @@ async def f_tiny_chunks(conn: Conn, req: Request) -> bool:
 async def f_unparsable(conn: Conn, req: Request) -> bool:
     if req.stream:
         first, rest = _half(req.shape)
-        bad = b"data: {this is not json at all\n\n" if req.shape == "chat" else \
-            b"event: response.output_text.delta\ndata: {this is not json at all\n\n"
+        bad = (
+            b"data: {this is not json at all\n\n"
+            if req.shape == "chat"
+            else b"event: response.output_text.delta\ndata: {this is not json at all\n\n"
+        )
         await _stream_frames(conn, [*first, bad, *rest])
     else:
         raw = b"{this is not json at all"
@@ -939,6 +1174,7 @@ async def f_slow_stream(conn: Conn, req: Request) -> bool:
 
 def paced(interval: float, count: int) -> Handler:
     """A stream of ``count`` text events, ``interval`` seconds apart, that ends normally."""
+
     async def handler(conn: Conn, req: Request) -> bool:
         pieces = [f"p{n} " for n in range(count)]
         parts = ok_frames(req.shape, text="".join(pieces), pieces=pieces)
@@ -952,14 +1188,24 @@ def paced(interval: float, count: int) -> Handler:
             await conn.sleep(interval)
         await conn.end_chunks()
         return True
+
     return handler
 
 
 async def f_echo_auth_401(conn: Conn, req: Request) -> bool:
     """A careless backend that echoes the key it got in its error message."""
     got = req.headers.get("authorization", "")
-    await conn.json(401, {"error": {"message": f"Incorrect API key provided: {got}", "type": "invalid_request_error",
-                                    "param": None, "code": "invalid_api_key"}})
+    await conn.json(
+        401,
+        {
+            "error": {
+                "message": f"Incorrect API key provided: {got}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        },
+    )
     return True
 
 
@@ -970,8 +1216,13 @@ FAULTS: dict[str, Handler] = {
     "http_400": _http_error(400, "fault: this request is invalid", "invalid_request_error", "bad_input", "input"),
     "http_401": _http_error(401, "fault: incorrect API key provided", "invalid_request_error", "invalid_api_key"),
     "http_404": _http_error(404, "fault: the model does not exist", "invalid_request_error", "model_not_found"),
-    "http_429": _http_error(429, "fault: rate limit reached, slow down", "rate_limit_error", "rate_limit_exceeded",
-                            extra={"Retry-After": RETRY_AFTER}),
+    "http_429": _http_error(
+        429,
+        "fault: rate limit reached, slow down",
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        extra={"Retry-After": RETRY_AFTER},
+    ),
     "http_500": _http_error(500, "fault: the server had an error", "server_error", None),
     "http_400_split": f_http_400_split,
     "http_502_html": f_http_502_html,
@@ -1012,6 +1263,7 @@ def closed_port() -> int:
 
 
 if __name__ == "__main__":  # a standalone fake for manual runs: prints its base URL
+
     async def _main() -> None:
         async with FaultUpstream() as up:
             print(up.base_url, flush=True)

@@ -30,8 +30,10 @@ CANCEL_WITHIN = 10.0  # seconds (polled) for every upstream request of a batch t
 async def hang_up_after_first_event(port: int, direction: str, auth: dict[str, str], rst: bool) -> bool:
     """True when a first SSE event arrived before we hung up."""
     body = orjson.dumps(request_body(direction, "fault:slow_stream", True))
-    head = (f"POST {ENDPOINT[direction]} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Authorization: {auth['Authorization']}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST {ENDPOINT[direction]} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Authorization: {auth['Authorization']}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     got = False
     try:
@@ -51,8 +53,7 @@ async def hang_up_after_first_event(port: int, direction: str, auth: dict[str, s
     finally:
         if rst:
             with contextlib.suppress(OSError):
-                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                          struct.pack("ii", 1, 0))
+                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
         else:
             writer.close()
@@ -66,8 +67,9 @@ async def warm_up(proxy: ProxyProcess, direction: str) -> None:
 
     async with aiohttp.ClientSession() as s:
         for stream in (True, False, True, False):
-            async with s.post(proxy.url + ENDPOINT[direction], json=request_body(direction, "fault:ok", stream),
-                              headers=proxy.auth) as r:
+            async with s.post(
+                proxy.url + ENDPOINT[direction], json=request_body(direction, "fault:ok", stream), headers=proxy.auth
+            ) as r:
                 assert r.status == 200
                 await r.read()
 
@@ -97,11 +99,14 @@ async def settled(proxy: ProxyProcess, up: FaultUpstream) -> bool:
 
 
 async def run_disconnects(tmp_path: Path, total: int, direction: str = "forward") -> dict[str, float]:
-    async with FaultUpstream() as up, \
-            proxy_process(tmp_path, up.base_url, api={"forward": "chat", "reverse": "responses"}[direction]) as proxy:
+    async with (
+        FaultUpstream() as up,
+        proxy_process(tmp_path, up.base_url, api={"forward": "chat", "reverse": "responses"}[direction]) as proxy,
+    ):
         await warm_up(proxy, direction)
-        assert await settled(proxy, up), \
+        assert await settled(proxy, up), (
             f"after the warm-up: {proxy.client_connections()} client connections, {up.inflight} upstream requests"
+        )
         base_conns = up.open_connections
         base_fds, base_rss = proxy.fds(), proxy.rss_kb()
         rss_ref = base_rss
@@ -110,13 +115,18 @@ async def run_disconnects(tmp_path: Path, total: int, direction: str = "forward"
         peak_fds = base_fds
         for first in range(0, total, BATCH):
             n = min(BATCH, total - first)
-            got = await asyncio.gather(*[hang_up_after_first_event(proxy.port, direction, proxy.auth, rst=i % 2 == 1)
-                                         for i in range(first, first + n)])
+            got = await asyncio.gather(
+                *[
+                    hang_up_after_first_event(proxy.port, direction, proxy.auth, rst=i % 2 == 1)
+                    for i in range(first, first + n)
+                ]
+            )
             assert all(got), f"batch at {first}: {got.count(False)} clients got no first event"
             peak_fds = max(peak_fds, proxy.fds())
             hung_up = time.monotonic()
-            assert await up.wait_idle(CANCEL_WITHIN), \
+            assert await up.wait_idle(CANCEL_WITHIN), (
                 f"batch at {first}: {up.inflight} upstream requests still open {CANCEL_WITHIN}s after the hang-ups"
+            )
             worst_cancel = max(worst_cancel, time.monotonic() - hung_up)
             if first == 0 and total > BATCH:
                 rss_ref = proxy.rss_kb()  # the allocator has seen a full batch (see RSS_SLACK_MB)
@@ -125,21 +135,31 @@ async def run_disconnects(tmp_path: Path, total: int, direction: str = "forward"
         # every client connection let go of, connections to the upstream and the proxy's
         # descriptors back to the baseline
         assert await settled(proxy, up), f"{proxy.client_connections()} client connections still held by crossfeed"
-        assert await wait_until(lambda: up.open_connections <= base_conns + UPSTREAM_CONNS_SLACK, SETTLE), \
+        assert await wait_until(lambda: up.open_connections <= base_conns + UPSTREAM_CONNS_SLACK, SETTLE), (
             f"upstream connections {up.open_connections}, baseline {base_conns}"
-        assert await wait_until(lambda: proxy.fds() <= base_fds + FDS_SLACK, SETTLE), \
+        )
+        assert await wait_until(lambda: proxy.fds() <= base_fds + FDS_SLACK, SETTLE), (
             f"proxy fds {proxy.fds()}, baseline {base_fds}"
+        )
         end_fds, end_rss = proxy.fds(), proxy.rss_kb()
         # the proxy still serves
         await warm_up(proxy, direction)
-        figures = {"requests": total, "duration_s": round(duration, 1), "worst_cancel_s": round(worst_cancel, 2),
-                   "fds_before": base_fds, "fds_peak": peak_fds, "fds_after": end_fds,
-                   "rss_before_mb": round(base_rss / 1024, 1), "rss_ref_mb": round(rss_ref / 1024, 1),
-                   "rss_after_mb": round(end_rss / 1024, 1)}
+        figures = {
+            "requests": total,
+            "duration_s": round(duration, 1),
+            "worst_cancel_s": round(worst_cancel, 2),
+            "fds_before": base_fds,
+            "fds_peak": peak_fds,
+            "fds_after": end_fds,
+            "rss_before_mb": round(base_rss / 1024, 1),
+            "rss_ref_mb": round(rss_ref / 1024, 1),
+            "rss_after_mb": round(end_rss / 1024, 1),
+        }
         print(f"\ndisconnects[{direction}]: {figures}")
         slack = RSS_SLACK_MB if total > BATCH else RSS_SLACK_ONE_BATCH_MB
-        assert end_rss - rss_ref < slack * 1024, \
+        assert end_rss - rss_ref < slack * 1024, (
             f"RSS grew by {(end_rss - rss_ref) / 1024:.1f} MB (bound {slack:g} MB): {figures}"
+        )
     proxy.assert_no_secrets()
     return figures
 

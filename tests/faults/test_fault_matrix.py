@@ -73,14 +73,28 @@ HTTP_FAULTS = {
     "slow_first_byte": (504, None),
 }
 OTHER_FAULTS = [
-    "stall_mid", "cut_fin", "cut_rst", "invalid_utf8", "split_multibyte", "crlf", "huge_line", "error_midstream",
-    "eof_finish_no_done", "eof_no_finish", "after_done", "tiny_chunks", "unparsable", "wrong_type_json",
-    "wrong_type_html", "bad_shape",
+    "stall_mid",
+    "cut_fin",
+    "cut_rst",
+    "invalid_utf8",
+    "split_multibyte",
+    "crlf",
+    "huge_line",
+    "error_midstream",
+    "eof_finish_no_done",
+    "eof_no_finish",
+    "after_done",
+    "tiny_chunks",
+    "unparsable",
+    "wrong_type_json",
+    "wrong_type_html",
+    "bad_shape",
 ]
 ALL_FAULTS = [*HTTP_FAULTS, *OTHER_FAULTS]
 TIMEOUT_FAULTS = {"stall_mid"}  # besides slow_first_byte (an HTTP fault: 504): the answer is a timeout
-assert TIMEOUT_FAULTS | {"slow_first_byte"} == set(TIMEOUT_FAULT_TIMEOUTS), \
+assert TIMEOUT_FAULTS | {"slow_first_byte"} == set(TIMEOUT_FAULT_TIMEOUTS), (
     "every fault that must time out has its small timeout in fault_config, and only those"
+)
 
 
 def expectation(fault: str, direction: str, stream: bool) -> str:
@@ -105,13 +119,17 @@ def expected_text(fault: str, stream: bool) -> str:
     return {"huge_line": HUGE_TEXT, "tiny_chunks": TINY_TEXT}.get(fault, TEXT)
 
 
-async def call(session: aiohttp.ClientSession, url: str, direction: str, model: str, stream: bool,
-               bound: float) -> tuple[Outcome, float]:
+async def call(
+    session: aiohttp.ClientSession, url: str, direction: str, model: str, stream: bool, bound: float
+) -> tuple[Outcome, float]:
     start = time.monotonic()
 
     async def go() -> Outcome:
-        async with session.post(url + ENDPOINT[direction], json=request_body(direction, model, stream),
-                                headers={"Authorization": "Bearer sk-fault-client"}) as r:
+        async with session.post(
+            url + ENDPOINT[direction],
+            json=request_body(direction, model, stream),
+            headers={"Authorization": "Bearer sk-fault-client"},
+        ) as r:
             raw = await r.read()
             return parse_outcome(direction, stream, r.status, {k.lower(): v for k, v in r.headers.items()}, raw)
 
@@ -128,8 +146,9 @@ def assert_expected(fault: str, direction: str, stream: bool, out: Outcome) -> N
     assert LEAK.encode() not in out.raw, f"{where}: data sent after the upstream's end leaked through"
     if exp == "http":
         status, fragment = HTTP_FAULTS[fault]
-        assert out.kind == "http_error", f"{where}: expected HTTP {status} before any stream byte, got {out.kind} " \
-                                         f"{out.status}: {out.raw[:300]!r}"
+        assert out.kind == "http_error", (
+            f"{where}: expected HTTP {status} before any stream byte, got {out.kind} {out.status}: {out.raw[:300]!r}"
+        )
         assert out.status == status, f"{where}: HTTP {out.status}, expected {status}: {out.error}"
         assert out.error is not None
         if fragment:
@@ -139,10 +158,12 @@ def assert_expected(fault: str, direction: str, stream: bool, out: Outcome) -> N
             assert out.headers.get("retry-after") == RETRY_AFTER, f"{where}: Retry-After not passed on"
         return
     if exp == SUCCESS:
-        assert out.kind == "success", f"{where}: expected success, got {out.kind} {out.status}: " \
-                                      f"{out.error or out.raw[:300]!r}"
-        assert out.text == expected_text(fault, stream), f"{where}: text differs from the upstream's " \
-                                                         f"({len(out.text or '')} chars)"
+        assert out.kind == "success", (
+            f"{where}: expected success, got {out.kind} {out.status}: {out.error or out.raw[:300]!r}"
+        )
+        assert out.text == expected_text(fault, stream), (
+            f"{where}: text differs from the upstream's ({len(out.text or '')} chars)"
+        )
         return
     if exp == EITHER and out.kind == "success":
         assert out.text == expected_text(fault, stream), f"{where}: success claimed with different text"
@@ -155,13 +176,15 @@ def assert_expected(fault: str, direction: str, stream: bool, out: Outcome) -> N
         if fault in TIMEOUT_FAULTS:
             assert out.status == 504, f"{where}: a stalled upstream is a timeout (504), got {out.status}: {out.error}"
     else:
-        assert stream, f"{where}: a non-streamed failure must be an HTTP error, got 200 {out.kind}: " \
-                       f"{out.raw[:300]!r}"
-        assert out.kind == "failed", f"{where}: expected a failure, got a stream ending {out.kind} " \
-                                     f"(text {out.text[:60] if out.text else out.text!r})"
+        assert stream, f"{where}: a non-streamed failure must be an HTTP error, got 200 {out.kind}: {out.raw[:300]!r}"
+        assert out.kind == "failed", (
+            f"{where}: expected a failure, got a stream ending {out.kind} "
+            f"(text {out.text[:60] if out.text else out.text!r})"
+        )
         assert out.error and out.error.get("message"), f"{where}: failure without an error message"
-        assert out.error.get("code") != "internal_error", \
+        assert out.error.get("code") != "internal_error", (
             f"{where}: the stream failed as crossfeed's own internal error, not the upstream's fault: {out.error}"
+        )
     if fault == "error_midstream":
         assert ERROR_MESSAGE in str(out.error), f"{where}: the upstream's error message was lost: {out.error}"
 
@@ -176,43 +199,58 @@ async def test_fault(fault: str, direction: str, stream: bool, fault_upstream: F
         out, _ = await call(session, proxy.url, direction, f"fault:{fault}", stream, bound)  # fails past `bound`
         assert_expected(fault, direction, stream, out)
         # the upstream request is closed within seconds once the client has its answer
-        assert await fault_upstream.wait_idle(UPSTREAM_CLOSED_WITHIN), \
+        assert await fault_upstream.wait_idle(UPSTREAM_CLOSED_WITHIN), (
             f"upstream request still open {UPSTREAM_CLOSED_WITHIN}s after the answer ({fault_upstream.inflight})"
+        )
         if fault != "refuse":
             assert fault_upstream.requests and fault_upstream.requests[-1].fault == fault
         # and the next normal request succeeds
         nxt, _ = await call(session, proxy.url, direction, "fault:ok", stream, BOUND)
-        assert nxt.kind == "success" and nxt.text == TEXT, f"next normal request: {nxt.kind} {nxt.status} " \
-                                                           f"{nxt.error or nxt.raw[:200]!r}"
+        assert nxt.kind == "success" and nxt.text == TEXT, (
+            f"next normal request: {nxt.kind} {nxt.status} {nxt.error or nxt.raw[:200]!r}"
+        )
         assert await fault_upstream.wait_idle(UPSTREAM_CLOSED_WITHIN)
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
 async def test_upstream_401_does_not_poison_later_requests(direction: str, fault_upstream: FaultUpstream) -> None:
     """After an upstream 401 (and a 429), healthy requests are not blocked or rate limited."""
-    async with running_proxy(fault_config(fault_upstream.base_url, direction)) as proxy, \
-            aiohttp.ClientSession() as session:
+    async with (
+        running_proxy(fault_config(fault_upstream.base_url, direction)) as proxy,
+        aiohttp.ClientSession() as session,
+    ):
         for model in ("fault:http_401", "fault:http_429", "fault:http_401"):
             out, _ = await call(session, proxy.url, direction, model, True, BOUND)
             assert out.kind == "http_error"
-        results = await asyncio.gather(*[call(session, proxy.url, direction, "fault:ok", s, BOUND)
-                                         for s in (True, False) * 5])
+        results = await asyncio.gather(
+            *[call(session, proxy.url, direction, "fault:ok", s, BOUND) for s in (True, False) * 5]
+        )
         assert all(o.kind == "success" and o.text == TEXT for o, _ in results)
 
 
-PASSTHROUGH_FAULTS = ["refuse", "reset_before", "close_before", "slow_first_byte", "http_429", "http_502_html",
-                      "http_503_empty"]
+PASSTHROUGH_FAULTS = [
+    "refuse",
+    "reset_before",
+    "close_before",
+    "slow_first_byte",
+    "http_429",
+    "http_502_html",
+    "http_503_empty",
+]
 
 
 @pytest.mark.parametrize("fault", PASSTHROUGH_FAULTS)
 @pytest.mark.parametrize("direction", DIRECTIONS)
-async def test_passthrough_endpoint_faults_before_the_stream(fault: str, direction: str,
-                                                             fault_upstream: FaultUpstream) -> None:
+async def test_passthrough_endpoint_faults_before_the_stream(
+    fault: str, direction: str, fault_upstream: FaultUpstream
+) -> None:
     """The endpoint of the backend's own API is passed through unchanged; a fault before the first
     byte must still reach the client as OpenAI's envelope with the upstream's status."""
     other = "reverse" if direction == "forward" else "forward"  # the client speaks the backend's API
-    async with running_proxy(fault_config(fault_upstream.base_url, direction)) as proxy, \
-            aiohttp.ClientSession() as session:
+    async with (
+        running_proxy(fault_config(fault_upstream.base_url, direction)) as proxy,
+        aiohttp.ClientSession() as session,
+    ):
         out, _ = await call(session, proxy.url, other, f"fault:{fault}", True, BOUND)
         status, fragment = HTTP_FAULTS[fault]
         assert out.kind == "http_error" and out.status == status, (out.status, out.raw[:200])

@@ -31,11 +31,18 @@ from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import SSEDecoder
 
 # No shrinking: a failure is reported as found (shrinking these inputs takes tens of seconds).
-SETTINGS = settings(max_examples=120, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=120,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
@@ -64,8 +71,22 @@ def chat_events(draw: Any) -> list[dict[str, Any]]:
         kw["reasoning"] = draw(st.text(min_size=1, max_size=12))
     if draw(st.booleans()):
         kw["tool"] = (draw(st.text(min_size=1, max_size=8)), draw(st.text(max_size=12)))
-    kw["finish"] = draw(st.sampled_from(["stop", "length", "content_filter", "tool_calls", None, "weird",
-                                         "insufficient_system_resource", "model_length", "error", "abort"]))
+    kw["finish"] = draw(
+        st.sampled_from(
+            [
+                "stop",
+                "length",
+                "content_filter",
+                "tool_calls",
+                None,
+                "weird",
+                "insufficient_system_resource",
+                "model_length",
+                "error",
+                "abort",
+            ]
+        )
+    )
     kw["usage"] = draw(st.booleans())
     return fu.chat_stream_events(**kw)
 
@@ -83,14 +104,21 @@ def responses_events(draw: Any) -> list[dict[str, Any]]:
     events = fu.responses_stream_events(**kw)
     ending = draw(st.sampled_from(["as_is", "incomplete", "failed", "error"]))
     if ending == "incomplete" and events[-1]["type"] == "response.completed":
-        resp = {**events[-1]["response"], "status": "incomplete",
-                "incomplete_details": {"reason": draw(st.sampled_from(["max_output_tokens", "content_filter", "x"]))}}
+        resp = {
+            **events[-1]["response"],
+            "status": "incomplete",
+            "incomplete_details": {"reason": draw(st.sampled_from(["max_output_tokens", "content_filter", "x"]))},
+        }
         events[-1] = {**events[-1], "type": "response.incomplete", "response": resp}
     elif ending in ("failed", "error"):
         if ending == "error":
             events.append({"type": "error", "code": "e", "message": draw(texts), "param": None})
-        events.append({"type": "response.failed", "response": fu.response_object(
-            "failed", [], error={"code": "server_error", "message": draw(texts)})})
+        events.append(
+            {
+                "type": "response.failed",
+                "response": fu.response_object("failed", [], error={"code": "server_error", "message": draw(texts)}),
+            }
+        )
     return events
 
 
@@ -130,9 +158,22 @@ def mutate(draw: Any, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return events
 
 
-GARBAGE = [b"data: {not json\n\n", b"data: [1, 2]\n\n", b"data: null\n\n", b": comment\n\n", b"event: error\n",
-           b"retry: 10\n", b"id: 5\n", b"\n\n", b"data: [DONE]\n\n", b"data:\n\n", b"garbage line\n",
-           b"data: \xff\xfe\n\n", b"data: {\"error\": {\"message\": \"boom\"}}\n\n", b"event: response.failed\n"]
+GARBAGE = [
+    b"data: {not json\n\n",
+    b"data: [1, 2]\n\n",
+    b"data: null\n\n",
+    b": comment\n\n",
+    b"event: error\n",
+    b"retry: 10\n",
+    b"id: 5\n",
+    b"\n\n",
+    b"data: [DONE]\n\n",
+    b"data:\n\n",
+    b"garbage line\n",
+    b"data: \xff\xfe\n\n",
+    b'data: {"error": {"message": "boom"}}\n\n',
+    b"event: response.failed\n",
+]
 
 
 @st.composite
@@ -176,8 +217,9 @@ def run_forward(chunks: list[bytes], fail_at: int | None) -> list[dict[str, Any]
 
 
 def run_reverse(chunks: list[bytes], fail_at: int | None, usage: bool) -> list[dict[str, Any]]:
-    machine = ResponsesToChatStream(include_usage=usage, options=BackendProfile(), ids=SequentialIds(),
-                                    now=lambda: 1, model="m")
+    machine = ResponsesToChatStream(
+        include_usage=usage, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, model="m"
+    )
     pump = Pump(machine, max_event_bytes=4096)
     out: list[dict[str, Any]] = []
     for n, c in enumerate(chunks):
@@ -290,8 +332,12 @@ MALFORMED_CHAT = {
     "choices-null-entry": {**_CHUNK, "choices": [None]},
     "content-number": {**_CHUNK, "choices": [{"index": 0, "delta": {"content": 5}}]},
     "tool-call-number": {**_CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [5]}}]},
-    "tool-function-string": {**_CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [
-        {"index": 0, "id": "call_1", "type": "function", "function": "f"}]}}]},
+    "tool-function-string": {
+        **_CHUNK,
+        "choices": [
+            {"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": "f"}]}}
+        ],
+    },
     "usage-string": {**_CHUNK, "choices": [], "usage": "lots"},
     "delta-list": {**_CHUNK, "choices": [{"index": 0, "delta": ["x"]}]},
 }
@@ -311,8 +357,11 @@ def test_reverse_machine_call_fragment_before_item_added() -> None:
     """Argument deltas for a call whose output_item.added never came (or comes later) must not
     open a chat tool call without a name."""
     events = fu.responses_stream_events(tool=("get_weather", '{"a": 1}'))
-    added = next(i for i, e in enumerate(events) if e["type"] == "response.output_item.added"
-                 and e["item"]["type"] == "function_call")
+    added = next(
+        i
+        for i, e in enumerate(events)
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+    )
     moved = events.pop(added)
     events.insert(added + 2, moved)  # after the first argument delta
     check_reverse(run_reverse([b"".join(fu.frames("responses", events))], None, True), True)

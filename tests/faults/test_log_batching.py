@@ -28,14 +28,18 @@ async def test_summary_lines_reach_the_file_while_running_and_at_shutdown(tmp_pa
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=GUARD)) as s:
                 for _ in range(3):
-                    async with s.post(proxy.url + ENDPOINT["forward"], headers=proxy.auth,
-                                      json=request_body("forward", "fault:ok", True)) as r:
+                    async with s.post(
+                        proxy.url + ENDPOINT["forward"],
+                        headers=proxy.auth,
+                        json=request_body("forward", "fault:ok", True),
+                    ) as r:
                         assert r.status == 200
                         await r.read()
                 # while the server runs: the batch goes out on its timer (0.1 s), not at exit
                 assert await wait_until(lambda: events(proxy).count("request.completed") == 3, GUARD), events(proxy)
-                async with s.post(proxy.url + ENDPOINT["forward"], headers=proxy.auth,
-                                  json=request_body("forward", "fault:ok", False)) as r:
+                async with s.post(
+                    proxy.url + ENDPOINT["forward"], headers=proxy.auth, json=request_body("forward", "fault:ok", False)
+                ) as r:
                     assert r.status == 200
         finally:
             code = await proxy.stop(signal.SIGTERM, timeout=15.0)

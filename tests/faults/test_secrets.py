@@ -17,9 +17,26 @@ from proxy.config import Timeouts
 from tests.faults.conftest import API, ENDPOINT, ProxyProcess, raw_http, request_body
 from tests.faults.fault_upstream import FaultUpstream
 
-FAULTS = ["ok", "http_401", "http_429", "http_502_html", "reset_before", "close_before", "slow_first_byte",
-          "stall_mid", "cut_rst", "cut_fin", "invalid_utf8", "unparsable", "error_midstream", "bad_shape",
-          "wrong_type_html", "eof_no_finish", "echo_auth_401", "refuse"]
+FAULTS = [
+    "ok",
+    "http_401",
+    "http_429",
+    "http_502_html",
+    "reset_before",
+    "close_before",
+    "slow_first_byte",
+    "stall_mid",
+    "cut_rst",
+    "cut_fin",
+    "invalid_utf8",
+    "unparsable",
+    "error_midstream",
+    "bad_shape",
+    "wrong_type_html",
+    "eof_no_finish",
+    "echo_auth_401",
+    "refuse",
+]
 TIMEOUT_FAULTS = {"slow_first_byte", "stall_mid"}  # 1-1.5 s each: one stream mode is enough
 MARKER = "HEADER-MARKER-7f3a"
 
@@ -27,13 +44,22 @@ MARKER = "HEADER-MARKER-7f3a"
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 async def test_secrets_never_logged_nor_echoed(tmp_path: Path, direction: str) -> None:
     async with FaultUpstream() as up:
-        proxy = ProxyProcess(tmp_path, up.base_url, api=API[direction],
-                             timeouts=Timeouts(connect=1.0, first_byte=1.5, idle=1.0, total=30.0))
+        proxy = ProxyProcess(
+            tmp_path,
+            up.base_url,
+            api=API[direction],
+            timeouts=Timeouts(connect=1.0, first_byte=1.5, idle=1.0, total=30.0),
+        )
         await proxy.start()
         echoed: list[str] = []
         try:
-            headers = {"Authorization": f"Bearer {proxy.client_key}", "X-Api-Key": proxy.client_key,
-                       "X-Request-Id": MARKER, "OpenAI-Organization": MARKER, "X-Custom": MARKER}
+            headers = {
+                "Authorization": f"Bearer {proxy.client_key}",
+                "X-Api-Key": proxy.client_key,
+                "X-Request-Id": MARKER,
+                "OpenAI-Organization": MARKER,
+                "X-Custom": MARKER,
+            }
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
                 for fault in FAULTS:
                     for stream in (True,) if fault in TIMEOUT_FAULTS else (True, False):
@@ -42,8 +68,10 @@ async def test_secrets_never_logged_nor_echoed(tmp_path: Path, direction: str) -
                             raw = await r.read()
                         for secret in (proxy.client_key, proxy.upstream_key, MARKER):
                             if secret.encode() in raw:
-                                echoed.append(f"{fault}/{'stream' if stream else 'json'} HTTP {r.status} echoes "
-                                              f"{'the upstream key' if secret == proxy.upstream_key else 'a request header'}")
+                                echoed.append(
+                                    f"{fault}/{'stream' if stream else 'json'} HTTP {r.status} echoes "
+                                    f"{'the upstream key' if secret == proxy.upstream_key else 'a request header'}"
+                                )
                 for path in ("/v1/nope", "/v1/responses/resp_missing"):
                     async with s.get(proxy.url + path, headers=headers) as r:
                         raw = await r.read()
@@ -52,16 +80,22 @@ async def test_secrets_never_logged_nor_echoed(tmp_path: Path, direction: str) -
                     raw = await r.read()
                     assert r.status == 400 and proxy.client_key.encode() not in raw
             # malformed HTTP carrying the secret: the server's own error path must not log it either
-            for auth, extra in ((f"Bearer {proxy.client_key}", f"X-Big: {'a' * 20000}\r\n"),
-                                (f"Bearer {proxy.client_key}", "X-Bad: a\x00b\r\n"),
-                                (f"Bearer {proxy.client_key}\x00", ""),  # the key's own header is malformed
-                                (f"Bearer {proxy.client_key}{'k' * 9000}", "")):  # an over-long key
-                data = (f"POST {ENDPOINT[direction]} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}"
-                        f"\r\n{extra}Content-Length: 2\r\nConnection: close\r\n\r\n{{}}").encode("latin-1")
+            for auth, extra in (
+                (f"Bearer {proxy.client_key}", f"X-Big: {'a' * 20000}\r\n"),
+                (f"Bearer {proxy.client_key}", "X-Bad: a\x00b\r\n"),
+                (f"Bearer {proxy.client_key}\x00", ""),  # the key's own header is malformed
+                (f"Bearer {proxy.client_key}{'k' * 9000}", ""),
+            ):  # an over-long key
+                data = (
+                    f"POST {ENDPOINT[direction]} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}"
+                    f"\r\n{extra}Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+                ).encode("latin-1")
                 resp = await raw_http(proxy.port, data, timeout=5)
                 if resp is not None and proxy.client_key.encode() in resp.body:
-                    echoed.append(f"malformed request ({auth[-12:]!r}, {extra[:8]!r}): HTTP {resp.status} "
-                                  f"{resp.headers.get('content-type')} body echoes the Authorization header")
+                    echoed.append(
+                        f"malformed request ({auth[-12:]!r}, {extra[:8]!r}): HTTP {resp.status} "
+                        f"{resp.headers.get('content-type')} body echoes the Authorization header"
+                    )
             # the upstream got crossfeed's own key, never the client's
             sent = {r.headers.get("authorization") for r in up.requests if r.method == "POST"}
             assert sent == {f"Bearer {proxy.upstream_key}"}, sent

@@ -57,10 +57,13 @@ def scenario(direction: str, model: str, stream: bool, expect: str, **extra: Any
         calls, reasoning = answer_parts(direction, stream, out.events)
         assert calls == ([TOOL] if expect == "tool" else []), (model, calls)
         assert reasoning == (REASONING if expect == "reasoning" else None), (model, reasoning)
+
     return run
 
 
-def answer_parts(direction: str, stream: bool, events: list[dict[str, Any]]) -> tuple[list[tuple[str, str]], str | None]:
+def answer_parts(
+    direction: str, stream: bool, events: list[dict[str, Any]]
+) -> tuple[list[tuple[str, str]], str | None]:
     """(name, arguments) of every function call and the reasoning text, read from the parsed answer,
     never from the raw bytes (a Response echoes the request's tools and always has a ``reasoning`` key)."""
     if direction == "reverse" and stream:
@@ -68,8 +71,10 @@ def answer_parts(direction: str, stream: bool, events: list[dict[str, Any]]) -> 
         return [(c["name"], c["arguments"]) for c in acc["tool_calls"]], acc["reasoning"]
     if direction == "reverse":
         message = events[0]["choices"][0]["message"]
-        return ([(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []],
-                message.get("reasoning_content"))
+        return (
+            [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []],
+            message.get("reasoning_content"),
+        )
     if stream:
         items = [e["item"] for e in events if e["type"] == "response.output_item.done"]
         texts = [e["delta"] for e in events if e["type"] == "response.reasoning_text.delta"]
@@ -85,14 +90,14 @@ def passthrough(direction: str) -> Check:
     other = "reverse" if direction == "forward" else "forward"
 
     async def run(session: aiohttp.ClientSession, url: str, auth: dict[str, str]) -> None:
-        async with session.post(url + ENDPOINT[other], json=request_body(other, "fault:ok", True),
-                                headers=auth) as r:
+        async with session.post(url + ENDPOINT[other], json=request_body(other, "fault:ok", True), headers=auth) as r:
             raw = await r.read()
         assert r.status == 200
         if other == "reverse":
             validate_chat_sse(raw)
         else:
             validate_responses_sse(raw)
+
     return run
 
 
@@ -126,16 +131,20 @@ async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8,
     warm-up: on a slow machine the soak takes longer, its checks stay the same. ``workers``:
     concurrent clients; ``processes``: crossfeed's ``--workers``."""
     plan = scenarios(direction)
-    async with FaultUpstream() as up, proxy_process(tmp_path, up.base_url, api=API[direction],
-                                                    workers=processes) as proxy:
+    async with (
+        FaultUpstream() as up,
+        proxy_process(tmp_path, up.base_url, api=API[direction], workers=processes) as proxy,
+    ):
         # warm-up: every scenario, `workers` at a time, so that the allocator and the connection
         # pools have their working size before the first sample; then a baseline of descriptors
         # once crossfeed holds no client connection (polled)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=workers)) as session:
-            await asyncio.gather(*[asyncio.wait_for(check(session, proxy.url, proxy.auth), CHECK_GUARD)
-                                   for _, check in plan])
-        assert await wait_until(lambda: proxy.client_connections() == 0 and up.inflight == 0, SETTLE), \
+            await asyncio.gather(
+                *[asyncio.wait_for(check(session, proxy.url, proxy.auth), CHECK_GUARD) for _, check in plan]
+            )
+        assert await wait_until(lambda: proxy.client_connections() == 0 and up.inflight == 0, SETTLE), (
             f"after the warm-up: {proxy.client_connections()} client connections, {up.inflight} upstream requests"
+        )
         base_fds, base_up = proxy.fds(), up.open_connections
 
         samples: list[tuple[float, int, int]] = []
@@ -176,27 +185,39 @@ async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8,
         duration = time.monotonic() - start
         # every client connection let go of and every upstream request closed (polled), then the
         # descriptors beyond the upstream connections back to the baseline
-        assert await wait_until(lambda: proxy.client_connections() == 0, SETTLE), \
+        assert await wait_until(lambda: proxy.client_connections() == 0, SETTLE), (
             f"{proxy.client_connections()} client connections still held after the soak"
+        )
         assert await up.wait_idle(SETTLE), "upstream requests left open after the soak"
-        assert await wait_until(lambda: proxy.fds() - up.open_connections <= base_fds - base_up + FDS_SLACK,
-                                SETTLE), \
-            f"descriptors not released: {proxy.fds()} ({up.open_connections} to the upstream), " \
+        assert await wait_until(lambda: proxy.fds() - up.open_connections <= base_fds - base_up + FDS_SLACK, SETTLE), (
+            f"descriptors not released: {proxy.fds()} ({up.open_connections} to the upstream), "
             f"baseline {base_fds} ({base_up} to the upstream)"
+        )
         final_fds = proxy.fds()
         # the upstream got crossfeed's key, never the client's
-        assert up.requests and all(r.headers.get("authorization") == f"Bearer {proxy.upstream_key}"
-                                   for r in up.requests if r.path.endswith(("/responses", "/completions")))
+        assert up.requests and all(
+            r.headers.get("authorization") == f"Bearer {proxy.upstream_key}"
+            for r in up.requests
+            if r.path.endswith(("/responses", "/completions"))
+        )
     proxy.assert_no_secrets()
     half = [s for s in samples if s[0] >= duration / 2]
     first = [s for s in samples if s[0] < duration / 2]
     figures = {
-        "direction": direction, "seconds": round(duration, 1), "requests": sum(counts.values()),
-        "unexpected": len(unexpected), "rps": round(sum(counts.values()) / duration),
-        "rss_start_mb": round(samples[0][1] / 1024, 1), "rss_mid_mb": round(half[0][1] / 1024, 1),
-        "rss_end_mb": round(samples[-1][1] / 1024, 1), "rss_second_half_max_mb": round(max(s[1] for s in half) / 1024, 1),
-        "fds_base": base_fds, "fds_first_half_max": max(s[2] for s in first),
-        "fds_second_half_max": max(s[2] for s in half), "fds_final": final_fds, "by_scenario": dict(counts),
+        "direction": direction,
+        "seconds": round(duration, 1),
+        "requests": sum(counts.values()),
+        "unexpected": len(unexpected),
+        "rps": round(sum(counts.values()) / duration),
+        "rss_start_mb": round(samples[0][1] / 1024, 1),
+        "rss_mid_mb": round(half[0][1] / 1024, 1),
+        "rss_end_mb": round(samples[-1][1] / 1024, 1),
+        "rss_second_half_max_mb": round(max(s[1] for s in half) / 1024, 1),
+        "fds_base": base_fds,
+        "fds_first_half_max": max(s[2] for s in first),
+        "fds_second_half_max": max(s[2] for s in half),
+        "fds_final": final_fds,
+        "by_scenario": dict(counts),
     }
     print(f"\nsoak[{direction}, {processes} process(es)]: {figures}")
     assert not unexpected, f"{len(unexpected)} unexpected results, first: {unexpected[:3]}"
@@ -209,8 +230,9 @@ def assert_flat(figures: dict[str, Any], rss_slack_mb: float) -> None:
     sample by more than ``rss_slack_mb`` (a correct proxy: well under 1 MB on a 2-core machine)."""
     growth = figures["rss_second_half_max_mb"] - figures["rss_mid_mb"]
     assert growth <= rss_slack_mb, f"RSS grew {growth:.1f} MB in the second half: {figures}"
-    assert figures["fds_second_half_max"] <= figures["fds_first_half_max"] + FDS_HALVES_SLACK, \
+    assert figures["fds_second_half_max"] <= figures["fds_first_half_max"] + FDS_HALVES_SLACK, (
         f"fd count grew: {figures}"
+    )
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
@@ -257,14 +279,16 @@ def paced_5s(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(FAULTS, "paced_5s", paced(0.25, 20))
 
 
-async def open_stream(proxy: ProxyProcess, direction: str, model: str, started: asyncio.Event,
-                      opened: list[int]) -> tuple[bytes, int]:
+async def open_stream(
+    proxy: ProxyProcess, direction: str, model: str, started: asyncio.Event, opened: list[int]
+) -> tuple[bytes, int]:
     """Read a stream to its end; returns (body, status)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as s:  # guarded by the caller
         body = b""
         try:
-            async with s.post(proxy.url + ENDPOINT[direction], json=request_body(direction, model, True),
-                              headers=proxy.auth) as r:
+            async with s.post(
+                proxy.url + ENDPOINT[direction], json=request_body(direction, model, True), headers=proxy.auth
+            ) as r:
                 async for chunk in r.content.iter_any():
                     body += chunk
                     if b"delta" in body and not started.is_set():
@@ -288,8 +312,9 @@ def check_terminal(direction: str, body: bytes) -> str:
     chunks = validate_chat_sse(body)
     if chunks[-1].get("error"):
         return f"error:{chunks[-1]['error'].get('code')}"
-    return "finish:" + next(ch["finish_reason"] for c in chunks for ch in c.get("choices") or []
-                            if ch.get("finish_reason"))
+    return "finish:" + next(
+        ch["finish_reason"] for c in chunks for ch in c.get("choices") or [] if ch.get("finish_reason")
+    )
 
 
 async def new_connection_refused(port: int) -> bool:
@@ -308,8 +333,9 @@ async def new_connection_refused(port: int) -> bool:
 @pytest.mark.parametrize("model", list(CASES), ids=["streams-outlive-drain", "streams-end-within-drain"])
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
-async def test_sigterm_with_20_open_streams(tmp_path: Path, direction: str, model: str, workers: int,
-                                            paced_5s: None) -> None:
+async def test_sigterm_with_20_open_streams(
+    tmp_path: Path, direction: str, model: str, workers: int, paced_5s: None
+) -> None:
     """With ``--workers 2`` the SIGTERM goes to the supervisor, which passes it on: each worker
     drains its own streams, and the supervisor exits 0 once both did."""
     drain = CASES[model]
@@ -328,15 +354,17 @@ async def test_sigterm_with_20_open_streams(tmp_path: Path, direction: str, mode
             # the drain has begun once crossfeed logs it (polled; it closed its listener before);
             # a new request from then on is refused, never served nor left hanging
             # (every worker: 20 streams spread over two workers leave none empty but once in 2^19)
-            assert await wait_until(lambda: proxy.logs().count('"server.draining"') == workers, GUARD), \
+            assert await wait_until(lambda: proxy.logs().count('"server.draining"') == workers, GUARD), (
                 "crossfeed did not log server.draining after SIGTERM"
+            )
             assert await new_connection_refused(proxy.port), "a new request was accepted during the drain"
             try:
                 results = await asyncio.wait_for(asyncio.gather(*tasks), drain + GUARD)
                 code = await asyncio.wait_for(proxy.proc.wait(), drain + GUARD)  # type: ignore[union-attr]
             except TimeoutError:
-                raise AssertionError(f"streams or process still running {drain + GUARD:g}s after SIGTERM "
-                                     f"(drain {drain:g}s)") from None
+                raise AssertionError(
+                    f"streams or process still running {drain + GUARD:g}s after SIGTERM (drain {drain:g}s)"
+                ) from None
         finally:
             for task in tasks:
                 task.cancel()
@@ -349,8 +377,9 @@ async def test_sigterm_with_20_open_streams(tmp_path: Path, direction: str, mode
         assert code == 0, f"crossfeed exited {code} after SIGTERM"
         ended_streams = '"server.ending_streams"' in proxy.logs()  # crossfeed's log: the drain ran out
         if model == "fault:paced":  # the upstream would go on for 30 s: crossfeed ended every stream itself
-            assert set(endings) == {"response.failed:server_shutting_down" if direction == "forward"
-                                    else "error:server_shutting_down"}, endings
+            assert set(endings) == {
+                "response.failed:server_shutting_down" if direction == "forward" else "error:server_shutting_down"
+            }, endings
             assert ended_streams, "streams outlived the drain, yet crossfeed did not log ending them"
         else:  # streams that finish within the drain finish normally
             assert set(endings) == {"response.completed" if direction == "forward" else "finish:stop"}, endings

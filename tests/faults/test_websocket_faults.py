@@ -66,8 +66,13 @@ async def normal_turn(ws: RawWS, upstream: FakeUpstream, text: str = "Still fine
 
 
 def upgrade_headers(**extra: str) -> dict[str, str]:
-    return {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(), **extra}
+    return {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+        **extra,
+    }
 
 
 async def http_get(url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
@@ -83,14 +88,19 @@ BAD_FRAMES = {  # name -> (payload, status, code, param)
     "missing-type": ('{"model": "gpt-4o", "input": "x"}', 400, "missing_required_parameter", "type"),
     "number-type": ('{"type": 7}', 400, "missing_required_parameter", "type"),
     "missing-model": ('{"type": "response.create", "input": "x"}', 400, "missing_required_parameter", "model"),
-    "generate-not-bool": ('{"type": "response.create", "model": "gpt-4o", "generate": "no"}', 400,
-                          "invalid_type", "generate"),
+    "generate-not-bool": (
+        '{"type": "response.create", "model": "gpt-4o", "generate": "no"}',
+        400,
+        "invalid_type",
+        "generate",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(BAD_FRAMES))
 async def test_bad_frame_gets_an_error_frame_and_the_socket_stays_usable(
-        proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, name: str) -> None:
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, name: str
+) -> None:
     payload, status, code, param = BAD_FRAMES[name]
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
         await (ws.ws.send_bytes(payload) if isinstance(payload, bytes) else ws.ws.send_str(payload))
@@ -103,8 +113,9 @@ async def test_bad_frame_gets_an_error_frame_and_the_socket_stays_usable(
 
 @pytest.mark.parametrize("proxy_overrides", [{"server.max_body_bytes": 4096}])
 @pytest.mark.parametrize("size", [4097, 2 * 4096], ids=["just-over", "twice"])
-async def test_frame_over_max_body_bytes(proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder,
-                                         size: int) -> None:
+async def test_frame_over_max_body_bytes(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, size: int
+) -> None:
     """Over ``max_body_bytes`` and up to twice it: an error frame, and the socket goes on."""
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
         await ws.ws.send_str(padded_create(size))
@@ -115,8 +126,9 @@ async def test_frame_over_max_body_bytes(proxy: ProxyHandle, upstream: FakeUpstr
 
 
 @pytest.mark.parametrize("proxy_overrides", [{"server.max_body_bytes": 4096}])
-async def test_frame_over_twice_max_body_bytes_closes_with_1009(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                                ws_frames: FrameRecorder) -> None:
+async def test_frame_over_twice_max_body_bytes_closes_with_1009(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     """Past twice the limit aiohttp reads no further (the memory bound): 1009, message too big,
     and the server goes on serving new sockets."""
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
@@ -134,10 +146,13 @@ def padded_create(size: int) -> str:
     return frame
 
 
-@pytest.mark.parametrize("key,value", [("stream", False), ("stream_options", {"include_usage": True}),
-                                       ("background", False), ("background", True)])
-async def test_http_only_params_are_refused_by_name(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                    ws_frames: FrameRecorder, key: str, value: Any) -> None:
+@pytest.mark.parametrize(
+    "key,value",
+    [("stream", False), ("stream_options", {"include_usage": True}), ("background", False), ("background", True)],
+)
+async def test_http_only_params_are_refused_by_name(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, key: str, value: Any
+) -> None:
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
         refused = await ws.turn(model=MODEL, input="hi", **{key: value})
         assert (refused.error["status"], refused.error["param"]) == (400, key)
@@ -146,8 +161,9 @@ async def test_http_only_params_are_refused_by_name(proxy: ProxyHandle, upstream
     assert len(upstream.requests) == 1
 
 
-async def test_stream_true_is_accepted_and_the_backend_streams(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                               ws_frames: FrameRecorder) -> None:
+async def test_stream_true_is_accepted_and_the_backend_streams(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     """Codex sends ``stream: true`` in every frame: it says what is so anyway."""
     upstream.reply(text_reply("Streamed."))
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
@@ -158,8 +174,9 @@ async def test_stream_true_is_accepted_and_the_backend_streams(proxy: ProxyHandl
     assert ws_frames.validate() == (1, 0)
 
 
-async def test_second_create_while_one_is_in_flight(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                    ws_frames: FrameRecorder) -> None:
+async def test_second_create_while_one_is_in_flight(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     reply, gate = held_reply("Only ", "one ", "answer.")
     upstream.reply(reply, text_reply("Continued."))
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
@@ -176,13 +193,17 @@ async def test_second_create_while_one_is_in_flight(proxy: ProxyHandle, upstream
         # nothing changed: the connection still remembers the first response
         later = await ws.turn(model=MODEL, input="third", store=False, previous_response_id=first.response["id"])
     assert later.text == "Continued."
-    assert plain(upstream.requests[1].body["messages"]) == [("user", "first"), ("assistant", "Only one answer."),
-                                                            ("user", "third")]
+    assert plain(upstream.requests[1].body["messages"]) == [
+        ("user", "first"),
+        ("assistant", "Only one answer."),
+        ("user", "third"),
+    ]
     assert ws_frames.validate() == (2, 1)
 
 
-async def test_client_gone_mid_response_closes_the_backend_request(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                                   ws_frames: FrameRecorder) -> None:
+async def test_client_gone_mid_response_closes_the_backend_request(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     reply, gate = held_reply("never ", "finished")
     upstream.reply(reply)
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
@@ -197,8 +218,9 @@ async def test_client_gone_mid_response_closes_the_backend_request(proxy: ProxyH
 
 
 @pytest.mark.parametrize("status", [400, 429, 500, 503])
-async def test_backend_error_before_the_stream(proxy: ProxyHandle, upstream: FakeUpstream,
-                                               ws_frames: FrameRecorder, status: int) -> None:
+async def test_backend_error_before_the_stream(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, status: int
+) -> None:
     upstream.reply(error_reply(status, f"backend says no ({status})"))
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
         refused = await ws.turn(model=MODEL, input="hi")
@@ -211,8 +233,9 @@ TRUNCATED = SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"conte
 
 
 @pytest.mark.parametrize("reply", [midstream_failure("the backend broke"), TRUNCATED], ids=["error-object", "cut"])
-async def test_backend_failing_mid_response(proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder,
-                                            reply: SSEReply) -> None:
+async def test_backend_failing_mid_response(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, reply: SSEReply
+) -> None:
     upstream.reply(reply)
     async with ws_frames.connect(ws_url(proxy.url)) as ws:
         failed = await ws.turn(model=MODEL, input="hi")
@@ -240,10 +263,14 @@ async def test_plain_get_is_405(proxy: ProxyHandle) -> None:
     check_envelope(body, status)
 
 
-async def test_inbound_keys_checked_in_the_handshake(upstream: FakeUpstream, tmp_path: Path,
-                                                     ws_frames: FrameRecorder) -> None:
-    config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory",
-                                    "server.inbound_keys_env": "CF_WS_KEYS"})
+async def test_inbound_keys_checked_in_the_handshake(
+    upstream: FakeUpstream, tmp_path: Path, ws_frames: FrameRecorder
+) -> None:
+    config = load_config(
+        None,
+        {},
+        {"upstream.base_url": upstream.base_url, "store.backend": "memory", "server.inbound_keys_env": "CF_WS_KEYS"},
+    )
     handle = await start_proxy(config, environ={"CF_WS_KEYS": "k-good"})
     try:
         for auth in ({"Authorization": "Bearer k-wrong"}, {}):
@@ -267,8 +294,9 @@ async def test_connection_lifetime_limit(proxy: ProxyHandle, ws_frames: FrameRec
 
 
 @pytest.mark.parametrize("proxy_overrides", [{"server.websocket_max_seconds": 1.0}])
-async def test_lifetime_limit_ends_a_response_in_flight_properly(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                                 ws_frames: FrameRecorder) -> None:
+async def test_lifetime_limit_ends_a_response_in_flight_properly(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     """A response still streaming when the lifetime runs out gets ``error`` + ``response.failed``
     (code ``websocket_connection_limit_reached``), then the limit's error frame, then 1000."""
     reply, gate = held_reply("partial ", "never sent")
@@ -290,8 +318,9 @@ async def test_lifetime_limit_ends_a_response_in_flight_properly(proxy: ProxyHan
 async def test_summary_line_and_metrics_per_turn(upstream: FakeUpstream, ws_frames: FrameRecorder) -> None:
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
-    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url,
-                                                      "store.backend": "memory"}))
+    handle = await start_proxy(
+        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
+    )
     upstream.reply(text_reply("Counted.", usage=(9, 2)))
     try:
         async with ws_frames.connect(ws_url(handle.url), headers={"X-Request-ID": "ws-sum-1"}) as ws:
@@ -300,14 +329,14 @@ async def test_summary_line_and_metrics_per_turn(upstream: FakeUpstream, ws_fram
 
         def lines() -> list[dict[str, Any]]:
             return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+
         assert await wait_until(lambda: any(e.get("event") == "websocket.closed" for e in lines()), GUARD)
         async with aiohttp.ClientSession() as s, s.get(handle.url + "/metrics") as r:
             metrics = await r.text()
     finally:
         await handle.runner.cleanup()
         structlog.reset_defaults()
-    done = {e["request_id"]: e for e in lines() if e.get("event") == "request.completed"
-            and e.get("route") == ROUTE}
+    done = {e["request_id"]: e for e in lines() if e.get("event") == "request.completed" and e.get("route") == ROUTE}
     assert set(done) == {"ws-sum-1.1", "ws-sum-1.2"}, done
     assert (done["ws-sum-1.1"]["status"], done["ws-sum-1.1"]["terminal"]) == (200, "completed")
     assert done["ws-sum-1.1"]["usage"] == {"in": 9, "out": 2} and done["ws-sum-1.1"]["model"] == "m"
@@ -337,8 +366,9 @@ def paced_5s(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("model", list(CASES), ids=["responses-outlive-drain", "responses-end-within-drain"])
-async def test_sigterm_with_20_open_sockets(tmp_path: Path, ws_frames: FrameRecorder, model: str,
-                                            paced_5s: None) -> None:
+async def test_sigterm_with_20_open_sockets(
+    tmp_path: Path, ws_frames: FrameRecorder, model: str, paced_5s: None
+) -> None:
     drain = CASES[model]
     started, opened = asyncio.Event(), []
 
@@ -375,8 +405,10 @@ async def test_sigterm_with_20_open_sockets(tmp_path: Path, ws_frames: FrameReco
                 task.cancel()
             await proxy.stop(timeout=5)
         endings = Counter(ending for ending, _ in results)
-        print(f"\nsigterm[websocket/{model}]: endings {dict(endings)}, close codes "
-              f"{dict(Counter(c for _, c in results))}, exit {code}")
+        print(
+            f"\nsigterm[websocket/{model}]: endings {dict(endings)}, close codes "
+            f"{dict(Counter(c for _, c in results))}, exit {code}"
+        )
         assert code == 0, f"crossfeed exited {code} after SIGTERM"
         assert [c for _, c in results] == [1001] * SOCKETS_OPEN
         if model == "fault:paced":

@@ -23,9 +23,13 @@ pytestmark = pytest.mark.timeout(60)
 async def handshake(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     key = base64.b64encode(os.urandom(16)).decode()
-    writer.write((f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                  "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n").encode())
+    writer.write(
+        (
+            f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"
+        ).encode()
+    )
     head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode()
     return reader, writer, head
 
@@ -33,8 +37,11 @@ async def handshake(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrit
 def frame(payload: bytes, *, rsv1: bool) -> bytes:
     mask = os.urandom(4)
     assert len(payload) < 126
-    return (bytes([0x80 | (0x40 if rsv1 else 0) | 0x1, 0x80 | len(payload)]) + mask
-            + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    return (
+        bytes([0x80 | (0x40 if rsv1 else 0) | 0x1, 0x80 | len(payload)])
+        + mask
+        + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    )
 
 
 def deflated(text: bytes) -> bytes:
@@ -42,8 +49,11 @@ def deflated(text: bytes) -> bytes:
     return (c.compress(text) + c.flush(zlib.Z_SYNC_FLUSH))[:-4]
 
 
-@pytest.mark.parametrize("payload", [b"this is not deflate data at all", deflated(b'{"type":"response.create"}')],
-                         ids=["claims-compressed-is-not", "really-compressed-unnegotiated"])
+@pytest.mark.parametrize(
+    "payload",
+    [b"this is not deflate data at all", deflated(b'{"type":"response.create"}')],
+    ids=["claims-compressed-is-not", "really-compressed-unnegotiated"],
+)
 async def test_a_frame_with_rsv1_closes_the_socket_with_1002(tmp_path, payload: bytes) -> None:
     config = load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1", "store.data_dir": str(tmp_path)})
     handle = await start_proxy(config)

@@ -49,17 +49,30 @@ def chat_requests(case: Path, summary_text: str | None) -> list[dict[str, Any]]:
     if mapped.threshold is None:
         return [mapped.chat]
     first = summary_request(mapped.chat, COMPACTION_PROMPT)
-    answer = {**mapped.chat, "messages": [*window(mapped.chat["messages"], "system"),
-                                           summary_message(summary_text or "")]}
+    answer = {
+        **mapped.chat,
+        "messages": [*window(mapped.chat["messages"], "system"), summary_message(summary_text or "")],
+    }
     return [first, answer]
 
 
 def run(case: Path, pieces: list[bytes], answer: list[bytes]) -> tuple[list[dict], str | None]:
     request, mapped = plan(case)
-    main = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=mapped.tools,
-                                 profile=BackendProfile(think_tags=(case / "think_tags").exists()), wire=True)
-    leg = SummaryLeg(main, lambda text: "sealed:" + text, "cmp_test", last=mapped.threshold is None,
-                     profile=BackendProfile(think_tags=(case / "think_tags").exists()))
+    main = ChatToResponsesStream(
+        request,
+        ids=SequentialIds(),
+        now=lambda: 1_700_000_000,
+        tools=mapped.tools,
+        profile=BackendProfile(think_tags=(case / "think_tags").exists()),
+        wire=True,
+    )
+    leg = SummaryLeg(
+        main,
+        lambda text: "sealed:" + text,
+        "cmp_test",
+        last=mapped.threshold is None,
+        profile=BackendProfile(think_tags=(case / "think_tags").exists()),
+    )
     pump = Pump(leg)
     out = leg.start()
     for piece in pieces:
@@ -80,8 +93,11 @@ def run(case: Path, pieces: list[bytes], answer: list[bytes]) -> tuple[list[dict
 
 def check(path: Path, value: Any) -> None:
     if UPDATE or not path.exists():
-        path.write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n" if path.suffix == ".json" else
-                         b"".join(orjson.dumps(e) + b"\n" for e in value))
+        path.write_bytes(
+            orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n"
+            if path.suffix == ".json"
+            else b"".join(orjson.dumps(e) + b"\n" for e in value)
+        )
         if not UPDATE:
             pytest.fail(f"wrote a new {path}; review it and run again")
     raw = path.read_bytes()
@@ -118,8 +134,9 @@ def test_the_cases_cover_what_they_claim() -> None:
     final = events[-1]["response"]
     assert events[-1]["type"] == "response.completed" and [i["type"] for i in final["output"]] == ["compaction"]
     assert final["output"][0]["encrypted_content"] == "sealed:" + (summary or "") and summary.startswith("## Goal")
-    think, _ = run(CASES / "codex_trigger_think_tags",
-                   [(CASES / "codex_trigger_think_tags" / "upstream.sse").read_bytes()], [])
+    think, _ = run(
+        CASES / "codex_trigger_think_tags", [(CASES / "codex_trigger_think_tags" / "upstream.sse").read_bytes()], []
+    )
     assert "Summarise" not in think[-1]["response"]["output"][0]["encrypted_content"]
     for name in ("codex_trigger_cut", "codex_trigger_backend_error"):
         failed, _ = run(CASES / name, [(CASES / name / "upstream.sse").read_bytes()], [])

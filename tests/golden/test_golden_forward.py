@@ -56,12 +56,20 @@ def body(case: Path, pieces: list[bytes], *, typed_frames: bool = True, wire: bo
     tools = ToolContext()
     if (case / "tools.json").exists():
         t = orjson.loads((case / "tools.json").read_bytes())
-        tools = ToolContext(custom_tools=frozenset(t.get("custom_tools", ())),
-                            namespaced={k: tuple(v) for k, v in t.get("namespaced", {}).items()})
+        tools = ToolContext(
+            custom_tools=frozenset(t.get("custom_tools", ())),
+            namespaced={k: tuple(v) for k, v in t.get("namespaced", {}).items()},
+        )
     sealer = (lambda text, details: f"sealed:{len(text)}") if (case / "seal").exists() else None
-    machine = ChatToResponsesStream(request, ids=SequentialIds(), now=lambda: 1_700_000_000, tools=tools,
-                                    seal_reasoning=sealer, profile=BackendProfile(think_tags=(case / "think_tags").exists(),
-                                                                   tool_markup=markup_of(case)), wire=wire)
+    machine = ChatToResponsesStream(
+        request,
+        ids=SequentialIds(),
+        now=lambda: 1_700_000_000,
+        tools=tools,
+        seal_reasoning=sealer,
+        profile=BackendProfile(think_tags=(case / "think_tags").exists(), tool_markup=markup_of(case)),
+        wire=wire,
+    )
     pump = Pump(machine, typed_frames=typed_frames)
     out = machine.start()
     for piece in pieces:
@@ -106,9 +114,12 @@ def test_golden(case: Path) -> None:
 # drops it on purpose rather than open an empty-looking message between the calls
 # (translators/chat_to_responses.py, ``_text``).
 WHITESPACE_AFTER_CALLS_DROPPED = {"avian-kimik25-reasoning-details-parallel-tools"}
-RESPONSE_STATUS = {"stop": ("completed", None), "tool_calls": ("completed", None),
-                   "length": ("incomplete", "max_output_tokens"),
-                   "content_filter": ("incomplete", "content_filter")}
+RESPONSE_STATUS = {
+    "stop": ("completed", None),
+    "tool_calls": ("completed", None),
+    "length": ("incomplete", "max_output_tokens"),
+    "content_filter": ("incomplete", "content_filter"),
+}
 
 
 def _details_text(details: Any) -> str | None:
@@ -135,12 +146,16 @@ def _normalized(chunk: dict) -> dict:
         content = delta.get("content")
         if isinstance(content, list):  # Mistral: content parts; `thinking` parts are reasoning
             delta["content"] = "".join(p["text"] for p in content if p.get("type") == "text")
-            delta["reasoning_content"] = "".join(t["text"] for p in content if p.get("type") == "thinking"
-                                                 for t in p["thinking"]) or None
+            delta["reasoning_content"] = (
+                "".join(t["text"] for p in content if p.get("type") == "thinking" for t in p["thinking"]) or None
+            )
         # Reasoning: the first present of reasoning_content, reasoning, reasoning_details (providers
         # that send the same text in two spellings, like Avian or OpenRouter, are not doubled).
-        for text in (delta.get("reasoning_content"), delta.get("reasoning"),
-                     _details_text(delta.get("reasoning_details"))):
+        for text in (
+            delta.get("reasoning_content"),
+            delta.get("reasoning"),
+            _details_text(delta.get("reasoning_details")),
+        ):
             if isinstance(text, str):
                 delta["_reasoning"] = text
                 break
@@ -182,23 +197,35 @@ def upstream_answer(case: Path, data: bytes) -> dict:
         tokens = None if status[0] == "failed" else (0, 0)
     else:
         tokens = (usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0)
-    return {"status": status, "text": text, "refusal": acc["refusal"] or "", "reasoning": reasoning,
-            "calls": [(c["name"], c["arguments"]) for c in acc["tool_calls"]], "tokens": tokens}
+    return {
+        "status": status,
+        "text": text,
+        "refusal": acc["refusal"] or "",
+        "reasoning": reasoning,
+        "calls": [(c["name"], c["arguments"]) for c in acc["tool_calls"]],
+        "tokens": tokens,
+    }
 
 
 def response_answer(response: dict) -> dict:
     """The same fields, read from the translated final Response."""
     output = response["output"]
     parts = [p for item in output if item["type"] == "message" for p in item["content"]]
-    reasoning = [p["text"] for item in output if item["type"] == "reasoning"
-                 for p in [*(item.get("summary") or []), *(item.get("content") or [])]]
+    reasoning = [
+        p["text"]
+        for item in output
+        if item["type"] == "reasoning"
+        for p in [*(item.get("summary") or []), *(item.get("content") or [])]
+    ]
     usage = response.get("usage")
-    return {"status": (response["status"], (response.get("incomplete_details") or {}).get("reason")),
-            "text": "".join(p["text"] for p in parts if p["type"] == "output_text"),
-            "refusal": "".join(p["refusal"] for p in parts if p["type"] == "refusal"),
-            "reasoning": "".join(reasoning) if reasoning else None,
-            "calls": [(item["name"], item["arguments"]) for item in output if item["type"] == "function_call"],
-            "tokens": usage and (usage["input_tokens"], usage["output_tokens"])}
+    return {
+        "status": (response["status"], (response.get("incomplete_details") or {}).get("reason")),
+        "text": "".join(p["text"] for p in parts if p["type"] == "output_text"),
+        "refusal": "".join(p["refusal"] for p in parts if p["type"] == "refusal"),
+        "reasoning": "".join(reasoning) if reasoning else None,
+        "calls": [(item["name"], item["arguments"]) for item in output if item["type"] == "function_call"],
+        "tokens": usage and (usage["input_tokens"], usage["output_tokens"]),
+    }
 
 
 @pytest.mark.parametrize("case", [c for c in case_dirs() if (c / "source.txt").exists()], ids=lambda p: p.name)

@@ -33,8 +33,16 @@ async def run(case: Path, url: str, seed: int, piece: int, tmp: Path) -> list[di
     upstream = FakeUpstream()
     await upstream.start()
     upstream.reply(*(SSEReply(p.read_bytes(), seed=seed, max_piece=piece) for p in sorted(case.glob("upstream_*.sse"))))
-    config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp),
-                                    "mcp.allowed_servers": ["http://127.0.0.1:*"], "mcp.call_timeout_seconds": 5})
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp),
+            "mcp.allowed_servers": ["http://127.0.0.1:*"],
+            "mcp.call_timeout_seconds": 5,
+        },
+    )
     proxy = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
     body = (case / "request.json").read_text().replace("{MCP_URL}", url).replace("{TOKEN}", TEST_TOKEN)
     try:
@@ -75,6 +83,8 @@ def test_the_cases_show_what_they_claim() -> None:
     assert one["output"][1]["output"] == "42" and one["status"] == "completed"
     two = final("two_calls_one_fails")
     assert [(o["name"], o["status"]) for o in two["output"] if o["type"] == "mcp_call"] == [
-        ("echo", "completed"), ("fail", "failed")]
+        ("echo", "completed"),
+        ("fail", "failed"),
+    ]
     asked = final("approval_request")
     assert [o["type"] for o in asked["output"]] == ["mcp_list_tools", "mcp_approval_request"]

@@ -59,9 +59,15 @@ def limit_of(request: dict) -> int | None:
 def body(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[bytes, ResponsesToChatStream]:
     """The SSE body a chat client receives for ``pieces`` (without the relay's ``[DONE]``)."""
     request = request_of(case)
-    machine = ResponsesToChatStream(include_usage=include_usage(request), options=OPTIONS,
-                                    ids=SequentialIds(), now=lambda: 1_700_000_000, model=request["model"], wire=wire,
-                                    max_output_tokens=limit_of(request))
+    machine = ResponsesToChatStream(
+        include_usage=include_usage(request),
+        options=OPTIONS,
+        ids=SequentialIds(),
+        now=lambda: 1_700_000_000,
+        model=request["model"],
+        wire=wire,
+        max_output_tokens=limit_of(request),
+    )
     pump = Pump(machine)
     out: list[dict] = []
     for piece in pieces:
@@ -104,10 +110,15 @@ def expected_usage(case: Path, final: dict) -> dict | None:
     prompt_details = {"cached_tokens": idet.get("cached_tokens") or 0}
     if "cache_write_tokens" in idet:
         prompt_details["cache_write_tokens"] = idet["cache_write_tokens"]
-    return {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
-            "total_tokens": usage["total_tokens"], "prompt_tokens_details": prompt_details,
-            "completion_tokens_details": {
-                "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0}}
+    return {
+        "prompt_tokens": usage["input_tokens"],
+        "completion_tokens": usage["output_tokens"],
+        "total_tokens": usage["total_tokens"],
+        "prompt_tokens_details": prompt_details,
+        "completion_tokens_details": {
+            "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0
+        },
+    }
 
 
 @pytest.mark.parametrize("case", case_dirs(), ids=lambda p: p.name)
@@ -159,11 +170,15 @@ def test_stream_agrees_with_final_response(case: Path) -> None:
     chunks, _ = translate(case, [data])
     acc = accumulate_chat(chunks)
     try:
-        completion = response_to_chat_completion(final, options=OPTIONS, ids=SequentialIds(),
-                                                 max_output_tokens=limit_of(request_of(case)))
+        completion = response_to_chat_completion(
+            final, options=OPTIONS, ids=SequentialIds(), max_output_tokens=limit_of(request_of(case))
+        )
     except ResponseFailed as exc:
         assert acc["error"] is not None
-        assert (acc["error"]["message"], acc["error"]["code"]) == (exc.body["error"]["message"], exc.body["error"]["code"])
+        assert (acc["error"]["message"], acc["error"]["code"]) == (
+            exc.body["error"]["message"],
+            exc.body["error"]["code"],
+        )
         return
     choice = completion["choices"][0]
     message = choice["message"]
@@ -171,10 +186,16 @@ def test_stream_agrees_with_final_response(case: Path) -> None:
     assert (acc["content"] or None) == message["content"]
     assert acc["refusal"] == message["refusal"]
     assert acc["reasoning"] == message.get("reasoning_content")
-    calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-             if c["type"] == "function" else
-             {"id": c["id"], "name": c["custom"]["name"], "arguments": json.dumps(c["custom"]["input"], ensure_ascii=False)}
-             for c in message.get("tool_calls", [])]
+    calls = [
+        {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+        if c["type"] == "function"
+        else {
+            "id": c["id"],
+            "name": c["custom"]["name"],
+            "arguments": json.dumps(c["custom"]["input"], ensure_ascii=False),
+        }
+        for c in message.get("tool_calls", [])
+    ]
     assert acc["tool_calls"] == calls
     annotations = [a for c in chunks for ch in c.get("choices", []) for a in ch["delta"].get("annotations", [])]
     assert annotations == message.get("annotations", [])

@@ -33,22 +33,29 @@ SPLITS = [(0, 1), (1, 7), (2, 23), (3, 97), (4, 4096)]  # (seed, largest piece)
 
 async def run(case: Path, seed: int, piece: int, tmp: Path) -> tuple[list[dict[str, Any]], FakeUpstream]:
     spec = orjson.loads((case / "search.json").read_bytes())
-    search = FakeSearch(pages={q: [tuple(p) for p in pages] for q, pages in spec.get("pages", {}).items()},
-                        fail=spec.get("fail"))
+    search = FakeSearch(
+        pages={q: [tuple(p) for p in pages] for q, pages in spec.get("pages", {}).items()}, fail=spec.get("fail")
+    )
     upstream = FakeUpstream()
     await search.start()
     await upstream.start()
     legs = sorted(case.glob("upstream_*.sse"))
     upstream.reply(*(SSEReply(p.read_bytes(), seed=seed, max_piece=piece) for p in legs))
-    overrides = {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp), "web_search.backend": "searxng",
-                 "web_search.url": search.url, "web_search.timeout_seconds": 2}
+    overrides = {
+        "upstream.base_url": upstream.base_url,
+        "store.data_dir": str(tmp),
+        "web_search.backend": "searxng",
+        "web_search.url": search.url,
+        "web_search.timeout_seconds": 2,
+    }
     if (case / "config.json").exists():
         overrides.update(orjson.loads((case / "config.json").read_bytes()))
     proxy = await start_proxy(load_config(None, {}, overrides), ids=SequentialIds(), clock=lambda: 1_700_000_000)
     try:
         async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=60) as http:
-            r = await http.post("/responses", content=(case / "request.json").read_bytes(),
-                                headers={"Content-Type": "application/json"})
+            r = await http.post(
+                "/responses", content=(case / "request.json").read_bytes(), headers={"Content-Type": "application/json"}
+            )
         assert r.status_code == 200, r.text
         events = validate_responses_sse(r.content)
     finally:
@@ -75,21 +82,27 @@ async def test_golden_web_search(case: Path, tmp_path: Path) -> None:
 
 def test_the_cases_show_what_they_claim() -> None:
     """Independent of the expected files (the code's own output, reviewed once)."""
+
     def load(name: str) -> list[dict[str, Any]]:
         return [orjson.loads(x) for x in (CASES / name / "expected.jsonl").read_bytes().splitlines() if x.strip()]
 
     final = load("one_search")[-1]["response"]
     assert final["status"] == "completed"
     assert [(o["type"], o.get("status")) for o in final["output"]] == [
-        ("reasoning", "completed"), ("web_search_call", "completed"), ("message", "completed")]
+        ("reasoning", "completed"),
+        ("web_search_call", "completed"),
+        ("message", "completed"),
+    ]
     text = final["output"][2]["content"][0]
-    cited = [text["text"][a["start_index"]:a["end_index"]] for a in text["annotations"]]
+    cited = [text["text"][a["start_index"] : a["end_index"]] for a in text["annotations"]]
     assert cited[0].startswith("[announcement](https://blog.rust-lang.org") and cited[1].startswith("https://github")
     two = load("two_parallel_searches")[-1]["response"]
     assert [o["action"]["query"] for o in two["output"][:2]] == ["rust 1.80 release", "LazyCell"]
     assert all(o["action"]["sources"] for o in two["output"][:2])
     assert [a["url"] for a in two["output"][2]["content"][0]["annotations"]] == [
-        "https://doc.rust-lang.org/std/cell/struct.LazyCell.html", "https://blog.rust-lang.org/2024/07/25/Rust-1.80.0.html"]
+        "https://doc.rust-lang.org/std/cell/struct.LazyCell.html",
+        "https://blog.rust-lang.org/2024/07/25/Rust-1.80.0.html",
+    ]
     failed = load("failed_search")
     assert "response.web_search_call.completed" not in [e["type"] for e in failed]
     assert failed[-1]["response"]["output"][0]["status"] == "failed" and failed[-1]["type"] == "response.completed"

@@ -15,17 +15,35 @@ from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
-    return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+    return (
+        b"data: "
+        + orjson.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+        + b"\n\n"
+    )
 
 
 def call(call_id: str, name: str, args: dict) -> bytes:
     text = orjson.dumps(args).decode()
-    return (chunk({"role": "assistant", "content": "", "reasoning_content": f"need {name}"})
-            + chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                                     "function": {"name": name, "arguments": text[:5]}}]})
-            + chunk({"tool_calls": [{"index": 0, "function": {"arguments": text[5:]}}]}, "tool_calls")
-            + b"data: [DONE]\n\n")
+    return (
+        chunk({"role": "assistant", "content": "", "reasoning_content": f"need {name}"})
+        + chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": text[:5]}}
+                ]
+            }
+        )
+        + chunk({"tool_calls": [{"index": 0, "function": {"arguments": text[5:]}}]}, "tool_calls")
+        + b"data: [DONE]\n\n"
+    )
 
 
 def answer(text: str) -> bytes:
@@ -45,26 +63,48 @@ def to_fahrenheit(celsius: float) -> str:
 
 
 def completion(message: dict, finish: str) -> JSONReply:
-    return JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                      "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", **message}}],
-                      "usage": {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}})
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", **message}}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38},
+        }
+    )
 
 
 def json_call(call_id: str, name: str, args: dict) -> JSONReply:
-    return completion({"content": None, "reasoning_content": f"need {name}", "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": orjson.dumps(args).decode()}}]},
-        "tool_calls")
+    return completion(
+        {
+            "content": None,
+            "reasoning_content": f"need {name}",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": orjson.dumps(args).decode()},
+                }
+            ],
+        },
+        "tool_calls",
+    )
 
 
 def script(upstream: FakeUpstream, stream: bool) -> None:
     if stream:
-        upstream.reply(SSEReply(call("call_t", "get_temperature", {"city": "Oslo"}), seed=1),
-                       SSEReply(call("call_f", "to_fahrenheit", {"celsius": -3}), seed=2),
-                       SSEReply(answer("It is -3 C (26.6 F) in Oslo."), seed=3))
+        upstream.reply(
+            SSEReply(call("call_t", "get_temperature", {"city": "Oslo"}), seed=1),
+            SSEReply(call("call_f", "to_fahrenheit", {"celsius": -3}), seed=2),
+            SSEReply(answer("It is -3 C (26.6 F) in Oslo."), seed=3),
+        )
     else:
-        upstream.reply(json_call("call_t", "get_temperature", {"city": "Oslo"}),
-                       json_call("call_f", "to_fahrenheit", {"celsius": -3}),
-                       completion({"content": "It is -3 C (26.6 F) in Oslo."}, "stop"))
+        upstream.reply(
+            json_call("call_t", "get_temperature", {"city": "Oslo"}),
+            json_call("call_f", "to_fahrenheit", {"celsius": -3}),
+            completion({"content": "It is -3 C (26.6 F) in Oslo."}, "stop"),
+        )
 
 
 def check_conversation(upstream: FakeUpstream) -> None:
@@ -78,8 +118,12 @@ def check_conversation(upstream: FakeUpstream) -> None:
 @pytest.fixture
 def agent(proxy, client) -> Agent:
     set_tracing_disabled(True)
-    return Agent(name="weather", instructions="Answer with both units.", tools=[get_temperature, to_fahrenheit],
-                 model=OpenAIResponsesModel(model="qwen3", openai_client=client))
+    return Agent(
+        name="weather",
+        instructions="Answer with both units.",
+        tools=[get_temperature, to_fahrenheit],
+        model=OpenAIResponsesModel(model="qwen3", openai_client=client),
+    )
 
 
 async def test_runner_run(agent: Agent, upstream: FakeUpstream) -> None:

@@ -34,8 +34,13 @@ def ai_sdk_dir() -> Path:
 
 async def run(proxy: ProxyHandle, ai_sdk_dir: Path, scenario: str) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
-        "node", str(SCRIPT), scenario, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "CROSSFEED_BASE_URL": proxy.base_url, "CROSSFEED_AI_SDK_DIR": str(ai_sdk_dir)})
+        "node",
+        str(SCRIPT),
+        scenario,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "CROSSFEED_BASE_URL": proxy.base_url, "CROSSFEED_AI_SDK_DIR": str(ai_sdk_dir)},
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert out, err.decode()[-3000:]
     result = orjson.loads(out.splitlines()[-1])
@@ -56,8 +61,9 @@ async def test_multi_step_tool_run(proxy: ProxyHandle, upstream: FakeUpstream, a
     assert sent[-1]["role"] == "tool" and "sunny in Paris" in sent[-1]["content"]
 
 
-async def test_two_turns_replay_the_first_by_reference(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                       ai_sdk_dir: Path) -> None:
+async def test_two_turns_replay_the_first_by_reference(
+    proxy: ProxyHandle, upstream: FakeUpstream, ai_sdk_dir: Path
+) -> None:
     upstream.reply(text("Hello there."), text("Hello again."))
     got = await run(proxy, ai_sdk_dir, "two_turns")
     assert (got["first"].strip(), got["second"].strip()) == ("Hello there.", "Hello again.")
@@ -66,8 +72,9 @@ async def test_two_turns_replay_the_first_by_reference(proxy: ProxyHandle, upstr
     assert sent[1]["content"].strip() == "Hello there."  # the referenced item, resolved from the store
 
 
-async def test_reasoning_is_shown_with_reasoning_summary(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                         ai_sdk_dir: Path) -> None:
+async def test_reasoning_is_shown_with_reasoning_summary(
+    proxy: ProxyHandle, upstream: FakeUpstream, ai_sdk_dir: Path
+) -> None:
     upstream.reply(text(ANSWER))
     got = await run(proxy, ai_sdk_dir, "reasoning")
     assert got["reasoning"].strip() == REASONING and (got["reasoningText"] or "").strip() == REASONING
@@ -78,10 +85,24 @@ async def test_reasoning_is_shown_with_reasoning_summary(proxy: ProxyHandle, ups
 async def test_generate_object(proxy: ProxyHandle, upstream: FakeUpstream, ai_sdk_dir: Path) -> None:
     from tests.fakes.upstream import JSONReply
 
-    upstream.reply(JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                              "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                                  "role": "assistant", "content": '{"city": "Paris", "sunny": true}'}}],
-                              "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}}))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": '{"city": "Paris", "sunny": true}'},
+                    }
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14},
+            }
+        )
+    )
     got = await run(proxy, ai_sdk_dir, "object")
     assert got["object"] == {"city": "Paris", "sunny": True}
     fmt = upstream.requests[0].body["response_format"]

@@ -18,10 +18,19 @@ from tests.fakes.upstream import FakeUpstream, JSONReply
 @pytest.fixture
 async def served(upstream: FakeUpstream, tmp_path: Path) -> Any:
     toml = tmp_path / "c.toml"
-    toml.write_text('[codex_models."qwen3-coder"]\ncontext_window = 65536\napply_patch = "function"\n'
-                    'reasoning_levels = ["low", "high"]\ndefault_reasoning = "high"\n')
-    config = load_config(toml, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "d"),
-                                    "upstream.context_window": 32768})
+    toml.write_text(
+        '[codex_models."qwen3-coder"]\ncontext_window = 65536\napply_patch = "function"\n'
+        'reasoning_levels = ["low", "high"]\ndefault_reasoning = "high"\n'
+    )
+    config = load_config(
+        toml,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path / "d"),
+            "upstream.context_window": 32768,
+        },
+    )
     handle = await start_proxy(config)
     upstream.default = JSONReply({"object": "list", "data": [{"id": "llama-3-8b", "object": "model"}]})
     yield handle

@@ -37,14 +37,45 @@ REASONING_FIELD = "reasoning_content"  # the default upstream reasoning_field
 
 # Chat Completions create parameters, the Chat column of wire-spec sections 3.1 and 3.3: a strict
 # chat backend (OpenAI itself: "Unrecognized request argument") rejects any other top-level key.
-CHAT_KEYS = frozenset({
-    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
-    "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stop", "seed",
-    "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs",
-    "response_format", "verbosity", "reasoning_effort", "stream", "stream_options", "store",
-    "metadata", "user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
-    "service_tier", "modalities", "audio", "prediction", "web_search_options",
-})
+CHAT_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "functions",
+        "function_call",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "stop",
+        "seed",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "verbosity",
+        "reasoning_effort",
+        "stream",
+        "stream_options",
+        "store",
+        "metadata",
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "service_tier",
+        "modalities",
+        "audio",
+        "prediction",
+        "web_search_options",
+    }
+)
 # Keys each chat message role takes (wire-spec 2.3, 3.2); the reasoning field is the one
 # non-standard key, sent back on assistant messages because DeepSeek-style backends require it.
 MESSAGE_KEYS = {
@@ -56,9 +87,21 @@ MESSAGE_KEYS = {
 USER_PARTS = {"text", "image_url", "file"}
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 FUNCTION_KEYS = {"name", "description", "parameters", "strict"}
-HOSTED_TOOL_TYPES = {"web_search", "web_search_preview", "tool_search", "image_generation", "file_search",
-                     "code_interpreter", "mcp", "local_shell", "shell", "computer_use_preview", "apply_patch",
-                     "namespace", "custom"}
+HOSTED_TOOL_TYPES = {
+    "web_search",
+    "web_search_preview",
+    "tool_search",
+    "image_generation",
+    "file_search",
+    "code_interpreter",
+    "mcp",
+    "local_shell",
+    "shell",
+    "computer_use_preview",
+    "apply_patch",
+    "namespace",
+    "custom",
+}
 
 
 def strict_chat_problems(body: dict[str, Any]) -> list[str]:
@@ -138,8 +181,12 @@ def _message_problems(messages: Any, names: set[str]) -> list[str]:
                 problems.append(f"{p}.content is not a string")
             for j, call in enumerate(calls):
                 fn = call.get("function") or {}
-                if call.get("type") != "function" or not isinstance(call.get("id"), str) or \
-                        not isinstance(fn.get("arguments"), str) or not FUNCTION_NAME.match(str(fn.get("name", ""))):
+                if (
+                    call.get("type") != "function"
+                    or not isinstance(call.get("id"), str)
+                    or not isinstance(fn.get("arguments"), str)
+                    or not FUNCTION_NAME.match(str(fn.get("name", "")))
+                ):
                     problems.append(f"{p}.tool_calls[{j}] malformed: {str(call)[:120]}")
                 awaiting.append(call.get("id"))
             continue
@@ -162,10 +209,14 @@ def _message_problems(messages: Any, names: set[str]) -> list[str]:
 
 def test_the_strict_chat_check_catches_what_backends_reject() -> None:
     """The checker itself: each rule fires on a request that breaks it."""
-    good = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-            "stream_options": {"include_usage": True},
-            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-            "tool_choice": {"type": "function", "function": {"name": "f"}}}
+    good = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+    }
     assert strict_chat_problems(good) == []
     broken = [
         {**good, "client_metadata": {}},
@@ -183,13 +234,27 @@ def test_the_strict_chat_check_catches_what_backends_reject() -> None:
         {**good, "messages": [{"role": "developer", "content": "x"}]},
         {**good, "messages": [{"type": "additional_tools", "role": "developer", "tools": []}]},
         {**good, "messages": [{"role": "user", "content": [{"type": "input_text", "text": "x"}]}]},
-        {**good, "messages": [{"role": "user", "content": [{"type": "image_url",
-                                                            "image_url": {"url": "u", "detail": "original"}}]}]},
+        {
+            **good,
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u", "detail": "original"}}]}
+            ],
+        },
         {**good, "messages": [{"role": "user", "content": "x", "id": "msg_1"}]},
-        {**good, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
-        {**good, "messages": [{"role": "user", "content": "x"},
-                              {"role": "tool", "tool_call_id": "c9", "content": "r"}]},
+        {
+            **good,
+            "messages": [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                },
+            ],
+        },
+        {
+            **good,
+            "messages": [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "c9", "content": "r"}],
+        },
     ]
     for body in broken:
         assert strict_chat_problems(body), body
@@ -197,26 +262,48 @@ def test_the_strict_chat_check_catches_what_backends_reject() -> None:
 
 # ---------------------------------------------------------------- upstream replies and helpers
 
+
 def chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
-USAGE = b"data: " + orjson.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                                  "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1,
-                                                           "total_tokens": 8}}) + b"\n\n"
+USAGE = (
+    b"data: "
+    + orjson.dumps(
+        {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
+        }
+    )
+    + b"\n\n"
+)
 DONE = b"data: [DONE]\n\n"
 
 
 def text_reply(text: str = "ok") -> SSEReply:
-    return SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"content": text}) + chunk({}, "stop")
-                    + USAGE + DONE, seed=3, max_piece=41)
+    return SSEReply(
+        chunk({"role": "assistant", "content": ""}) + chunk({"content": text}) + chunk({}, "stop") + USAGE + DONE,
+        seed=3,
+        max_piece=41,
+    )
 
 
 def calls_reply(*calls: tuple[str, str, str]) -> SSEReply:
-    deltas = [{"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-              for i, (cid, name, args) in enumerate(calls)]
+    deltas = [
+        {"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+        for i, (cid, name, args) in enumerate(calls)
+    ]
     return SSEReply(chunk({"role": "assistant", "tool_calls": deltas}) + chunk({}, "tool_calls") + USAGE + DONE)
 
 
@@ -268,19 +355,53 @@ def expected_tool_names(request: dict[str, Any]) -> list[str]:
     return names
 
 
-EXEC = {"type": "function", "name": "exec_command", "description": "Runs a command.", "strict": False,
-        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"],
-                       "additionalProperties": False}}
-APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files.",
-               "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
-MULTI_AGENT = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
-    {"type": "function", "name": "wait_agent", "strict": False,
-     "parameters": {"type": "object", "properties": {"timeout_ms": {"type": "number"}},
-                    "additionalProperties": False}}]}
+EXEC = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Runs a command.",
+    "strict": False,
+    "parameters": {
+        "type": "object",
+        "properties": {"cmd": {"type": "string"}},
+        "required": ["cmd"],
+        "additionalProperties": False,
+    },
+}
+APPLY_PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+}
+MULTI_AGENT = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "wait_agent",
+            "strict": False,
+            "parameters": {
+                "type": "object",
+                "properties": {"timeout_ms": {"type": "number"}},
+                "additionalProperties": False,
+            },
+        }
+    ],
+}
 WEB_SEARCH = {"type": "web_search", "external_web_access": True, "search_content_types": ["text", "image"]}
-TOOL_SEARCH = {"type": "tool_search", "execution": "client", "description": "Tool discovery.",
-               "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"],
-                              "additionalProperties": False}}
+TOOL_SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Tool discovery.",
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string"}},
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+}
 IMAGE_GENERATION = {"type": "image_generation", "output_format": "png"}
 CODEX_TOOLS = [EXEC, APPLY_PATCH, MULTI_AGENT, TOOL_SEARCH, WEB_SEARCH]
 CODEX_TOOL_NAMES = ["exec_command", "apply_patch", "multi_agent_v1__wait_agent"]
@@ -288,14 +409,27 @@ CODEX_TOOL_NAMES = ["exec_command", "apply_patch", "multi_agent_v1__wait_agent"]
 
 def codex_body(**kw: Any) -> dict[str, Any]:
     """The top-level keys every recorded Codex request carries (docs/codex.md, "Top-level keys")."""
-    body = {"model": "gpt-5.5", "stream": True, "store": False, "tool_choice": "auto", "parallel_tool_calls": True,
-            "reasoning": {"effort": "medium"}, "include": ["reasoning.encrypted_content"],
-            "prompt_cache_key": "019a-session", "text": {"verbosity": "low"},
-            "client_metadata": {"session_id": "019a-session", "x-codex-window-id": "019a-session:0"},
-            "input": [{"type": "message", "id": "msg_1", "role": "developer",
-                       "content": [{"type": "input_text", "text": "You are Codex."}]},
-                      {"type": "message", "id": "msg_2", "role": "user",
-                       "content": [{"type": "input_text", "text": "say hi"}]}]}
+    body = {
+        "model": "gpt-5.5",
+        "stream": True,
+        "store": False,
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "reasoning": {"effort": "medium"},
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "019a-session",
+        "text": {"verbosity": "low"},
+        "client_metadata": {"session_id": "019a-session", "x-codex-window-id": "019a-session:0"},
+        "input": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "You are Codex."}],
+            },
+            {"type": "message", "id": "msg_2", "role": "user", "content": [{"type": "input_text", "text": "say hi"}]},
+        ],
+    }
     body.update(kw)
     return body
 
@@ -309,9 +443,11 @@ def completed(events: list[Any], captured: list[Captured]) -> Any:
 
 # ---------------------------------------------------------------- recorded Codex requests
 
+
 @pytest.mark.parametrize("name", RECORDED)
-async def test_recorded_codex_request(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                      captured: list[Captured], name: str) -> None:
+async def test_recorded_codex_request(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured], name: str
+) -> None:
     """Every request Codex 0.171.0 was recorded sending (three model families, tool turns,
     reasoning replay, images, additional_tools) reaches the backend as a strict chat request."""
     request = recorded(name)
@@ -330,25 +466,35 @@ async def test_recorded_codex_request(client: openai.AsyncOpenAI, upstream: Fake
     called = [c["function"]["name"] for m in body["messages"] for c in m.get("tool_calls") or []]
     assert set(called) <= set(tool_names(body))
     # Every user text Codex sent is in the chat messages (nothing was lost on the way).
-    user_texts = [p["text"] for i in request["input"] if i.get("role") == "user"
-                  for p in i["content"] if p["type"] == "input_text"]
+    user_texts = [
+        p["text"]
+        for i in request["input"]
+        if i.get("role") == "user"
+        for p in i["content"]
+        if p["type"] == "input_text"
+    ]
     chat_text = orjson.dumps(body["messages"]).decode()
     assert all(orjson.dumps(t).decode()[1:-1] in chat_text for t in user_texts)
 
 
 # ---------------------------------------------------------------- probe requests
 
-@pytest.mark.parametrize("body", [
-    {"model": "m", "input": [], "max_output_tokens": 1, "stream": True},
-    {"model": "m", "input": [], "max_output_tokens": 1, "stream": False},
-    {"model": "m", "input": [], "max_output_tokens": 1},
-    {"model": "m", "max_output_tokens": 1, "stream": True},
-    codex_body(input=[], max_output_tokens=1, tools=CODEX_TOOLS),
-    codex_body(input=[{"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [MULTI_AGENT]}]),
-], ids=["empty-stream", "empty-nonstream", "empty-default", "no-input", "empty-codex-tools",
-        "only-additional-tools"])
-async def test_empty_input_probe_is_a_400_naming_input(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                       body: dict) -> None:
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "input": [], "max_output_tokens": 1, "stream": True},
+        {"model": "m", "input": [], "max_output_tokens": 1, "stream": False},
+        {"model": "m", "input": [], "max_output_tokens": 1},
+        {"model": "m", "max_output_tokens": 1, "stream": True},
+        codex_body(input=[], max_output_tokens=1, tools=CODEX_TOOLS),
+        codex_body(input=[{"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [MULTI_AGENT]}]),
+    ],
+    ids=["empty-stream", "empty-nonstream", "empty-default", "no-input", "empty-codex-tools", "only-additional-tools"],
+)
+async def test_empty_input_probe_is_a_400_naming_input(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, body: dict
+) -> None:
     """A probe with nothing to say (ik_llama.cpp#1964's empty-input probe) cannot become a chat
     request: no messages at all. Documented answer (docs/request-mapping.md): 400 `input`."""
     with pytest.raises(openai.BadRequestError) as info:
@@ -359,8 +505,9 @@ async def test_empty_input_probe_is_a_400_naming_input(client: openai.AsyncOpenA
 
 
 @pytest.mark.parametrize("text", ["ping", ""])
-async def test_one_token_probe_streams_an_incomplete_response(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                              captured: list[Captured], text: str) -> None:
+async def test_one_token_probe_streams_an_incomplete_response(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured], text: str
+) -> None:
     """A connectivity probe: minimal input, `max_output_tokens: 1`, streamed, no tools."""
     upstream.reply(SSEReply(chunk({"role": "assistant", "content": "p"}) + chunk({}, "length") + USAGE + DONE))
     events = await send(client, {"model": "m", "input": text, "max_output_tokens": 1, "stream": True})
@@ -374,33 +521,49 @@ async def test_one_token_probe_streams_an_incomplete_response(client: openai.Asy
 
 
 async def test_one_token_probe_without_stream(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(JSONReply({"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "choices": [
-        {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "p"}}]}))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "p"}}],
+            }
+        )
+    )
     response = await send(client, {"model": "m", "input": "ping", "max_output_tokens": 1})
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
     body = sent(upstream)
     assert body["stream"] is False and "stream_options" not in body
 
 
-async def test_instructions_only_probe_sends_one_system_message(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                                captured: list[Captured]) -> None:
+async def test_instructions_only_probe_sends_one_system_message(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     upstream.reply(text_reply())
-    completed(await send(client, {"model": "m", "instructions": "Answer OK.", "input": [], "max_output_tokens": 1,
-                                  "stream": True}), captured)
+    completed(
+        await send(
+            client, {"model": "m", "instructions": "Answer OK.", "input": [], "max_output_tokens": 1, "stream": True}
+        ),
+        captured,
+    )
     assert sent(upstream)["messages"] == [{"role": "system", "content": "Answer OK."}]
 
 
 @pytest.mark.parametrize("tokens", [0, -1])
-async def test_zero_output_tokens_is_a_400_naming_it(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                     tokens: int) -> None:
+async def test_zero_output_tokens_is_a_400_naming_it(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, tokens: int
+) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await send(client, {"model": "m", "input": "ping", "max_output_tokens": tokens, "stream": True})
     assert info.value.body["param"] == "max_output_tokens"
     assert upstream.requests == []
 
 
-async def test_prewarm_generate_false_is_not_sent_upstream(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                           captured: list[Captured]) -> None:
+async def test_prewarm_generate_false_is_not_sent_upstream(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     """Codex's WebSocket prewarm carries `generate: false` (router-for-me/CLIProxyAPI#1901: an
     upstream answered "Unsupported parameter: generate"). Over HTTP crossfeed must not pass it on."""
     upstream.reply(text_reply())
@@ -412,18 +575,31 @@ async def test_prewarm_generate_false_is_not_sent_upstream(client: openai.AsyncO
 
 # ---------------------------------------------------------------- no tools, hosted tools
 
-@pytest.mark.parametrize("extra", [
-    {},
-    {"tools": []},
-    {"tools": [WEB_SEARCH, TOOL_SEARCH, IMAGE_GENERATION]},
-    {"tools": [WEB_SEARCH, IMAGE_GENERATION], "tool_choice": "required"},
-    {"tools": [WEB_SEARCH], "tool_choice": {"type": "web_search"}},
-    {"tools": [IMAGE_GENERATION], "tool_choice": {"type": "image_generation"}},
-    {"tools": [{"type": "namespace", "name": "ns", "tools": [WEB_SEARCH]}]},
-], ids=["no-tools-key", "empty-tools", "only-hosted", "hosted-required", "hosted-choice-web-search",
-        "hosted-choice-image-generation", "namespace-of-hosted"])
-async def test_stream_without_function_tools(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                             captured: list[Captured], extra: dict) -> None:
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"tools": []},
+        {"tools": [WEB_SEARCH, TOOL_SEARCH, IMAGE_GENERATION]},
+        {"tools": [WEB_SEARCH, IMAGE_GENERATION], "tool_choice": "required"},
+        {"tools": [WEB_SEARCH], "tool_choice": {"type": "web_search"}},
+        {"tools": [IMAGE_GENERATION], "tool_choice": {"type": "image_generation"}},
+        {"tools": [{"type": "namespace", "name": "ns", "tools": [WEB_SEARCH]}]},
+    ],
+    ids=[
+        "no-tools-key",
+        "empty-tools",
+        "only-hosted",
+        "hosted-required",
+        "hosted-choice-web-search",
+        "hosted-choice-image-generation",
+        "namespace-of-hosted",
+    ],
+)
+async def test_stream_without_function_tools(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured], extra: dict
+) -> None:
     """Codex always sends `tool_choice: "auto"` and `parallel_tool_calls`; with no function tool
     left (responses-lite names have no `tools` key; hosted tools are dropped) neither may reach
     the backend: OpenAI rejects both without `tools`."""
@@ -435,24 +611,29 @@ async def test_stream_without_function_tools(client: openai.AsyncOpenAI, upstrea
     assert body["messages"] == [{"role": "system", "content": "You are Codex."}, {"role": "user", "content": "say hi"}]
 
 
-@pytest.mark.parametrize("hosted", [
-    WEB_SEARCH,
-    {"type": "web_search", "external_web_access": True},
-    {"type": "web_search_preview", "search_context_size": "low"},
-    TOOL_SEARCH,
-    IMAGE_GENERATION,
-    {"type": "file_search", "vector_store_ids": ["vs_1"]},
-    {"type": "code_interpreter", "container": {"type": "auto"}},
-    # {"type": "mcp", ...} is not left out: crossfeed runs it, or answers 400 for a server the
-    # operator did not allow (tests/integration/test_mcp.py)
-    {"type": "local_shell"},
-    {"type": "shell"},
-    {"type": "apply_patch"},
-    {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"},
-    {"type": "namespace", "name": "mixed", "tools": [WEB_SEARCH, IMAGE_GENERATION]},
-], ids=lambda t: t["type"] + ("-" + t["name"] if "name" in t and t["type"] == "namespace" else ""))
-async def test_hosted_tool_is_left_out(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                       captured: list[Captured], hosted: dict) -> None:
+@pytest.mark.parametrize(
+    "hosted",
+    [
+        WEB_SEARCH,
+        {"type": "web_search", "external_web_access": True},
+        {"type": "web_search_preview", "search_context_size": "low"},
+        TOOL_SEARCH,
+        IMAGE_GENERATION,
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
+        {"type": "code_interpreter", "container": {"type": "auto"}},
+        # {"type": "mcp", ...} is not left out: crossfeed runs it, or answers 400 for a server the
+        # operator did not allow (tests/integration/test_mcp.py)
+        {"type": "local_shell"},
+        {"type": "shell"},
+        {"type": "apply_patch"},
+        {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"},
+        {"type": "namespace", "name": "mixed", "tools": [WEB_SEARCH, IMAGE_GENERATION]},
+    ],
+    ids=lambda t: t["type"] + ("-" + t["name"] if "name" in t and t["type"] == "namespace" else ""),
+)
+async def test_hosted_tool_is_left_out(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured], hosted: dict
+) -> None:
     upstream.reply(text_reply())
     completed(await send(client, codex_body(tools=[EXEC, hosted])), captured)
     body = sent(upstream)
@@ -463,28 +644,68 @@ async def test_hosted_tool_is_left_out(client: openai.AsyncOpenAI, upstream: Fak
 
 # ---------------------------------------------------------------- tool_choice shapes
 
-@pytest.mark.parametrize("choice, expected, names", [
-    ("auto", "auto", CODEX_TOOL_NAMES),
-    ("required", "required", CODEX_TOOL_NAMES),
-    ("none", "none", CODEX_TOOL_NAMES),
-    ({"type": "function", "name": "exec_command"}, {"type": "function", "function": {"name": "exec_command"}},
-     CODEX_TOOL_NAMES),
-    ({"type": "custom", "name": "apply_patch"}, {"type": "function", "function": {"name": "apply_patch"}},
-     CODEX_TOOL_NAMES),
-    ({"type": "function", "name": "wait_agent", "namespace": "multi_agent_v1"},
-     {"type": "function", "function": {"name": "multi_agent_v1__wait_agent"}}, CODEX_TOOL_NAMES),
-    ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "exec_command"},
-                                                             {"type": "web_search"}]},
-     "required", ["exec_command"]),
-    ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "apply_patch"}]},
-     "auto", ["apply_patch"]),
-    ({"type": "web_search"}, "auto", CODEX_TOOL_NAMES),
-    ({"type": "image_generation"}, "auto", CODEX_TOOL_NAMES),
-    ({"type": "tool_search"}, "auto", CODEX_TOOL_NAMES),
-], ids=["auto", "required", "none", "function", "custom", "namespaced", "allowed-required", "allowed-custom",
-        "hosted-web-search", "hosted-image-generation", "hosted-tool-search"])
-async def test_tool_choice_shapes(client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured],
-                                  choice: Any, expected: Any, names: list[str]) -> None:
+
+@pytest.mark.parametrize(
+    "choice, expected, names",
+    [
+        ("auto", "auto", CODEX_TOOL_NAMES),
+        ("required", "required", CODEX_TOOL_NAMES),
+        ("none", "none", CODEX_TOOL_NAMES),
+        (
+            {"type": "function", "name": "exec_command"},
+            {"type": "function", "function": {"name": "exec_command"}},
+            CODEX_TOOL_NAMES,
+        ),
+        (
+            {"type": "custom", "name": "apply_patch"},
+            {"type": "function", "function": {"name": "apply_patch"}},
+            CODEX_TOOL_NAMES,
+        ),
+        (
+            {"type": "function", "name": "wait_agent", "namespace": "multi_agent_v1"},
+            {"type": "function", "function": {"name": "multi_agent_v1__wait_agent"}},
+            CODEX_TOOL_NAMES,
+        ),
+        (
+            {
+                "type": "allowed_tools",
+                "mode": "required",
+                "tools": [{"type": "function", "name": "exec_command"}, {"type": "web_search"}],
+            },
+            "required",
+            ["exec_command"],
+        ),
+        (
+            {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "apply_patch"}]},
+            "auto",
+            ["apply_patch"],
+        ),
+        ({"type": "web_search"}, "auto", CODEX_TOOL_NAMES),
+        ({"type": "image_generation"}, "auto", CODEX_TOOL_NAMES),
+        ({"type": "tool_search"}, "auto", CODEX_TOOL_NAMES),
+    ],
+    ids=[
+        "auto",
+        "required",
+        "none",
+        "function",
+        "custom",
+        "namespaced",
+        "allowed-required",
+        "allowed-custom",
+        "hosted-web-search",
+        "hosted-image-generation",
+        "hosted-tool-search",
+    ],
+)
+async def test_tool_choice_shapes(
+    client: openai.AsyncOpenAI,
+    upstream: FakeUpstream,
+    captured: list[Captured],
+    choice: Any,
+    expected: Any,
+    names: list[str],
+) -> None:
     upstream.reply(text_reply())
     completed(await send(client, codex_body(tools=CODEX_TOOLS, tool_choice=choice)), captured)
     body = sent(upstream)
@@ -492,14 +713,18 @@ async def test_tool_choice_shapes(client: openai.AsyncOpenAI, upstream: FakeUpst
     assert tool_names(body) == names
 
 
-@pytest.mark.parametrize("choice, param", [
-    ({"type": "function", "name": "not_declared"}, "tool_choice.name"),
-    ({"type": "custom", "name": "wait_agent"}, "tool_choice.name"),  # a namespace member needs its namespace
-    ("always", "tool_choice"),
-    ({"type": "allowed_tools", "mode": "any", "tools": []}, "tool_choice.mode"),
-])
-async def test_tool_choice_that_cannot_be_kept_is_a_400(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                        choice: Any, param: str) -> None:
+@pytest.mark.parametrize(
+    "choice, param",
+    [
+        ({"type": "function", "name": "not_declared"}, "tool_choice.name"),
+        ({"type": "custom", "name": "wait_agent"}, "tool_choice.name"),  # a namespace member needs its namespace
+        ("always", "tool_choice"),
+        ({"type": "allowed_tools", "mode": "any", "tools": []}, "tool_choice.mode"),
+    ],
+)
+async def test_tool_choice_that_cannot_be_kept_is_a_400(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, choice: Any, param: str
+) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await send(client, codex_body(tools=CODEX_TOOLS, tool_choice=choice))
     assert info.value.body["param"] == param
@@ -508,31 +733,74 @@ async def test_tool_choice_that_cannot_be_kept_is_a_400(client: openai.AsyncOpen
 
 # ---------------------------------------------------------------- additional_tools input items
 
-LITE_TOOLS = {"type": "additional_tools", "id": "at_01", "role": "developer", "tools": [
-    {"type": "namespace", "name": "functions", "description": "Code mode.", "tools": [
-        {"type": "custom", "name": "exec", "description": "Run JavaScript.",
-         "format": {"type": "grammar", "syntax": "lark", "definition": "start: SOURCE\nSOURCE: /[\\s\\S]+/"}},
-        {"type": "function", "name": "wait", "strict": False,
-         "parameters": {"type": "object", "properties": {"cell_id": {"type": "string"}}, "required": ["cell_id"],
-                        "additionalProperties": False}}]},
-    {"type": "namespace", "name": "clock", "description": "Time.", "tools": [
-        {"type": "function", "name": "sleep", "strict": False,
-         "parameters": {"type": "object", "properties": {"duration_ms": {"type": "number"}},
-                        "required": ["duration_ms"], "additionalProperties": False}}]},
-    WEB_SEARCH,
-]}
+LITE_TOOLS = {
+    "type": "additional_tools",
+    "id": "at_01",
+    "role": "developer",
+    "tools": [
+        {
+            "type": "namespace",
+            "name": "functions",
+            "description": "Code mode.",
+            "tools": [
+                {
+                    "type": "custom",
+                    "name": "exec",
+                    "description": "Run JavaScript.",
+                    "format": {"type": "grammar", "syntax": "lark", "definition": "start: SOURCE\nSOURCE: /[\\s\\S]+/"},
+                },
+                {
+                    "type": "function",
+                    "name": "wait",
+                    "strict": False,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"cell_id": {"type": "string"}},
+                        "required": ["cell_id"],
+                        "additionalProperties": False,
+                    },
+                },
+            ],
+        },
+        {
+            "type": "namespace",
+            "name": "clock",
+            "description": "Time.",
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "sleep",
+                    "strict": False,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"duration_ms": {"type": "number"}},
+                        "required": ["duration_ms"],
+                        "additionalProperties": False,
+                    },
+                }
+            ],
+        },
+        WEB_SEARCH,
+    ],
+}
 
 
 async def test_additional_tools_item_declares_tools_and_calls_come_back_namespaced(
-        client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]) -> None:
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     """Responses-lite Codex names send no `tools`: an `additional_tools` input item declares them.
     The item is not a message; its tools become chat functions; calls come back with the member
     name and the `namespace` Codex matches on (docs/codex.md, "Calls Codex accepts")."""
-    request = codex_body(model="gpt-6-sol", parallel_tool_calls=False,
-                         reasoning={"effort": "medium", "context": "all_turns"})
+    request = codex_body(
+        model="gpt-6-sol", parallel_tool_calls=False, reasoning={"effort": "medium", "context": "all_turns"}
+    )
     request["input"] = [LITE_TOOLS, *request["input"]]
-    upstream.reply(calls_reply(("call_a", "functions__exec", '{"input": "console.log(1)\\n"}'),
-                               ("call_b", "clock__sleep", '{"duration_ms": 5}')))
+    upstream.reply(
+        calls_reply(
+            ("call_a", "functions__exec", '{"input": "console.log(1)\\n"}'),
+            ("call_b", "clock__sleep", '{"duration_ms": 5}'),
+        )
+    )
     response = completed(await send(client, request), captured)
     body = sent(upstream)
     assert tool_names(body) == ["functions__exec", "functions__wait", "clock__sleep"]
@@ -544,8 +812,9 @@ async def test_additional_tools_item_declares_tools_and_calls_come_back_namespac
     assert response.output[0].input == "console.log(1)\n"
 
 
-async def test_additional_tools_next_to_tools_are_merged(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                         captured: list[Captured]) -> None:
+async def test_additional_tools_next_to_tools_are_merged(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     request = codex_body(tools=[EXEC, WEB_SEARCH])
     request["input"] = [LITE_TOOLS, *request["input"]]
     upstream.reply(text_reply())
@@ -555,45 +824,80 @@ async def test_additional_tools_next_to_tools_are_merged(client: openai.AsyncOpe
 
 # ---------------------------------------------------------------- replayed hosted-tool items
 
-async def test_replayed_hosted_tool_items_never_reach_the_backend(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                                  captured: list[Captured]) -> None:
+
+async def test_replayed_hosted_tool_items_never_reach_the_backend(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     """A history from a session with OpenAI's hosted tools carries their call items; a chat
     backend has no message for them, so they are left out (the answer text around them stays)."""
     request = codex_body(tools=[EXEC, WEB_SEARCH, IMAGE_GENERATION])
     request["input"] += [
-        {"type": "web_search_call", "id": "ws_1", "status": "completed",
-         "action": {"type": "search", "query": "weather oslo"}},
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "weather oslo"},
+        },
         {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": "iVBORw0KGgo="},
-        {"type": "message", "id": "msg_3", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": "It is sunny.", "annotations": [], "logprobs": []}]},
+        {
+            "type": "message",
+            "id": "msg_3",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "It is sunny.", "annotations": [], "logprobs": []}],
+        },
         {"type": "message", "id": "msg_4", "role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
     ]
     upstream.reply(text_reply())
     completed(await send(client, request), captured)
     assert sent(upstream)["messages"] == [
-        {"role": "system", "content": "You are Codex."}, {"role": "user", "content": "say hi"},
-        {"role": "assistant", "content": "It is sunny."}, {"role": "user", "content": "thanks"}]
+        {"role": "system", "content": "You are Codex."},
+        {"role": "user", "content": "say hi"},
+        {"role": "assistant", "content": "It is sunny."},
+        {"role": "user", "content": "thanks"},
+    ]
 
 
 # ---------------------------------------------------------------- view_image output (an image in a tool result)
 
-PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+PIXEL = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+)
 
 
-async def test_view_image_output_with_original_detail(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                      captured: list[Captured]) -> None:
+async def test_view_image_output_with_original_detail(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     """Codex's `view_image` tool answers with an image part (`detail: "original"`, as Codex sends
     for images). Chat tool messages take text only and `detail` has no "original": the image
     moves to a user message after the tool message, with a detail chat knows."""
-    view_image = {"type": "function", "name": "view_image", "strict": False,
-                  "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"],
-                                 "additionalProperties": False}}
+    view_image = {
+        "type": "function",
+        "name": "view_image",
+        "strict": False,
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    }
     request = codex_body(tools=[EXEC, view_image, WEB_SEARCH])
     request["input"] += [
-        {"type": "function_call", "status": "completed", "id": "fc_1", "name": "view_image",
-         "arguments": '{"path": "pixel.png"}', "call_id": "call_v"},
-        {"type": "function_call_output", "id": "fco_1", "call_id": "call_v",
-         "output": [{"type": "input_image", "image_url": PIXEL, "detail": "original"}]},
+        {
+            "type": "function_call",
+            "status": "completed",
+            "id": "fc_1",
+            "name": "view_image",
+            "arguments": '{"path": "pixel.png"}',
+            "call_id": "call_v",
+        },
+        {
+            "type": "function_call_output",
+            "id": "fco_1",
+            "call_id": "call_v",
+            "output": [{"type": "input_image", "image_url": PIXEL, "detail": "original"}],
+        },
     ]
     upstream.reply(text_reply("a white pixel"))
     completed(await send(client, request), captured)
@@ -605,14 +909,29 @@ async def test_view_image_output_with_original_detail(client: openai.AsyncOpenAI
 
 # ---------------------------------------------------------------- known gap
 
-LONG_NAMESPACE = {"type": "namespace", "name": "mcp__google_workspace__", "description": "MCP server.", "tools": [
-    {"type": "function", "name": "list_calendar_event_attendees_with_response_status", "strict": False,
-     "parameters": {"type": "object", "properties": {"event_id": {"type": "string"}}, "required": ["event_id"],
-                    "additionalProperties": False}}]}
+LONG_NAMESPACE = {
+    "type": "namespace",
+    "name": "mcp__google_workspace__",
+    "description": "MCP server.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "list_calendar_event_attendees_with_response_status",
+            "strict": False,
+            "parameters": {
+                "type": "object",
+                "properties": {"event_id": {"type": "string"}},
+                "required": ["event_id"],
+                "additionalProperties": False,
+            },
+        }
+    ],
+}
 
 
-async def test_flattened_namespace_names_fit_the_chat_name_limit(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                                 captured: list[Captured]) -> None:
+async def test_flattened_namespace_names_fit_the_chat_name_limit(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     """A joined name over 64 characters is shortened for the backend (it was sent as 73), and a
     call to the short name comes back as the member of its namespace; replaying that call in
     the next turn uses the same short name."""
@@ -628,14 +947,26 @@ async def test_flattened_namespace_names_fit_the_chat_name_limit(client: openai.
     response = completed(await send(client, codex_body(tools=[EXEC, LONG_NAMESPACE])), captured)
     call = next(item for item in response.output if item.type == "function_call")
     assert (call.name, call.namespace, call.arguments) == (
-        "list_calendar_event_attendees_with_response_status", "mcp__google_workspace__", '{"event_id":"e1"}')
+        "list_calendar_event_attendees_with_response_status",
+        "mcp__google_workspace__",
+        '{"event_id":"e1"}',
+    )
     captured.clear()
     upstream.reply(text_reply())
-    replay = codex_body(tools=[EXEC, LONG_NAMESPACE], input=[
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "who comes?"}]},
-        {"type": "function_call", "call_id": "call_1", "name": call.name, "namespace": call.namespace,
-         "arguments": call.arguments},
-        {"type": "function_call_output", "call_id": "call_1", "output": "two people"}])
+    replay = codex_body(
+        tools=[EXEC, LONG_NAMESPACE],
+        input=[
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "who comes?"}]},
+            {
+                "type": "function_call",
+                "call_id": "call_1",
+                "name": call.name,
+                "namespace": call.namespace,
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": "call_1", "output": "two people"},
+        ],
+    )
     completed(await send(client, replay), captured)
     assistant = next(m for m in upstream.requests[-1].body["messages"] if m.get("tool_calls"))
     assert assistant["tool_calls"][0]["function"]["name"] == short

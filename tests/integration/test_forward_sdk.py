@@ -29,14 +29,25 @@ def capture_text(name: str) -> str:
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def usage_chunk(prompt: int = 10, completion: int = 5) -> bytes:
-    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
+    body = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
@@ -74,16 +85,52 @@ async def test_stream_helper_final_response_with_reasoning(client: openai.AsyncO
 
 
 async def test_non_streaming(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(JSONReply({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-            "role": "assistant", "content": "Let me check.", "reasoning_content": "need weather",
-            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]}}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29,
-                  "prompt_tokens_details": {"cached_tokens": 4}},
-    }))
-    resp = await client.responses.create(model="m", input="weather in Oslo?", stream=False,
-                                         tools=[{"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}])
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {
+                            "role": "assistant",
+                            "content": "Let me check.",
+                            "reasoning_content": "need weather",
+                            "tool_calls": [
+                                {
+                                    "id": "call_1",
+                                    "type": "function",
+                                    "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
+                                }
+                            ],
+                        },
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": 20,
+                    "completion_tokens": 9,
+                    "total_tokens": 29,
+                    "prompt_tokens_details": {"cached_tokens": 4},
+                },
+            }
+        )
+    )
+    resp = await client.responses.create(
+        model="m",
+        input="weather in Oslo?",
+        stream=False,
+        tools=[
+            {
+                "type": "function",
+                "name": "weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            }
+        ],
+    )
     assert resp.status == "completed"
     assert [o.type for o in resp.output] == ["reasoning", "message", "function_call"]
     assert resp.output_text == "Let me check."
@@ -95,17 +142,28 @@ async def test_non_streaming(client: openai.AsyncOpenAI, upstream: FakeUpstream)
 
 
 async def test_tool_call_round_trip(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(capture("openai-gpt4o-parallel-tool-calls.sse", seed=9, max_piece=40),
-                   SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"content": "Both done."}, "stop")
-                            + usage_chunk() + DONE))
-    tools = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
-             for n in ("get_country", "get_product_name")]
+    upstream.reply(
+        capture("openai-gpt4o-parallel-tool-calls.sse", seed=9, max_piece=40),
+        SSEReply(
+            chunk({"role": "assistant", "content": ""})
+            + chunk({"content": "Both done."}, "stop")
+            + usage_chunk()
+            + DONE
+        ),
+    )
+    tools = [
+        {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
+        for n in ("get_country", "get_product_name")
+    ]
     async with client.responses.stream(model="gpt-4o", input="go", tools=tools) as s:
         final = await s.get_final_response()
     calls = [o for o in final.output if o.type == "function_call"]
     assert [c.name for c in calls] == ["get_country", "get_product_name"]
-    history = [{"role": "user", "content": "go"}] + [c.model_dump(exclude_none=True) for c in calls] + [
-        {"type": "function_call_output", "call_id": c.call_id, "output": f"result-{i}"} for i, c in enumerate(calls)]
+    history = (
+        [{"role": "user", "content": "go"}]
+        + [c.model_dump(exclude_none=True) for c in calls]
+        + [{"type": "function_call_output", "call_id": c.call_id, "output": f"result-{i}"} for i, c in enumerate(calls)]
+    )
     second = await client.responses.create(model="gpt-4o", input=history, tools=tools, stream=True)
     events = [e async for e in second]
     assert events[-1].type == "response.completed"
@@ -114,11 +172,14 @@ async def test_tool_call_round_trip(client: openai.AsyncOpenAI, upstream: FakeUp
     assert msgs[1]["role"] == "assistant"
     assert [tc["id"] for tc in msgs[1]["tool_calls"]] == [c.call_id for c in calls]
     assert [tc["function"]["name"] for tc in msgs[1]["tool_calls"]] == ["get_country", "get_product_name"]
-    assert msgs[2:] == [{"role": "tool", "tool_call_id": c.call_id, "content": f"result-{i}"} for i, c in enumerate(calls)]
+    assert msgs[2:] == [
+        {"role": "tool", "tool_call_id": c.call_id, "content": f"result-{i}"} for i, c in enumerate(calls)
+    ]
 
 
 async def test_each_delta_reaches_the_client_while_the_upstream_is_still_writing(
-        client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
     """No buffering: after each of its first three chunks the upstream waits until the client has
     read that chunk's delta. A proxy that held events back until more data (or the end) arrived
     would never let it go on, and the guard below fails the test. The first chunk takes the
@@ -129,8 +190,9 @@ async def test_each_delta_reaches_the_client_while_the_upstream_is_still_writing
     for frame in frames:
         at += len(frame)
         holds[at] = asyncio.Event()
-    upstream.reply(SSEReply(b"".join(frames) + chunk({}, "stop") + usage_chunk() + DONE, seed=2, max_piece=13,
-                            holds=holds))
+    upstream.reply(
+        SSEReply(b"".join(frames) + chunk({}, "stop") + usage_chunk() + DONE, seed=2, max_piece=13, holds=holds)
+    )
     releases = iter(holds.values())
     text = []
     try:
@@ -145,10 +207,13 @@ async def test_each_delta_reaches_the_client_while_the_upstream_is_still_writing
     assert text == words and final.output_text == "Hello there world"
 
 
-async def test_midstream_error_raises_and_ends_with_failed(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                           proxy, captured: list) -> None:
-    upstream.reply(capture("groq-gptoss-error-event-after-text.sse", seed=2),
-                   capture("groq-gptoss-error-event-after-text.sse", seed=7))
+async def test_midstream_error_raises_and_ends_with_failed(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy, captured: list
+) -> None:
+    upstream.reply(
+        capture("groq-gptoss-error-event-after-text.sse", seed=2),
+        capture("groq-gptoss-error-event-after-text.sse", seed=7),
+    )
     stream = await client.responses.create(model="m", input="x", stream=True)
     with pytest.raises(openai.APIError) as info:
         async for _ in stream:
@@ -175,14 +240,20 @@ async def test_midstream_error_raises_and_ends_with_failed(client: openai.AsyncO
     assert [(m["status"], m["content"][0]["text"]) for m in message] == [("incomplete", "maybe")]
 
 
-@pytest.mark.parametrize(("finish", "status", "detail"), [
-    ("model_length", "incomplete", "max_output_tokens"),  # Mistral: the model's context length reached
-    ("error", "failed", "upstream_error"),  # Mistral, OpenRouter: generation failed
-    ("abort", "failed", "upstream_aborted"),  # vLLM, SGLang: the engine aborted the request
-])
+@pytest.mark.parametrize(
+    ("finish", "status", "detail"),
+    [
+        ("model_length", "incomplete", "max_output_tokens"),  # Mistral: the model's context length reached
+        ("error", "failed", "upstream_error"),  # Mistral, OpenRouter: generation failed
+        ("abort", "failed", "upstream_aborted"),  # vLLM, SGLang: the engine aborted the request
+    ],
+)
 async def test_provider_finish_reasons_are_not_reported_as_success(
-        client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy, finish: str, status: str, detail: str) -> None:
-    answer = chunk({"role": "assistant", "content": "Once"}) + chunk({"content": " upon"}, finish) + usage_chunk() + DONE
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy, finish: str, status: str, detail: str
+) -> None:
+    answer = (
+        chunk({"role": "assistant", "content": "Once"}) + chunk({"content": " upon"}, finish) + usage_chunk() + DONE
+    )
     upstream.reply(SSEReply(answer, seed=4, max_piece=17), SSEReply(answer, seed=5, max_piece=11))
     if status == "incomplete":
         async with client.responses.stream(model="m", input="x") as stream:
@@ -204,9 +275,19 @@ async def test_provider_finish_reasons_are_not_reported_as_success(
     if status == "failed":
         assert final_body["error"]["code"] == detail and events[-2]["code"] == detail
     # Not streamed: an incomplete answer is a 200 saying so; a failed one an error status.
-    upstream.reply(JSONReply({"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-                              "choices": [{"index": 0, "finish_reason": finish,
-                                           "message": {"role": "assistant", "content": "Once upon"}}]}))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": "Once upon"}}
+                ],
+            }
+        )
+    )
     if status == "incomplete":
         resp = await client.responses.create(model="m", input="x")
         assert resp.status == "incomplete" and resp.incomplete_details.reason == detail
@@ -230,25 +311,58 @@ async def test_truncated_upstream_gives_failed(proxy, upstream: FakeUpstream, ca
 @pytest.mark.parametrize(
     ("status", "body", "headers", "exc", "message"),
     [
-        (400, {"error": {"message": "bad thing", "type": "invalid_request_error", "param": "messages", "code": None}}, {},
-         openai.BadRequestError, "bad thing"),
-        (401, {"error": {"message": "Invalid API key", "type": "invalid_request_error", "code": "invalid_api_key"}}, {},
-         openai.AuthenticationError, "Invalid API key"),
-        (404, {"error": {"message": "model not found", "type": "invalid_request_error"}}, {}, openai.NotFoundError,
-         "model not found"),
-        (429, {"error": {"message": "slow down", "type": "rate_limit_error"}}, {"Retry-After": "7"},
-         openai.RateLimitError, "slow down"),
+        (
+            400,
+            {"error": {"message": "bad thing", "type": "invalid_request_error", "param": "messages", "code": None}},
+            {},
+            openai.BadRequestError,
+            "bad thing",
+        ),
+        (
+            401,
+            {"error": {"message": "Invalid API key", "type": "invalid_request_error", "code": "invalid_api_key"}},
+            {},
+            openai.AuthenticationError,
+            "Invalid API key",
+        ),
+        (
+            404,
+            {"error": {"message": "model not found", "type": "invalid_request_error"}},
+            {},
+            openai.NotFoundError,
+            "model not found",
+        ),
+        (
+            429,
+            {"error": {"message": "slow down", "type": "rate_limit_error"}},
+            {"Retry-After": "7"},
+            openai.RateLimitError,
+            "slow down",
+        ),
         (500, None, {}, openai.InternalServerError, "HTTP 500"),
         (503, None, {}, openai.InternalServerError, "HTTP 503"),
     ],
 )
 @pytest.mark.parametrize("stream", [True, False])
-async def test_upstream_http_errors_keep_status_and_message(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                            status: int, body: dict | None, headers: dict,
-                                                            exc: type, message: str, stream: bool) -> None:
+async def test_upstream_http_errors_keep_status_and_message(
+    client: openai.AsyncOpenAI,
+    upstream: FakeUpstream,
+    status: int,
+    body: dict | None,
+    headers: dict,
+    exc: type,
+    message: str,
+    stream: bool,
+) -> None:
     if body is None:
-        upstream.reply(JSONReply(None, status=status, raw=b"<html><body>Bad Gateway</body></html>" if status == 500 else b"",
-                                 content_type="text/html"))
+        upstream.reply(
+            JSONReply(
+                None,
+                status=status,
+                raw=b"<html><body>Bad Gateway</body></html>" if status == 500 else b"",
+                content_type="text/html",
+            )
+        )
     else:
         upstream.reply(JSONReply(body, status=status, headers=headers))
     with pytest.raises(exc) as info:
@@ -283,7 +397,9 @@ async def test_first_byte_timeout_is_504(upstream: FakeUpstream) -> None:
     from tests.conftest import start_proxy
 
     config = load_config(None, {}, {"upstream.base_url": upstream.base_url})
-    up = config.upstreams[0].model_copy(update={"timeouts": config.upstreams[0].timeouts.model_copy(update={"first_byte": 0.3})})
+    up = config.upstreams[0].model_copy(
+        update={"timeouts": config.upstreams[0].timeouts.model_copy(update={"first_byte": 0.3})}
+    )
     config = config.model_copy(update={"upstreams": (up,)})
     upstream.reply(SSEReply(b"", stall_after=0))
     handle = await start_proxy(config)
@@ -292,6 +408,7 @@ async def test_first_byte_timeout_is_504(upstream: FakeUpstream) -> None:
     async def never_answers(request, reply):
         await asyncio.sleep(10)
         return await original(request, reply)
+
     upstream._stream = never_answers  # type: ignore[method-assign]
     try:
         c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0)
@@ -331,11 +448,13 @@ async def test_client_disconnect_cancels_upstream(proxy, upstream: FakeUpstream)
         (b'{"model": "m", "input": "x", "temperature": "hot"}', 400, "temperature", None),
     ],
 )
-async def test_bad_requests_get_envelope_with_param(proxy, payload: bytes, status: int, param: str | None,
-                                                    code: str | None) -> None:
+async def test_bad_requests_get_envelope_with_param(
+    proxy, payload: bytes, status: int, param: str | None, code: str | None
+) -> None:
     async with aiohttp.ClientSession() as s:
-        async with s.post(proxy.base_url + "/responses", data=payload,
-                          headers={"Content-Type": "application/json"}) as r:
+        async with s.post(
+            proxy.base_url + "/responses", data=payload, headers={"Content-Type": "application/json"}
+        ) as r:
             assert r.status == status
             body = await r.json()
     err = body["error"]
@@ -358,15 +477,18 @@ async def test_unknown_path_and_method_get_envelope(proxy) -> None:
             assert r.status == 200
 
 
-async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                           captured: list) -> None:
+async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list) -> None:
     raw = read_capture("chat/openai-gpt4o-text-usage.sse")
     models_body = {"object": "list", "data": [{"id": "m1", "object": "model", "created": 0, "owned_by": "x"}]}
     upstream.reply(JSONReply(models_body), SSEReply(raw, seed=4))
     models = await client.models.list()
     assert [m.id for m in models.data] == ["m1"]
-    stream = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
-                                                  stream=True, stream_options={"include_usage": True})
+    stream = await client.chat.completions.create(
+        model="gpt-4o",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text == capture_text("openai-gpt4o-text-usage.sse")
     assert upstream.requests[-1].path == "/v1/chat/completions"
@@ -387,30 +509,52 @@ async def test_client_key_passed_when_no_upstream_key(client: openai.AsyncOpenAI
     assert upstream.requests[-1].headers["Authorization"] == "Bearer sk-test-client"
 
 
-async def test_thought_signatures_go_back_to_the_backend_on_the_next_turn(client: openai.AsyncOpenAI,
-                                                                          upstream: FakeUpstream) -> None:
+async def test_thought_signatures_go_back_to_the_backend_on_the_next_turn(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
     """Codex's way (store false, encrypted reasoning included) in front of Gemini 3 via OpenRouter:
     the backend's reasoning_details reach it again on the turn that answers its tool calls."""
     name = "openrouter-gemini31-reasoning-details-parallel-tools.sse"
-    sent_details = [d for c in data_objects(read_capture(f"chat/{name}")) if isinstance(c, dict)
-                    for ch in c.get("choices") or () for d in (ch.get("delta") or {}).get("reasoning_details") or ()]
+    sent_details = [
+        d
+        for c in data_objects(read_capture(f"chat/{name}"))
+        if isinstance(c, dict)
+        for ch in c.get("choices") or ()
+        for d in (ch.get("delta") or {}).get("reasoning_details") or ()
+    ]
     assert sent_details
-    tools = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
-             for n in ("add", "multiply")]
-    upstream.reply(capture(name, seed=6, max_piece=23),
-                   SSEReply(chunk({"role": "assistant", "content": "5 and 6."}, "stop") + usage_chunk() + DONE))
-    first = await client.responses.create(model="m", input="Add and multiply 2 and 3", tools=tools, stream=True,
-                                          store=False, include=["reasoning.encrypted_content"])
+    tools = [
+        {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}} for n in ("add", "multiply")
+    ]
+    upstream.reply(
+        capture(name, seed=6, max_piece=23),
+        SSEReply(chunk({"role": "assistant", "content": "5 and 6."}, "stop") + usage_chunk() + DONE),
+    )
+    first = await client.responses.create(
+        model="m",
+        input="Add and multiply 2 and 3",
+        tools=tools,
+        stream=True,
+        store=False,
+        include=["reasoning.encrypted_content"],
+    )
     final = [ev async for ev in first][-1].response
     kinds = [item.type for item in final.output]
     assert kinds == ["reasoning", "function_call", "function_call"] and final.output[0].encrypted_content
     history = [item.model_dump(exclude_none=True) for item in final.output]
-    outputs = [{"type": "function_call_output", "call_id": item.call_id, "output": "ok"}
-               for item in final.output if item.type == "function_call"]
-    second = await client.responses.create(model="m", input=[{"role": "user", "content": "Add and multiply 2 and 3"},
-                                                             *history, *outputs],
-                                           tools=tools, stream=True, store=False,
-                                           include=["reasoning.encrypted_content"])
+    outputs = [
+        {"type": "function_call_output", "call_id": item.call_id, "output": "ok"}
+        for item in final.output
+        if item.type == "function_call"
+    ]
+    second = await client.responses.create(
+        model="m",
+        input=[{"role": "user", "content": "Add and multiply 2 and 3"}, *history, *outputs],
+        tools=tools,
+        stream=True,
+        store=False,
+        include=["reasoning.encrypted_content"],
+    )
     assert [ev async for ev in second][-1].response.output_text == "5 and 6."
     turn = upstream.requests[-1].body["messages"][1]
     assert turn["role"] == "assistant" and turn["reasoning_details"] == sent_details
@@ -418,24 +562,48 @@ async def test_thought_signatures_go_back_to_the_backend_on_the_next_turn(client
 
 
 @pytest.mark.parametrize("route", ["/responses", "/chat/completions"])
-async def test_stream_null_is_false_and_a_string_is_refused_in_both_directions(route: str, upstream: FakeUpstream,
-                                                                               tmp_path) -> None:
+async def test_stream_null_is_false_and_a_string_is_refused_in_both_directions(
+    route: str, upstream: FakeUpstream, tmp_path
+) -> None:
     """One rule for ``stream`` in both directions (exchange.stream_flag): null is not streamed,
     anything but a boolean or null is a 400 naming ``stream``."""
     from proxy.config import load_config
     from tests.conftest import start_proxy
 
     api = "chat" if route == "/responses" else "responses"
-    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url, "upstream.api": api,
-                                                      "store.data_dir": str(tmp_path / "d")}))
+    handle = await start_proxy(
+        load_config(
+            None,
+            {},
+            {"upstream.base_url": upstream.base_url, "upstream.api": api, "store.data_dir": str(tmp_path / "d")},
+        )
+    )
     if api == "chat":
-        reply = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "plain"}, "finish_reason": "stop"}]}
+        reply = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "plain"}, "finish_reason": "stop"}],
+        }
         body: dict = {"model": "m", "input": "x"}
     else:
-        reply = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "m",
-                 "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-                             "content": [{"type": "output_text", "text": "plain", "annotations": []}]}]}
+        reply = {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "status": "completed",
+            "model": "m",
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "plain", "annotations": []}],
+                }
+            ],
+        }
         body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     upstream.reply(JSONReply(reply))
     try:

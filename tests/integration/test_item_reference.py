@@ -22,32 +22,48 @@ ASK = {"role": "user", "content": "Who am I?"}
 
 
 @pytest.mark.parametrize("proxy_overrides", [{}, {"store.backend": "memory"}], ids=["sqlite", "memory"])
-async def test_a_reference_replays_the_stored_assistant_message(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                                captured: list[Captured], proxy_overrides) -> None:
+async def test_a_reference_replays_the_stored_assistant_message(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured], proxy_overrides
+) -> None:
     upstream.reply(json_text("Hi Ann."), text_reply("You are Ann."), json_text("Still Ann."))
     first = await client.responses.create(model="m", input=[USER], stream=False)
     assert first.output[0].type == "message"
-    stream = await client.responses.create(model="m", stream=True, input=[
-        USER, {"type": "item_reference", "id": first.output[0].id}, ASK])
+    stream = await client.responses.create(
+        model="m", stream=True, input=[USER, {"type": "item_reference", "id": first.output[0].id}, ASK]
+    )
     events = [e async for e in stream]
     assert events[-1].type == "response.completed"
     assert upstream.requests[1].body["messages"] == [
-        {"role": "user", "content": "I am Ann."}, {"role": "assistant", "content": "Hi Ann."},
-        {"role": "user", "content": "Who am I?"}]
+        {"role": "user", "content": "I am Ann."},
+        {"role": "assistant", "content": "Hi Ann."},
+        {"role": "user", "content": "Who am I?"},
+    ]
     # The second response keeps the item itself, not the reference: its own listing shows it.
     second = events[-1].response
     listed = (await client.responses.input_items.list(second.id, order="asc")).data
     assert [(i.type, getattr(i, "role", None)) for i in listed] == [
-        ("message", "user"), ("message", "assistant"), ("message", "user")]
+        ("message", "user"),
+        ("message", "assistant"),
+        ("message", "user"),
+    ]
     assert listed[1].id == first.output[0].id and listed[1].content[0].text == "Hi Ann."
     # Input items stored with a response resolve too, and so does the untyped shape {"id": ...}.
     first_input = (await client.responses.input_items.list(first.id)).data[0]
-    await client.responses.create(model="m", stream=False, input=[
-        {"id": first_input.id}, {"type": "item_reference", "id": first.output[0].id},
-        {"type": "item_reference", "id": second.output[0].id}, ASK])
+    await client.responses.create(
+        model="m",
+        stream=False,
+        input=[
+            {"id": first_input.id},
+            {"type": "item_reference", "id": first.output[0].id},
+            {"type": "item_reference", "id": second.output[0].id},
+            ASK,
+        ],
+    )
     assert upstream.requests[2].body["messages"] == [
-        {"role": "user", "content": "I am Ann."}, {"role": "assistant", "content": "Hi Ann.\nYou are Ann."},
-        {"role": "user", "content": "Who am I?"}]
+        {"role": "user", "content": "I am Ann."},
+        {"role": "assistant", "content": "Hi Ann.\nYou are Ann."},
+        {"role": "user", "content": "Who am I?"},
+    ]
     assert validate_captured(captured) == 1
 
 
@@ -57,10 +73,16 @@ async def test_references_to_reasoning_and_a_tool_call(client: openai.AsyncOpenA
     async with client.responses.stream(model="m", input="How old is Ann?", tools=TOOLS) as s:
         first = await s.get_final_response()
     assert [o.type for o in first.output] == ["reasoning", "function_call"]
-    await client.responses.create(model="m", tools=TOOLS, stream=False, input=[
-        {"role": "user", "content": "How old is Ann?"},
-        *({"type": "item_reference", "id": o.id} for o in first.output),
-        {"type": "function_call_output", "call_id": "call_9", "output": "30"}])
+    await client.responses.create(
+        model="m",
+        tools=TOOLS,
+        stream=False,
+        input=[
+            {"role": "user", "content": "How old is Ann?"},
+            *({"type": "item_reference", "id": o.id} for o in first.output),
+            {"type": "function_call_output", "call_id": "call_9", "output": "30"},
+        ],
+    )
     messages = upstream.requests[1].body["messages"]
     assert messages[1]["role"] == "assistant" and messages[1]["reasoning_content"] == "I should call lookup"
     assert messages[1]["tool_calls"][0]["id"] == "call_9"
@@ -91,9 +113,15 @@ KEYS = {"ALICE_KEY": "sk-alice-0f9e8d", "BOB_KEY": "sk-bob-7a6b5c"}
 
 @pytest.fixture
 async def scoped(upstream: FakeUpstream, tmp_path: Path) -> Any:
-    config = load_config(None, {}, {
-        "upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data"),
-        "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}, {"name": "bob", "key_env": "BOB_KEY"}]})
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path / "data"),
+            "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}, {"name": "bob", "key_env": "BOB_KEY"}],
+        },
+    )
     handle = await start_proxy(config, dict(KEYS), ids=SequentialIds())
     yield handle
     await handle.runner.cleanup()
@@ -102,10 +130,12 @@ async def scoped(upstream: FakeUpstream, tmp_path: Path) -> Any:
 async def test_another_keys_items_are_not_there(scoped: Any, upstream: FakeUpstream) -> None:
     upstream.reply(json_text("Hi Ann."), json_text("ok"))
     http = httpx2.AsyncClient(timeout=30)
-    async with openai.AsyncOpenAI(base_url=scoped.base_url, api_key=KEYS["ALICE_KEY"], max_retries=0,
-                                  http_client=http) as alice, \
-            openai.AsyncOpenAI(base_url=scoped.base_url, api_key=KEYS["BOB_KEY"], max_retries=0,
-                               http_client=http) as bob:
+    async with (
+        openai.AsyncOpenAI(
+            base_url=scoped.base_url, api_key=KEYS["ALICE_KEY"], max_retries=0, http_client=http
+        ) as alice,
+        openai.AsyncOpenAI(base_url=scoped.base_url, api_key=KEYS["BOB_KEY"], max_retries=0, http_client=http) as bob,
+    ):
         first = await alice.responses.create(model="m", input=[USER], stream=False)
         ref = {"type": "item_reference", "id": first.output[0].id}
         with pytest.raises(openai.BadRequestError) as info:

@@ -23,20 +23,50 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.timeout(60)
 
 KEYS = {"ALICE_KEY": "sk-alice-4c3b2a", "BOB_KEY": "sk-bob-9f8e7d", "LEGACY_KEYS": "sk-legacy-5e6f7a"}
-HEAD = b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [
-    {"index": 0, "delta": {"role": "assistant", "content": "hel"}, "finish_reason": None}]}) + b"\n\n"
-TAIL = b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [
-    {"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]}) + b"\n\ndata: [DONE]\n\n"
+HEAD = (
+    b"data: "
+    + orjson.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hel"}, "finish_reason": None}],
+        }
+    )
+    + b"\n\n"
+)
+TAIL = (
+    b"data: "
+    + orjson.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}],
+        }
+    )
+    + b"\n\ndata: [DONE]\n\n"
+)
 
 
 @pytest.fixture
 async def capped(upstream: FakeUpstream, tmp_path: Path) -> Any:
-    config = load_config(None, {}, {
-        "upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data"),
-        "server.max_streams_per_key": 2,
-        "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY", "max_concurrent_streams": 1},
-                                {"name": "bob", "key_env": "BOB_KEY"}],
-        "server.inbound_keys_env": "LEGACY_KEYS"})
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path / "data"),
+            "server.max_streams_per_key": 2,
+            "server.inbound_keys": [
+                {"name": "alice", "key_env": "ALICE_KEY", "max_concurrent_streams": 1},
+                {"name": "bob", "key_env": "BOB_KEY"},
+            ],
+            "server.inbound_keys_env": "LEGACY_KEYS",
+        },
+    )
     handle = await start_proxy(config, dict(KEYS))
     yield handle
     await handle.runner.cleanup()
@@ -62,11 +92,13 @@ async def open_stream(c: httpx2.AsyncClient) -> tuple[int, dict[str, str], bytes
         return r.status_code, dict(r.headers), await r.aread()
 
 
-async def test_a_key_past_its_cap_gets_a_429_and_other_keys_do_not(capped: ProxyHandle,
-                                                                   upstream: FakeUpstream) -> None:
+async def test_a_key_past_its_cap_gets_a_429_and_other_keys_do_not(capped: ProxyHandle, upstream: FakeUpstream) -> None:
     held = Held(upstream)
-    async with client(capped, "ALICE_KEY") as alice, client(capped, "BOB_KEY") as bob, \
-            client(capped, "LEGACY_KEYS") as legacy:
+    async with (
+        client(capped, "ALICE_KEY") as alice,
+        client(capped, "BOB_KEY") as bob,
+        client(capped, "LEGACY_KEYS") as legacy,
+    ):
         first = asyncio.ensure_future(open_stream(alice))
         assert await wait_until(lambda: capped.app[LIMITS].key_count("alice") == 1, 10)
         status, headers, body = await open_stream(alice)  # alice's own cap: 1
@@ -76,8 +108,9 @@ async def test_a_key_past_its_cap_gets_a_429_and_other_keys_do_not(capped: Proxy
         assert KEYS["ALICE_KEY"] not in body.decode()
         # bob and the key of inbound_keys_env (key-1) have the server's cap, 2 each
         more = [asyncio.ensure_future(open_stream(c)) for c in (bob, bob, legacy, legacy)]
-        assert await wait_until(lambda: capped.app[LIMITS].key_count("bob") == 2
-                                and capped.app[LIMITS].key_count("key-1") == 2, 10)
+        assert await wait_until(
+            lambda: capped.app[LIMITS].key_count("bob") == 2 and capped.app[LIMITS].key_count("key-1") == 2, 10
+        )
         for c, name in ((bob, "bob"), (legacy, "key-1")):
             status, headers, body = await open_stream(c)
             assert status == 429 and headers["retry-after"] == "1", (name, status)
@@ -91,10 +124,16 @@ async def test_a_key_past_its_cap_gets_a_429_and_other_keys_do_not(capped: Proxy
         assert status == 200 and validate_responses_sse(body)[-1]["type"] == "response.completed"
 
 
-async def test_without_a_cap_a_key_opens_as_many_streams_as_it_likes(upstream: FakeUpstream,
-                                                                     tmp_path: Path) -> None:
-    config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "d"),
-                                    "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}]})
+async def test_without_a_cap_a_key_opens_as_many_streams_as_it_likes(upstream: FakeUpstream, tmp_path: Path) -> None:
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path / "d"),
+            "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}],
+        },
+    )
     handle = await start_proxy(config, dict(KEYS))
     held = Held(upstream)
     try:

@@ -28,23 +28,49 @@ KEYS = {"ALICE_KEY": "sk-alice-0f9e8d", "BOB_KEY": "sk-bob-7a6b5c", "LEGACY_KEYS
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+    return (
+        b"data: "
+        + orjson.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+        + b"\n\n"
+    )
 
 
 def answer(req: Any) -> SSEReply | JSONReply:
     if req.body.get("stream"):
         return SSEReply(chunk({"role": "assistant", "content": "hello"}, "stop") + b"data: [DONE]\n\n")
-    return JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [
-        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "summary text"}}]})
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "summary text"}}
+            ],
+        }
+    )
 
 
 @pytest.fixture
 async def scoped(upstream: FakeUpstream, tmp_path: Path) -> Any:
-    config = load_config(None, {}, {
-        "upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data"),
-        "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}, {"name": "bob", "key_env": "BOB_KEY"}],
-        "server.inbound_keys_env": "LEGACY_KEYS"})
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path / "data"),
+            "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}, {"name": "bob", "key_env": "BOB_KEY"}],
+            "server.inbound_keys_env": "LEGACY_KEYS",
+        },
+    )
     upstream.default = answer
     handle = await start_proxy(config, dict(KEYS), ids=SequentialIds())
     yield handle
@@ -61,8 +87,11 @@ async def test_another_key_sees_nothing(scoped: ProxyHandle, tmp_path: Path) -> 
             made = (await alice.post("/responses", json={"model": "m", "input": "hi"})).json()
             rid = made["id"]
             unknown = await bob.get("/responses/resp_nope")
-            for method, path in (("GET", f"/responses/{rid}"), ("GET", f"/responses/{rid}/input_items"),
-                                 ("DELETE", f"/responses/{rid}")):
+            for method, path in (
+                ("GET", f"/responses/{rid}"),
+                ("GET", f"/responses/{rid}/input_items"),
+                ("DELETE", f"/responses/{rid}"),
+            ):
                 r = await bob.request(method, path)
                 assert r.status_code == 404, (method, path)
                 assert r.json()["error"]["message"] == unknown.json()["error"]["message"].replace("resp_nope", rid)
@@ -88,8 +117,9 @@ async def test_another_key_sees_nothing(scoped: ProxyHandle, tmp_path: Path) -> 
     assert all(secret not in metrics for secret in KEYS.values())
 
 
-async def test_websocket_continuation_and_compaction_replay_are_scoped(scoped: ProxyHandle,
-                                                                       ws_frames: FrameRecorder) -> None:
+async def test_websocket_continuation_and_compaction_replay_are_scoped(
+    scoped: ProxyHandle, ws_frames: FrameRecorder
+) -> None:
     async with as_(scoped, "ALICE_KEY") as alice, as_(scoped, "BOB_KEY") as bob:
         rid = (await alice.post("/responses", json={"model": "m", "input": "hi"})).json()["id"]
         compacted = (await alice.post("/responses/compact", json={"model": "m", "input": "long history"})).json()
@@ -110,11 +140,16 @@ async def test_websocket_continuation_and_compaction_replay_are_scoped(scoped: P
 def test_unset_named_keys_refuse_to_start(tmp_path: Path) -> None:
     from proxy.app import create_app
     from proxy.errors import ConfigError
-    config = load_config(None, {}, {"store.data_dir": str(tmp_path),
-                                    "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}]})
+
+    config = load_config(
+        None, {}, {"store.data_dir": str(tmp_path), "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}]}
+    )
     with pytest.raises(ConfigError, match=r"server.inbound_keys.0.key_env \(key 'alice'\) names \$ALICE_KEY"):
         create_app(config, environ={})
     with pytest.raises(ConfigError, match="key names must be unique"):
-        create_app(load_config(None, {}, {"server.inbound_keys": [{"name": "a", "key_env": "K1"},
-                                                                  {"name": "a", "key_env": "K2"}]}),
-                   environ={"K1": "x", "K2": "y"})
+        create_app(
+            load_config(
+                None, {}, {"server.inbound_keys": [{"name": "a", "key_env": "K1"}, {"name": "a", "key_env": "K2"}]}
+            ),
+            environ={"K1": "x", "K2": "y"},
+        )

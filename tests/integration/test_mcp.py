@@ -33,23 +33,37 @@ TOKEN = TEST_TOKEN
 
 @pytest.fixture
 def proxy_overrides() -> dict[str, Any]:
-    return {"mcp.allowed_servers": ["http://127.0.0.1:*"], "mcp.call_timeout_seconds": 3,
-            "mcp.max_output_bytes": 4096}
+    return {"mcp.allowed_servers": ["http://127.0.0.1:*"], "mcp.call_timeout_seconds": 3, "mcp.max_output_bytes": 4096}
 
 
 def calls_sse(*calls: tuple[str, dict[str, Any]]) -> SSEReply:
     body = chunk({"role": "assistant", "content": ""})
     for i, (name, args) in enumerate(calls):
         raw = orjson.dumps(args).decode()
-        body += chunk({"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
-                                       "function": {"name": name, "arguments": raw[:4]}}]})
+        body += chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": i,
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": raw[:4]},
+                    }
+                ]
+            }
+        )
         body += chunk({"tool_calls": [{"index": i, "function": {"arguments": raw[4:]}}]})
     return SSEReply(body + chunk({}, "tool_calls") + chunk(None, usage=(90, 12)) + b"data: [DONE]\n\n", max_piece=37)
 
 
 def answer_sse(text: str) -> SSEReply:
-    return SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop")
-                    + chunk(None, usage=(150, 9)) + b"data: [DONE]\n\n", max_piece=41)
+    return SSEReply(
+        chunk({"role": "assistant", "content": ""})
+        + chunk({"content": text}, "stop")
+        + chunk(None, usage=(150, 9))
+        + b"data: [DONE]\n\n",
+        max_piece=41,
+    )
 
 
 def as_json(reply: SSEReply) -> JSONReply:
@@ -60,13 +74,25 @@ def as_json(reply: SSEReply) -> JSONReply:
                 text += c["delta"].get("content") or ""
                 for tc in c["delta"].get("tool_calls") or ():
                     if "id" in tc:
-                        calls.append({"id": tc["id"], "type": "function",
-                                      "function": {"name": tc["function"]["name"], "arguments": ""}})
+                        calls.append(
+                            {
+                                "id": tc["id"],
+                                "type": "function",
+                                "function": {"name": tc["function"]["name"], "arguments": ""},
+                            }
+                        )
                     calls[tc["index"]]["function"]["arguments"] += tc["function"].get("arguments", "")
     message: dict[str, Any] = {"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})}
-    return JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [
-        {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": {"prompt_tokens": 90, "completion_tokens": 12, "total_tokens": 102}})
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": 90, "completion_tokens": 12, "total_tokens": 102},
+        }
+    )
 
 
 def answering(text: str) -> Any:
@@ -75,6 +101,7 @@ def answering(text: str) -> Any:
 
 def model(*first: tuple[str, dict[str, Any]]) -> Any:
     """Calls ``first`` (or mcp__calc__add 2+40), then answers with every tool result it got."""
+
     def reply(req: Recorded) -> SSEReply | JSONReply:
         messages = req.body["messages"]
         if messages[-1]["role"] == "tool":
@@ -82,6 +109,7 @@ def model(*first: tuple[str, dict[str, Any]]) -> Any:
         else:
             out = calls_sse(*(first or (("mcp__calc__add", {"a": 2, "b": 40}),)))
         return out if req.body.get("stream") else as_json(out)
+
     return reply
 
 
@@ -92,18 +120,30 @@ def mcp_tool(url: str, label: str = "calc", **kw: Any) -> dict[str, Any]:
     return {**tool, **kw}
 
 
-async def test_streamed_call_inside_the_response(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                 mcp_urls: dict[str, str]) -> None:
+async def test_streamed_call_inside_the_response(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     upstream.default = model()
     stream = await client.responses.create(model="m", input="2+40?", tools=[mcp_tool(mcp_urls["http"])], stream=True)
     events = [e async for e in stream]
     types = [e.type for e in events]
-    assert types[:6] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
-                         "response.output_item.done"]
-    assert types[6:13] == ["response.output_item.added", "response.mcp_call.in_progress",
-                           "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
-                           "response.mcp_call.completed", "response.output_item.done", "response.output_item.added"]
+    assert types[:6] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.output_item.done",
+    ]
+    assert types[6:13] == [
+        "response.output_item.added",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+        "response.output_item.done",
+        "response.output_item.added",
+    ]
     final = events[-1].response
     assert [o.type for o in final.output] == ["mcp_list_tools", "mcp_call", "message"]
     listing, call, message = final.output
@@ -117,16 +157,18 @@ async def test_streamed_call_inside_the_response(client: openai.AsyncOpenAI, ups
     assert final.usage is not None and final.usage.total_tokens == 102 + 159
 
 
-async def test_not_streamed_and_over_sse_transport(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                   mcp_urls: dict[str, str]) -> None:
+async def test_not_streamed_and_over_sse_transport(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     upstream.default = model(("mcp__text__echo", {"text": "hello"}))
     resp = await client.responses.create(model="m", input="echo", tools=[mcp_tool(mcp_urls["sse"], "text")])
     assert [o.type for o in resp.output] == ["mcp_list_tools", "mcp_call", "message"]
     assert resp.output[1].output == "hello" and resp.output_text == "Tools said: hello"
 
 
-async def test_over_websocket(proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder,
-                              mcp_urls: dict[str, str]) -> None:
+async def test_over_websocket(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, mcp_urls: dict[str, str]
+) -> None:
     upstream.default = model()
     async with ws_frames.connect(proxy.url.replace("http", "ws") + "/v1/responses") as ws:
         turn = await ws.turn(type="response.create", model="m", input="2+40?", tools=[mcp_tool(mcp_urls["http"])])
@@ -135,14 +177,26 @@ async def test_over_websocket(proxy: ProxyHandle, upstream: FakeUpstream, ws_fra
 
 
 async def test_parallel_calls_run_concurrently_and_faults_fail_their_item(
-        client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]) -> None:
-    upstream.default = model(("mcp__calc__meet", {"name": "a"}), ("mcp__calc__meet", {"name": "b"}),
-                             ("mcp__calc__fail", {}), ("mcp__calc__slow", {"seconds": 10}),
-                             ("mcp__calc__big", {"kib": 64}), ("mcp__calc__add", {"a": "x"}))
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
+    upstream.default = model(
+        ("mcp__calc__meet", {"name": "a"}),
+        ("mcp__calc__meet", {"name": "b"}),
+        ("mcp__calc__fail", {}),
+        ("mcp__calc__slow", {"seconds": 10}),
+        ("mcp__calc__big", {"kib": 64}),
+        ("mcp__calc__add", {"a": "x"}),
+    )
     resp = await client.responses.create(model="m", input="go", tools=[mcp_tool(mcp_urls["http"])])
     calls = [o for o in resp.output if o.type == "mcp_call"]
-    assert [(c.name, c.status) for c in calls] == [("meet", "completed"), ("meet", "completed"), ("fail", "failed"),
-                                                   ("slow", "failed"), ("big", "completed"), ("add", "failed")]
+    assert [(c.name, c.status) for c in calls] == [
+        ("meet", "completed"),
+        ("meet", "completed"),
+        ("fail", "failed"),
+        ("slow", "failed"),
+        ("big", "completed"),
+        ("add", "failed"),
+    ]
     assert [c.output for c in calls[:2]] == ["a: met", "b: met"]  # both calls were in at once
     assert "fail tool always fails" in calls[2].error or "Error executing tool fail" in calls[2].error
     assert calls[3].error == "the MCP server did not answer within 3s"
@@ -154,7 +208,8 @@ async def test_parallel_calls_run_concurrently_and_faults_fail_their_item(
 
 
 async def test_a_server_that_cannot_list_fails_its_listing_not_the_response(
-        client: openai.AsyncOpenAI, proxy: ProxyHandle, upstream: FakeUpstream, mcp_urls: dict[str, str]) -> None:
+    client: openai.AsyncOpenAI, proxy: ProxyHandle, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     upstream.default = answering("No tools, then.")
     dead = {"type": "mcp", "server_label": "dead", "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}
     no_token = {"type": "mcp", "server_label": "locked", "server_url": mcp_urls["http"], "require_approval": "never"}
@@ -164,24 +219,38 @@ async def test_a_server_that_cannot_list_fails_its_listing_not_the_response(
     assert [e["type"] for e in events].count("response.mcp_list_tools.failed") == 2
     final = events[-1]["response"]
     assert final["status"] == "completed" and [o["type"] for o in final["output"]] == [
-        "mcp_list_tools", "mcp_list_tools", "message"]
+        "mcp_list_tools",
+        "mcp_list_tools",
+        "message",
+    ]
     assert final["output"][0]["error"] == "the MCP server could not be reached" and final["output"][1]["error"]
     assert "tools" not in upstream.requests[0].body
 
 
-async def test_allowed_tools_filter(client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]) -> None:
+async def test_allowed_tools_filter(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     upstream.default = answering("ok")
-    resp = await client.responses.create(model="m", input="hi", tools=[
-        mcp_tool(mcp_urls["http"], allowed_tools=["add", "echo"]),
-        mcp_tool(mcp_urls["sse"], "ro", allowed_tools={"read_only": True})])
+    resp = await client.responses.create(
+        model="m",
+        input="hi",
+        tools=[
+            mcp_tool(mcp_urls["http"], allowed_tools=["add", "echo"]),
+            mcp_tool(mcp_urls["sse"], "ro", allowed_tools={"read_only": True}),
+        ],
+    )
     assert [t["function"]["name"] for t in upstream.requests[0].body["tools"]] == [
-        "mcp__calc__add", "mcp__calc__echo", "mcp__ro__lookup"]
+        "mcp__calc__add",
+        "mcp__calc__echo",
+        "mcp__ro__lookup",
+    ]
     assert [t.name for t in resp.output[0].tools] == ["add", "echo"]
 
 
 @pytest.mark.parametrize("approve", [True, False])
-async def test_approval_then_the_call_or_the_refusal(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                     mcp_urls: dict[str, str], approve: bool) -> None:
+async def test_approval_then_the_call_or_the_refusal(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str], approve: bool
+) -> None:
     upstream.default = model()
     tools = [mcp_tool(mcp_urls["http"], require_approval="always")]
     first = await client.responses.create(model="m", input="2+40?", tools=tools)
@@ -189,8 +258,13 @@ async def test_approval_then_the_call_or_the_refusal(client: openai.AsyncOpenAI,
     asked = first.output[1]
     assert asked.name == "add" and asked.server_label == "calc" and asked.arguments == '{"a":2,"b":40}'
     assert len(upstream.requests) == 1  # nothing called, nothing continued
-    stream = await client.responses.create(model="m", previous_response_id=first.id, tools=tools, stream=True, input=[
-        {"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": approve}])
+    stream = await client.responses.create(
+        model="m",
+        previous_response_id=first.id,
+        tools=tools,
+        stream=True,
+        input=[{"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": approve}],
+    )
     final = [e async for e in stream][-1].response
     sent = upstream.requests[1].body["messages"]
     assert sent[-2]["tool_calls"][0]["id"] == asked.id and sent[-1]["tool_call_id"] == asked.id
@@ -203,16 +277,18 @@ async def test_approval_then_the_call_or_the_refusal(client: openai.AsyncOpenAI,
         assert "did not approve" in sent[-1]["content"]
 
 
-async def test_filters_choose_which_tools_need_approval(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                        mcp_urls: dict[str, str]) -> None:
+async def test_filters_choose_which_tools_need_approval(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     upstream.default = model(("mcp__calc__add", {"a": 1, "b": 1}), ("mcp__calc__echo", {"text": "t"}))
     tools = [mcp_tool(mcp_urls["http"], require_approval={"never": {"tool_names": ["add"]}})]
     resp = await client.responses.create(model="m", input="x", tools=tools)
     assert [o.type for o in resp.output] == ["mcp_list_tools", "mcp_call", "mcp_approval_request"]
 
 
-async def test_stored_exchange_is_replayed(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                           mcp_urls: dict[str, str]) -> None:
+async def test_stored_exchange_is_replayed(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     upstream.default = model()
     tools = [mcp_tool(mcp_urls["http"])]
     first = await client.responses.create(model="m", input="2+40?", tools=tools)
@@ -224,19 +300,40 @@ async def test_stored_exchange_is_replayed(client: openai.AsyncOpenAI, upstream:
     assert sent[1]["tool_calls"][0]["function"]["name"] == "mcp__calc__add" and sent[2]["content"] == "42"
 
 
-@pytest.mark.parametrize(("allowed", "url"), [([], "http://127.0.0.1:1/mcp"),
-                                              (["https://mcp.example.com/*"], "http://127.0.0.1:1/mcp"),
-                                              (["http://127.0.0.1:*"], "http://169.254.169.254/latest")])
-async def test_a_server_the_operator_did_not_allow_is_a_400(upstream: FakeUpstream, tmp_path: Path,
-                                                            allowed: list[str], url: str) -> None:
+@pytest.mark.parametrize(
+    ("allowed", "url"),
+    [
+        ([], "http://127.0.0.1:1/mcp"),
+        (["https://mcp.example.com/*"], "http://127.0.0.1:1/mcp"),
+        (["http://127.0.0.1:*"], "http://169.254.169.254/latest"),
+    ],
+)
+async def test_a_server_the_operator_did_not_allow_is_a_400(
+    upstream: FakeUpstream, tmp_path: Path, allowed: list[str], url: str
+) -> None:
     from proxy.config import load_config
     from tests.conftest import start_proxy
-    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url,
-                                                      "store.data_dir": str(tmp_path), "mcp.allowed_servers": allowed}))
+
+    handle = await start_proxy(
+        load_config(
+            None,
+            {},
+            {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path), "mcp.allowed_servers": allowed},
+        )
+    )
     try:
         async with httpx2.AsyncClient(base_url=handle.base_url, timeout=10) as http:
-            r = await http.post("/responses", json={"model": "m", "input": "x", "tools": [
-                {"type": "function", "name": "f"}, {"type": "mcp", "server_label": "x", "server_url": url}]})
+            r = await http.post(
+                "/responses",
+                json={
+                    "model": "m",
+                    "input": "x",
+                    "tools": [
+                        {"type": "function", "name": "f"},
+                        {"type": "mcp", "server_label": "x", "server_url": url},
+                    ],
+                },
+            )
     finally:
         await handle.runner.cleanup()
     assert r.status_code == 400
@@ -245,12 +342,18 @@ async def test_a_server_the_operator_did_not_allow_is_a_400(upstream: FakeUpstre
     assert upstream.requests == []
 
 
-async def test_headers_reach_only_the_server(client: openai.AsyncOpenAI, proxy: ProxyHandle, upstream: FakeUpstream,
-                                             mcp_urls: dict[str, str], capfd: pytest.CaptureFixture[str]) -> None:
+async def test_headers_reach_only_the_server(
+    client: openai.AsyncOpenAI,
+    proxy: ProxyHandle,
+    upstream: FakeUpstream,
+    mcp_urls: dict[str, str],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     upstream.default = model()
     async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=30) as http:
-        r = await http.post("/responses", json={"model": "m", "input": "2+40?", "stream": True,
-                                                "tools": [mcp_tool(mcp_urls["http"])]})
+        r = await http.post(
+            "/responses", json={"model": "m", "input": "2+40?", "stream": True, "tools": [mcp_tool(mcp_urls["http"])]}
+        )
         final = validate_responses_sse(r.content)[-1]["response"]
         assert final["output"][1]["output"] == "42"  # the server took the token
         stored = (await http.get(f"/responses/{final['id']}")).text
@@ -262,13 +365,19 @@ async def test_headers_reach_only_the_server(client: openai.AsyncOpenAI, proxy: 
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-async def test_agents_sdk_hosted_mcp_tool(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                          mcp_urls: dict[str, str], streamed: bool) -> None:
+async def test_agents_sdk_hosted_mcp_tool(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str], streamed: bool
+) -> None:
     from agents import Agent, HostedMCPTool, OpenAIResponsesModel, RunConfig, Runner, set_tracing_disabled
+
     set_tracing_disabled(True)
     upstream.default = model()
-    agent = Agent(name="calc", instructions="Use the tools.", model=OpenAIResponsesModel(model="m", openai_client=client),
-                  tools=[HostedMCPTool(tool_config=mcp_tool(mcp_urls["http"]))])  # type: ignore[arg-type]
+    agent = Agent(
+        name="calc",
+        instructions="Use the tools.",
+        model=OpenAIResponsesModel(model="m", openai_client=client),
+        tools=[HostedMCPTool(tool_config=mcp_tool(mcp_urls["http"]))],
+    )  # type: ignore[arg-type]
     config = RunConfig(tracing_disabled=True)
     if streamed:
         result = Runner.run_streamed(agent, "2+40?", run_config=config)
@@ -280,9 +389,11 @@ async def test_agents_sdk_hosted_mcp_tool(client: openai.AsyncOpenAI, upstream: 
     assert "MCPListToolsItem" in kinds and "ToolCallItem" in kinds
 
 
-async def test_agents_sdk_approval_callback(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                            mcp_urls: dict[str, str]) -> None:
+async def test_agents_sdk_approval_callback(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     from agents import Agent, HostedMCPTool, OpenAIResponsesModel, RunConfig, Runner, set_tracing_disabled
+
     set_tracing_disabled(True)
     upstream.default = model()
     asked: list[str] = []
@@ -291,27 +402,42 @@ async def test_agents_sdk_approval_callback(client: openai.AsyncOpenAI, upstream
         asked.append(request.data.name)
         return {"approve": True}
 
-    tool = HostedMCPTool(tool_config=mcp_tool(mcp_urls["http"], require_approval="always"),  # type: ignore[arg-type]
-                         on_approval_request=on_approval)
+    tool = HostedMCPTool(
+        tool_config=mcp_tool(mcp_urls["http"], require_approval="always"),  # type: ignore[arg-type]
+        on_approval_request=on_approval,
+    )
     agent = Agent(name="calc", model=OpenAIResponsesModel(model="m", openai_client=client), tools=[tool])
     result = await Runner.run(agent, "2+40?", run_config=RunConfig(tracing_disabled=True))
     assert asked == ["add"] and result.final_output == "Tools said: 42"
 
 
-async def test_approval_in_a_stateless_conversation(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                    mcp_urls: dict[str, str]) -> None:
+async def test_approval_in_a_stateless_conversation(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
     """No previous_response_id: the client sends the whole input back, the answer with it."""
     upstream.default = model()
     tools = [mcp_tool(mcp_urls["http"], require_approval="always")]
     first = await client.responses.create(model="m", input="2+40?", tools=tools, store=False)
     history = [{"role": "user", "content": "2+40?"}, *(o.model_dump(exclude_none=True) for o in first.output)]
     asked = first.output[1]
-    final = await client.responses.create(model="m", tools=tools, store=False, input=[
-        *history, {"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": True}])
+    final = await client.responses.create(
+        model="m",
+        tools=tools,
+        store=False,
+        input=[*history, {"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": True}],
+    )
     assert [o.type for o in final.output] == ["mcp_call", "message"] and final.output[0].output == "42"
     async with httpx2.AsyncClient(base_url=str(client.base_url), timeout=10) as http:
-        r = await http.post("responses", json={"model": "m", "tools": tools, "input": [
-            {"role": "user", "content": "x"},
-            {"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True}]})
+        r = await http.post(
+            "responses",
+            json={
+                "model": "m",
+                "tools": tools,
+                "input": [
+                    {"role": "user", "content": "x"},
+                    {"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True},
+                ],
+            },
+        )
     assert r.status_code == 400 and "mcpr_nope" in r.json()["error"]["message"]  # answers nothing asked
     assert r.json()["error"]["param"] == "input[1].approval_request_id"

@@ -43,8 +43,7 @@ def sdk_client(base_url: str, captured: list[Captured], **kw: object) -> openai.
     """An official SDK client whose every response body is recorded (tests/conftest.py
     ``TeeTransport``): the ``captured`` fixture runs each SSE body through the strict validators."""
     http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=GUARD)
-    return openai.AsyncOpenAI(base_url=base_url, http_client=http, max_retries=0, timeout=GUARD,
-                              **kw)  # type: ignore[arg-type]
+    return openai.AsyncOpenAI(base_url=base_url, http_client=http, max_retries=0, timeout=GUARD, **kw)  # type: ignore[arg-type]
 
 
 async def test_inbound_keys(upstream: FakeUpstream, tmp_path, captured) -> None:
@@ -53,8 +52,9 @@ async def test_inbound_keys(upstream: FakeUpstream, tmp_path, captured) -> None:
     upstream.default = SSEReply(chunk({"content": "ok"}, "stop") + DONE)
     try:
         for key, ok in (("k-two", True), ("k-one", True), ("wrong", False), ("", False)):
-            c = sdk_client(handle.base_url, captured, api_key=key or "x",
-                           default_headers={} if key else {"Authorization": ""})
+            c = sdk_client(
+                handle.base_url, captured, api_key=key or "x", default_headers={} if key else {"Authorization": ""}
+            )
             if ok:
                 s = await c.responses.create(model="m", input="x", stream=True)
                 assert [e async for e in s][-1].type == "response.completed"
@@ -84,9 +84,13 @@ async def test_concurrent_stream_limit_429(upstream: FakeUpstream, tmp_path) -> 
     upstream.reply(SSEReply(SLOW, delay=0.01), SSEReply(chunk({"content": "x"}, "stop") + DONE))
     try:
         async with aiohttp.ClientSession() as s:
-            async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as first:
+            async with s.post(
+                handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}
+            ) as first:
                 head = await first.content.readany()
-                async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "b", "stream": True}) as second:
+                async with s.post(
+                    handle.base_url + "/responses", json={"model": "m", "input": "b", "stream": True}
+                ) as second:
                     assert second.status == 429
                     assert second.headers["Retry-After"] == "1"
                     assert (await second.json())["error"]["code"] == "rate_limit_exceeded"
@@ -105,11 +109,22 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
     handle = await start_proxy(config_for(upstream, tmp_path))
-    upstream.reply(SSEReply(chunk({"content": "hi"}, "stop") + chunk({}, None).replace(b'"choices"', b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"x"') + DONE))
+    upstream.reply(
+        SSEReply(
+            chunk({"content": "hi"}, "stop")
+            + chunk({}, None).replace(
+                b'"choices"', b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"x"'
+            )
+            + DONE
+        )
+    )
     try:
         async with aiohttp.ClientSession() as s:
-            async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True},
-                              headers={"X-Request-ID": "abc-123", "Authorization": "Bearer sk-secret-value"}) as r:
+            async with s.post(
+                handle.base_url + "/responses",
+                json={"model": "m", "input": "a", "stream": True},
+                headers={"X-Request-ID": "abc-123", "Authorization": "Bearer sk-secret-value"},
+            ) as r:
                 assert r.headers["X-Request-ID"] == "abc-123"
                 validate_responses_sse(await r.read())
             async with s.get(handle.base_url + "/nope") as r:
@@ -141,8 +156,11 @@ async def test_chat_clients_streams_record_upstream_usage(upstream: FakeUpstream
     upstream.reply(SSEReply(read_capture(name), seed=3, max_piece=29))
     try:
         async with aiohttp.ClientSession() as s:
-            async with s.post(handle.base_url + "/chat/completions", headers={"X-Request-ID": "rev-1"},
-                              json={"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}) as r:
+            async with s.post(
+                handle.base_url + "/chat/completions",
+                headers={"X-Request-ID": "rev-1"},
+                json={"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True},
+            ) as r:
                 validate_chat_sse(await r.read(), expect_usage=False)
             async with s.get(handle.url + "/metrics") as r:
                 text = await r.text()
@@ -188,12 +206,14 @@ async def test_readyz_follows_upstream_probe(upstream: FakeUpstream, tmp_path) -
     finally:
         await handle.runner.cleanup()
     with structlog.testing.capture_logs() as logs:
-        dead = await start_proxy(load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1",
-                                                         "store.backend": "memory"}))
+        dead = await start_proxy(
+            load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1", "store.backend": "memory"})
+        )
         try:
             # not ready because the probe was made and failed (polled), not merely not made yet
-            assert await wait_until(lambda: any(e.get("event") == "upstream.probe.failed" for e in logs), GUARD), \
+            assert await wait_until(lambda: any(e.get("event") == "upstream.probe.failed" for e in logs), GUARD), (
                 "the probe of the dead upstream never failed"
+            )
             async with aiohttp.ClientSession() as s, s.get(dead.url + "/readyz") as r:
                 assert r.status == 503
                 problem = (await r.json())["problems"][0]
@@ -211,9 +231,11 @@ async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpst
     handle = await start_proxy(config_for(upstream, tmp_path, **{"server.drain_seconds": 0.3}))
     upstream.default = SSEReply(chunk({"content": "tick "}) * 10_000 + DONE, delay=0.02)
     async with aiohttp.ClientSession() as s:
+
         async def one() -> bytes:
             async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
                 return await r.read()
+
         tasks = [asyncio.create_task(one()) for _ in range(5)]
         # all five streams open upstream before the shutdown starts (polled); each would last 200 s
         assert await wait_until(lambda: upstream.open_requests == 5, GUARD), f"{upstream.open_requests} open"
@@ -246,6 +268,7 @@ models = ["deepseek-*"]
 backend = "memory"
 """)
     from pathlib import Path
+
     handle = await start_proxy(load_config(Path(cfg_file), {}))
     a.default = SSEReply(chunk({"content": "from a"}, "stop") + DONE)
     b.default = SSEReply(chunk({"content": "from b"}, "stop") + DONE)
@@ -259,8 +282,16 @@ backend = "memory"
         with pytest.raises(openai.NotFoundError) as info:
             await c.responses.create(model="gpt-9", input="x")
         assert info.value.code == "model_not_found"
-        a.reply(JSONReply({"object": "list", "data": [{"id": "backend-one", "object": "model", "created": 0, "owned_by": "a"}]}))
-        b.reply(JSONReply({"object": "list", "data": [{"id": "deepseek-chat", "object": "model", "created": 0, "owned_by": "b"}]}))
+        a.reply(
+            JSONReply(
+                {"object": "list", "data": [{"id": "backend-one", "object": "model", "created": 0, "owned_by": "a"}]}
+            )
+        )
+        b.reply(
+            JSONReply(
+                {"object": "list", "data": [{"id": "deepseek-chat", "object": "model", "created": 0, "owned_by": "b"}]}
+            )
+        )
         ids = sorted(m.id for m in (await c.models.list()).data)
         assert ids == ["deepseek-chat", "exact-one"]
         await c.close()
@@ -306,8 +337,11 @@ async def test_total_timeout_ends_stream_naming_it(upstream: FakeUpstream, tmp_p
 async def _stream_through(handle: Any, route: str) -> bytes:
     """One streamed request on a translated (Responses client) or passed-through (chat client)
     route; the whole body. The proxy is stopped afterwards."""
-    path, body = (("/responses", {"model": "m", "input": "a", "stream": True}) if route == "translated" else
-                  ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}))
+    path, body = (
+        ("/responses", {"model": "m", "input": "a", "stream": True})
+        if route == "translated"
+        else ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True})
+    )
     try:
         async with aiohttp.ClientSession() as s:
             async with s.post(handle.base_url + path, json=body) as r:
@@ -328,8 +362,9 @@ def _assert_whole(route: str, got: bytes, data: bytes, text: str) -> None:
 
 
 @pytest.mark.parametrize("route", ["translated", "passthrough"])
-async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(upstream: FakeUpstream, tmp_path,
-                                                                      route: str) -> None:
+async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(
+    upstream: FakeUpstream, tmp_path, route: str
+) -> None:
     """`first_byte` bounds the wait for the response headers only: with it set below `idle`, a
     stream whose chunks come 3 s apart (longer than first_byte, shorter than idle) completes.
 
@@ -396,8 +431,10 @@ async def test_connect_timeout_is_504_naming_it(tmp_path, captured) -> None:
         c.setblocking(False)
         c.connect_ex(("127.0.0.1", port))
         fillers.append(c)
-    cfg = _with_timeouts(load_config(None, {}, {"upstream.base_url": f"http://127.0.0.1:{port}/v1",
-                                                "store.backend": "memory"}), connect=0.5)
+    cfg = _with_timeouts(
+        load_config(None, {}, {"upstream.base_url": f"http://127.0.0.1:{port}/v1", "store.backend": "memory"}),
+        connect=0.5,
+    )
     handle = await start_proxy(cfg)
     try:
         async with sdk_client(handle.base_url, captured, api_key="k") as c:
@@ -438,9 +475,11 @@ async def test_headers_arrive_while_the_upstream_is_silent(upstream: FakeUpstrea
     over = {"server.keepalive_seconds": 120, **({"upstream.api": "responses"} if direction == "reverse" else {})}
     handle = await start_proxy(config_for(upstream, tmp_path, **over))
     upstream.reply(SSEReply(b"data: never sent\n\n", stall_after=0))
-    path, body = (("/v1/responses", {"model": "m", "input": "x", "stream": True}) if direction == "forward"
-                  else ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}],
-                                                  "stream": True}))
+    path, body = (
+        ("/v1/responses", {"model": "m", "input": "x", "stream": True})
+        if direction == "forward"
+        else ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True})
+    )
     try:
         async with aiohttp.ClientSession() as s:
             async with asyncio.timeout(20):
@@ -462,8 +501,13 @@ async def test_upstream_cookies_are_not_kept_between_requests(upstream: FakeUpst
     named `localhost`: a cookie jar ignores cookies from bare IP addresses."""
     from tests.fakes.upstream import JSONReply
 
-    completion = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                  "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}]}
+    completion = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+    }
     cfg = config_for(upstream, tmp_path, **{"upstream.base_url": f"http://localhost:{upstream.port}/v1"})
     handle = await start_proxy(cfg)
     upstream.reply(JSONReply(completion, headers={"Set-Cookie": "sticky=user-a; Path=/"}), JSONReply(completion))

@@ -21,12 +21,25 @@ ANSWER = "It is sunny in Paris."
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+    return (
+        b"data: "
+        + orjson.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+        + b"\n\n"
+    )
 
 
-USAGE = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
-         b'"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}\n\n')
+USAGE = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}\n\n'
+)
 
 
 def reasoning_then(text: str | None = None, call: tuple[str, dict[str, Any]] | None = None) -> SSEReply:
@@ -39,8 +52,18 @@ def reasoning_then(text: str | None = None, call: tuple[str, dict[str, Any]] | N
     finish = "stop"
     if call:
         args = orjson.dumps(call[1]).decode()
-        body += chunk({"tool_calls": [{"index": 0, "id": "call_w", "type": "function",
-                                       "function": {"name": call[0], "arguments": args[:5]}}]})
+        body += chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_w",
+                        "type": "function",
+                        "function": {"name": call[0], "arguments": args[:5]},
+                    }
+                ]
+            }
+        )
         body += chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[5:]}}]})
         finish = "tool_calls"
     return SSEReply(body + chunk({}, finish) + USAGE + b"data: [DONE]\n\n", max_piece=17)
@@ -56,17 +79,24 @@ def http(captured: list[Captured]) -> httpx2.AsyncClient:
 def langchain(proxy: ProxyHandle, captured: list[Captured]) -> Any:
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(model="deepseek-reasoner", base_url=proxy.base_url, api_key="sk-test", use_responses_api=True,
-                      reasoning={"effort": "medium", "summary": "auto"}, http_async_client=http(captured),
-                      max_retries=0)
+    return ChatOpenAI(
+        model="deepseek-reasoner",
+        base_url=proxy.base_url,
+        api_key="sk-test",
+        use_responses_api=True,
+        reasoning={"effort": "medium", "summary": "auto"},
+        http_async_client=http(captured),
+        max_retries=0,
+    )
 
 
 def _reasoning_text(message: Any) -> str:
     return "".join(b.get("reasoning", "") for b in message.content_blocks if b.get("type") == "reasoning")
 
 
-async def test_langchain_stream_shows_the_reasoning(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                    captured: list[Captured]) -> None:
+async def test_langchain_stream_shows_the_reasoning(
+    proxy: ProxyHandle, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     upstream.reply(reasoning_then(ANSWER))
     full = None
     async for piece in langchain(proxy, captured).astream("Weather in Paris?"):
@@ -76,8 +106,9 @@ async def test_langchain_stream_shows_the_reasoning(proxy: ProxyHandle, upstream
     assert full.text.strip() == ANSWER
 
 
-async def test_langchain_streamed_tool_loop_sends_the_reasoning_back(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                                     captured: list[Captured]) -> None:
+async def test_langchain_streamed_tool_loop_sends_the_reasoning_back(
+    proxy: ProxyHandle, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     from langchain_core.messages import HumanMessage, ToolMessage
     from langchain_core.tools import tool
 
@@ -117,13 +148,15 @@ def agent(proxy: ProxyHandle, captured: list[Captured], **kw: Any) -> Any:
 
     client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test", http_client=http(captured), max_retries=0)
     model = OpenAIResponsesModel("deepseek-reasoner", provider=OpenAIProvider(openai_client=client))
-    settings = OpenAIResponsesModelSettings(openai_reasoning_summary="detailed", openai_reasoning_effort="medium",
-                                            openai_send_reasoning_ids=True)
+    settings = OpenAIResponsesModelSettings(
+        openai_reasoning_summary="detailed", openai_reasoning_effort="medium", openai_send_reasoning_ids=True
+    )
     return Agent(model, model_settings=settings, **kw)
 
 
-async def test_pydantic_ai_run_stream_shows_thinking(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                     captured: list[Captured]) -> None:
+async def test_pydantic_ai_run_stream_shows_thinking(
+    proxy: ProxyHandle, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     from pydantic_ai.messages import ThinkingPart
 
     upstream.reply(reasoning_then(ANSWER))
@@ -156,18 +189,33 @@ async def test_pydantic_ai_tool_run(proxy: ProxyHandle, upstream: FakeUpstream, 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-async def test_langchain_with_structured_output(proxy: ProxyHandle, upstream: FakeUpstream,
-                                                captured: list[Captured]) -> None:
+async def test_langchain_with_structured_output(
+    proxy: ProxyHandle, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     from pydantic import BaseModel
 
     class Weather(BaseModel):
         city: str
         sunny: bool
 
-    upstream.reply(JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                              "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                                  "role": "assistant", "content": '{"city": "Paris", "sunny": true}'}}],
-                              "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}}))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": '{"city": "Paris", "sunny": true}'},
+                    }
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14},
+            }
+        )
+    )
     llm = langchain(proxy, captured).with_structured_output(Weather)
     got = await llm.ainvoke("Weather in Paris?")
     assert got == Weather(city="Paris", sunny=True)
@@ -176,6 +224,7 @@ async def test_langchain_with_structured_output(proxy: ProxyHandle, upstream: Fa
 
 
 # -- LangChain in chat mode, reverse: a Responses backend --------------------------------------------
+
 
 async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: Any, captured: list[Captured]) -> None:
     """``ChatOpenAI`` in chat mode (no Responses API) in front of a Responses backend: ``stop=``
@@ -187,11 +236,21 @@ async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: 
     from tests.conftest import start_proxy
     from tests.integration.test_reverse_emulation import answer, final_response
 
-    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url, "upstream.api": "responses",
-                                                      "store.data_dir": str(tmp_path / "d")}))
+    handle = await start_proxy(
+        load_config(
+            None,
+            {},
+            {
+                "upstream.base_url": upstream.base_url,
+                "upstream.api": "responses",
+                "store.data_dir": str(tmp_path / "d"),
+            },
+        )
+    )
     try:
-        llm = ChatOpenAI(model="m", base_url=handle.base_url, api_key="k", max_retries=0,
-                         http_async_client=http(captured))
+        llm = ChatOpenAI(
+            model="m", base_url=handle.base_url, api_key="k", max_retries=0, http_async_client=http(captured)
+        )
         upstream.reply(SSEReply(b"".join(answer(["The weather ", "is sun", "ny. END here", " more"]))))
         cut = ""
         async for piece in llm.astream("Weather?", stop=["END"]):

@@ -45,40 +45,82 @@ async def multi_client(proxy: ProxyHandle) -> AsyncIterator[tuple[openai.AsyncOp
 
 # ---------------------------------------------------------------- a Responses backend's answers
 
+
 def _frame(event: dict) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 def usage(inp: int, out: int) -> dict:
-    return {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out,
-            "input_tokens_details": {"cached_tokens": 1}, "output_tokens_details": {"reasoning_tokens": 0}}
+    return {
+        "input_tokens": inp,
+        "output_tokens": out,
+        "total_tokens": inp + out,
+        "input_tokens_details": {"cached_tokens": 1},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
 
 
 def answer(deltas: list[str], *, tokens: tuple[int, int] = (9, 2), resp_id: str = "resp_1") -> list[bytes]:
     """A streamed text answer as a Responses backend sends it, one frame per event."""
     text = "".join(deltas)
-    item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    item = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
     base = {"id": resp_id, "object": "response", "created_at": 1_700_000_123, "model": "up-model"}
-    events = [{"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
-              {"type": "response.output_item.added", "output_index": 0,
-               "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}},
-              *({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "item_id": "msg_1",
-                 "delta": d} for d in deltas),
-              {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "item_id": "msg_1",
-               "text": text},
-              {"type": "response.output_item.done", "output_index": 0, "item": item},
-              {"type": "response.completed", "response": {**base, "status": "completed", "output": [item],
-                                                          "usage": usage(*tokens)}}]
+    events = [
+        {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []},
+        },
+        *(
+            {
+                "type": "response.output_text.delta",
+                "output_index": 0,
+                "content_index": 0,
+                "item_id": "msg_1",
+                "delta": d,
+            }
+            for d in deltas
+        ),
+        {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "item_id": "msg_1", "text": text},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {
+            "type": "response.completed",
+            "response": {**base, "status": "completed", "output": [item], "usage": usage(*tokens)},
+        },
+    ]
     return [_frame(e) for e in events]
 
 
-def final_response(text: str, *, tokens: tuple[int, int] = (9, 2), status: str = "completed",
-                   error: dict | None = None) -> dict:
-    return {"id": "resp_1", "object": "response", "created_at": 5, "status": status, "model": "up-model",
-            "error": error, "usage": usage(*tokens),
-            "output": [{"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-                        "content": [{"type": "output_text", "text": text, "annotations": []}]}] if text else []}
+def final_response(
+    text: str, *, tokens: tuple[int, int] = (9, 2), status: str = "completed", error: dict | None = None
+) -> dict:
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 5,
+        "status": status,
+        "model": "up-model",
+        "error": error,
+        "usage": usage(*tokens),
+        "output": [
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ]
+        if text
+        else [],
+    }
 
 
 def held_after(frames: list[bytes], count: int) -> tuple[SSEReply, asyncio.Event]:
@@ -90,9 +132,17 @@ def held_after(frames: list[bytes], count: int) -> tuple[SSEReply, asyncio.Event
 
 def failed_stream(message: str = "the backend broke") -> bytes:
     base = {"id": "resp_f", "object": "response", "created_at": 5, "model": "up-model"}
-    return (_frame({"type": "response.created", "response": {**base, "status": "in_progress", "output": []}})
-            + _frame({"type": "response.failed", "response": {**base, "status": "failed", "output": [],
-                                                              "error": {"code": "server_error", "message": message}}}))
+    return _frame({"type": "response.created", "response": {**base, "status": "in_progress", "output": []}}) + _frame(
+        {
+            "type": "response.failed",
+            "response": {
+                **base,
+                "status": "failed",
+                "output": [],
+                "error": {"code": "server_error", "message": message},
+            },
+        }
+    )
 
 
 def choice_streams(raw: bytes) -> tuple[dict[int, list[dict]], list[dict]]:
@@ -123,11 +173,14 @@ def chat_body(captured: list[Captured]) -> bytes:
 
 # ---------------------------------------------------------------- stop
 
+
 async def test_stop_spanning_deltas_streamed(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(SSEReply(b"".join(answer(["The answer is 4", "2.<|e", "nd|> and then more text"])),
-                            seed=5, max_piece=7))
-    stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True, stop=["<|end|>", "###"],
-                                                  stream_options={"include_usage": True})
+    upstream.reply(
+        SSEReply(b"".join(answer(["The answer is 4", "2.<|e", "nd|> and then more text"])), seed=5, max_piece=7)
+    )
+    stream = await client.chat.completions.create(
+        model="m", messages=MESSAGES, stream=True, stop=["<|end|>", "###"], stream_options={"include_usage": True}
+    )
     chunks = [c async for c in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "The answer is 42."
@@ -147,8 +200,9 @@ async def test_stop_closes_the_upstream_request(client: openai.AsyncOpenAI, upst
         chunks = [c async for c in stream]  # ends: the client got [DONE] while the upstream still holds
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "First line."
     assert chunks[-1].choices[0].finish_reason == "stop"
-    assert await wait_until(lambda: upstream.cancelled == 1 and upstream.open_requests == 0, GUARD), \
+    assert await wait_until(lambda: upstream.cancelled == 1 and upstream.open_requests == 0, GUARD), (
         "the upstream request was not closed"
+    )
 
 
 async def test_stop_not_streamed(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
@@ -161,8 +215,9 @@ async def test_stop_not_streamed(client: openai.AsyncOpenAI, upstream: FakeUpstr
 
 async def test_stop_that_never_comes_changes_nothing(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
     upstream.reply(SSEReply(b"".join(answer(["ends with S", "TO"])), seed=2, max_piece=5))
-    stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True, stop=["STOP"],
-                                                  stream_options={"include_usage": True})
+    stream = await client.chat.completions.create(
+        model="m", messages=MESSAGES, stream=True, stop=["STOP"], stream_options={"include_usage": True}
+    )
     chunks = [c async for c in stream]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "ends with STO"
     assert chunks[-1].usage.prompt_tokens == 9  # the upstream's usage: its stream ran to the end
@@ -170,12 +225,16 @@ async def test_stop_that_never_comes_changes_nothing(client: openai.AsyncOpenAI,
 
 # ---------------------------------------------------------------- n
 
+
 async def test_n_streamed_merges_choices_and_sums_usage(multi_client: Any, upstream: FakeUpstream) -> None:
     client, seen = multi_client
-    upstream.reply(SSEReply(b"".join(answer(["Alpha ", "one"], tokens=(9, 2))), seed=1, max_piece=11, delay=0.001),
-                   SSEReply(b"".join(answer(["Beta ", "two"], tokens=(9, 3))), seed=2, max_piece=9, delay=0.001))
-    async with client.chat.completions.stream(model="m", messages=MESSAGES, n=2,
-                                              stream_options={"include_usage": True}) as stream:
+    upstream.reply(
+        SSEReply(b"".join(answer(["Alpha ", "one"], tokens=(9, 2))), seed=1, max_piece=11, delay=0.001),
+        SSEReply(b"".join(answer(["Beta ", "two"], tokens=(9, 3))), seed=2, max_piece=9, delay=0.001),
+    )
+    async with client.chat.completions.stream(
+        model="m", messages=MESSAGES, n=2, stream_options={"include_usage": True}
+    ) as stream:
         final = await stream.get_final_completion()
     assert sorted(c.message.content for c in final.choices) == ["Alpha one", "Beta two"]
     assert [c.index for c in final.choices] == [0, 1] and {c.finish_reason for c in final.choices} == {"stop"}
@@ -197,7 +256,9 @@ async def test_n_streamed_without_usage(multi_client: Any, upstream: FakeUpstrea
 
 
 async def test_n_not_streamed(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(JSONReply(final_response("first", tokens=(9, 2))), JSONReply(final_response("second", tokens=(9, 4))))
+    upstream.reply(
+        JSONReply(final_response("first", tokens=(9, 2))), JSONReply(final_response("second", tokens=(9, 4)))
+    )
     r = await client.chat.completions.create(model="m", messages=MESSAGES, n=2)
     assert [c.index for c in r.choices] == [0, 1]
     assert sorted(c.message.content for c in r.choices) == ["first", "second"]
@@ -207,10 +268,13 @@ async def test_n_not_streamed(client: openai.AsyncOpenAI, upstream: FakeUpstream
 
 async def test_n_with_stop_cuts_each_choice(multi_client: Any, upstream: FakeUpstream) -> None:
     client, seen = multi_client
-    upstream.reply(SSEReply(b"".join(answer(["a1 E", "ND a2"])), seed=1, max_piece=5),
-                   SSEReply(b"".join(answer(["b1 END b2"])), seed=2, max_piece=5))
-    stream = await client.chat.completions.create(model="m", messages=MESSAGES, n=2, stream=True, stop="END",
-                                                  stream_options={"include_usage": True})
+    upstream.reply(
+        SSEReply(b"".join(answer(["a1 E", "ND a2"])), seed=1, max_piece=5),
+        SSEReply(b"".join(answer(["b1 END b2"])), seed=2, max_piece=5),
+    )
+    stream = await client.chat.completions.create(
+        model="m", messages=MESSAGES, n=2, stream=True, stop="END", stream_options={"include_usage": True}
+    )
     [c async for c in stream]
     per, chunks = choice_streams(chat_body(seen))
     assert sorted(accumulate_chat(part)["content"] for part in per.values()) == ["a1 ", "b1 "]
@@ -220,8 +284,10 @@ async def test_n_with_stop_cuts_each_choice(multi_client: Any, upstream: FakeUps
 async def test_one_of_n_failing_mid_stream_ends_with_one_error(multi_client: Any, upstream: FakeUpstream) -> None:
     """One call fails after the stream began: its error frame, once, then [DONE]; the SDK raises."""
     client, seen = multi_client
-    upstream.reply(SSEReply(b"".join(answer(["partial ", "answer"])), delay=0.2),
-                   SSEReply(failed_stream("the backend broke"), delay=0.05))
+    upstream.reply(
+        SSEReply(b"".join(answer(["partial ", "answer"])), delay=0.2),
+        SSEReply(failed_stream("the backend broke"), delay=0.05),
+    )
     stream = await client.chat.completions.create(model="m", messages=MESSAGES, n=2, stream=True)
     with pytest.raises(openai.APIError) as info:
         async with asyncio.timeout(GUARD):
@@ -240,16 +306,22 @@ async def test_one_of_n_failing_closes_the_others(proxy: ProxyHandle, upstream: 
         r = await http.post("/chat/completions", json={"model": "m", "messages": MESSAGES, "n": 2, "stream": True})
         _, chunks = choice_streams(r.content)
         assert chunks[-1]["error"]["message"] == "the backend broke"
-        assert await wait_until(lambda: upstream.open_requests == 0 and upstream.cancelled >= 1, GUARD), \
+        assert await wait_until(lambda: upstream.open_requests == 0 and upstream.cancelled >= 1, GUARD), (
             "the other choice's upstream request was not closed"
+        )
 
 
-async def test_one_of_n_refused_up_front_is_the_requests_error(client: openai.AsyncOpenAI,
-                                                               upstream: FakeUpstream) -> None:
+async def test_one_of_n_refused_up_front_is_the_requests_error(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
     """A call refused before any stream began: the request gets that HTTP error, as with n = 1."""
     held, _gate = held_after(answer(["never sent"]), 1)
-    upstream.reply(JSONReply({"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}},
-                             status=429), held)
+    upstream.reply(
+        JSONReply(
+            {"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}, status=429
+        ),
+        held,
+    )
     with pytest.raises(openai.RateLimitError) as info:
         await client.chat.completions.create(model="m", messages=MESSAGES, n=2, stream=True)
     assert "slow down" in info.value.message
@@ -257,8 +329,10 @@ async def test_one_of_n_refused_up_front_is_the_requests_error(client: openai.As
 
 
 async def test_one_of_n_failing_not_streamed(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(JSONReply(final_response("fine")),
-                   JSONReply(final_response("", status="failed", error={"code": "server_error", "message": "boom"})))
+    upstream.reply(
+        JSONReply(final_response("fine")),
+        JSONReply(final_response("", status="failed", error={"code": "server_error", "message": "boom"})),
+    )
     with pytest.raises(openai.APIStatusError) as info:
         await client.chat.completions.create(model="m", messages=MESSAGES, n=2)
     assert info.value.status_code == 502 and "boom" in info.value.message
@@ -272,6 +346,7 @@ async def test_n_out_of_range_names_n(client: openai.AsyncOpenAI, n: int) -> Non
 
 
 # ---------------------------------------------------------------- drop_params, penalties
+
 
 async def test_seed_without_drop_params_is_refused(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
     with pytest.raises(openai.BadRequestError) as info:

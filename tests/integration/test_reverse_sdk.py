@@ -25,14 +25,23 @@ def capture_deltas(name: str, event_type: str) -> str:
 
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Add 2 and 3, multiply 2 and 3"}]
-TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {
-    "a": {"type": "number"}, "b": {"type": "number"}}}}} for n in ("add", "multiply")]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": n,
+            "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+        },
+    }
+    for n in ("add", "multiply")
+]
 
 
 async def test_stream_text_with_usage(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
     upstream.reply(capture("openai-gpt4omini-text-logprobs.sse", seed=1, max_piece=31))
-    stream = await client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, stream=True,
-                                                  stream_options={"include_usage": True})
+    stream = await client.chat.completions.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
     chunks = [c async for c in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == capture_deltas("openai-gpt4omini-text-logprobs.sse", "response.output_text.delta")
@@ -67,17 +76,39 @@ async def test_reasoning_reaches_chat_clients(client: openai.AsyncOpenAI, upstre
         if c.choices:
             extra = c.choices[0].delta.model_extra or {}
             reasoning.append(extra.get("reasoning_content") or "")
-    assert "".join(reasoning) == capture_deltas("deepseek-v4flash-responses-reasoning-text.sse",
-                                                "response.reasoning_text.delta")
+    assert "".join(reasoning) == capture_deltas(
+        "deepseek-v4flash-responses-reasoning-text.sse", "response.reasoning_text.delta"
+    )
 
 
 async def test_non_streaming(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(JSONReply({
-        "id": "resp_1", "object": "response", "created_at": 5, "status": "completed", "model": "gpt-x",
-        "output": [{"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-                    "content": [{"type": "output_text", "text": "Five.", "annotations": []}]}],
-        "usage": {"input_tokens": 9, "output_tokens": 2, "total_tokens": 11,
-                  "input_tokens_details": {"cached_tokens": 1}, "output_tokens_details": {"reasoning_tokens": 0}}}))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "resp_1",
+                "object": "response",
+                "created_at": 5,
+                "status": "completed",
+                "model": "gpt-x",
+                "output": [
+                    {
+                        "id": "msg_1",
+                        "type": "message",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": "Five.", "annotations": []}],
+                    }
+                ],
+                "usage": {
+                    "input_tokens": 9,
+                    "output_tokens": 2,
+                    "total_tokens": 11,
+                    "input_tokens_details": {"cached_tokens": 1},
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        )
+    )
     r = await client.chat.completions.create(model="gpt-x", messages=MESSAGES)
     assert r.choices[0].message.content == "Five." and r.choices[0].finish_reason == "stop"
     assert r.usage.prompt_tokens == 9 and r.usage.prompt_tokens_details.cached_tokens == 1
@@ -93,8 +124,19 @@ async def test_failed_stream_raises_in_sdk(client: openai.AsyncOpenAI, upstream:
 
 
 async def test_failed_non_stream_keeps_status(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(JSONReply({"id": "resp_2", "object": "response", "created_at": 5, "status": "failed", "model": "m",
-                              "output": [], "error": {"code": "rate_limit_exceeded", "message": "slow down"}}))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "resp_2",
+                "object": "response",
+                "created_at": 5,
+                "status": "failed",
+                "model": "m",
+                "output": [],
+                "error": {"code": "rate_limit_exceeded", "message": "slow down"},
+            }
+        )
+    )
     with pytest.raises(openai.RateLimitError) as info:
         await client.chat.completions.create(model="m", messages=MESSAGES)
     assert "slow down" in info.value.message

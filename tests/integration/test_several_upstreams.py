@@ -35,19 +35,41 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
 
 def stored_response(rid: str, text: str) -> dict[str, Any]:
     """A whole stored Response, as OpenAI's API answers it."""
-    return {**new_response({}, response_id=rid, created_at=1, model="gpt-x"), "status": "completed", "completed_at": 2,
-            "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}]}
+    return {
+        **new_response({}, response_id=rid, created_at=1, model="gpt-x"),
+        "status": "completed",
+        "completed_at": 2,
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+            }
+        ],
+    }
 
 
 def responses_backend(known: dict[str, dict[str, Any]]):  # type: ignore[no-untyped-def]
     """A Responses upstream that knows some stored responses and answers 404 for the others."""
+
     def answer(req: Recorded) -> JSONReply:
         rid = req.path.rsplit("/", 1)[-1]
         if req.method == "GET" and rid in known:
             return JSONReply(known[rid])
-        return JSONReply({"error": {"message": f"Response with id '{rid}' not found.", "type": "invalid_request_error",
-                                    "param": None, "code": "not_found"}}, status=404)
+        return JSONReply(
+            {
+                "error": {
+                    "message": f"Response with id '{rid}' not found.",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "not_found",
+                }
+            },
+            status=404,
+        )
+
     return answer
 
 
@@ -61,8 +83,16 @@ async def two() -> AsyncIterator[tuple[FakeUpstream, FakeUpstream]]:
     await resp.close()
 
 
-async def proxy_for(tmp_path: Path, chat: FakeUpstream, resp: FakeUpstream, *, default: str,
-                    extra: str = "", environ: dict[str, str] | None = None, chat_extra: str = "") -> ProxyHandle:
+async def proxy_for(
+    tmp_path: Path,
+    chat: FakeUpstream,
+    resp: FakeUpstream,
+    *,
+    default: str,
+    extra: str = "",
+    environ: dict[str, str] | None = None,
+    chat_extra: str = "",
+) -> ProxyHandle:
     f = tmp_path / "c.toml"
     f.write_text(f"""
 {extra}
@@ -121,13 +151,23 @@ async def test_stored_responses_are_found_where_they_live(two, tmp_path: Path, d
 async def test_passed_through_streams_count_against_the_cap(two, tmp_path: Path) -> None:
     chat, _resp = two
     ticks = chunk({"content": "tick "}) * 200 + chunk({}, "stop") + DONE
-    chat.reply(SSEReply(ticks, delay=0.01), JSONReply({"id": "c1", "object": "chat.completion", "created": 1,
-                                                       "model": "local-1", "choices": [{"index": 0,
-                                                       "message": {"role": "assistant", "content": "ok"},
-                                                       "finish_reason": "stop"}]}))
+    chat.reply(
+        SSEReply(ticks, delay=0.01),
+        JSONReply(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "local-1",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            }
+        ),
+    )
     f = tmp_path / "c.toml"
-    f.write_text(f'[[upstreams]]\nname = "chat"\nbase_url = "{chat.base_url}"\nmax_concurrent_streams = 1\n'
-                 '[store]\nbackend = "memory"\n')
+    f.write_text(
+        f'[[upstreams]]\nname = "chat"\nbase_url = "{chat.base_url}"\nmax_concurrent_streams = 1\n'
+        '[store]\nbackend = "memory"\n'
+    )
     handle = await start_proxy(load_config(f, {}))
     try:
         async with aiohttp.ClientSession() as s:
@@ -156,8 +196,15 @@ async def test_inbound_key_never_reaches_a_backend(two, tmp_path: Path, backend_
     resp.default = responses_backend({"resp_h": stored_response("resp_h", "up")})
     extra = '[server]\ninbound_keys_env = "TEST_INBOUND"\n'
     environ = {"TEST_INBOUND": "sk-crossfeed-own", "TEST_BACKEND_KEY": "sk-backend"}
-    handle = await proxy_for(tmp_path, chat, resp, default="chat", extra=extra, environ=environ,
-                             chat_extra='api_key_env = "TEST_BACKEND_KEY"' if backend_key else "")
+    handle = await proxy_for(
+        tmp_path,
+        chat,
+        resp,
+        default="chat",
+        extra=extra,
+        environ=environ,
+        chat_extra='api_key_env = "TEST_BACKEND_KEY"' if backend_key else "",
+    )
     captured: list[Captured] = []
     c = sdk(handle, captured, key="sk-crossfeed-own")
     try:
@@ -165,8 +212,10 @@ async def test_inbound_key_never_reaches_a_backend(two, tmp_path: Path, backend_
         assert [e async for e in s][-1].type == "response.completed"
         assert (await c.responses.retrieve("resp_h")).output_text == "up"  # passed through
         async with aiohttp.ClientSession(headers={"Authorization": "Bearer sk-crossfeed-own"}) as raw:
-            async with raw.post(handle.base_url + "/chat/completions",
-                                json={"model": "local-1", "messages": [{"role": "user", "content": "x"}]}) as r:
+            async with raw.post(
+                handle.base_url + "/chat/completions",
+                json={"model": "local-1", "messages": [{"role": "user", "content": "x"}]},
+            ) as r:
                 assert r.status == 200
     finally:
         await c.close()

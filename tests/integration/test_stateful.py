@@ -15,8 +15,13 @@ from tests.support.validators import validate_responses_sse
 
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
@@ -28,36 +33,63 @@ def text_reply(text: str) -> SSEReply:
 
 
 def call_reply(call_id: str, name: str, args: str) -> SSEReply:
-    return SSEReply(chunk({"reasoning_content": "I should call " + name}) + chunk({"tool_calls": [
-        {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]}, "tool_calls")
-        + DONE)
+    return SSEReply(
+        chunk({"reasoning_content": "I should call " + name})
+        + chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+                ]
+            },
+            "tool_calls",
+        )
+        + DONE
+    )
 
 
 def json_text(text: str) -> JSONReply:
-    return JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [
-        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        }
+    )
 
 
-TOOLS = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+TOOLS = [
+    {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+]
 
 
-async def test_multi_turn_with_tool_calls(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                          captured: list[Captured]) -> None:
+async def test_multi_turn_with_tool_calls(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     upstream.reply(json_text("Hi Ann."), call_reply("call_9", "lookup", '{"q":"Ann"}'), text_reply("Ann is 30."))
     first = await client.responses.create(model="m", input="I am Ann.", instructions="Be brief.", stream=False)
-    async with client.responses.stream(model="m", input="How old am I?", previous_response_id=first.id,
-                                       tools=TOOLS) as s:
+    async with client.responses.stream(
+        model="m", input="How old am I?", previous_response_id=first.id, tools=TOOLS
+    ) as s:
         second = await s.get_final_response()
     call = next(o for o in second.output if o.type == "function_call")
-    third = await client.responses.create(model="m", previous_response_id=second.id, tools=TOOLS, stream=True,
-                                          input=[{"type": "function_call_output", "call_id": call.call_id,
-                                                  "output": "30"}])
+    third = await client.responses.create(
+        model="m",
+        previous_response_id=second.id,
+        tools=TOOLS,
+        stream=True,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "30"}],
+    )
     events = [e async for e in third]
     assert events[-1].type == "response.completed"
     second_msgs = upstream.requests[1].body["messages"]
     # instructions are not inherited
-    assert second_msgs == [{"role": "user", "content": "I am Ann."}, {"role": "assistant", "content": "Hi Ann."},
-                           {"role": "user", "content": "How old am I?"}]
+    assert second_msgs == [
+        {"role": "user", "content": "I am Ann."},
+        {"role": "assistant", "content": "Hi Ann."},
+        {"role": "user", "content": "How old am I?"},
+    ]
     third_msgs = upstream.requests[2].body["messages"]
     assert third_msgs[:3] == second_msgs
     assistant = third_msgs[3]
@@ -72,8 +104,9 @@ async def test_multi_turn_with_tool_calls(client: openai.AsyncOpenAI, upstream: 
 async def test_retrieve_list_delete(client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy) -> None:
     upstream.reply(json_text("one"), json_text("two"))
     first = await client.responses.create(model="m", input="a", stream=False)
-    second = await client.responses.create(model="m", input=[{"role": "user", "content": "b"}],
-                                           previous_response_id=first.id, stream=False)
+    second = await client.responses.create(
+        model="m", input=[{"role": "user", "content": "b"}], previous_response_id=first.id, stream=False
+    )
     got = await client.responses.retrieve(second.id)
     assert got.id == second.id and got.output_text == "two"
     items = await client.responses.input_items.list(second.id, order="asc")
@@ -84,6 +117,7 @@ async def test_retrieve_list_delete(client: openai.AsyncOpenAI, upstream: FakeUp
     page2 = await client.responses.input_items.list(second.id, order="asc", limit=5, after=page.data[0].id)
     assert [i.content[0].text for i in page2.data] == ["one", "b"]
     import aiohttp
+
     async with aiohttp.ClientSession() as s:
         async with s.get(f"{proxy.base_url}/responses/{second.id}?stream=true") as r:
             replay = validate_responses_sse(await r.read())
@@ -104,9 +138,9 @@ async def test_store_false_saves_nothing(client: openai.AsyncOpenAI, upstream: F
         await client.responses.retrieve(r.id)
 
 
-async def test_failed_response_is_stored_and_continues_without_its_output(client: openai.AsyncOpenAI,
-                                                                           upstream: FakeUpstream,
-                                                                           captured: list[Captured]) -> None:
+async def test_failed_response_is_stored_and_continues_without_its_output(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
     upstream.reply(SSEReply(chunk({"content": "partial"})), json_text("retry ok"))
     stream = await client.responses.create(model="m", input="q", stream=True)
     events = []
@@ -116,8 +150,10 @@ async def test_failed_response_is_stored_and_continues_without_its_output(client
     rid = events[0].response.id
     assert (await client.responses.retrieve(rid)).status == "failed"
     await client.responses.create(model="m", input="again", previous_response_id=rid, stream=False)
-    assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "q"},
-                                                      {"role": "user", "content": "again"}]
+    assert upstream.requests[-1].body["messages"] == [
+        {"role": "user", "content": "q"},
+        {"role": "user", "content": "again"},
+    ]
     # The failed stream the SDK read is itself valid: it ends with `response.failed`.
     assert validate_captured(captured) == 1
     failed = [c for c in captured if "text/event-stream" in c.content_type]
@@ -125,8 +161,17 @@ async def test_failed_response_is_stored_and_continues_without_its_output(client
 
 
 async def test_bad_pagination_param(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
-    upstream.reply(JSONReply({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [
-        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}]}))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}],
+            }
+        )
+    )
     r = await client.responses.create(model="m", input="a")
     with pytest.raises(openai.BadRequestError) as info:
         await client.responses.input_items.list(r.id, limit=1000)
@@ -140,15 +185,22 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
     from proxy.config import load_config
     from tests.conftest import start_proxy
 
-    cfg = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "redis",
-                                 "store.redis_url": "redis://127.0.0.1:9/0", "store.redis_timeout_seconds": 0.5})
+    cfg = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.backend": "redis",
+            "store.redis_url": "redis://127.0.0.1:9/0",
+            "store.redis_timeout_seconds": 0.5,
+        },
+    )
     handle = await start_proxy(cfg)
     upstream.reply(text_reply("still delivered"))
     captured: list[Captured] = []
     http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
     try:
-        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0,
-                                      http_client=http) as c:
+        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0, http_client=http) as c:
             stream = await c.responses.create(model="m", input="x", stream=True)
             events = [e async for e in stream]
             assert events[-1].type == "response.completed"
@@ -171,8 +223,9 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
 
 
 @pytest.mark.parametrize("proxy_overrides", [{"store.save_timeout_seconds": 0.2}])
-async def test_a_slow_store_does_not_hold_the_answer(client: openai.AsyncOpenAI, proxy, upstream: FakeUpstream,
-                                                     monkeypatch: pytest.MonkeyPatch, proxy_overrides) -> None:
+async def test_a_slow_store_does_not_hold_the_answer(
+    client: openai.AsyncOpenAI, proxy, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, proxy_overrides
+) -> None:
     """The terminal event waits for the save only up to save_timeout_seconds: a slower store gets
     the save finished in the background (counted as save_late), and the response is found then."""
     from proxy.observability import METRICS
@@ -200,18 +253,37 @@ async def test_a_slow_store_does_not_hold_the_answer(client: openai.AsyncOpenAI,
     assert await store.get(final.id) is not None
 
 
-async def test_assistant_phase_survives_in_the_stored_conversation(client: openai.AsyncOpenAI,
-                                                                   upstream: FakeUpstream) -> None:
+async def test_assistant_phase_survives_in_the_stored_conversation(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
     """``phase`` on an assistant input message (Codex and Open Responses send it) is accepted,
     dropped only on the chat request (chat has no such field), and kept in the stored items."""
-    upstream.reply(JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                              "choices": [{"index": 0, "finish_reason": "stop",
-                                           "message": {"role": "assistant", "content": "Done."}}]}))
-    resp = await client.responses.create(model="m", input=[
-        {"role": "user", "content": "Plan it."},
-        {"type": "message", "role": "assistant", "phase": "commentary",
-         "content": [{"type": "output_text", "text": "I will look first."}]},
-        {"role": "user", "content": "Go on."}])
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Done."}}
+                ],
+            }
+        )
+    )
+    resp = await client.responses.create(
+        model="m",
+        input=[
+            {"role": "user", "content": "Plan it."},
+            {
+                "type": "message",
+                "role": "assistant",
+                "phase": "commentary",
+                "content": [{"type": "output_text", "text": "I will look first."}],
+            },
+            {"role": "user", "content": "Go on."},
+        ],
+    )
     assert resp.status == "completed"
     assert upstream.requests[-1].body["messages"][1] == {"role": "assistant", "content": "I will look first."}
     items = [i async for i in client.responses.input_items.list(resp.id)]

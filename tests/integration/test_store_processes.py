@@ -18,8 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def reply(text: str) -> JSONReply:
-    return JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [
-        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        }
+    )
 
 
 class Proc:
@@ -33,8 +40,19 @@ class Proc:
 
 async def start(config: Path, env: dict[str, str]) -> Proc:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", "0",
-        cwd=ROOT, env={**os.environ, **env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        "0",
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
     assert "listening on" in line, line
@@ -43,7 +61,9 @@ async def start(config: Path, env: dict[str, str]) -> Proc:
 
 
 def write_config(path: Path, upstream: FakeUpstream, store: str) -> Path:
-    path.write_text(f'[[upstreams]]\nname = "fake"\nbase_url = "{upstream.base_url}"\ndefault = true\n\n[store]\n{store}\n')
+    path.write_text(
+        f'[[upstreams]]\nname = "fake"\nbase_url = "{upstream.base_url}"\ndefault = true\n\n[store]\n{store}\n'
+    )
     return path
 
 
@@ -64,8 +84,10 @@ async def test_sqlite_survives_restart(upstream: FakeUpstream, tmp_path: Path) -
     finally:
         assert await p.stop() == 0
     assert upstream.requests[-1].body["messages"] == [
-        {"role": "user", "content": "hello"}, {"role": "assistant", "content": "first"},
-        {"role": "user", "content": "again"}]
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "first"},
+        {"role": "user", "content": "again"},
+    ]
 
 
 @pytest.mark.redis
@@ -84,13 +106,22 @@ async def test_two_replicas_share_redis(upstream: FakeUpstream, tmp_path: Path, 
         assert await b.stop() == 0
     # replica b rebuilt the whole conversation from what replica a stored in Redis
     assert upstream.requests[-1].body["messages"] == [
-        {"role": "user", "content": "started on a"}, {"role": "assistant", "content": "from a"},
-        {"role": "user", "content": "continued on b"}]
+        {"role": "user", "content": "started on a"},
+        {"role": "assistant", "content": "from a"},
+        {"role": "user", "content": "continued on b"},
+    ]
 
 
 def sse_reply(text: str) -> SSEReply:
-    frames = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-               "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}]
+    frames = [
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        }
+    ]
     return SSEReply(b"".join(b"data: " + orjson.dumps(f) + b"\n\n" for f in frames) + b"data: [DONE]\n\n")
 
 
@@ -129,8 +160,9 @@ class SlowLink:
 
 
 @pytest.mark.timeout(240)
-async def test_a_follow_up_on_another_replica_finds_the_response_at_once(upstream: FakeUpstream, tmp_path: Path,
-                                                                          redis_url: str) -> None:
+async def test_a_follow_up_on_another_replica_finds_the_response_at_once(
+    upstream: FakeUpstream, tmp_path: Path, redis_url: str
+) -> None:
     """Saved before final: as soon as replica A's stream says response.completed, replica B
     continues it, 200 times in a row, and never answers 404. A reaches Redis through a link that
     holds each write 30 ms, so a save still on its way when the terminal event left would be
@@ -144,8 +176,10 @@ async def test_a_follow_up_on_another_replica_finds_the_response_at_once(upstrea
     b = await start(cfg, {"CROSSFEED_REDIS_URL": redis_url})
     misses = 0
     try:
-        async with openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0) as ca, \
-                openai.AsyncOpenAI(base_url=b.url + "/v1", api_key="k", max_retries=0) as cb:
+        async with (
+            openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0) as ca,
+            openai.AsyncOpenAI(base_url=b.url + "/v1", api_key="k", max_retries=0) as cb,
+        ):
             for i in range(200):
                 stream = await ca.responses.create(model="m", input=f"turn {i}", stream=True)
                 async for event in stream:

@@ -14,8 +14,11 @@ import pytest
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.captures import read_capture
 
-WEATHER = {"type": "function", "name": "get_weather",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 @pytest.fixture
@@ -31,11 +34,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("proxy_overrides", "recording", "text"), CASES, indirect=["proxy_overrides"],
-                         ids=[c[1].split("/")[-1] for c in CASES])
+@pytest.mark.parametrize(
+    ("proxy_overrides", "recording", "text"),
+    CASES,
+    indirect=["proxy_overrides"],
+    ids=[c[1].split("/")[-1] for c in CASES],
+)
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_recorded_markup_becomes_one_call(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                recording: str, text: str, seed: int) -> None:
+async def test_recorded_markup_becomes_one_call(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, recording: str, text: str, seed: int
+) -> None:
     upstream.reply(SSEReply(read_capture(recording), seed=seed, max_piece=7))
     stream = await client.responses.create(model="tiny", input="Weather in Paris?", tools=[WEATHER], stream=True)
     deltas, final = [], None
@@ -54,8 +62,9 @@ async def test_without_the_option_the_markup_is_text(upstream: FakeUpstream, tmp
     from proxy.config import load_config
     from tests.conftest import start_proxy
 
-    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": upstream.base_url,
-                                                      "store.data_dir": str(tmp_path / "d")}))
+    handle = await start_proxy(
+        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "d")})
+    )
     try:
         upstream.reply(SSEReply(read_capture("recorded/chat/llamaserver-markup-mistral.sse")))
         async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0) as c:

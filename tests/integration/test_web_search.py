@@ -30,8 +30,12 @@ pytestmark = pytest.mark.timeout(60)
 DONE = b"data: [DONE]\n\n"
 BLOG = "https://blog.rust-lang.org/2024/07/25/Rust-1.80.0.html"
 DOCS = "https://doc.rust-lang.org/std/"
-PAGES = {"*": [(BLOG, "Announcing Rust 1.80.0", "The Rust team is happy to announce 1.80.0 with LazyCell."),
-               (DOCS, "std - Rust", "The Rust Standard Library.")]}
+PAGES = {
+    "*": [
+        (BLOG, "Announcing Rust 1.80.0", "The Rust team is happy to announce 1.80.0 with LazyCell."),
+        (DOCS, "std - Rust", "The Rust Standard Library."),
+    ]
+}
 SEARCH = [{"type": "web_search"}]
 
 
@@ -41,15 +45,26 @@ def calls_reply(*queries: str, name: str = "web_search", text: str = "") -> SSER
         body += chunk({"content": text})
     for i, q in enumerate(queries):
         raw = orjson.dumps({"query": q}).decode()
-        body += chunk({"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
-                                       "function": {"name": name, "arguments": raw[:6]}}]})
+        body += chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": i,
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": raw[:6]},
+                    }
+                ]
+            }
+        )
         body += chunk({"tool_calls": [{"index": i, "function": {"arguments": raw[6:]}}]})
     return SSEReply(body + chunk({}, "tool_calls") + chunk(None, usage=(100, 10)) + DONE, max_piece=29)
 
 
 def answer_reply(text: str) -> SSEReply:
     body = chunk({"role": "assistant", "content": ""}) + b"".join(
-        chunk({"content": text[i:i + 9]}) for i in range(0, len(text), 9))
+        chunk({"content": text[i : i + 9]}) for i in range(0, len(text), 9)
+    )
     return SSEReply(body + chunk({}, "stop") + chunk(None, usage=(300, 20)) + DONE, max_piece=31)
 
 
@@ -75,22 +90,36 @@ def as_json(reply: SSEReply) -> JSONReply:
             text += d.get("content") or ""
             for tc in d.get("tool_calls") or ():
                 if "id" in tc:
-                    calls.append({"id": tc["id"], "type": "function", "function": {"name": tc["function"]["name"],
-                                                                                "arguments": ""}})
+                    calls.append(
+                        {
+                            "id": tc["id"],
+                            "type": "function",
+                            "function": {"name": tc["function"]["name"], "arguments": ""},
+                        }
+                    )
                 calls[tc["index"]]["function"]["arguments"] += tc["function"].get("arguments", "")
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         message["tool_calls"] = calls
-    return JSONReply({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [
-        {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        }
+    )
 
 
 def auto(make: Any) -> Any:
     """A reply function answering streamed requests with its stream, the others as one completion."""
+
     def reply(req: Recorded) -> SSEReply | JSONReply:
         out = make(req)
         return out if req.body.get("stream") else as_json(out)
+
     return reply
 
 
@@ -114,20 +143,27 @@ def check_answer(final: Any) -> None:
     assert ws.id.startswith("ws_")
     text = final.output[1].content[0]
     assert text.text == ANSWER
-    spans = [(a.url, text.text[a.start_index:a.end_index]) for a in text.annotations]
+    spans = [(a.url, text.text[a.start_index : a.end_index]) for a in text.annotations]
     assert spans == [(BLOG, f"[the announcement]({BLOG})"), (DOCS, DOCS), (BLOG, "[1]")]
     assert all(a.type == "url_citation" and a.title for a in text.annotations)
 
 
-async def test_streamed_search_inside_the_response(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                   search: FakeSearch) -> None:
+async def test_streamed_search_inside_the_response(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch
+) -> None:
     upstream.default = auto(model)
     stream = await client.responses.create(model="m", input="What is new in Rust 1.80?", tools=SEARCH, stream=True)
     events = [e async for e in stream]
     types = [e.type for e in events]
-    assert types[:7] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.web_search_call.in_progress", "response.web_search_call.searching",
-                         "response.web_search_call.completed", "response.output_item.done"]
+    assert types[:7] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.web_search_call.completed",
+        "response.output_item.done",
+    ]
     assert types.count("response.output_text.annotation.added") == 3 and types[-1] == "response.completed"
     assert [e.sequence_number for e in events] == list(range(len(events)))
     final = events[-1].response
@@ -136,8 +172,10 @@ async def test_streamed_search_inside_the_response(client: openai.AsyncOpenAI, u
     first, second = (r.body for r in upstream.requests)
     assert [t["function"]["name"] for t in first["tools"]] == ["web_search"]
     assert "Cite" in first["tools"][0]["function"]["description"]
-    assert second["messages"][-2]["tool_calls"][0]["function"] == {"name": "web_search",
-                                                                   "arguments": '{"query":"rust 1.80 release"}'}
+    assert second["messages"][-2]["tool_calls"][0]["function"] == {
+        "name": "web_search",
+        "arguments": '{"query":"rust 1.80 release"}',
+    }
     result = second["messages"][-1]
     assert result["role"] == "tool" and result["tool_call_id"] == "call_0"
     assert f"[1] Announcing Rust 1.80.0\nURL: {BLOG}" in result["content"]
@@ -160,8 +198,9 @@ async def test_over_websocket(proxy: ProxyHandle, upstream: FakeUpstream, ws_fra
     assert "response.web_search_call.searching" in turn.types()
 
 
-async def test_two_searches_in_one_turn_run_concurrently(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                         search: FakeSearch) -> None:
+async def test_two_searches_in_one_turn_run_concurrently(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch
+) -> None:
     both = asyncio.Event()
 
     async def gate() -> None:  # each search waits until the other one has started too
@@ -170,12 +209,20 @@ async def test_two_searches_in_one_turn_run_concurrently(client: openai.AsyncOpe
         await asyncio.wait_for(both.wait(), 5)
 
     search.hook = gate
-    upstream.reply(auto(lambda req: calls_reply("rust 1.80", "rust lazycell")),
-                   auto(lambda req: answer_reply("Both: " + ", ".join(m["content"][:30] for m in req.body["messages"]
-                                                                      if m["role"] == "tool"))))
+    upstream.reply(
+        auto(lambda req: calls_reply("rust 1.80", "rust lazycell")),
+        auto(
+            lambda req: answer_reply(
+                "Both: " + ", ".join(m["content"][:30] for m in req.body["messages"] if m["role"] == "tool")
+            )
+        ),
+    )
     resp = await client.responses.create(model="m", input="two things", tools=SEARCH, parallel_tool_calls=True)
     assert [(o.type, getattr(o, "status", None)) for o in resp.output] == [
-        ("web_search_call", "completed"), ("web_search_call", "completed"), ("message", "completed")]
+        ("web_search_call", "completed"),
+        ("web_search_call", "completed"),
+        ("message", "completed"),
+    ]
     assert [o.action.query for o in resp.output[:2]] == ["rust 1.80", "rust lazycell"]
     tools = [m for m in upstream.requests[1].body["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tools] == ["call_0", "call_1"]
@@ -184,7 +231,8 @@ async def test_two_searches_in_one_turn_run_concurrently(client: openai.AsyncOpe
 
 @pytest.mark.parametrize("fault", ["500", "garbage", "slow", "shape"])
 async def test_a_failed_search_fails_its_item_and_the_response_still_completes(
-        proxy: ProxyHandle, upstream: FakeUpstream, search: FakeSearch, fault: str) -> None:
+    proxy: ProxyHandle, upstream: FakeUpstream, search: FakeSearch, fault: str
+) -> None:
     search.fail = fault
     upstream.default = auto(model)
     async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=30) as http:
@@ -193,14 +241,17 @@ async def test_a_failed_search_fails_its_item_and_the_response_still_completes(
     types = [e["type"] for e in events]
     assert "response.web_search_call.completed" not in types and types[-1] == "response.completed"
     final = events[-1]["response"]
-    assert [(o["type"], o["status"]) for o in final["output"]] == [("web_search_call", "failed"),
-                                                                  ("message", "completed")]
+    assert [(o["type"], o["status"]) for o in final["output"]] == [
+        ("web_search_call", "failed"),
+        ("message", "completed"),
+    ]
     told = upstream.requests[1].body["messages"][-1]["content"]
     assert told.startswith("The search failed:") and "http" not in told.lower().replace("http ", "")
 
 
-async def test_the_search_budget_ends_the_response_incomplete(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                              search: FakeSearch) -> None:
+async def test_the_search_budget_ends_the_response_incomplete(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch
+) -> None:
     upstream.default = auto(lambda req: calls_reply("again"))  # a model that never stops searching
     resp = await client.responses.create(model="m", input="q", tools=SEARCH, max_tool_calls=2)
     assert resp.status == "incomplete" and resp.incomplete_details is not None
@@ -211,8 +262,9 @@ async def test_the_search_budget_ends_the_response_incomplete(client: openai.Asy
     assert last["tool_choice"] == "none" and last["messages"][-1]["content"].startswith("The search") is False
 
 
-async def test_spent_searches_leave_one_leg_to_answer(client: openai.AsyncOpenAI, upstream: FakeUpstream,
-                                                      search: FakeSearch) -> None:
+async def test_spent_searches_leave_one_leg_to_answer(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch
+) -> None:
     upstream.reply(auto(lambda req: calls_reply("one", "two")), auto(model))
     resp = await client.responses.create(model="m", input="q", tools=SEARCH, max_tool_calls=1)
     assert resp.status == "completed" and [o.type for o in resp.output] == ["web_search_call", "message"]
@@ -229,8 +281,9 @@ async def test_tool_choice_forces_the_first_search_only(client: openai.AsyncOpen
     assert second["tool_choice"] == "auto"
 
 
-async def test_a_client_function_named_web_search_keeps_its_name(client: openai.AsyncOpenAI,
-                                                                 upstream: FakeUpstream) -> None:
+async def test_a_client_function_named_web_search_keeps_its_name(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
     mine = {"type": "function", "name": "web_search", "parameters": {"type": "object", "properties": {}}}
     upstream.reply(auto(lambda req: calls_reply("rust", name="web_search")))
     resp = await client.responses.create(model="m", input="q", tools=[mine, *SEARCH])
@@ -241,14 +294,20 @@ async def test_a_client_function_named_web_search_keeps_its_name(client: openai.
 
 async def test_sources_when_asked_and_domains_filtered(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
     upstream.default = auto(model)
-    resp = await client.responses.create(model="m", input="q", include=["web_search_call.action.sources"],
-                                         tools=[{"type": "web_search", "filters": {"allowed_domains": ["doc.rust-lang.org"]},
-                                                 "search_context_size": "low"}])
+    resp = await client.responses.create(
+        model="m",
+        input="q",
+        include=["web_search_call.action.sources"],
+        tools=[
+            {"type": "web_search", "filters": {"allowed_domains": ["doc.rust-lang.org"]}, "search_context_size": "low"}
+        ],
+    )
     assert [s.url for s in resp.output[0].action.sources] == [DOCS]  # blog.rust-lang.org filtered out
 
 
-async def test_stored_searches_are_replayed_as_the_tool_exchange(client: openai.AsyncOpenAI,
-                                                                 upstream: FakeUpstream) -> None:
+async def test_stored_searches_are_replayed_as_the_tool_exchange(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
     upstream.default = auto(model)
     first = await client.responses.create(model="m", input="What is new?", tools=SEARCH)
     upstream.default = None
@@ -261,15 +320,25 @@ async def test_stored_searches_are_replayed_as_the_tool_exchange(client: openai.
 
 
 @pytest.mark.parametrize(("backend", "path"), [("brave", "/res/v1/web/search"), ("tavily", "/search")])
-async def test_keyed_backends(upstream: FakeUpstream, search: FakeSearch, tmp_path: Any, backend: str,
-                              path: str) -> None:
+async def test_keyed_backends(
+    upstream: FakeUpstream, search: FakeSearch, tmp_path: Any, backend: str, path: str
+) -> None:
     from proxy.config import load_config
     from tests.conftest import start_proxy
     from translators.ids import SequentialIds
+
     url = search.url + path
-    config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path),
-                                    "web_search.backend": backend, "web_search.url": url,
-                                    "web_search.api_key_env": "SEARCH_KEY"})
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path),
+            "web_search.backend": backend,
+            "web_search.url": url,
+            "web_search.api_key_env": "SEARCH_KEY",
+        },
+    )
     handle = await start_proxy(config, {"SEARCH_KEY": "sk-search-secret"}, ids=SequentialIds())
     try:
         upstream.default = auto(model)
@@ -286,6 +355,7 @@ async def test_keyed_backends(upstream: FakeUpstream, search: FakeSearch, tmp_pa
 async def test_without_a_search_backend_the_tool_is_dropped(upstream: FakeUpstream, tmp_path: Any) -> None:
     from proxy.config import load_config
     from tests.conftest import start_proxy
+
     config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path)})
     handle = await start_proxy(config)
     try:
@@ -298,14 +368,20 @@ async def test_without_a_search_backend_the_tool_is_dropped(upstream: FakeUpstre
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-async def test_agents_sdk_web_search_tool(client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch,
-                                          streamed: bool) -> None:
+async def test_agents_sdk_web_search_tool(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch, streamed: bool
+) -> None:
     from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, WebSearchTool, set_tracing_disabled
     from agents.items import ToolCallItem
+
     set_tracing_disabled(True)
     upstream.default = auto(model)
-    agent = Agent(name="researcher", instructions="Search, then answer with sources.", tools=[WebSearchTool()],
-                  model=OpenAIResponsesModel(model="qwen3", openai_client=client))
+    agent = Agent(
+        name="researcher",
+        instructions="Search, then answer with sources.",
+        tools=[WebSearchTool()],
+        model=OpenAIResponsesModel(model="qwen3", openai_client=client),
+    )
     config = RunConfig(tracing_disabled=True)
     if streamed:
         result = Runner.run_streamed(agent, "What is new in Rust 1.80?", run_config=config)
@@ -321,13 +397,29 @@ async def test_agents_sdk_web_search_tool(client: openai.AsyncOpenAI, upstream: 
 
 
 async def test_a_leg_with_client_calls_too_runs_the_search_and_hands_the_client_its_calls(
-        client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch) -> None:
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch
+) -> None:
     mine = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
     body = chunk({"role": "assistant", "content": ""})
-    body += chunk({"tool_calls": [{"index": 0, "id": "call_s", "type": "function",
-                                   "function": {"name": "web_search", "arguments": '{"query": "rust"}'}}]})
-    body += chunk({"tool_calls": [{"index": 1, "id": "call_c", "type": "function",
-                                   "function": {"name": "lookup", "arguments": "{}"}}]})
+    body += chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_s",
+                    "type": "function",
+                    "function": {"name": "web_search", "arguments": '{"query": "rust"}'},
+                }
+            ]
+        }
+    )
+    body += chunk(
+        {
+            "tool_calls": [
+                {"index": 1, "id": "call_c", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+            ]
+        }
+    )
     upstream.reply(SSEReply(body + chunk({}, "tool_calls") + DONE))
     stream = await client.responses.create(model="m", input="q", tools=[mine, *SEARCH], stream=True)
     final = [e async for e in stream][-1].response
@@ -338,7 +430,8 @@ async def test_a_leg_with_client_calls_too_runs_the_search_and_hands_the_client_
 
 
 async def test_a_failure_between_legs_still_ends_with_one_terminal_event(
-        proxy: ProxyHandle, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy: ProxyHandle, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from proxy import searching
 
     async def broken(*args: Any, **kwargs: Any) -> dict[str, str]:

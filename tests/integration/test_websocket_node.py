@@ -42,21 +42,34 @@ def node_sdk() -> Path:
     version = None
     if pkg.is_file():
         version = json.loads(pkg.read_text()).get("version")
-    if shutil.which("node") is None or version != NODE_OPENAI_VERSION or \
-            not (directory / "node_modules" / "ws" / "package.json").is_file():
-        require_service(f"the Node SDK openai@{NODE_OPENAI_VERSION}",
-                        f"bash .ci/install-node-sdk.sh (found {version or 'nothing'} in {directory})")
+    if (
+        shutil.which("node") is None
+        or version != NODE_OPENAI_VERSION
+        or not (directory / "node_modules" / "ws" / "package.json").is_file()
+    ):
+        require_service(
+            f"the Node SDK openai@{NODE_OPENAI_VERSION}",
+            f"bash .ci/install-node-sdk.sh (found {version or 'nothing'} in {directory})",
+        )
     return directory
 
 
-async def run_plan(node_sdk: Path, proxy: ProxyHandle, tmp_path: Path, ws_frames: FrameRecorder,
-                   turns: list[dict[str, Any]]) -> dict[str, Any]:
+async def run_plan(
+    node_sdk: Path, proxy: ProxyHandle, tmp_path: Path, ws_frames: FrameRecorder, turns: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Run the node script; its frames go into the recorder (validated at teardown)."""
     plan = tmp_path / "plan.json"
-    plan.write_bytes(orjson.dumps({"sdk_dir": str(node_sdk), "base_url": proxy.base_url,
-                                   "api_key": "sk-test-node", "turns": turns}))
-    proc = await asyncio.create_subprocess_exec("node", str(SCRIPT), str(plan), stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE, cwd=str(tmp_path))
+    plan.write_bytes(
+        orjson.dumps({"sdk_dir": str(node_sdk), "base_url": proxy.base_url, "api_key": "sk-test-node", "turns": turns})
+    )
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(SCRIPT),
+        str(plan),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(tmp_path),
+    )
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), GUARD)
     except TimeoutError:
@@ -78,38 +91,62 @@ async def run_plan(node_sdk: Path, proxy: ProxyHandle, tmp_path: Path, ws_frames
     return out
 
 
-async def test_text_and_store_false_continuation(node_sdk: Path, proxy: ProxyHandle, upstream: FakeUpstream,
-                                                 tmp_path: Path, ws_frames: FrameRecorder) -> None:
+async def test_text_and_store_false_continuation(
+    node_sdk: Path, proxy: ProxyHandle, upstream: FakeUpstream, tmp_path: Path, ws_frames: FrameRecorder
+) -> None:
     upstream.reply(text_reply("Hi Grace", ", nice to meet you."), text_reply("You are Grace."))
-    out = await run_plan(node_sdk, proxy, tmp_path, ws_frames, [
-        {"model": MODEL, "input": "I am Grace.", "store": False},
-        {"model": MODEL, "input": "Who am I?", "store": False, "previous_response_id": "$RESPONSE_ID_0"},
-    ])
+    out = await run_plan(
+        node_sdk,
+        proxy,
+        tmp_path,
+        ws_frames,
+        [
+            {"model": MODEL, "input": "I am Grace.", "store": False},
+            {"model": MODEL, "input": "Who am I?", "store": False, "previous_response_id": "$RESPONSE_ID_0"},
+        ],
+    )
     assert [r.get("status") for r in out["results"]] == ["completed", "completed"]
     assert out["errors"] == []
     responses, _, _ = out["log"].split()
     texts = ["".join(e["delta"] for e in r if e["type"] == "response.output_text.delta") for r in responses]
     assert texts == ["Hi Grace, nice to meet you.", "You are Grace."]
     assert upstream.requests[0].body["messages"] == [user("I am Grace.")]
-    assert plain(upstream.requests[1].body["messages"]) == [("user", "I am Grace."),
-                                                            ("assistant", "Hi Grace, nice to meet you."),
-                                                            ("user", "Who am I?")]
+    assert plain(upstream.requests[1].body["messages"]) == [
+        ("user", "I am Grace."),
+        ("assistant", "Hi Grace, nice to meet you."),
+        ("user", "Who am I?"),
+    ]
     assert ws_frames.validate() == (2, 0)
 
 
-async def test_tool_call_round_trip(node_sdk: Path, proxy: ProxyHandle, upstream: FakeUpstream,
-                                    tmp_path: Path, ws_frames: FrameRecorder) -> None:
+async def test_tool_call_round_trip(
+    node_sdk: Path, proxy: ProxyHandle, upstream: FakeUpstream, tmp_path: Path, ws_frames: FrameRecorder
+) -> None:
     upstream.reply(tool_reply("call_n1", "get_weather", {"city": "Kyōto"}), text_reply("Rainy in Kyōto."))
-    out = await run_plan(node_sdk, proxy, tmp_path, ws_frames, [
-        {"model": MODEL, "input": "Weather in Kyōto?", "tools": TOOLS},
-        {"model": MODEL, "tools": TOOLS, "previous_response_id": "$RESPONSE_ID_0",
-         "input": [{"type": "function_call_output", "call_id": "call_n1", "output": "rain, 14 C"}]},
-    ])
+    out = await run_plan(
+        node_sdk,
+        proxy,
+        tmp_path,
+        ws_frames,
+        [
+            {"model": MODEL, "input": "Weather in Kyōto?", "tools": TOOLS},
+            {
+                "model": MODEL,
+                "tools": TOOLS,
+                "previous_response_id": "$RESPONSE_ID_0",
+                "input": [{"type": "function_call_output", "call_id": "call_n1", "output": "rain, 14 C"}],
+            },
+        ],
+    )
     responses, _, _ = out["log"].split()
-    calls = [e["item"] for e in responses[0] if e["type"] == "response.output_item.done"
-             and e["item"]["type"] == "function_call"]
-    assert [(c["call_id"], c["name"], orjson.loads(c["arguments"])) for c in calls] == \
-        [("call_n1", "get_weather", {"city": "Kyōto"})]
+    calls = [
+        e["item"]
+        for e in responses[0]
+        if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"
+    ]
+    assert [(c["call_id"], c["name"], orjson.loads(c["arguments"])) for c in calls] == [
+        ("call_n1", "get_weather", {"city": "Kyōto"})
+    ]
     assert "response.function_call_arguments.delta" in out["events"]
     msgs = upstream.requests[1].body["messages"]
     assert msgs[0] == user("Weather in Kyōto?") and msgs[1]["tool_calls"][0]["id"] == "call_n1"
@@ -118,15 +155,21 @@ async def test_tool_call_round_trip(node_sdk: Path, proxy: ProxyHandle, upstream
 
 
 async def test_error_frames_reach_the_sdk_and_the_socket_stays_usable(
-        node_sdk: Path, proxy: ProxyHandle, upstream: FakeUpstream, tmp_path: Path,
-        ws_frames: FrameRecorder) -> None:
+    node_sdk: Path, proxy: ProxyHandle, upstream: FakeUpstream, tmp_path: Path, ws_frames: FrameRecorder
+) -> None:
     upstream.reply(text_reply("Fine."))
-    out = await run_plan(node_sdk, proxy, tmp_path, ws_frames, [
-        {"model": MODEL, "input": "a", "previous_response_id": "resp_nobody_knows"},
-        {"model": MODEL, "input": "b", "stream": False},
-        {"model": MODEL, "input": "c", "generate": False, "instructions": "Be brief."},
-        {"model": MODEL, "input": "d", "previous_response_id": "$RESPONSE_ID_2"},
-    ])
+    out = await run_plan(
+        node_sdk,
+        proxy,
+        tmp_path,
+        ws_frames,
+        [
+            {"model": MODEL, "input": "a", "previous_response_id": "resp_nobody_knows"},
+            {"model": MODEL, "input": "b", "stream": False},
+            {"model": MODEL, "input": "c", "generate": False, "instructions": "Be brief."},
+            {"model": MODEL, "input": "d", "previous_response_id": "$RESPONSE_ID_2"},
+        ],
+    )
     codes = [r.get("error", {}).get("code") for r in out["results"][:2]]
     assert codes == ["previous_response_not_found", "unsupported_parameter"]
     assert [e["code"] for e in out["errors"]] == codes  # the SDK reported both on its `error` listener

@@ -27,14 +27,25 @@ from translators.response_object import new_response
 pytestmark = pytest.mark.timeout(60)
 
 MODEL = "gpt-4o"
-TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather of a city",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
 DONE = b"data: [DONE]\n\n"
 
 
 def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: tuple[int, int] | None = None) -> bytes:
-    body: dict[str, Any] = {"id": "chatcmpl-ws", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
-                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body: dict[str, Any] = {
+        "id": "chatcmpl-ws",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": MODEL,
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     if usage:
         body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
     return b"data: " + orjson.dumps(body) + b"\n\n"
@@ -48,23 +59,40 @@ def text_reply(*pieces: str, usage: tuple[int, int] = (11, 4), seed: int = 1) ->
 def tool_reply(call_id: str, name: str, args: dict[str, Any]) -> SSEReply:
     raw = orjson.dumps(args).decode()
     body = chunk({"role": "assistant", "content": None})
-    body += chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                                   "function": {"name": name, "arguments": raw[:5]}}]})
+    body += chunk(
+        {
+            "tool_calls": [
+                {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": raw[:5]}}
+            ]
+        }
+    )
     for k in range(5, len(raw), 6):
-        body += chunk({"tool_calls": [{"index": 0, "function": {"arguments": raw[k:k + 6]}}]})
+        body += chunk({"tool_calls": [{"index": 0, "function": {"arguments": raw[k : k + 6]}}]})
     return SSEReply(body + chunk({}, "tool_calls") + chunk(None, usage=(30, 9)) + DONE, seed=2, max_piece=23)
 
 
 def error_reply(status: int, message: str) -> JSONReply:
-    return JSONReply({"error": {"message": message, "type": "server_error" if status >= 500 else
-                                "invalid_request_error", "param": None, "code": None}}, status=status)
+    return JSONReply(
+        {
+            "error": {
+                "message": message,
+                "type": "server_error" if status >= 500 else "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        },
+        status=status,
+    )
 
 
 def midstream_failure(message: str) -> SSEReply:
     """Some text, then the backend's error object in the stream (no finish_reason)."""
     body = chunk({"role": "assistant", "content": ""}) + chunk({"content": "Partial "})
-    return SSEReply(body + b"data: " + orjson.dumps({"error": {"message": message, "type": "server_error"}})
-                    + b"\n\n", seed=4, max_piece=19)
+    return SSEReply(
+        body + b"data: " + orjson.dumps({"error": {"message": message, "type": "server_error"}}) + b"\n\n",
+        seed=4,
+        max_piece=19,
+    )
 
 
 def user(text: str) -> dict[str, str]:
@@ -124,12 +152,12 @@ async def test_tool_call_round_trip(sdk: Callable[..., Any], upstream: FakeUpstr
     async with sdk() as ws:
         first, _ = await ws.turn(model=MODEL, input="Weather in Zürich?", tools=TOOLS)
         calls = first.items("function_call")
-        assert [(c["call_id"], c["name"], orjson.loads(c["arguments"])) for c in calls] == \
-            [("call_w1", "get_weather", {"city": "Zürich"})]
+        assert [(c["call_id"], c["name"], orjson.loads(c["arguments"])) for c in calls] == [
+            ("call_w1", "get_weather", {"city": "Zürich"})
+        ]
         assert first.response["output"][-1]["call_id"] == "call_w1"
         output = {"type": "function_call_output", "call_id": "call_w1", "output": "sunny, 21 C"}
-        second, _ = await ws.turn(model=MODEL, input=[output], tools=TOOLS,
-                                  previous_response_id=first.response["id"])
+        second, _ = await ws.turn(model=MODEL, input=[output], tools=TOOLS, previous_response_id=first.response["id"])
     assert second.terminal == "response.completed" and second.text == "It is sunny in Zürich."
     assert len(upstream.requests) == 2
     assert [t["function"]["name"] for t in upstream.requests[0].body["tools"]] == ["get_weather"]
@@ -137,21 +165,25 @@ async def test_tool_call_round_trip(sdk: Callable[..., Any], upstream: FakeUpstr
     assert len(msgs) == 3, msgs
     assert msgs[0] == user("Weather in Zürich?")
     assert msgs[1]["role"] == "assistant"
-    assert [(c["id"], c["function"]["name"], orjson.loads(c["function"]["arguments"]))
-            for c in msgs[1]["tool_calls"]] == [("call_w1", "get_weather", {"city": "Zürich"})]
+    assert [
+        (c["id"], c["function"]["name"], orjson.loads(c["function"]["arguments"])) for c in msgs[1]["tool_calls"]
+    ] == [("call_w1", "get_weather", {"city": "Zürich"})]
     assert msgs[2] == {"role": "tool", "tool_call_id": "call_w1", "content": "sunny, 21 C"}
     assert ws_frames.validate() == (2, 0)
 
 
 async def test_store_false_continuation_from_connection_memory(
-        sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder) -> None:
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     upstream.reply(text_reply("Nice to meet you, Ada."), text_reply("Your name is Ada."), text_reply("Ada, again."))
     async with sdk() as ws:
         first, _ = await ws.turn(model=MODEL, input="My name is Ada.", store=False)
-        second, _ = await ws.turn(model=MODEL, input="What is my name?", store=False,
-                                  previous_response_id=first.response["id"])
-        third, _ = await ws.turn(model=MODEL, input="Once more?", store=False,
-                                 previous_response_id=second.response["id"])
+        second, _ = await ws.turn(
+            model=MODEL, input="What is my name?", store=False, previous_response_id=first.response["id"]
+        )
+        third, _ = await ws.turn(
+            model=MODEL, input="Once more?", store=False, previous_response_id=second.response["id"]
+        )
     assert (second.text, third.text) == ("Your name is Ada.", "Ada, again.")
     history = [("user", "My name is Ada."), ("assistant", "Nice to meet you, Ada."), ("user", "What is my name?")]
     assert plain(sent_messages(upstream, 1)) == history
@@ -164,8 +196,9 @@ async def test_store_false_continuation_from_connection_memory(
     assert ws_frames.validate() == (3, 1)
 
 
-async def test_previous_response_not_found(sdk: Callable[..., Any], upstream: FakeUpstream,
-                                           ws_frames: FrameRecorder) -> None:
+async def test_previous_response_not_found(
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     upstream.reply(text_reply("Still here."))
     async with sdk() as ws:
         refused, parsed = await ws.turn(model=MODEL, input="hi", previous_response_id="resp_unknown123")
@@ -173,8 +206,11 @@ async def test_previous_response_not_found(sdk: Callable[..., Any], upstream: Fa
         after, _ = await ws.turn(model=MODEL, input="hi")  # the socket stays usable
     error = refused.error
     # status 400, not 404: what Codex takes as "start over with the full input" (proxy/websocket.py)
-    assert (error["status"], error["code"], error["param"]) == (400, "previous_response_not_found",
-                                                                  "previous_response_id")
+    assert (error["status"], error["code"], error["param"]) == (
+        400,
+        "previous_response_not_found",
+        "previous_response_id",
+    )
     assert "resp_unknown123" in error["message"]
     assert parsed[0].type == "error" and parsed[0].status == 400 and parsed[0].error.code == error["code"]
     assert after.text == "Still here." and plain(sent_messages(upstream, 0)) == [("user", "hi")]
@@ -183,7 +219,8 @@ async def test_previous_response_not_found(sdk: Callable[..., Any], upstream: Fa
 
 @pytest.mark.parametrize("failure", ["http_500", "midstream"])
 async def test_failed_continuation_evicts_the_remembered_response(
-        sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder, failure: str) -> None:
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder, failure: str
+) -> None:
     bad = error_reply(500, "the backend fell over") if failure == "http_500" else midstream_failure("backend broke")
     upstream.reply(text_reply("First answer."), bad)
     async with sdk() as ws:
@@ -202,22 +239,31 @@ async def test_failed_continuation_evicts_the_remembered_response(
     assert ws_frames.validate() == ((1, 2) if failure == "http_500" else (2, 1))
 
 
-async def test_generate_false_primes_the_connection(sdk: Callable[..., Any], upstream: FakeUpstream,
-                                                    ws_frames: FrameRecorder) -> None:
+async def test_generate_false_primes_the_connection(
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     upstream.reply(text_reply("Bonjour !"))
     async with sdk() as ws:
-        primed, _ = await ws.turn(model=MODEL, instructions="Answer in French.", tools=TOOLS,
-                                  input="I live in Paris.", generate=False, store=False)
+        primed, _ = await ws.turn(
+            model=MODEL,
+            instructions="Answer in French.",
+            tools=TOOLS,
+            input="I live in Paris.",
+            generate=False,
+            store=False,
+        )
         assert upstream.requests == []  # priming never calls the backend
-        answer, _ = await ws.turn(model=MODEL, input="Hello", store=False,
-                                  previous_response_id=primed.response["id"])
+        answer, _ = await ws.turn(model=MODEL, input="Hello", store=False, previous_response_id=primed.response["id"])
     assert primed.types() == ["response.created", "response.in_progress", "response.completed"]
     assert primed.response["output"] == [] and primed.response["instructions"] == "Answer in French."
     assert answer.text == "Bonjour !" and answer.response["instructions"] == "Answer in French."
     (request,) = upstream.requests
     assert "generate" not in request.body
-    assert plain(request.body["messages"]) == [("system", "Answer in French."), ("user", "I live in Paris."),
-                                               ("user", "Hello")]
+    assert plain(request.body["messages"]) == [
+        ("system", "Answer in French."),
+        ("user", "I live in Paris."),
+        ("user", "Hello"),
+    ]
     assert [t["function"]["name"] for t in request.body["tools"]] == ["get_weather"]
     assert ws_frames.validate() == (2, 0)
 
@@ -234,32 +280,48 @@ def responses_sse(rid: str, text: str, pieces: int = 4) -> SSEReply:
     size = max(1, len(text) // pieces)
     done_part = {**part, "text": text}
     done_item = {**item, "status": "completed", "content": [done_part]}
-    usage = {"input_tokens": 7, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 3,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 10}
-    events = [{"type": "response.created", "response": base}, {"type": "response.in_progress", "response": base},
-              {"type": "response.output_item.added", "output_index": 0, "item": item},
-              {"type": "response.content_part.added", **scope, "part": part},
-              *({"type": "response.output_text.delta", **scope, "delta": text[i:i + size], "logprobs": []}
-                for i in range(0, len(text), size)),
-              {"type": "response.output_text.done", **scope, "text": text, "logprobs": []},
-              {"type": "response.content_part.done", **scope, "part": done_part},
-              {"type": "response.output_item.done", "output_index": 0, "item": done_item},
-              {"type": "response.completed",
-               "response": {**base, "status": "completed", "output": [done_item], "usage": usage}}]
-    raw = b"".join(b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps({**e, "sequence_number": 100 + n})
-                   + b"\n\n" for n, e in enumerate(events))
+    usage = {
+        "input_tokens": 7,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 10,
+    }
+    events = [
+        {"type": "response.created", "response": base},
+        {"type": "response.in_progress", "response": base},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **scope, "part": part},
+        *(
+            {"type": "response.output_text.delta", **scope, "delta": text[i : i + size], "logprobs": []}
+            for i in range(0, len(text), size)
+        ),
+        {"type": "response.output_text.done", **scope, "text": text, "logprobs": []},
+        {"type": "response.content_part.done", **scope, "part": done_part},
+        {"type": "response.output_item.done", "output_index": 0, "item": done_item},
+        {
+            "type": "response.completed",
+            "response": {**base, "status": "completed", "output": [done_item], "usage": usage},
+        },
+    ]
+    raw = b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps({**e, "sequence_number": 100 + n}) + b"\n\n"
+        for n, e in enumerate(events)
+    )
     return SSEReply(raw, seed=7, max_piece=41)
 
 
 @pytest.mark.parametrize("proxy_overrides", [{"upstream.api": "responses"}])
-async def test_responses_upstream_relayed_as_frames(sdk: Callable[..., Any], upstream: FakeUpstream,
-                                                    ws_frames: FrameRecorder) -> None:
-    upstream.reply(responses_sse("resp_up1", "Relayed from a Responses backend."),
-                   responses_sse("resp_up2", "Second relayed answer."))
+async def test_responses_upstream_relayed_as_frames(
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
+    upstream.reply(
+        responses_sse("resp_up1", "Relayed from a Responses backend."),
+        responses_sse("resp_up2", "Second relayed answer."),
+    )
     async with sdk() as ws:
         first, _ = await ws.turn(model=MODEL, input="hi", store=False)
-        second, _ = await ws.turn(model=MODEL, input="again", store=False,
-                                  previous_response_id=first.response["id"])
+        second, _ = await ws.turn(model=MODEL, input="again", store=False, previous_response_id=first.response["id"])
     assert first.text == "Relayed from a Responses backend." and first.response["id"] == "resp_up1"
     assert second.text == "Second relayed answer." and second.terminal == "response.completed"
     assert [e["sequence_number"] for e in first.events] == list(range(len(first.events)))  # renumbered
@@ -276,8 +338,9 @@ async def test_responses_upstream_relayed_as_frames(sdk: Callable[..., Any], ups
 
 
 @pytest.mark.parametrize("proxy_overrides", [{"upstream.api": "responses"}])
-async def test_responses_upstream_capture_relayed(sdk: Callable[..., Any], upstream: FakeUpstream,
-                                                  ws_frames: FrameRecorder) -> None:
+async def test_responses_upstream_capture_relayed(
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
     """A real provider's stream (reasoning, then a function call), relayed frame for frame."""
     name = "responses/openai-gpt5-reasoning-function-call-usage.sse"
     raw = read_capture(name)
@@ -286,8 +349,10 @@ async def test_responses_upstream_capture_relayed(sdk: Callable[..., Any], upstr
         turn, parsed = await ws.turn(model=MODEL, input="weather?", tools=TOOLS)
     expected = data_objects(raw)
     assert turn.types() == [e["type"] for e in expected]
-    assert [(i["type"], i.get("call_id"), i.get("arguments")) for i in turn.items()] == \
-        [(e["item"]["type"], e["item"].get("call_id"), e["item"].get("arguments"))
-         for e in expected if e["type"] == "response.output_item.done"]
+    assert [(i["type"], i.get("call_id"), i.get("arguments")) for i in turn.items()] == [
+        (e["item"]["type"], e["item"].get("call_id"), e["item"].get("arguments"))
+        for e in expected
+        if e["type"] == "response.output_item.done"
+    ]
     assert parsed[-1].response.usage.output_tokens == expected[-1]["response"]["usage"]["output_tokens"]
     assert ws_frames.validate() == (1, 0)

@@ -46,13 +46,31 @@ class Workers:
 
 async def start_workers(tmp: Path, upstream: FakeUpstream, n: int = 2, *extra: str) -> Workers:
     cfg = tmp / "c.toml"
-    cfg.write_text(f'[server]\ndrain_seconds = 5\n\n[[upstreams]]\nname = "fake"\nbase_url = "{upstream.base_url}"\n'
-                   f'default = true\n\n[store]\nbackend = "sqlite"\ndata_dir = "{tmp / "data"}"\n')
+    cfg.write_text(
+        f'[server]\ndrain_seconds = 5\n\n[[upstreams]]\nname = "fake"\nbase_url = "{upstream.base_url}"\n'
+        f'default = true\n\n[store]\nbackend = "sqlite"\ndata_dir = "{tmp / "data"}"\n'
+    )
     log = tmp / "crossfeed.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "serve", "--config", str(cfg), "--port", "0", "--workers", str(n),
-        "--log-format", "json", *extra, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=log.open("wb"))
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--config",
+        str(cfg),
+        "--port",
+        "0",
+        "--workers",
+        str(n),
+        "--log-format",
+        "json",
+        *extra,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=log.open("wb"),
+    )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
     assert line.rstrip().endswith(f"({n} workers)"), line
@@ -67,8 +85,9 @@ def worker_of(headers: httpx2.Headers) -> str:
     return headers["x-request-id"][:16]  # "req_" and the process's 12 hex digits
 
 
-async def test_a_follow_up_on_the_other_worker_finds_the_response_200_times(upstream: FakeUpstream,
-                                                                           tmp_path: Path) -> None:
+async def test_a_follow_up_on_the_other_worker_finds_the_response_200_times(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
     """Saved before final, across processes on one SQLite file (WAL): as soon as a stream says
     response.completed, the follow-up (a new connection, often to the other worker) continues it.
     Then one scrape of /metrics counts the requests of both workers."""
@@ -76,8 +95,9 @@ async def test_a_follow_up_on_the_other_worker_finds_the_response_200_times(upst
     w = await start_workers(tmp_path, upstream)
     misses, crossed, served_by = 0, 0, set()
     try:
-        async with openai.AsyncOpenAI(base_url=w.url + "/v1", api_key="k", max_retries=0,
-                                      http_client=fresh_connections()) as client:
+        async with openai.AsyncOpenAI(
+            base_url=w.url + "/v1", api_key="k", max_retries=0, http_client=fresh_connections()
+        ) as client:
             for i in range(200):
                 stream = await client.responses.create(model="m", input=f"turn {i}", stream=True)
                 origin = worker_of(stream.response.headers)
@@ -86,8 +106,9 @@ async def test_a_follow_up_on_the_other_worker_finds_the_response_200_times(upst
                         rid = event.response.id
                         break
                 try:
-                    raw = await client.responses.with_raw_response.create(model="m", input="and then?",
-                                                                          previous_response_id=rid)
+                    raw = await client.responses.with_raw_response.create(
+                        model="m", input="and then?", previous_response_id=rid
+                    )
                     crossed += worker_of(raw.headers) != origin
                     served_by |= {origin, worker_of(raw.headers)}
                 except openai.NotFoundError:
@@ -100,8 +121,12 @@ async def test_a_follow_up_on_the_other_worker_finds_the_response_200_times(upst
     assert misses == 0
     assert len(served_by) == 2, "one worker answered everything"
     assert crossed >= 20, f"only {crossed} of 200 follow-ups went to the other worker"
-    counted = sum(float(m) for m in re.findall(
-        r'^crossfeed_requests_total\{[^}]*route="/v1/responses"[^}]*status="200"[^}]*\} (\S+)$', metrics, re.M))
+    counted = sum(
+        float(m)
+        for m in re.findall(
+            r'^crossfeed_requests_total\{[^}]*route="/v1/responses"[^}]*status="200"[^}]*\} (\S+)$', metrics, re.M
+        )
+    )
     assert counted == 400, metrics  # 200 streams and 200 follow-ups, whichever worker was scraped
     assert code == 0, w.lines()[-3000:]
 
@@ -120,8 +145,9 @@ async def test_a_worker_that_dies_is_restarted_and_sigterm_stops_all(upstream: F
         assert await wait_until(lambda: f'"pid":{new},"port"' in w.lines(), 30), w.lines()[-2000:]  # it listens
         # the replacement serves: enough new connections reach both workers
         served = set()
-        async with openai.AsyncOpenAI(base_url=w.url + "/v1", api_key="k", max_retries=0,
-                                      http_client=fresh_connections()) as client:
+        async with openai.AsyncOpenAI(
+            base_url=w.url + "/v1", api_key="k", max_retries=0, http_client=fresh_connections()
+        ) as client:
             for _ in range(40):
                 raw = await client.responses.with_raw_response.create(model="m", input="hi")
                 served.add(worker_of(raw.headers))
@@ -139,25 +165,46 @@ async def test_workers_do_not_outlive_a_killed_supervisor(upstream: FakeUpstream
     workers = w.children()
     w.proc.kill()
     await w.proc.wait()
-    assert await wait_until(lambda: all(not Path(f"/proc/{pid}").exists() or
-                                        "zombie" in Path(f"/proc/{pid}/status").read_text() for pid in workers), 30)
+    assert await wait_until(
+        lambda: all(
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text() for pid in workers
+        ),
+        30,
+    )
 
 
-@pytest.mark.parametrize(("args", "env", "message"), [
-    (["--workers", "2"], {"CROSSFEED_STORE__BACKEND": "memory"},
-     'server.workers = 2 with store.backend = "memory"'),
-    (["--workers", "0"], {}, "server.workers (from --workers): must be a number of processes from 1 to 256"),
-    (["--workers", "lots"], {}, "got 'lots'"),
-    (["--workers", "2"], {"CROSSFEED_SERVER__INBOUND_KEYS_ENV": "CF_UNSET_KEYS"}, "$CF_UNSET_KEYS"),
-], ids=["memory-store", "zero", "not-a-number", "keys-unset"])
-async def test_workers_misconfigured_refuse_to_start_once(tmp_path: Path, args: list[str], env: dict[str, str],
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (
+            ["--workers", "2"],
+            {"CROSSFEED_STORE__BACKEND": "memory"},
+            'server.workers = 2 with store.backend = "memory"',
+        ),
+        (["--workers", "0"], {}, "server.workers (from --workers): must be a number of processes from 1 to 256"),
+        (["--workers", "lots"], {}, "got 'lots'"),
+        (["--workers", "2"], {"CROSSFEED_SERVER__INBOUND_KEYS_ENV": "CF_UNSET_KEYS"}, "$CF_UNSET_KEYS"),
+    ],
+    ids=["memory-store", "zero", "not-a-number", "keys-unset"],
+)
+async def test_workers_misconfigured_refuse_to_start_once(
+    tmp_path: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
     """One message from the supervisor (not one per worker), exit 2, no worker started."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_") and k != "CF_UNSET_KEYS"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "serve", "--port", "0", *args, cwd=ROOT,
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--port",
+        "0",
+        *args,
+        cwd=ROOT,
         env={**base, "CROSSFEED_DATA_DIR": str(tmp_path), **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, (out, err)
     text = err.decode()

@@ -41,15 +41,17 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama_server_url(llama_bins: ls.Binaries, tiny_gguf: Path,
-                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def llama_server_url(
+    llama_bins: ls.Binaries, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     with ls.llama_server(llama_bins, tiny_gguf, tmp_path_factory.mktemp("llama-server")) as s:
         yield s.url
 
 
 @pytest.fixture(scope="session")
-def llama_cpp_python_url(llama_bins: ls.Binaries, tiny_gguf: Path,
-                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def llama_cpp_python_url(
+    llama_bins: ls.Binaries, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     with ls.llama_cpp_python(llama_bins, tiny_gguf, tmp_path_factory.mktemp("llama-cpp-python")) as s:
         yield s.url
 
@@ -79,8 +81,16 @@ class Direct:
 
 
 async def proxy_for(url: str, tmp_path: Path, **overrides: Any) -> ProxyHandle:
-    config = load_config(None, {}, {"upstream.base_url": url, "store.data_dir": str(tmp_path / "data"),
-                                    "upstream.tokenizer": "estimate", **overrides})
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": url,
+            "store.data_dir": str(tmp_path / "data"),
+            "upstream.tokenizer": "estimate",
+            **overrides,
+        },
+    )
     return await start_proxy(config)
 
 

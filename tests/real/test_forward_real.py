@@ -17,10 +17,16 @@ from tests.fakes.tiny_model import AFTER_TOOL_ANSWER, TEXT_ANSWER
 from tests.real.conftest import Direct
 
 WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
-           "parameters": WEATHER_PARAMS}
-CHAT_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
-                                                 "parameters": WEATHER_PARAMS}}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": WEATHER_PARAMS,
+}
+CHAT_WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": WEATHER_PARAMS},
+}
 # llama-cpp-python calls a tool only when the request names it; llama-server ignores the name
 # (its grammar lets the model choose), and the model calls it anyway.
 NAMED = {"type": "function", "name": "get_weather"}
@@ -48,15 +54,17 @@ async def test_text_streamed_is_the_servers_text(client: openai.AsyncOpenAI, dir
 
 
 async def test_text_not_streamed_is_the_servers_text(client: openai.AsyncOpenAI, direct: Direct) -> None:
-    ref = await direct.chat({"messages": [{"role": "system", "content": "Be brief."},
-                                          {"role": "user", "content": "Say hello"}]})
+    ref = await direct.chat(
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]}
+    )
     got = await client.responses.create(model="tiny", instructions="Be brief.", input="Say hello")
     assert got.status == "completed"
     assert got.output_text == ref["choices"][0]["message"]["content"] == TEXT_ANSWER
 
 
-async def test_usage_is_what_the_server_counts(client: openai.AsyncOpenAI, direct: Direct,
-                                               server: tuple[str, str]) -> None:
+async def test_usage_is_what_the_server_counts(
+    client: openai.AsyncOpenAI, direct: Direct, server: tuple[str, str]
+) -> None:
     """llama-cpp-python sends no usage in a stream although crossfeed asks (``include_usage``):
     the streamed Response then counts 0, as documented, and the log notes ``usage_not_reported``."""
     ref = (await direct.chat({"messages": [{"role": "user", "content": "Count me"}]}))["usage"]
@@ -70,14 +78,17 @@ async def test_usage_is_what_the_server_counts(client: openai.AsyncOpenAI, direc
 
 
 @pytest.mark.parametrize("stream", [True, False])
-async def test_max_output_tokens_reached_is_incomplete(client: openai.AsyncOpenAI, direct: Direct, stream: bool) -> None:
+async def test_max_output_tokens_reached_is_incomplete(
+    client: openai.AsyncOpenAI, direct: Direct, stream: bool
+) -> None:
     ref = await direct.chat({"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 3})
     assert ref["choices"][0]["finish_reason"] == "length"
     cut = ref["choices"][0]["message"]["content"]
     assert cut and TEXT_ANSWER.startswith(cut) and cut != TEXT_ANSWER
     if stream:
-        types, text, final = await collect(await client.responses.create(
-            model="tiny", input="Say hello", max_output_tokens=3, stream=True))
+        types, text, final = await collect(
+            await client.responses.create(model="tiny", input="Say hello", max_output_tokens=3, stream=True)
+        )
         assert types[-1] == "response.incomplete" and text == cut
     else:
         final = await client.responses.create(model="tiny", input="Say hello", max_output_tokens=3)
@@ -92,8 +103,13 @@ def _calls(response: Any) -> list[Any]:
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_forced_tool_call_is_one_function_call(client: openai.AsyncOpenAI, direct: Direct, stream: bool) -> None:
-    ref = await direct.chat({"messages": [{"role": "user", "content": "Weather in Paris?"}],
-                             "tools": [CHAT_WEATHER], "tool_choice": CHAT_NAMED})
+    ref = await direct.chat(
+        {
+            "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [CHAT_WEATHER],
+            "tool_choice": CHAT_NAMED,
+        }
+    )
     ref_calls = ref["choices"][0]["message"]["tool_calls"]
     assert len(ref_calls) == 1 and ref_calls[0]["function"]["name"] == "get_weather"
     kw: dict[str, Any] = {"model": "tiny", "input": "Weather in Paris?", "tools": [WEATHER], "tool_choice": NAMED}
@@ -120,25 +136,39 @@ async def test_tool_round_trip(client: openai.AsyncOpenAI, direct: Direct) -> No
         {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
         {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"},
     ]
-    ref = await direct.chat({"messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "tool_calls": [  # no content key: llama-cpp-python rejects null
-            {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]},
-        {"role": "tool", "tool_call_id": call.call_id, "content": "Sunny, 21 C"}], "tools": [CHAT_WEATHER]})
+    ref = await direct.chat(
+        {
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [  # no content key: llama-cpp-python rejects null
+                        {
+                            "id": call.call_id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": call.call_id, "content": "Sunny, 21 C"},
+            ],
+            "tools": [CHAT_WEATHER],
+        }
+    )
     assert ref["choices"][0]["message"]["content"] == AFTER_TOOL_ANSWER
-    _, text, final = await collect(await client.responses.create(
-        model="tiny", input=second_input, tools=[WEATHER], stream=True))
+    _, text, final = await collect(
+        await client.responses.create(model="tiny", input=second_input, tools=[WEATHER], stream=True)
+    )
     assert final.status == "completed" and text == AFTER_TOOL_ANSWER
 
 
-async def test_twenty_concurrent_streams_each_match_their_reference(client: openai.AsyncOpenAI,
-                                                                   direct: Direct) -> None:
+async def test_twenty_concurrent_streams_each_match_their_reference(client: openai.AsyncOpenAI, direct: Direct) -> None:
     asks = [{"input": "Say hello", "max_output_tokens": 1 + i % 10} for i in range(14)]
     asks += [{"input": "Weather?", "tools": [WEATHER], "tool_choice": NAMED} for _ in range(3)]
     asks += [{"input": "Weather?", "instructions": f"markup={m}"} for m in ("hermes", "mistral", "qwen3")]
     refs = []
     for ask in asks:
-        messages = ([{"role": "system", "content": ask["instructions"]}] if "instructions" in ask else [])
+        messages = [{"role": "system", "content": ask["instructions"]}] if "instructions" in ask else []
         body: dict[str, Any] = {"messages": [*messages, {"role": "user", "content": ask["input"]}]}
         if "max_output_tokens" in ask:
             body["max_tokens"] = ask["max_output_tokens"]
@@ -156,8 +186,9 @@ async def test_twenty_concurrent_streams_each_match_their_reference(client: open
     assert len({r[0] for r in refs}) > 5  # the references differ: each stream has its own
 
 
-async def test_a_request_the_server_rejects_keeps_its_status_and_message(client: openai.AsyncOpenAI,
-                                                                         server: tuple[str, str]) -> None:
+async def test_a_request_the_server_rejects_keeps_its_status_and_message(
+    client: openai.AsyncOpenAI, server: tuple[str, str]
+) -> None:
     """A prompt longer than the server's context. llama-server answers 400 before streaming;
     llama-cpp-python answers 200 and then an empty body. Neither is ever a success."""
     long_input = "x " * 40_000

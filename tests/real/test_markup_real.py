@@ -18,7 +18,9 @@ from tests.real.conftest import Direct, proxy_for
 from tests.real.test_forward_real import CHAT_WEATHER, WEATHER, collect
 
 
-async def sdk_for(url: str, tmp_path: Path, captured: list[Captured], **overrides: Any) -> AsyncIterator[openai.AsyncOpenAI]:
+async def sdk_for(
+    url: str, tmp_path: Path, captured: list[Captured], **overrides: Any
+) -> AsyncIterator[openai.AsyncOpenAI]:
     handle = await proxy_for(url, tmp_path, **overrides)
     c = sdk_client(handle.base_url, captured, timeout=120)
     try:
@@ -31,8 +33,9 @@ async def sdk_for(url: str, tmp_path: Path, captured: list[Captured], **override
 @pytest.fixture
 async def reference_call(llama_server_url: str) -> dict[str, Any]:
     """llama-server parses the model's call itself when it has the tools."""
-    ref = await Direct(llama_server_url).chat({"messages": [{"role": "user", "content": "Weather in Paris?"}],
-                                                "tools": [CHAT_WEATHER]})
+    ref = await Direct(llama_server_url).chat(
+        {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [CHAT_WEATHER]}
+    )
     (call,) = ref["choices"][0]["message"]["tool_calls"]
     return {"name": call["function"]["name"], "arguments": orjson.loads(call["function"]["arguments"])}
 
@@ -42,12 +45,13 @@ def calls_of(final: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-async def test_llama_cpp_python_markup_becomes_one_call(llama_cpp_python_url: str, tmp_path: Path,
-                                                        captured: list[Captured], reference_call: dict[str, Any],
-                                                        stream: bool) -> None:
+async def test_llama_cpp_python_markup_becomes_one_call(
+    llama_cpp_python_url: str, tmp_path: Path, captured: list[Captured], reference_call: dict[str, Any], stream: bool
+) -> None:
     # Without the reader, the call is text: what a client of that server sees today.
-    raw = await Direct(llama_cpp_python_url).chat({"messages": [{"role": "user", "content": "Weather in Paris?"}],
-                                                   "tools": [CHAT_WEATHER]})
+    raw = await Direct(llama_cpp_python_url).chat(
+        {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [CHAT_WEATHER]}
+    )
     assert raw["choices"][0]["message"]["content"].startswith("<tool_call>")
     async for sdk in sdk_for(llama_cpp_python_url, tmp_path, captured, **{"upstream.tool_markup": "qwen3_coder"}):
         kw: dict[str, Any] = {"model": "tiny", "input": "Weather in Paris?", "tools": [WEATHER]}
@@ -61,25 +65,34 @@ async def test_llama_cpp_python_markup_becomes_one_call(llama_cpp_python_url: st
         assert [i.type for i in final.output] == ["function_call"]
 
 
-@pytest.mark.parametrize(("dialect", "markup", "text"), [
-    ("hermes", "hermes", "Checking the weather.\n"),
-    ("mistral", "mistral", ""),
-    ("qwen3_coder", "qwen3", ""),
-])
-async def test_llama_server_markup_dialects(llama_server_url: str, tmp_path: Path, captured: list[Captured],
-                                            reference_call: dict[str, Any], dialect: str, markup: str,
-                                            text: str) -> None:
+@pytest.mark.parametrize(
+    ("dialect", "markup", "text"),
+    [("hermes", "hermes", "Checking the weather.\n"), ("mistral", "mistral", ""), ("qwen3_coder", "qwen3", "")],
+)
+async def test_llama_server_markup_dialects(
+    llama_server_url: str,
+    tmp_path: Path,
+    captured: list[Captured],
+    reference_call: dict[str, Any],
+    dialect: str,
+    markup: str,
+    text: str,
+) -> None:
     """No tools in the request, so llama-server parses nothing and streams the markup as text."""
     async for sdk in sdk_for(llama_server_url, tmp_path, captured, **{"upstream.tool_markup": dialect}):
-        types, streamed, final = await collect(await sdk.responses.create(
-            model="tiny", instructions=f"markup={markup}", input="Weather in Paris?", stream=True))
+        types, streamed, final = await collect(
+            await sdk.responses.create(
+                model="tiny", instructions=f"markup={markup}", input="Weather in Paris?", stream=True
+            )
+        )
         assert final.status == "completed" and streamed == text
         assert calls_of(final) == [reference_call]
         assert types.count("response.function_call_arguments.done") == 1
 
 
-async def test_without_the_reader_markup_stays_text(llama_server_url: str, tmp_path: Path,
-                                                    captured: list[Captured]) -> None:
+async def test_without_the_reader_markup_stays_text(
+    llama_server_url: str, tmp_path: Path, captured: list[Captured]
+) -> None:
     async for sdk in sdk_for(llama_server_url, tmp_path, captured):
         final = await sdk.responses.create(model="tiny", instructions="markup=mistral", input="Weather in Paris?")
         assert final.output_text.startswith("[TOOL_CALLS]get_weather[ARGS]") and calls_of(final) == []

@@ -22,16 +22,21 @@ from tests.fakes.tiny_model import TEXT_ANSWER
 from tests.real.conftest import Direct, proxy_for
 from tests.support.validators import StreamViolation, validate_responses_sse
 
-WEATHER = {"type": "function", "name": "get_weather",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 CHAT_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER["parameters"]}}
 
 
 @pytest.fixture
 async def native(llama_server_url: str, tmp_path: Path) -> AsyncIterator[ProxyHandle]:
-    handle = await proxy_for(llama_server_url, tmp_path, **{"upstream.api": "responses",
-                                                             "upstream.normalize_stream": True,
-                                                             "upstream.min_output_tokens": 1})
+    handle = await proxy_for(
+        llama_server_url,
+        tmp_path,
+        **{"upstream.api": "responses", "upstream.normalize_stream": True, "upstream.min_output_tokens": 1},
+    )
     yield handle
     await handle.runner.cleanup()
 
@@ -76,8 +81,13 @@ async def chat_stream(c: openai.AsyncOpenAI, **kw: Any) -> tuple[str, str | None
 async def test_reverse_chat_client_gets_the_answer_once(sdk: openai.AsyncOpenAI, server_itself: Direct) -> None:
     status, raw = await server_itself.post("/responses", {"model": "tiny", "input": "Say hello"})
     assert status == 200
-    ref = "".join(p["text"] for item in orjson.loads(raw)["output"] if item["type"] == "message"
-                  for p in item["content"] if p["type"] == "output_text")
+    ref = "".join(
+        p["text"]
+        for item in orjson.loads(raw)["output"]
+        if item["type"] == "message"
+        for p in item["content"]
+        if p["type"] == "output_text"
+    )
     assert ref == TEXT_ANSWER
     text, finish, _ = await chat_stream(sdk, messages=[{"role": "user", "content": "Say hello"}])
     assert (text, finish) == (ref, "stop")
@@ -86,22 +96,25 @@ async def test_reverse_chat_client_gets_the_answer_once(sdk: openai.AsyncOpenAI,
 
 
 async def test_reverse_cut_answer_is_finish_reason_length(sdk: openai.AsyncOpenAI, server_itself: Direct) -> None:
-    status, raw = await server_itself.post("/responses", {"model": "tiny", "input": "Say hello",
-                                                          "max_output_tokens": 3})
+    status, raw = await server_itself.post(
+        "/responses", {"model": "tiny", "input": "Say hello", "max_output_tokens": 3}
+    )
     body = orjson.loads(raw)
     assert status == 200 and body["status"] == "completed"  # what the server says of a cut answer
     assert body["usage"]["output_tokens"] == 3
     text, finish, _ = await chat_stream(sdk, messages=[{"role": "user", "content": "Say hello"}], max_tokens=3)
     assert finish == "length"
     assert text and TEXT_ANSWER.startswith(text) and text != TEXT_ANSWER
-    whole = await sdk.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Say hello"}],
-                                              max_tokens=3)
+    whole = await sdk.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Say hello"}], max_tokens=3
+    )
     assert whole.choices[0].finish_reason == "length" and whole.choices[0].message.content == text
 
 
 async def test_reverse_tool_call_is_one_call(sdk: openai.AsyncOpenAI) -> None:
-    text, finish, calls = await chat_stream(sdk, messages=[{"role": "user", "content": "Weather?"}],
-                                            tools=[CHAT_WEATHER])
+    text, finish, calls = await chat_stream(
+        sdk, messages=[{"role": "user", "content": "Weather?"}], tools=[CHAT_WEATHER]
+    )
     assert finish == "tool_calls" and text == ""
     assert calls == [{"name": "get_weather", "arguments": '{"city":"Paris"}'}]
 

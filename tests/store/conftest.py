@@ -63,8 +63,7 @@ async def make(backend: str, tmp_path: Path, clock: FakeClock, prefix: str):
     opened = []
 
     def _make(**overrides):
-        cfg = {"backend": backend, "data_dir": tmp_path / "data", "redis_url": REDIS_URL,
-               "key_prefix": prefix}
+        cfg = {"backend": backend, "data_dir": tmp_path / "data", "redis_url": REDIS_URL, "key_prefix": prefix}
         cfg.update(overrides)
         store = open_store(StoreConfig(**cfg), clock=clock)
         opened.append(store)

@@ -83,8 +83,12 @@ async def test_index_is_scoped_by_owner(make):
     store = make()
     await store.save(owned("resp_a", "alice"))
     await store.save(owned("resp_b", "x:1"))
-    await store.save(dataclasses.replace(owned("resp_c", "x"), input_items=[
-        {"type": "message", "id": "1:in_resp_b", "role": "user", "content": "hi"}]))
+    await store.save(
+        dataclasses.replace(
+            owned("resp_c", "x"),
+            input_items=[{"type": "message", "id": "1:in_resp_b", "role": "user", "content": "hi"}],
+        )
+    )
     assert (await store.get_by_item("msg_resp_a", "alice")).id == "resp_a"
     assert await store.get_by_item("msg_resp_a", "bob") is None
     assert await store.get_by_item("msg_resp_a", None) is None  # no key is not any key
@@ -140,8 +144,9 @@ async def test_eviction_takes_the_index_along(make, backend):
 async def test_resaving_an_id_replaces_its_index_entries(make, backend):
     store = make()
     await store.save(rec("resp_1"))
-    changed = dataclasses.replace(rec("resp_1"), input_items=[
-        {"type": "message", "id": "in_new", "role": "user", "content": "hi"}])
+    changed = dataclasses.replace(
+        rec("resp_1"), input_items=[{"type": "message", "id": "in_new", "role": "user", "content": "hi"}]
+    )
     await store.save(changed)
     assert await store.get_by_item("in_resp_1", None) is None
     assert await store.get_by_item("in_new", None) == changed

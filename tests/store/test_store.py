@@ -35,19 +35,39 @@ REDIS_URL = os.environ.get("CROSSFEED_TEST_REDIS_URL")
 def rec(rid: str, *, prev: str | None = None, pad: int = 0) -> StoredResponse:
     """A realistic record: reasoning, a function call and its output, and a message."""
     output = [
-        {"type": "reasoning", "id": f"rs_{rid}", "summary": [], "content": [
-            {"type": "reasoning_text", "text": "think… " + "x" * pad}]},
-        {"type": "function_call", "id": f"fc_{rid}", "call_id": f"call_{rid}",
-         "name": "shell", "arguments": '{"cmd": ["ls"]}', "status": "completed"},
-        {"type": "message", "id": f"msg_{rid}", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": "héllo ✓", "annotations": []}]},
+        {
+            "type": "reasoning",
+            "id": f"rs_{rid}",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "think… " + "x" * pad}],
+        },
+        {
+            "type": "function_call",
+            "id": f"fc_{rid}",
+            "call_id": f"call_{rid}",
+            "name": "shell",
+            "arguments": '{"cmd": ["ls"]}',
+            "status": "completed",
+        },
+        {
+            "type": "message",
+            "id": f"msg_{rid}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "héllo ✓", "annotations": []}],
+        },
     ]
-    response = {"id": rid, "object": "response", "created_at": 1_700_000_000, "status": "completed",
-                "output": output, "previous_response_id": prev,
-                "usage": {"input_tokens": 3, "output_tokens": 5, "total_tokens": 8}}
+    response = {
+        "id": rid,
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "output": output,
+        "previous_response_id": prev,
+        "usage": {"input_tokens": 3, "output_tokens": 5, "total_tokens": 8},
+    }
     items = [
-        {"type": "message", "id": f"in_{rid}", "role": "user",
-         "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "message", "id": f"in_{rid}", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
         {"type": "function_call_output", "id": f"fco_{rid}", "call_id": "call_0", "output": "ok"},
     ]
     return StoredResponse(rid, 1_700_000_000, response, items, prev)
@@ -114,8 +134,14 @@ async def test_closed_store_raises_store_error(make):
     await store.ping()
     await store.close()
     await store.close()  # idempotent
-    for call in (store.save(rec("resp_1")), store.get("resp_1"), store.delete("resp_1"),
-                 store.stats(), store.ping(), store.get_by_item("msg_resp_1", None)):
+    for call in (
+        store.save(rec("resp_1")),
+        store.get("resp_1"),
+        store.delete("resp_1"),
+        store.stats(),
+        store.ping(),
+        store.get_by_item("msg_resp_1", None),
+    ):
         with pytest.raises(StoreError):
             await call
 
@@ -273,9 +299,7 @@ async def test_sqlite_corrupt_file_or_row_raises_store_error(tmp_path, clock):
 
 
 def redis_store(prefix: str, clock, url: str | None = REDIS_URL, **cfg):
-    return open_store(
-        StoreConfig(backend="redis", redis_url=url, key_prefix=prefix, **cfg), clock=clock
-    )
+    return open_store(StoreConfig(backend="redis", redis_url=url, key_prefix=prefix, **cfg), clock=clock)
 
 
 @pytest.mark.redis
@@ -331,11 +355,16 @@ async def test_redis_unreachable_raises_store_error(clock):
     """Every operation against an unreachable Redis ends in a StoreError naming the backend (not
     a raw redis exception, not endless retries). The wait is a hang guard, not a speed limit: a
     refused connection fails at once, and the store's own bound is 1 s per operation."""
-    store = redis_store("x:", clock, url=f"redis://127.0.0.1:{closed_port()}/0",
-                        redis_timeout_seconds=1)
-    calls = {"ping": store.ping(), "save": store.save(rec("resp_1")), "get": store.get("resp_1"),
-             "delete": store.delete("resp_1"), "stats": store.stats(), "sweep": store.sweep(),
-             "get_by_item": store.get_by_item("msg_resp_1", None)}
+    store = redis_store("x:", clock, url=f"redis://127.0.0.1:{closed_port()}/0", redis_timeout_seconds=1)
+    calls = {
+        "ping": store.ping(),
+        "save": store.save(rec("resp_1")),
+        "get": store.get("resp_1"),
+        "delete": store.delete("resp_1"),
+        "stats": store.stats(),
+        "sweep": store.sweep(),
+        "get_by_item": store.get_by_item("msg_resp_1", None),
+    }
     try:
         for name, call in calls.items():
             with pytest.raises(StoreError) as info:
@@ -438,9 +467,15 @@ def test_pagination_before_and_window():
 @pytest.mark.parametrize(
     ("kwargs", "param"),
     [
-        ({"limit": 0}, "limit"), ({"limit": 101}, "limit"), ({"limit": "ten"}, "limit"),
-        ({"limit": "2.5"}, "limit"), ({"limit": True}, "limit"), ({"order": "up"}, "order"),
-        ({"after": "item_99"}, "after"), ({"before": "nope"}, "before"), ({"after": 3}, "after"),
+        ({"limit": 0}, "limit"),
+        ({"limit": 101}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"limit": "2.5"}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"order": "up"}, "order"),
+        ({"after": "item_99"}, "after"),
+        ({"before": "nope"}, "before"),
+        ({"after": 3}, "after"),
     ],
 )
 def test_pagination_bad_params_name_the_param(kwargs, param):

@@ -64,8 +64,13 @@ def test_the_fix_it_names_works(tmp_path: Path) -> None:
         "CROSSFEED_DATA_DIR": str(tmp_path / "not-a-dir" / "crossfeed"),
         "CROSSFEED_STORE__BACKEND": "memory",
     }
-    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", "0"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
@@ -76,7 +81,9 @@ def test_the_fix_it_names_works(tmp_path: Path) -> None:
     assert proc.returncode == 0
 
 
-@pytest.mark.skipif(not hasattr(os, "setuid") or os.geteuid() != 0, reason="needs root to start the server as another uid")
+@pytest.mark.skipif(
+    not hasattr(os, "setuid") or os.geteuid() != 0, reason="needs root to start the server as another uid"
+)
 def test_serve_as_an_arbitrary_uid_without_a_writable_volume(tmp_path: Path) -> None:
     """What a container started with --user 12345 sees when /var/lib/crossfeed belongs to another
     uid: the permission bits stop it, and the message names its uid."""
@@ -87,15 +94,31 @@ def test_serve_as_an_arbitrary_uid_without_a_writable_volume(tmp_path: Path) -> 
     data_dir = base / "crossfeed"
     tmp_path.chmod(0o755)
     try:
-        probe = subprocess.run([sys.executable, "-c", "import proxy"], cwd=ROOT, user=uid, group=uid,
-                               extra_groups=[], capture_output=True, check=False)
+        probe = subprocess.run(
+            [sys.executable, "-c", "import proxy"],
+            cwd=ROOT,
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            capture_output=True,
+            check=False,
+        )
     except PermissionError as exc:  # the interpreter is not executable by another user here
         pytest.skip(f"uid {uid} cannot run {sys.executable}: {exc}")
     if probe.returncode != 0:  # the checkout or the venv is not readable by another user here
         pytest.skip(f"uid {uid} cannot import crossfeed from {ROOT}: {probe.stderr.decode()[-200:]}")
     env = base_env(tmp_path) | {"CROSSFEED_DATA_DIR": str(data_dir), "HOME": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-m", "proxy", "serve", "--port", "0"], cwd=ROOT, env=env, user=uid,
-                       group=uid, extra_groups=[], capture_output=True, timeout=30, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     err = assert_plain_refusal(r, data_dir, uid)
     assert f"the directory {base} is not writable" in err
     assert not data_dir.exists()
@@ -117,8 +140,10 @@ def test_the_image_data_dir_seen_by_an_arbitrary_uid_and_group() -> None:
         message = refusal_as(12345, 12345, data_dir)
     finally:
         shutil.rmtree(top)
-    assert message.startswith(f"the SQLite response store {data_dir / 'responses.sqlite3'} cannot be created or "
-                              "written by this process (uid 12345, gid 12345): "), message
+    assert message.startswith(
+        f"the SQLite response store {data_dir / 'responses.sqlite3'} cannot be created or "
+        "written by this process (uid 12345, gid 12345): "
+    ), message
     assert f"the directory {data_dir} is not writable" in message
     assert f"mount a writable volume at {data_dir}," in message
 
@@ -162,7 +187,9 @@ def test_writability_problem_creates_nothing(tmp_path: Path) -> None:
 
 
 def test_writability_problem_sees_a_read_only_filesystem() -> None:
-    ro = next((Path(p) for p in ("/proc/sys", "/sys") if Path(p).is_dir() and os.statvfs(p).f_flag & os.ST_RDONLY), None)
+    ro = next(
+        (Path(p) for p in ("/proc/sys", "/sys") if Path(p).is_dir() and os.statvfs(p).f_flag & os.ST_RDONLY), None
+    )
     if ro is None:
         pytest.skip("no read-only filesystem mounted here")
     data_dir = ro / "crossfeed-test-nonexistent"

@@ -22,8 +22,10 @@ from typing import Any
 import openresponses_types as ort
 from pydantic import BaseModel, ValidationError
 
-_RENAMED = {"response.reasoning_text.delta": "response.reasoning.delta",
-            "response.reasoning_text.done": "response.reasoning.done"}
+_RENAMED = {
+    "response.reasoning_text.delta": "response.reasoning.delta",
+    "response.reasoning_text.done": "response.reasoning.done",
+}
 _ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning", "compaction"}
 
 
@@ -60,8 +62,10 @@ def _in_schema(response: dict[str, Any]) -> dict[str, Any]:
     if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
         out["tool_choice"] = "required"  # a hosted or custom tool named: outside the schema
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        out["tool_choice"] = {**choice, "tools": [t for t in choice.get("tools") or ()
-                                                  if isinstance(t, dict) and t.get("type") == "function"]}
+        out["tool_choice"] = {
+            **choice,
+            "tools": [t for t in choice.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"],
+        }
     return out
 
 

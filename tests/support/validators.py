@@ -57,11 +57,7 @@ def _nonempty_str(value: Any) -> bool:
 # Responses API
 # ---------------------------------------------------------------------------------------------
 
-_TERMINAL = {
-    "response.completed": "completed",
-    "response.incomplete": "incomplete",
-    "response.failed": "failed",
-}
+_TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
 _OPENING = ("response.created", "response.in_progress")
 _INCOMPLETE_REASONS = {"max_output_tokens", "content_filter", "max_messages", "steered"}
 
@@ -134,16 +130,22 @@ _ITEM_TEXT = {
     "response.mcp_call_arguments": "arguments",
 }
 # Item types whose text stream must be closed by its *.done event before output_item.done.
-_REQUIRED_ITEM_TEXT = {"function_call": "response.function_call_arguments",
-                       "custom_tool_call": "response.custom_tool_call_input"}
+_REQUIRED_ITEM_TEXT = {
+    "function_call": "response.function_call_arguments",
+    "custom_tool_call": "response.custom_tool_call_input",
+}
 _CALL_ID_TYPES = {"function_call", "custom_tool_call", "shell_call", "shell_call_output"}
 # Item `status` (wire-spec 1.4, 1.9; pitfalls.md: a missing item status breaks strict clients).
 # Required on these types in output_item.added / .done and in the terminal response.output;
 # real OpenAI reasoning items carry none, so there it is optional (O in wire-spec 1.9) but, when
 # present, held to the same values. Added items are always in_progress.
 _STATUS_REQUIRED = frozenset({"message", "function_call", "custom_tool_call", "web_search_call"})
-_DONE_STATUSES = {"message": ("completed", "incomplete"), "function_call": ("completed", "incomplete"),
-                  "custom_tool_call": ("completed", "incomplete"), "reasoning": ("completed", "incomplete")}
+_DONE_STATUSES = {
+    "message": ("completed", "incomplete"),
+    "function_call": ("completed", "incomplete"),
+    "custom_tool_call": ("completed", "incomplete"),
+    "reasoning": ("completed", "incomplete"),
+}
 _DONE_STATUSES_OTHER = ("completed", "incomplete", "failed")  # hosted calls (web_search_call, mcp_call...)
 
 
@@ -160,8 +162,7 @@ def _parts(parts: Any) -> Any:
     done item but not on content_part.done, and the shapes differ from delta logprobs)."""
     if not isinstance(parts, list):
         return parts
-    return [{k: v for k, v in p.items() if k != "logprobs"} if isinstance(p, dict) else p
-            for p in parts]
+    return [{k: v for k, v in p.items() if k != "logprobs"} if isinstance(p, dict) else p for p in parts]
 
 
 class _Part:
@@ -224,7 +225,8 @@ class _ResponsesChecker:
         if require_terminal and self.terminal is None:
             raise StreamViolation(
                 f"stream ended after {len(events)} events without a terminal event "
-                "(response.completed / response.incomplete / response.failed)")
+                "(response.completed / response.incomplete / response.failed)"
+            )
 
     def event(self, event: Any) -> None:
         if not isinstance(event, dict) or not _nonempty_str(event.get("type")):
@@ -319,14 +321,16 @@ class _ResponsesChecker:
             if not isinstance(sent, dict) or sent.get("id") != streamed.get("id"):
                 got = sent.get("id") if isinstance(sent, dict) else sent
                 self.fail(f"response.output[{index}] id {got!r} != streamed id {streamed.get('id')!r}")
-            self.item_status(sent, f"response.output[{index}]",
-                             _DONE_STATUSES.get(sent.get("type"), _DONE_STATUSES_OTHER))
+            self.item_status(
+                sent, f"response.output[{index}]", _DONE_STATUSES.get(sent.get("type"), _DONE_STATUSES_OTHER)
+            )
             if _comparable(sent) != _comparable(streamed):
                 self.fail(f"response.output[{index}] differs from its output_item.done item")
         if status == "failed":
             error = response.get("error")
-            if not (isinstance(error, dict) and _nonempty_str(error.get("code"))
-                    and _nonempty_str(error.get("message"))):
+            if not (
+                isinstance(error, dict) and _nonempty_str(error.get("code")) and _nonempty_str(error.get("message"))
+            ):
                 self.fail("response.failed needs response.error {code, message}")
             return
         if status == "incomplete":
@@ -344,8 +348,13 @@ class _ResponsesChecker:
     def usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             self.fail("response.usage must be an object")
-        for path in ("input_tokens", "output_tokens", "total_tokens",
-                     "input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens"):
+        for path in (
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "input_tokens_details.cached_tokens",
+            "output_tokens_details.reasoning_tokens",
+        ):
             value: Any = usage
             for key in path.split("."):
                 value = value.get(key) if isinstance(value, dict) else None
@@ -372,8 +381,12 @@ class _ResponsesChecker:
                 self.fail(f"duplicate call_id {item['call_id']!r}")
             self.call_ids.add(item["call_id"])
         self.item_status(item, "added item", ("in_progress",))
-        empty = {"message": {"content": []}, "reasoning": {"summary": []},
-                 "function_call": {"arguments": ""}, "custom_tool_call": {"input": ""}}
+        empty = {
+            "message": {"content": []},
+            "reasoning": {"summary": []},
+            "function_call": {"arguments": ""},
+            "custom_tool_call": {"input": ""},
+        }
         for key, value in empty.get(item["type"], {}).items():
             if item.get(key) != value:
                 self.fail(f"added {item['type']} item must start with {key}={value!r}")
@@ -418,8 +431,7 @@ class _ResponsesChecker:
                 self.fail(f"{label} ({item.get('type')}) has no `status` (strict clients need it)")
             return
         if status not in allowed:
-            self.fail(f"{label} has status {status!r}, expected "
-                      + " or ".join(repr(a) for a in allowed))
+            self.fail(f"{label} has status {status!r}, expected " + " or ".join(repr(a) for a in allowed))
 
     def check_parts_closed(self, slot: _Item) -> None:
         for label, parts in (("content part", slot.parts), ("summary part", slot.summary)):
@@ -482,8 +494,7 @@ class _ResponsesChecker:
             self.fail("output_text part needs an `annotations` list")
         if phase == "added":
             if event.get("content_index") != len(slot.parts):
-                self.fail(f"content_index {event.get('content_index')!r} does not append "
-                          f"(expected {len(slot.parts)})")
+                self.fail(f"content_index {event.get('content_index')!r} does not append (expected {len(slot.parts)})")
             if part.get(field) != "" or part.get("annotations", []) != []:
                 self.fail(f"added {part['type']} part must start empty")
             slot.parts.append(_Part(part["type"]))
@@ -533,8 +544,9 @@ class _ResponsesChecker:
             self.fail("summary part must have type 'summary_text'")
         if phase == "added":
             if event.get("summary_index") != len(slot.summary):
-                self.fail(f"summary_index {event.get('summary_index')!r} does not append "
-                          f"(expected {len(slot.summary)})")
+                self.fail(
+                    f"summary_index {event.get('summary_index')!r} does not append (expected {len(slot.summary)})"
+                )
             if part.get("text") != "":
                 self.fail("added summary part must start empty")
             slot.summary.append(_Part("summary_text"))
@@ -574,8 +586,9 @@ class _ResponsesChecker:
         slot.streams_done.add(prefix)
 
 
-def validate_responses_events(events: list[dict], *, require_terminal: bool = True,
-                              open_responses: bool = True) -> None:
+def validate_responses_events(
+    events: list[dict], *, require_terminal: bool = True, open_responses: bool = True
+) -> None:
     """Check parsed Responses events against every strict-client rule; raise StreamViolation.
 
     With ``require_terminal=False`` a stream cut before its terminal event is accepted (every
@@ -637,8 +650,10 @@ def sse_frames(raw: bytes, *, complete: bool = True) -> list[tuple[str | None, b
             named = True
         else:
             field = line.partition(b":")[0][:40]
-            raise StreamViolation(f"line {number}: unexpected SSE line (field {field!r}); "
-                                  "only `event:`, `data:` and `:` comments are sent")
+            raise StreamViolation(
+                f"line {number}: unexpected SSE line (field {field!r}); "
+                "only `event:`, `data:` and `:` comments are sent"
+            )
     if complete:
         if tail:
             raise StreamViolation(f"line {len(lines) + 1}: stream ends in the middle of a line {tail[:40]!r}")
@@ -728,8 +743,11 @@ class _ChatChecker:
         if chunk.get("object") != "chat.completion.chunk":
             self.fail(f"object is {chunk.get('object')!r}, expected 'chat.completion.chunk'")
         if self.first is None:
-            if not _nonempty_str(chunk.get("id")) or not _nonempty_str(chunk.get("model")) \
-                    or not _is_int(chunk.get("created")):
+            if (
+                not _nonempty_str(chunk.get("id"))
+                or not _nonempty_str(chunk.get("model"))
+                or not _is_int(chunk.get("created"))
+            ):
                 self.fail("first chunk needs a non-empty id, model and an integer created")
             self.first = chunk
         for key in _SET_ONCE:
@@ -747,8 +765,11 @@ class _ChatChecker:
         self.choice(choices[0])
 
     def error(self, error: Any) -> None:
-        if not isinstance(error, dict) or not _nonempty_str(error.get("message")) \
-                or not _nonempty_str(error.get("type")):
+        if (
+            not isinstance(error, dict)
+            or not _nonempty_str(error.get("message"))
+            or not _nonempty_str(error.get("type"))
+        ):
             self.fail("error frame needs error {message, type}")
         if self.finish is not None:
             self.fail("error frame after finish_reason")
@@ -801,8 +822,12 @@ class _ChatChecker:
             for fragment in calls:
                 self.tool_call(fragment)
         for key, value in delta.items():
-            if key != "tool_calls" and isinstance(value, list) and value \
-                    and all(isinstance(v, dict) and "index" not in v for v in value):
+            if (
+                key != "tool_calls"
+                and isinstance(value, list)
+                and value
+                and all(isinstance(v, dict) and "index" not in v for v in value)
+            ):
                 if key in self.object_lists:
                     self.fail(f"delta.{key} (a list of objects without index) sent twice")
                 self.object_lists.add(key)
@@ -820,13 +845,19 @@ class _ChatChecker:
         if index > len(self.calls) or index < 0:
             self.fail(f"tool call index {index} leaves a gap (next is {len(self.calls)})")
         if index == len(self.calls):
-            if not _nonempty_str(fragment.get("id")) or fragment.get("type") != "function" \
-                    or not _nonempty_str(function.get("name")):
+            if (
+                not _nonempty_str(fragment.get("id"))
+                or fragment.get("type") != "function"
+                or not _nonempty_str(function.get("name"))
+            ):
                 self.fail(f"tool call {index}: first fragment needs id, type 'function' and name")
             self.calls.append(fragment["id"])
             return
-        for key, value in (("id", fragment.get("id")), ("type", fragment.get("type")),
-                           ("function.name", function.get("name"))):
+        for key, value in (
+            ("id", fragment.get("id")),
+            ("type", fragment.get("type")),
+            ("function.name", function.get("name")),
+        ):
             if value is not None:
                 self.fail(f"tool call {index}: {key} repeated after the first fragment")
 
@@ -900,8 +931,7 @@ def accumulate_chat(chunks: list[dict], *, reasoning_field: str = "reasoning_con
             out["usage"] = chunk["usage"]
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
-            for name, key in (("content", "content"), ("refusal", "refusal"),
-                              ("reasoning", reasoning_field)):
+            for name, key in (("content", "content"), ("refusal", "refusal"), ("reasoning", reasoning_field)):
                 if isinstance(delta.get(key), str):
                     texts[name] = texts[name] or []
                     texts[name].append(delta[key])

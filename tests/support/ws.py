@@ -42,8 +42,10 @@ GUARD = 30.0  # seconds: hang guard of one receive; every frame awaited here com
 MAX_FRAMES = 100_000  # frames one turn may take before a test gives up (bounded loops)
 
 # Python internals that must never reach a client in an error message.
-LEAK_RE = re.compile(r"Traceback|File \"|site-packages|\.py\b|<[A-Za-z_.]*(?:Error|Exception)\b|"
-                     r"\b(?:[A-Z][a-z0-9]+){1,5}(?:Error|Exception)\b")
+LEAK_RE = re.compile(
+    r"Traceback|File \"|site-packages|\.py\b|<[A-Za-z_.]*(?:Error|Exception)\b|"
+    r"\b(?:[A-Z][a-z0-9]+){1,5}(?:Error|Exception)\b"
+)
 
 
 class FrameViolation(StreamViolation):
@@ -167,8 +169,10 @@ class FrameLog:
                 errors.append(frame)
             elif current is None:
                 if frame["type"] != "response.created":
-                    raise FrameViolation(f"{self.label} frame #{n}: {frame['type']!r} outside a response "
-                                         "(a response starts with response.created)")
+                    raise FrameViolation(
+                        f"{self.label} frame #{n}: {frame['type']!r} outside a response "
+                        "(a response starts with response.created)"
+                    )
                 current = [frame]
             else:
                 current.append(frame)
@@ -196,8 +200,10 @@ class FrameLog:
             check_error_frame(frame, f"{self.label} error frame #{n}")
         if open_response is not None:
             if not self.cut_allowed:
-                raise FrameViolation(f"{self.label}: a response ({len(open_response)} events, last "
-                                     f"{open_response[-1]['type']!r}) never got its terminal event")
+                raise FrameViolation(
+                    f"{self.label}: a response ({len(open_response)} events, last "
+                    f"{open_response[-1]['type']!r}) never got its terminal event"
+                )
             validate_responses_events(open_response, require_terminal=False)
         return len(responses), len(errors)
 
@@ -326,8 +332,9 @@ class FrameRecorder:
         return log
 
     @contextlib.asynccontextmanager
-    async def connect(self, url: str, *, headers: dict[str, str] | None = None,
-                      label: str = "", **kw: Any) -> AsyncIterator[RawWS]:
+    async def connect(
+        self, url: str, *, headers: dict[str, str] | None = None, label: str = "", **kw: Any
+    ) -> AsyncIterator[RawWS]:
         """A raw aiohttp WebSocket to ``url`` (its own session); closed on the way out."""
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=GUARD)) as session:
             ws = await session.ws_connect(url, headers=headers, autoping=True, **kw)
@@ -350,4 +357,4 @@ class FrameRecorder:
 
 
 def ws_url(http_url: str, path: str = "/v1/responses") -> str:
-    return "ws" + http_url[len("http"):] + path if http_url.startswith("http") else http_url + path
+    return "ws" + http_url[len("http") :] + path if http_url.startswith("http") else http_url + path

@@ -71,27 +71,50 @@ def types(out: list[dict]) -> list[str]:
 
 
 def test_empty_first_content_opens_nothing() -> None:
-    out = run([ch({"role": "assistant", "content": ""}), ch({"tool_calls": [
-        {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, "tool_calls")])
+    out = run(
+        [
+            ch({"role": "assistant", "content": ""}),
+            ch(
+                {
+                    "tool_calls": [
+                        {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ]
+                },
+                "tool_calls",
+            ),
+        ]
+    )
     assert [e["item"]["type"] for e in out if e["type"] == "response.output_item.added"] == ["function_call"]
 
 
 def test_usage_waits_for_trailing_chunk() -> None:
-    out = run([ch({"content": "x"}, "stop"), {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4,
-                                                                         "total_tokens": 7}}])
+    out = run(
+        [
+            ch({"content": "x"}, "stop"),
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}},
+        ]
+    )
     usage = out[-1]["response"]["usage"]
     assert usage["input_tokens"] == 3 and usage["output_tokens"] == 4 and usage["total_tokens"] == 7
     assert usage["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
     assert usage["output_tokens_details"] == {"reasoning_tokens": 0}
 
 
-@pytest.mark.parametrize(("reason", "terminal", "detail"), [
-    ("stop", "response.completed", None), ("tool_calls", "response.completed", None),
-    (None, "response.completed", None), ("length", "response.incomplete", "max_output_tokens"),
-    ("model_length", "response.incomplete", "max_output_tokens"),  # Mistral: the context length reached
-    ("content_filter", "response.incomplete", "content_filter"), ("weird_reason", "response.completed", None),
-    ("insufficient_system_resource", "response.failed", "insufficient_system_resource"),
-    ("error", "response.failed", "upstream_error"), ("abort", "response.failed", "upstream_aborted")])
+@pytest.mark.parametrize(
+    ("reason", "terminal", "detail"),
+    [
+        ("stop", "response.completed", None),
+        ("tool_calls", "response.completed", None),
+        (None, "response.completed", None),
+        ("length", "response.incomplete", "max_output_tokens"),
+        ("model_length", "response.incomplete", "max_output_tokens"),  # Mistral: the context length reached
+        ("content_filter", "response.incomplete", "content_filter"),
+        ("weird_reason", "response.completed", None),
+        ("insufficient_system_resource", "response.failed", "insufficient_system_resource"),
+        ("error", "response.failed", "upstream_error"),
+        ("abort", "response.failed", "upstream_aborted"),
+    ],
+)
 def test_finish_reasons(reason: str | None, terminal: str, detail: str | None) -> None:
     """``detail``: the incomplete reason, or the error code of a failed response."""
     out = run([ch({"content": "x"}, reason)])
@@ -114,11 +137,21 @@ def test_finish_reasons(reason: str | None, terminal: str, detail: str | None) -
 
 
 def test_reasoning_spellings_not_doubled() -> None:
-    out = run([ch({"reasoning": "ab", "reasoning_details": [{"type": "reasoning.text", "text": "ab"}]}),
-               ch({"reasoning_content": "cd", "reasoning_details": [{"type": "reasoning.text", "text": "cd"}]}),
-               ch({"reasoning_details": [{"type": "reasoning.summary", "summary": "ef"},
-                                         {"type": "reasoning.encrypted", "data": "zzz"}]}),
-               ch({"content": "done"}, "stop")])
+    out = run(
+        [
+            ch({"reasoning": "ab", "reasoning_details": [{"type": "reasoning.text", "text": "ab"}]}),
+            ch({"reasoning_content": "cd", "reasoning_details": [{"type": "reasoning.text", "text": "cd"}]}),
+            ch(
+                {
+                    "reasoning_details": [
+                        {"type": "reasoning.summary", "summary": "ef"},
+                        {"type": "reasoning.encrypted", "data": "zzz"},
+                    ]
+                }
+            ),
+            ch({"content": "done"}, "stop"),
+        ]
+    )
     items = out[-1]["response"]["output"]
     assert items[0]["content"][0]["text"] == "abcdef"
 
@@ -126,14 +159,20 @@ def test_reasoning_spellings_not_doubled() -> None:
 def test_reasoning_closed_before_next_item() -> None:
     out = run([ch({"reasoning_content": "r"}), ch({"content": "t"}, "stop")])
     t = types(out)
-    assert t.index("response.reasoning_text.done") < t.index("response.output_item.done") < t.index("response.output_text.delta")
+    assert (
+        t.index("response.reasoning_text.done")
+        < t.index("response.output_item.done")
+        < t.index("response.output_text.delta")
+    )
 
 
 def test_refusal_and_text_parts() -> None:
     out = run([ch({"content": "a"}), ch({"refusal": "no"}), ch({}, "stop")])
     content = out[-1]["response"]["output"][0]["content"]
-    assert content == [{"type": "output_text", "text": "a", "annotations": [], "logprobs": []},
-                       {"type": "refusal", "refusal": "no"}]
+    assert content == [
+        {"type": "output_text", "text": "a", "annotations": [], "logprobs": []},
+        {"type": "refusal", "refusal": "no"},
+    ]
 
 
 def test_generated_call_id_when_missing() -> None:
@@ -142,12 +181,19 @@ def test_generated_call_id_when_missing() -> None:
 
 
 def test_object_arguments_are_serialised() -> None:
-    out = run([ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}, "tool_calls")])
+    out = run(
+        [ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}, "tool_calls")]
+    )
     assert out[-1]["response"]["output"][0]["arguments"] == '{"a": 1}'
 
 
 def test_legacy_function_call_delta() -> None:
-    out = run([ch({"function_call": {"name": "f", "arguments": "{\"a\""}}), ch({"function_call": {"arguments": ":1}"}}, "function_call")])
+    out = run(
+        [
+            ch({"function_call": {"name": "f", "arguments": '{"a"'}}),
+            ch({"function_call": {"arguments": ":1}"}}, "function_call"),
+        ]
+    )
     item = out[-1]["response"]["output"][0]
     assert (item["name"], item["arguments"]) == ("f", '{"a":1}')
 
@@ -155,13 +201,19 @@ def test_legacy_function_call_delta() -> None:
 def test_legacy_function_call_beside_tool_calls_is_one_call() -> None:
     """llama-cpp-python sends every fragment twice in one delta: in ``tool_calls`` and in the
     legacy ``function_call``. One call, its arguments once."""
+
     def both(args: str, first: bool = False) -> dict:
         head = {"id": "call_1", "type": "function"} if first else {}
-        return {"function_call": {"name": "get_weather", "arguments": args},
-                "tool_calls": [{"index": 0, **head, "function": {"name": "get_weather", "arguments": args}}]}
+        return {
+            "function_call": {"name": "get_weather", "arguments": args},
+            "tool_calls": [{"index": 0, **head, "function": {"name": "get_weather", "arguments": args}}],
+        }
+
     out = run([ch(both("{", first=True)), ch(both('"city": "Paris"')), ch(both("}")), ch({}, "tool_calls")])
     calls = [i for i in out[-1]["response"]["output"] if i["type"] == "function_call"]
-    assert [(c["call_id"], c["name"], c["arguments"]) for c in calls] == [("call_1", "get_weather", '{"city": "Paris"}')]
+    assert [(c["call_id"], c["name"], c["arguments"]) for c in calls] == [
+        ("call_1", "get_weather", '{"city": "Paris"}')
+    ]
     assert types(out).count("response.output_item.added") == 1
 
 
@@ -187,17 +239,23 @@ def test_finish_reason_not_text_fails_the_stream(reason: object) -> None:
     reported when it arrives (an unhashable one once broke ``finish`` with a TypeError)."""
     out = run([ch({"content": "a"}), ch({}, reason), ch({"content": "late"})])  # type: ignore[arg-type]
     assert types(out)[-2:] == ["error", "response.failed"]
-    assert out[-1]["response"]["error"] == {"code": "upstream_protocol_error",
-                                            "message": "the upstream sent a finish_reason that is not text"}
+    assert out[-1]["response"]["error"] == {
+        "code": "upstream_protocol_error",
+        "message": "the upstream sent a finish_reason that is not text",
+    }
     assert "late" not in [e.get("delta") for e in out]
 
 
-@pytest.mark.parametrize("last", [
-    ch({"content": "x"}),
-    ch({"reasoning_content": "r"}),
-    ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{"}}]}),
-    ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "g", "arguments": "{"}}]}),
-], ids=["text", "reasoning", "function", "custom"])
+@pytest.mark.parametrize(
+    "last",
+    [
+        ch({"content": "x"}),
+        ch({"reasoning_content": "r"}),
+        ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{"}}]}),
+        ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "g", "arguments": "{"}}]}),
+    ],
+    ids=["text", "reasoning", "function", "custom"],
+)
 def test_unclean_end_is_a_valid_failed_stream(last: dict) -> None:
     out = run([ch({"content": "a"}), last], clean=False, tools=ToolContext(custom_tools=frozenset({"g"})))
     assert types(out)[-2:] == ["error", "response.failed"]
@@ -225,7 +283,9 @@ def test_fail_before_start_still_well_formed() -> None:
 
 def test_extra_choices_counted_not_mixed() -> None:
     m = machine()
-    out = m.start() + m.feed({"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]})
+    out = m.start() + m.feed(
+        {"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]}
+    )
     out += m.finish()
     check(out)
     assert out[-1]["response"]["output"][0]["content"][0]["text"] == "a"
@@ -234,7 +294,10 @@ def test_extra_choices_counted_not_mixed() -> None:
 
 def test_namespace_call_carries_namespace() -> None:
     tools = ToolContext(namespaced={"ns__read": ("ns", "read")})
-    out = run([ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "ns__read", "arguments": "{}"}}]})], tools=tools)
+    out = run(
+        [ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "ns__read", "arguments": "{}"}}]})],
+        tools=tools,
+    )
     item = out[-1]["response"]["output"][0]
     assert (item["name"], item["namespace"]) == ("read", "ns")
 
@@ -245,16 +308,32 @@ delta_st = st.one_of(
     st.fixed_dictionaries({"content": st.text(max_size=5)}),
     st.fixed_dictionaries({"reasoning_content": st.text(max_size=5)}),
     st.fixed_dictionaries({"refusal": st.text(min_size=1, max_size=3)}),
-    st.fixed_dictionaries({"tool_calls": st.lists(st.fixed_dictionaries({
-        "index": st.integers(0, 2), "id": st.sampled_from([None, "c1", "c2"]),
-        "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", ""]), "arguments": st.text(max_size=4)})}),
-        max_size=2)}),
+    st.fixed_dictionaries(
+        {
+            "tool_calls": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "index": st.integers(0, 2),
+                        "id": st.sampled_from([None, "c1", "c2"]),
+                        "function": st.fixed_dictionaries(
+                            {"name": st.sampled_from(["f", "g", ""]), "arguments": st.text(max_size=4)}
+                        ),
+                    }
+                ),
+                max_size=2,
+            )
+        }
+    ),
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(delta_st, max_size=12), st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"]),
-       st.booleans(), st.integers(0, 1000))
+@given(
+    st.lists(delta_st, max_size=12),
+    st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"]),
+    st.booleans(),
+    st.integers(0, 1000),
+)
 def test_random_streams_always_valid(deltas: list[dict], finish: str | None, clean: bool, seed: int) -> None:
     from tests.support.splitting import split_points
 
@@ -284,12 +363,17 @@ def _sealed_run(capture: str) -> tuple[list[dict], list[tuple[str, list | None]]
 
     chunks = [c for c in data_objects(read_capture(capture)) if isinstance(c, dict)]
     out = run(chunks, seal_reasoning=seal)
-    return out, sealed[:len(sealed) // 3]  # run() drives three machines: the first one's seals
+    return out, sealed[: len(sealed) // 3]  # run() drives three machines: the first one's seals
 
 
 def _capture_details(capture: str) -> list[dict]:
-    return [d for c in data_objects(read_capture(capture)) if isinstance(c, dict) for ch_ in c.get("choices") or ()
-            for d in (ch_.get("delta") or {}).get("reasoning_details") or ()]
+    return [
+        d
+        for c in data_objects(read_capture(capture))
+        if isinstance(c, dict)
+        for ch_ in c.get("choices") or ()
+        for d in (ch_.get("delta") or {}).get("reasoning_details") or ()
+    ]
 
 
 def test_thought_signature_alone_gets_a_reasoning_item_before_the_calls() -> None:
@@ -310,10 +394,11 @@ def test_streamed_signed_thinking_is_sealed_whole() -> None:
     raw = _capture_details(capture)
     text = "".join(d.get("text") or "" for d in raw)
     signature = [d["signature"] for d in raw if d.get("signature")][-1]
-    (sealed_text, details), = sealed
+    ((sealed_text, details),) = sealed
     assert sealed_text == text == out[-1]["response"]["output"][0]["content"][0]["text"]
-    assert details == [{"type": "reasoning.text", "text": text, "signature": signature,
-                        "format": "anthropic-claude-v1", "index": 0}]
+    assert details == [
+        {"type": "reasoning.text", "text": text, "signature": signature, "format": "anthropic-claude-v1", "index": 0}
+    ]
 
 
 def test_details_without_sealing_add_nothing() -> None:
@@ -324,8 +409,14 @@ def test_details_without_sealing_add_nothing() -> None:
 
 def test_details_left_after_the_text_get_a_reasoning_item_at_the_end() -> None:
     seals: list = []
-    out = run([ch({"content": "Hi"}), ch({"reasoning_details": [{"type": "reasoning.encrypted", "data": "z"}]}),
-               ch({}, "stop")], seal_reasoning=lambda text, details: seals.append(details) or "t")
+    out = run(
+        [
+            ch({"content": "Hi"}),
+            ch({"reasoning_details": [{"type": "reasoning.encrypted", "data": "z"}]}),
+            ch({}, "stop"),
+        ],
+        seal_reasoning=lambda text, details: seals.append(details) or "t",
+    )
     output = out[-1]["response"]["output"]
     assert [i["type"] for i in output] == ["message", "reasoning"] and output[1]["encrypted_content"] == "t"
     assert seals[0] == [{"type": "reasoning.encrypted", "data": "z"}]

@@ -42,11 +42,14 @@ def test_trigger_must_be_last_and_alone() -> None:
     assert info.value.param == "input[0]"
 
 
-@pytest.mark.parametrize(("placement", "expected"), [
-    ("merge", [{"role": "system", "content": "s\n\nd1\n\nd2"}, U, A, U]),
-    ("keep", [S, {"role": "system", "content": "d1"}, U, A, {"role": "system", "content": "d2"}, U]),
-    ("user", [S, {"role": "user", "content": "d1"}, U, A, {"role": "user", "content": "d2"}, U]),
-])
+@pytest.mark.parametrize(
+    ("placement", "expected"),
+    [
+        ("merge", [{"role": "system", "content": "s\n\nd1\n\nd2"}, U, A, U]),
+        ("keep", [S, {"role": "system", "content": "d1"}, U, A, {"role": "system", "content": "d2"}, U]),
+        ("user", [S, {"role": "user", "content": "d1"}, U, A, {"role": "user", "content": "d2"}, U]),
+    ],
+)
 def test_system_placement(placement: Any, expected: list[dict[str, Any]]) -> None:
     messages = [S, {"role": "system", "content": "d1"}, U, A, {"role": "system", "content": "d2"}, U]
     assert place_system(messages, placement, "system") == expected
@@ -68,11 +71,23 @@ def test_window_keeps_system_and_user_messages_but_not_older_summaries() -> None
 
 
 def test_summary_request_has_no_tools_and_ends_with_the_prompt() -> None:
-    chat = {"model": "m", "messages": [S, U], "tools": [{}], "tool_choice": "auto", "parallel_tool_calls": True,
-            "response_format": {"type": "json_object"}, "temperature": 0.2, "stream": True}
+    chat = {
+        "model": "m",
+        "messages": [S, U],
+        "tools": [{}],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "response_format": {"type": "json_object"},
+        "temperature": 0.2,
+        "stream": True,
+    }
     asked = summary_request(chat, "P")
-    assert asked == {"model": "m", "messages": [S, U, {"role": "user", "content": "P"}], "temperature": 0.2,
-                     "stream": True}
+    assert asked == {
+        "model": "m",
+        "messages": [S, U, {"role": "user", "content": "P"}],
+        "temperature": 0.2,
+        "stream": True,
+    }
     assert chat["messages"] == [S, U]  # not changed in place
 
 
@@ -83,12 +98,15 @@ def test_estimate_grows_with_the_input_and_counts_tools() -> None:
     assert estimate_tokens([U], [{"type": "function", "function": {"name": "f" * 80}}]) > one + 20
 
 
-@pytest.mark.parametrize(("entries", "param"), [
-    ([{"type": "other"}], "context_management[0].type"),
-    ([{"type": "compaction", "compact_threshold": 0}], "context_management[0].compact_threshold"),
-    ([{"type": "compaction", "compact_threshold": "9"}], "context_management[0].compact_threshold"),
-    (["x"], "context_management[0]"),
-])
+@pytest.mark.parametrize(
+    ("entries", "param"),
+    [
+        ([{"type": "other"}], "context_management[0].type"),
+        ([{"type": "compaction", "compact_threshold": 0}], "context_management[0].compact_threshold"),
+        ([{"type": "compaction", "compact_threshold": "9"}], "context_management[0].compact_threshold"),
+        (["x"], "context_management[0]"),
+    ],
+)
 def test_bad_context_management(entries: list[Any], param: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         compact_threshold({"context_management": entries})
@@ -103,9 +121,13 @@ def test_threshold() -> None:
 
 def test_compacted_output_is_the_user_messages_then_the_item() -> None:
     item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "t"}
-    items = [{"type": "message", "role": "developer", "content": []}, {"type": "message", "role": "user", "content": []},
-             {"type": "function_call", "call_id": "c"}, {"type": "message", "role": "assistant", "content": []},
-             {"role": "user", "content": "x"}]
+    items = [
+        {"type": "message", "role": "developer", "content": []},
+        {"type": "message", "role": "user", "content": []},
+        {"type": "function_call", "call_id": "c"},
+        {"type": "message", "role": "assistant", "content": []},
+        {"role": "user", "content": "x"},
+    ]
     assert compacted_output(items, item) == [items[1], items[4], item]
 
 
@@ -128,17 +150,22 @@ def test_summary_leg_ignores_other_choices_and_reasoning() -> None:
     leg.feed({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
     out = leg.finish()
     final = main.final_response
-    assert final is not None and final["output"] == [{"id": "cmp_1", "type": "compaction", "encrypted_content": "sealed:AB"}]
+    assert final is not None and final["output"] == [
+        {"id": "cmp_1", "type": "compaction", "encrypted_content": "sealed:AB"}
+    ]
     assert final["usage"]["total_tokens"] == 5 and out[-1]["type"] == "response.completed"
 
 
-@pytest.mark.parametrize(("chunks", "clean", "code"), [
-    ([_chunk("x")], False, "upstream_truncated"),
-    ([_chunk("x", "content_filter")], True, "content_filter"),
-    ([_chunk("  \n", "stop")], True, "empty_summary"),
-    ([{"error": {"message": "boom", "code": "overloaded"}}], True, "overloaded"),
-    ([{"choices": "nope"}], True, "upstream_protocol_error"),
-])
+@pytest.mark.parametrize(
+    ("chunks", "clean", "code"),
+    [
+        ([_chunk("x")], False, "upstream_truncated"),
+        ([_chunk("x", "content_filter")], True, "content_filter"),
+        ([_chunk("  \n", "stop")], True, "empty_summary"),
+        ([{"error": {"message": "boom", "code": "overloaded"}}], True, "overloaded"),
+        ([{"choices": "nope"}], True, "upstream_protocol_error"),
+    ],
+)
 def test_summary_leg_failures(chunks: list[dict[str, Any]], clean: bool, code: str) -> None:
     main, leg = _leg()
     leg.start()

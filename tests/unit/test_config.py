@@ -17,7 +17,7 @@ def test_example_config_is_complete_and_valid() -> None:
 
 def test_precedence_file_env_flags(tmp_path: Path) -> None:
     f = tmp_path / "c.toml"
-    f.write_text("[server]\nport = 1111\nhost = \"0.0.0.0\"\n")
+    f.write_text('[server]\nport = 1111\nhost = "0.0.0.0"\n')
     assert load_config(f, {}).server.port == 1111
     assert load_config(f, {"CROSSFEED_PORT": "2222"}).server.port == 2222
     assert load_config(f, {"CROSSFEED_SERVER__PORT": "3333"}).server.port == 3333
@@ -25,16 +25,19 @@ def test_precedence_file_env_flags(tmp_path: Path) -> None:
     assert load_config(f, {}).server.host == "0.0.0.0"
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("[server]\nprot = 1\n", "server.prot (in "),
-    ("[server]\nport = \"x\"\n", "server.port"),
-    ("[[upstreams]]\nbase_url = \"ftp://x\"\n", "upstreams.0.base_url"),
-    ("[[upstreams]]\nname = \"a\"\n[[upstreams]]\nname = \"a\"\n", "unique"),
-    ("[[upstreams]]\napi = \"grpc\"\n", "upstreams.0.api"),
-    ("[[upstreams]]\n[upstreams.timeouts]\nidle = -1\n", "upstreams.0.timeouts.idle"),
-    ("[store]\nbackend = \"redis\"\nredis_url = \"redis://:hunter2@host/0\"\n", "must not hold credentials"),
-    ("not toml = = 1", "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[server]\nprot = 1\n", "server.prot (in "),
+        ('[server]\nport = "x"\n', "server.port"),
+        ('[[upstreams]]\nbase_url = "ftp://x"\n', "upstreams.0.base_url"),
+        ('[[upstreams]]\nname = "a"\n[[upstreams]]\nname = "a"\n', "unique"),
+        ('[[upstreams]]\napi = "grpc"\n', "upstreams.0.api"),
+        ("[[upstreams]]\n[upstreams.timeouts]\nidle = -1\n", "upstreams.0.timeouts.idle"),
+        ('[store]\nbackend = "redis"\nredis_url = "redis://:hunter2@host/0"\n', "must not hold credentials"),
+        ("not toml = = 1", "invalid TOML"),
+    ],
+)
 def test_bad_files_name_the_key(tmp_path: Path, text: str, fragment: str) -> None:
     f = tmp_path / "c.toml"
     f.write_text(text)
@@ -62,7 +65,9 @@ def _upstreams(tmp_path: Path, text: str) -> Config:
 def test_routing_most_specific_wins_whatever_the_order(tmp_path: Path) -> None:
     # The catch-all comes first, as in config.example.toml: the narrower upstreams after it
     # must still get their models.
-    cfg = _upstreams(tmp_path, """
+    cfg = _upstreams(
+        tmp_path,
+        """
 [[upstreams]]
 name = "local"
 models = ["*"]
@@ -75,16 +80,19 @@ models = ["deepseek-*", "exact-model"]
 name = "other"
 base_url = "http://127.0.0.1:9/v1"
 models = ["deepseek-reasoner", "deep*"]
-""")
-    assert cfg.route("deepseek-chat").name == "deepseek"       # pattern beats the catch-all
-    assert cfg.route("exact-model").name == "deepseek"         # exact name
-    assert cfg.route("deepseek-reasoner").name == "other"      # exact beats an earlier pattern
-    assert cfg.route("deepest").name == "other"                # only the later pattern matches
-    assert cfg.route("qwen3").name == "local"                  # nothing narrower: the default
+""",
+    )
+    assert cfg.route("deepseek-chat").name == "deepseek"  # pattern beats the catch-all
+    assert cfg.route("exact-model").name == "deepseek"  # exact name
+    assert cfg.route("deepseek-reasoner").name == "other"  # exact beats an earlier pattern
+    assert cfg.route("deepest").name == "other"  # only the later pattern matches
+    assert cfg.route("qwen3").name == "local"  # nothing narrower: the default
 
 
 def test_routing_default_before_a_bare_star_then_404(tmp_path: Path) -> None:
-    cfg = _upstreams(tmp_path, """
+    cfg = _upstreams(
+        tmp_path,
+        """
 [[upstreams]]
 name = "unnamed-models"
 [[upstreams]]
@@ -92,24 +100,31 @@ name = "fallback"
 base_url = "http://127.0.0.1:9/v1"
 models = ["x-*"]
 default = true
-""")
+""",
+    )
     assert cfg.route("x-1").name == "fallback"
     assert cfg.route("y").name == "fallback"  # marked default beats an upstream listing only "*"
-    cfg = _upstreams(tmp_path, """
+    cfg = _upstreams(
+        tmp_path,
+        """
 [[upstreams]]
 name = "a"
 models = ["a-*"]
 [[upstreams]]
 name = "b"
 base_url = "http://127.0.0.1:9/v1"
-""")
+""",
+    )
     assert cfg.route("a-1").name == "a"
     assert cfg.route("z").name == "b"  # no default: the upstream that lists "*"
-    cfg = _upstreams(tmp_path, """
+    cfg = _upstreams(
+        tmp_path,
+        """
 [[upstreams]]
 name = "a"
 models = ["a-*", "a?c", "[xy]z"]
-""")
+""",
+    )
     assert cfg.route("abc").name == "a" and cfg.route("yz").name == "a"
     assert cfg.route("b") is None  # 404 model_not_found
 
@@ -133,8 +148,11 @@ def test_errors_blame_their_source_in_plain_words(tmp_path: Path) -> None:
     empty.write_text("")
     cases = [
         ({"CROSSFEED_PORT": "abc"}, None, "server.port (from $CROSSFEED_PORT): must be a whole number, got 'abc'"),
-        ({"CROSSFEED_UPSTREAM__TIMEOUTS__IDLE": "-1"}, None,
-         "upstreams.0.timeouts.idle (from $CROSSFEED_UPSTREAM__TIMEOUTS__IDLE): must be above 0"),
+        (
+            {"CROSSFEED_UPSTREAM__TIMEOUTS__IDLE": "-1"},
+            None,
+            "upstreams.0.timeouts.idle (from $CROSSFEED_UPSTREAM__TIMEOUTS__IDLE): must be above 0",
+        ),
         ({}, ({"server.port": 70000}, {"server.port": "--port"}), "server.port (from --port): must be at most 65535"),
         ({"CROSSFEED_LOG_LEVEL": "loud"}, None, "logging.level (from $CROSSFEED_LOG_LEVEL): must be one of"),
     ]
@@ -156,6 +174,13 @@ def test_a_misspelt_variable_is_named_with_the_right_one(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"\$CROSSFEED_UPSTRAEM: .*did you mean \$CROSSFEED_UPSTREAM\?"):
         load_config(None, {"CROSSFEED_UPSTRAEM": "http://x/v1"})
     # a script's own CROSSFEED_* variables, and the ones the config names, are not typos
-    cfg = load_config(None, {"CROSSFEED_TEST_REDIS_URL": "redis://x", "CROSSFEED_CODEX_BIN": "/x",
-                             "CROSSFEED_HOSTS": "k", "CROSSFEED_UPSTREAM__API_KEY_ENV": "CROSSFEED_HOSTS"})
+    cfg = load_config(
+        None,
+        {
+            "CROSSFEED_TEST_REDIS_URL": "redis://x",
+            "CROSSFEED_CODEX_BIN": "/x",
+            "CROSSFEED_HOSTS": "k",
+            "CROSSFEED_UPSTREAM__API_KEY_ENV": "CROSSFEED_HOSTS",
+        },
+    )
     assert cfg.upstreams[0].api_key_env == "CROSSFEED_HOSTS"  # one letter from CROSSFEED_HOST, but named

@@ -13,8 +13,11 @@ def test_crossfeed_alone_is_quiet() -> None:
 
 
 def test_a_neighbour_under_our_names_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(install_check, "packages_distributions",
-                        lambda: {"proxy": ["crossfeed", "proxy.py"], "translators": ["crossfeed"], "yaml": ["PyYAML"]})
+    monkeypatch.setattr(
+        install_check,
+        "packages_distributions",
+        lambda: {"proxy": ["crossfeed", "proxy.py"], "translators": ["crossfeed"], "yaml": ["PyYAML"]},
+    )
     assert install_check.foreign_owners() == {"proxy": ["proxy.py"]}
     text = install_check.warning()
     assert text is not None and "'proxy' also from proxy.py" in text and "virtual environment" in text

@@ -20,26 +20,40 @@ from translators.input_messages import is_item_reference, item_references, resol
 from translators.options import BackendProfile
 from translators.responses_request import responses_request_to_chat
 
-ASSISTANT = {"id": "msg_a1", "type": "message", "role": "assistant", "status": "completed",
-             "content": [{"type": "output_text", "text": "Hi Ann.", "annotations": []}]}
-CALL = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}",
-        "status": "completed"}
+ASSISTANT = {
+    "id": "msg_a1",
+    "type": "message",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "Hi Ann.", "annotations": []}],
+}
+CALL = {
+    "id": "fc_1",
+    "type": "function_call",
+    "call_id": "call_1",
+    "name": "lookup",
+    "arguments": "{}",
+    "status": "completed",
+}
 USER = {"role": "user", "content": "I am Ann."}
 
 
 # -- pure: finding and replacing ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("item", "expected"), [
-    ({"type": "item_reference", "id": "msg_1"}, True),
-    ({"id": "msg_1"}, True),
-    ({"id": "msg_1", "type": None}, True),
-    ({"type": "item_reference"}, True),  # a reference without its id: found, then a 400
-    ({"id": "msg_1", "role": "user", "content": "x"}, False),
-    ({"id": "msg_1", "content": "x"}, False),
-    (CALL, False),
-    ("msg_1", False),
-])
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ({"type": "item_reference", "id": "msg_1"}, True),
+        ({"id": "msg_1"}, True),
+        ({"id": "msg_1", "type": None}, True),
+        ({"type": "item_reference"}, True),  # a reference without its id: found, then a 400
+        ({"id": "msg_1", "role": "user", "content": "x"}, False),
+        ({"id": "msg_1", "content": "x"}, False),
+        (CALL, False),
+        ("msg_1", False),
+    ],
+)
 def test_is_item_reference(item: Any, expected: bool) -> None:
     assert is_item_reference(item) is expected
 
@@ -50,12 +64,15 @@ def test_item_references_positions() -> None:
     assert item_references("hello") == [] and item_references(None) == [] and item_references([USER]) == []
 
 
-@pytest.mark.parametrize(("ref", "code"), [
-    ({"type": "item_reference"}, "missing_required_parameter"),
-    ({"type": "item_reference", "id": ""}, "missing_required_parameter"),
-    ({"type": "item_reference", "id": 7}, "invalid_type"),
-    ({"id": ["msg_1"]}, "invalid_type"),
-])
+@pytest.mark.parametrize(
+    ("ref", "code"),
+    [
+        ({"type": "item_reference"}, "missing_required_parameter"),
+        ({"type": "item_reference", "id": ""}, "missing_required_parameter"),
+        ({"type": "item_reference", "id": 7}, "invalid_type"),
+        ({"id": ["msg_1"]}, "invalid_type"),
+    ],
+)
 def test_a_bad_id_names_input_i_id(ref: dict[str, Any], code: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         item_references([USER, ref])
@@ -86,8 +103,10 @@ def test_an_unknown_id_is_a_400_saying_what_to_send() -> None:
 def test_resolved_items_map_like_the_items_themselves() -> None:
     profile = BackendProfile()
     sent = {"model": "m", "input": [USER, ASSISTANT, {"role": "user", "content": "Who am I?"}]}
-    refs = {"model": "m", "input": [USER, {"type": "item_reference", "id": "msg_a1"},
-                                    {"role": "user", "content": "Who am I?"}]}
+    refs = {
+        "model": "m",
+        "input": [USER, {"type": "item_reference", "id": "msg_a1"}, {"role": "user", "content": "Who am I?"}],
+    }
     resolved = {**refs, "input": resolve_references(refs["input"], {"msg_a1": ASSISTANT})}
     chat = responses_request_to_chat(resolved, profile).chat
     assert chat == responses_request_to_chat(sent, profile).chat
@@ -123,8 +142,12 @@ async def app() -> web.Application:
     app[STORE] = CountingStore()
     app[SAVING] = {}
     app[METRICS] = Metrics()
-    first_in = {"id": "msg_u1", "type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": "I am Ann."}]}
+    first_in = {
+        "id": "msg_u1",
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "I am Ann."}],
+    }
     await app[STORE].save(record("resp_1", "alice", [ASSISTANT], [first_in]))
     await app[STORE].save(record("resp_2", "alice", [CALL], [first_in, ASSISTANT]))
     await app[STORE].save(record("resp_b", "bob", [{**ASSISTANT, "id": "msg_b1"}], []))

@@ -5,8 +5,22 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-FORBIDDEN = {"aiohttp", "asyncio", "structlog", "proxy", "socket", "requests", "httpx", "time", "random",
-             "os", "uuid", "secrets", "logging", "datetime"}
+FORBIDDEN = {
+    "aiohttp",
+    "asyncio",
+    "structlog",
+    "proxy",
+    "socket",
+    "requests",
+    "httpx",
+    "time",
+    "random",
+    "os",
+    "uuid",
+    "secrets",
+    "logging",
+    "datetime",
+}
 
 
 def test_translators_import_nothing_impure() -> None:

@@ -21,8 +21,13 @@ def ch(delta: dict, finish: str | None = None, **extra: object) -> dict:
     return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
 
 
-CALL = ch({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                           "function": {"name": "search", "arguments": '{"q":"x"}'}}]})
+CALL = ch(
+    {
+        "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function", "function": {"name": "search", "arguments": '{"q":"x"}'}}
+        ]
+    }
+)
 USAGE_1 = {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
 USAGE_2 = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
 
@@ -35,8 +40,9 @@ def two_legs(m: ChatToResponsesStream) -> list[dict]:
     assert m.leg is not None and m.leg.finish_reason == "tool_calls"
     assert [c["call_id"] for c in m.leg.calls] == ["call_1"] and m.leg.usage == USAGE_1
     assert not m.done
-    out += m.emit_item({"id": "ws_1", "type": "web_search_call", "status": "completed",
-                        "action": {"type": "search", "query": "x"}})
+    out += m.emit_item(
+        {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "x"}}
+    )
     m.next_leg()
     out += m.feed(ch({"content": "found it"}))
     out += m.feed(ch({}, "stop", usage=USAGE_2))
@@ -93,11 +99,14 @@ def test_between_legs_nothing_is_fed_and_items_only_go_in_between() -> None:
     assert out[-1]["type"] == "response.failed" and out[-1]["response"]["usage"] is None
 
 
-@pytest.mark.parametrize("chunks", [
-    [ch({"content": "Hel"}), ch({"content": "lo"}), ch({}, "stop")],
-    [ch({"reasoning_content": "think"}), ch({"content": "ok"}), ch({}, "stop")],
-    [CALL, ch({"tool_calls": [{"index": 0, "function": {"arguments": "more"}}]}), ch({}, "tool_calls")],
-])
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [ch({"content": "Hel"}), ch({"content": "lo"}), ch({}, "stop")],
+        [ch({"reasoning_content": "think"}), ch({"content": "ok"}), ch({}, "stop")],
+        [CALL, ch({"tool_calls": [{"index": 0, "function": {"arguments": "more"}}]}), ch({}, "tool_calls")],
+    ],
+)
 def test_json_framing_renders_each_event_as_its_json_document(chunks: list[dict]) -> None:
     """A WebSocket sink's frames are exactly the SSE ``data:`` payloads, one document each."""
     sse, js = machine(wire=True), machine(wire=JSON_FRAMING)

@@ -61,8 +61,8 @@ def test_exception_lines_carry_the_traceback(lines: io.StringIO) -> None:
     assert "Traceback" in line["exception"] and "KeyError: 'missing'" in line["exception"]
 
 
-
 # -- batched lines (JSON to a file or a pipe) ---------------------------------------------------
+
 
 class _Sink(io.BytesIO):
     def __init__(self) -> None:

@@ -32,34 +32,64 @@ def test_allowed_tools_rules() -> None:
 
 
 def test_what_the_conversation_holds() -> None:
-    items = [{"type": "mcp_list_tools", "server_label": "a", "tools": [{"name": "t"}]},
-             {"type": "mcp_list_tools", "server_label": "b", "tools": [], "error": "down"},
-             {"type": "mcp_approval_response", "approval_request_id": "r1", "approve": True},
-             {"type": "mcp_approval_response", "approval_request_id": "r2", "approve": "yes"}]
+    items = [
+        {"type": "mcp_list_tools", "server_label": "a", "tools": [{"name": "t"}]},
+        {"type": "mcp_list_tools", "server_label": "b", "tools": [], "error": "down"},
+        {"type": "mcp_approval_response", "approval_request_id": "r1", "approve": True},
+        {"type": "mcp_approval_response", "approval_request_id": "r2", "approve": "yes"},
+    ]
     assert dict(m.listed(items)) == {"a": [{"name": "t"}]}
     assert m.answered(items) == {"r1": True, "r2": False}  # only a true approve approves
 
 
 def test_replayed_mcp_items() -> None:
-    body = {"model": "m", "input": [
-        {"role": "user", "content": "go"},
-        {"type": "mcp_list_tools", "id": "l1", "server_label": "calc", "tools": []},
-        {"type": "mcp_call", "id": "mc1", "server_label": "calc", "name": "add", "arguments": '{"a":1}', "output": "2"},
-        {"type": "mcp_call", "id": "mc2", "server_label": "calc", "name": "fail", "arguments": "{}", "error": "boom"},
-        {"type": "mcp_approval_request", "id": "r1", "server_label": "calc", "name": "add", "arguments": "{}"},
-        {"type": "mcp_approval_request", "id": "r2", "server_label": "calc", "name": "add", "arguments": "{}"},
-        {"type": "mcp_approval_response", "approval_request_id": "r1", "approve": True}]}
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "go"},
+            {"type": "mcp_list_tools", "id": "l1", "server_label": "calc", "tools": []},
+            {
+                "type": "mcp_call",
+                "id": "mc1",
+                "server_label": "calc",
+                "name": "add",
+                "arguments": '{"a":1}',
+                "output": "2",
+            },
+            {
+                "type": "mcp_call",
+                "id": "mc2",
+                "server_label": "calc",
+                "name": "fail",
+                "arguments": "{}",
+                "error": "boom",
+            },
+            {"type": "mcp_approval_request", "id": "r1", "server_label": "calc", "name": "add", "arguments": "{}"},
+            {"type": "mcp_approval_request", "id": "r2", "server_label": "calc", "name": "add", "arguments": "{}"},
+            {"type": "mcp_approval_response", "approval_request_id": "r1", "approve": True},
+        ],
+    }
     chat = responses_request_to_chat(body, BackendProfile(), mcp_results={"r1": "7"}).chat
     assert chat["messages"] == [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "tool_calls": [
-            {"id": "mc1", "type": "function", "function": {"name": "mcp__calc__add", "arguments": '{"a":1}'}}]},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "mc1", "type": "function", "function": {"name": "mcp__calc__add", "arguments": '{"a":1}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "mc1", "content": "2"},
-        {"role": "assistant", "tool_calls": [
-            {"id": "mc2", "type": "function", "function": {"name": "mcp__calc__fail", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "mc2", "type": "function", "function": {"name": "mcp__calc__fail", "arguments": "{}"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "mc2", "content": "Error: boom"},
-        {"role": "assistant", "tool_calls": [
-            {"id": "r1", "type": "function", "function": {"name": "mcp__calc__add", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "r1", "type": "function", "function": {"name": "mcp__calc__add", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "r1", "content": "7"},  # r2 is unanswered: nothing of it
     ]
     plain = responses_request_to_chat(body, BackendProfile()).chat["messages"]

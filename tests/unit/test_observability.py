@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from proxy.observability import usage_counts, usage_summary
 
-RESPONSES_USAGE = {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 7,
-                   "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 18}
+RESPONSES_USAGE = {
+    "input_tokens": 11,
+    "input_tokens_details": {"cached_tokens": 3},
+    "output_tokens": 7,
+    "output_tokens_details": {"reasoning_tokens": 5},
+    "total_tokens": 18,
+}
 
 
 def test_usage_counts_take_only_whole_non_negative_numbers() -> None:

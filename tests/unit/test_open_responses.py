@@ -10,8 +10,12 @@ from translators.chat_to_responses import ChatToResponsesStream
 from translators.ids import SequentialIds
 from translators.response_object import fill_response, new_response
 
-REQUEST = {"model": "m", "input": "hi", "stream": True,
-           "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}, {"type": "web_search"}]}
+REQUEST = {
+    "model": "m",
+    "input": "hi",
+    "stream": True,
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}, {"type": "web_search"}],
+}
 
 
 def stream(reasoning: str = "", text: str = "Hi") -> list[dict]:
@@ -57,9 +61,19 @@ def test_an_event_missing_its_fields_is_rejected() -> None:
 
 
 def test_fill_response_completes_a_backend_response_and_keeps_what_it_sent() -> None:
-    sent = {"id": "resp_x", "object": "response", "created_at": 3, "status": "in_progress", "model": "m",
-            "output": [], "error": None, "incomplete_details": None, "usage": None, "temperature": 0.5,
-            "reasoning": {"effort": "low"}}
+    sent = {
+        "id": "resp_x",
+        "object": "response",
+        "created_at": 3,
+        "status": "in_progress",
+        "model": "m",
+        "output": [],
+        "error": None,
+        "incomplete_details": None,
+        "usage": None,
+        "temperature": 0.5,
+        "reasoning": {"effort": "low"},
+    }
     resp = fill_response(dict(sent))
     check_response(resp)
     assert resp["temperature"] == 0.5 and resp["completed_at"] is None and resp["reasoning"]["effort"] == "low"

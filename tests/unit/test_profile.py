@@ -59,19 +59,34 @@ def _reads(path: Path, receivers: set[str]) -> dict[str, set[str]]:
     """Field names read as ``x.get("name")`` or ``x.name`` where ``x`` is one of ``receivers``."""
     found: dict[str, set[str]] = {r: set() for r in receivers}
     for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                and isinstance(node.func.value, ast.Name) and node.func.value.id in receivers
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in receivers
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             found[node.func.value.id].add(node.args[0].value)
-        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in receivers
-              and node.attr != "get" and isinstance(node.ctx, ast.Load)):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in receivers
+            and node.attr != "get"
+            and isinstance(node.ctx, ast.Load)
+        ):
             found[node.value.id].add(node.attr)
     return found
 
 
 def test_every_field_the_forward_machine_reads_is_declared() -> None:
-    declared = {"chunk": set(Chunk.__struct_fields__), "choice": set(Choice.__struct_fields__),
-                "delta": set(Delta.__struct_fields__)}
+    declared = {
+        "chunk": set(Chunk.__struct_fields__),
+        "choice": set(Choice.__struct_fields__),
+        "delta": set(Delta.__struct_fields__),
+    }
     reads = _reads(ROOT / "translators" / "chat_to_responses.py", set(declared))
     assert reads["delta"] >= {"content", "tool_calls", "function_call", "reasoning_content"}  # the scan works
     for receiver, names in reads.items():

@@ -42,14 +42,14 @@ TEXTS = {
     "ascii": "I should list the files first.",
     "empty": "",
     "unicode": "思考中… ∑ x² — naïve café 🙂👩‍💻 \u200d\u0301 \U0001f9e0",
-    "control": "line one\nline two\ttab \"quoted\" \\ back\x00nul",
+    "control": 'line one\nline two\ttab "quoted" \\ back\x00nul',
     "long": "".join(f"step {i}: consider option {i % 7} ✓\n" for i in range(20_000)),
 }
 
 
 def blob_of(token: str) -> bytes:
     assert token.startswith(PREFIX)
-    return base64.urlsafe_b64decode(token[len(PREFIX):])
+    return base64.urlsafe_b64decode(token[len(PREFIX) :])
 
 
 def token_of(blob: bytes, prefix: str = PREFIX) -> str:
@@ -88,7 +88,7 @@ def test_round_trip(seal: ReasoningSeal, text: str) -> None:
 def test_token_format(seal: ReasoningSeal, text: str) -> None:
     token = seal.seal(text)
     assert token.startswith(PREFIX)
-    assert set(token[len(PREFIX):]) <= set(B64_ALPHABET)  # urlsafe: safe in JSON, headers, URLs
+    assert set(token[len(PREFIX) :]) <= set(B64_ALPHABET)  # urlsafe: safe in JSON, headers, URLs
     assert len(blob_of(token)) == NONCE + len(text.encode("utf-8")) + TAG
 
 
@@ -158,13 +158,13 @@ TAMPER: dict[str, Callable[[str], str]] = {
     "drop last 4 chars": lambda t: t[:-4],
     "drop last char": lambda t: t[:-1],
     "only the nonce": lambda t: token_of(blob_of(t)[:NONCE]),
-    "27 bytes": lambda t: token_of(blob_of(t)[:NONCE + TAG - 1]),
+    "27 bytes": lambda t: token_of(blob_of(t)[: NONCE + TAG - 1]),
     "extra byte": lambda t: token_of(blob_of(t) + b"\x00"),
     "blob swapped for zeros": lambda t: token_of(bytes(len(blob_of(t)))),
     "nonce of another token": lambda t: token_of(os.urandom(NONCE) + blob_of(t)[NONCE:]),
-    "prefix cf2": lambda t: "cf2." + t[len(PREFIX):],
-    "prefix upper case": lambda t: "CF1." + t[len(PREFIX):],
-    "no prefix": lambda t: t[len(PREFIX):],
+    "prefix cf2": lambda t: "cf2." + t[len(PREFIX) :],
+    "prefix upper case": lambda t: "CF1." + t[len(PREFIX) :],
+    "no prefix": lambda t: t[len(PREFIX) :],
     "prefix doubled": lambda t: PREFIX + t,
     "leading space": lambda t: " " + t,
     "standard base64 of another blob": lambda t: PREFIX + base64.b64encode(b"\xfb\xff" * 20).decode(),
@@ -185,8 +185,11 @@ def test_altered_tokens_do_not_reveal(seal: ReasoningSeal, tamper: Callable[[str
     assert seal.reveal(bad) is None
 
 
-@pytest.mark.parametrize("value", [None, 0, 12.5, True, b"cf1.AAAA", ["cf1."], {"token": "cf1."}],
-                         ids=["None", "int", "float", "bool", "bytes", "list", "dict"])
+@pytest.mark.parametrize(
+    "value",
+    [None, 0, 12.5, True, b"cf1.AAAA", ["cf1."], {"token": "cf1."}],
+    ids=["None", "int", "float", "bool", "bytes", "list", "dict"],
+)
 def test_non_strings_do_not_reveal(seal: ReasoningSeal, value: Any) -> None:
     assert seal.reveal(value) is None
 
@@ -225,8 +228,12 @@ NEXT = {"role": "user", "content": "and now?"}
 
 
 def assistant_item(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+    return {
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def sealed_item(token: str) -> dict[str, Any]:
@@ -234,18 +241,25 @@ def sealed_item(token: str) -> dict[str, Any]:
     return {"type": "reasoning", "id": "rs_1", "summary": [], "content": None, "encrypted_content": token}
 
 
-def replay(items: list[dict[str, Any]], reveal: Callable[[str], tuple[str, list] | None] | None,
-           options: BackendProfile | None = None) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
-    mapped = responses_request_to_chat({"model": "m", "input": items}, options or BackendProfile(),
-                                       reveal_reasoning=reveal)
+def replay(
+    items: list[dict[str, Any]],
+    reveal: Callable[[str], tuple[str, list] | None] | None,
+    options: BackendProfile | None = None,
+) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    mapped = responses_request_to_chat(
+        {"model": "m", "input": items}, options or BackendProfile(), reveal_reasoning=reveal
+    )
     return mapped.chat["messages"], mapped.ignored
 
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
 def test_revealed_reasoning_goes_on_the_assistant_message(field: str) -> None:
     token = ReasoningSeal(SECRET).seal("I should list files.")
-    messages, ignored = replay([USER, sealed_item(token), assistant_item("Done."), NEXT],
-                               ReasoningSeal(SECRET).open, BackendProfile(reasoning_field=field))
+    messages, ignored = replay(
+        [USER, sealed_item(token), assistant_item("Done."), NEXT],
+        ReasoningSeal(SECRET).open,
+        BackendProfile(reasoning_field=field),
+    )
     assert messages == [USER, {"role": "assistant", "content": "Done.", field: "I should list files."}, NEXT]
     assert ignored == ()
 
@@ -253,14 +267,20 @@ def test_revealed_reasoning_goes_on_the_assistant_message(field: str) -> None:
 def test_revealed_reasoning_goes_on_the_tool_call_turn() -> None:
     # DeepSeek thinking mode rejects a tool-call turn whose reasoning was not sent back (wire-spec 2.7).
     token = ReasoningSeal(SECRET).seal("Run ls.")
-    items = [USER, sealed_item(token),
-             {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
-             {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"}]
+    items = [
+        USER,
+        sealed_item(token),
+        {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"},
+    ]
     messages, ignored = replay(items, ReasoningSeal(SECRET).open)
     assert messages == [
         USER,
-        {"role": "assistant", "reasoning_content": "Run ls.",
-         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "reasoning_content": "Run ls.",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
     ]
     assert ignored == ()
@@ -282,8 +302,10 @@ def test_unreadable_token_is_skipped_and_reported(make: Callable[[], str]) -> No
 
 
 def test_visible_reasoning_text_is_used_before_the_token_text() -> None:
-    item = {**sealed_item(ReasoningSeal(SECRET).seal("from the token")),
-            "content": [{"type": "reasoning_text", "text": "visible"}]}
+    item = {
+        **sealed_item(ReasoningSeal(SECRET).seal("from the token")),
+        "content": [{"type": "reasoning_text", "text": "visible"}],
+    }
     messages, ignored = replay([USER, item, assistant_item("Done.")], ReasoningSeal(SECRET).open)
     assert messages[1]["reasoning_content"] == "visible" and "reasoning_details" not in messages[1]
     assert ignored == ()
@@ -293,10 +315,22 @@ def test_reasoning_sealed_on_one_replica_is_replayed_by_another() -> None:
     """The whole trip: a non-streaming answer sealed by replica A, the client keeps only the opaque
     token, replica B turns it back into the backend's reasoning field."""
     replica_a, replica_b = ReasoningSeal(SECRET), ReasoningSeal(SECRET)
-    completion = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
-        "role": "assistant", "content": "There are two files.", "reasoning_content": "Count the files."}}]}
-    response = chat_completion_to_response(completion, {"model": "m"}, ids=SequentialIds(), now=lambda: 1,
-                                           seal_reasoning=replica_a.seal)
+    completion = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {
+                    "role": "assistant",
+                    "content": "There are two files.",
+                    "reasoning_content": "Count the files.",
+                },
+            }
+        ]
+    }
+    response = chat_completion_to_response(
+        completion, {"model": "m"}, ids=SequentialIds(), now=lambda: 1, seal_reasoning=replica_a.seal
+    )
     reasoning, message = response["output"]
     assert reasoning["type"] == "reasoning" and message["type"] == "message"
     token = reasoning["encrypted_content"]
@@ -304,13 +338,23 @@ def test_reasoning_sealed_on_one_replica_is_replayed_by_another() -> None:
 
     replayed = {**reasoning, "content": None}  # only the token carries the text now
     messages, ignored = replay([USER, replayed, message, NEXT], replica_b.open)
-    assert messages == [USER, {"role": "assistant", "content": "There are two files.",
-                               "reasoning_content": "Count the files."}, NEXT]
+    assert messages == [
+        USER,
+        {"role": "assistant", "content": "There are two files.", "reasoning_content": "Count the files."},
+        NEXT,
+    ]
     assert ignored == ()
 
 
-GEMINI_DETAILS = [{"type": "reasoning.encrypted", "data": "EjQKMgEMOdbH", "format": "google-gemini-v1",
-                   "id": "tool_add_1", "index": 0}]
+GEMINI_DETAILS = [
+    {
+        "type": "reasoning.encrypted",
+        "data": "EjQKMgEMOdbH",
+        "format": "google-gemini-v1",
+        "id": "tool_add_1",
+        "index": 0,
+    }
+]
 
 
 def test_details_are_sealed_with_the_text_and_opened_back() -> None:
@@ -336,10 +380,14 @@ def test_sealed_details_go_back_on_the_tool_call_turn() -> None:
     token = ReasoningSeal(SECRET).seal("", GEMINI_DETAILS)
     call = {"type": "function_call", "call_id": "tool_add_1", "name": "add", "arguments": "{}"}
     output = {"type": "function_call_output", "call_id": "tool_add_1", "output": "5"}
-    for items in ([USER, sealed_item(token), call, output],  # as crossfeed orders the items
-                  [USER, call, sealed_item(token), output]):  # the reasoning last in its turn
+    for items in (
+        [USER, sealed_item(token), call, output],  # as crossfeed orders the items
+        [USER, call, sealed_item(token), output],
+    ):  # the reasoning last in its turn
         messages, ignored = replay(items, ReasoningSeal(SECRET).open)
-        assert messages[1] == {"role": "assistant", "reasoning_details": GEMINI_DETAILS,
-                               "tool_calls": [{"id": "tool_add_1", "type": "function",
-                                               "function": {"name": "add", "arguments": "{}"}}]}
+        assert messages[1] == {
+            "role": "assistant",
+            "reasoning_details": GEMINI_DETAILS,
+            "tool_calls": [{"id": "tool_add_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}],
+        }
         assert ignored == ()

@@ -28,7 +28,7 @@ from translators.response_bodies import chat_completion_to_response
 
 REQUEST: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
 NOW = 1_700_000_000
-PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello \"world\" ✓\n*** End Patch\n"
+PATCH = '*** Begin Patch\n*** Add File: hello.txt\n+hello "world" ✓\n*** End Patch\n'
 CUSTOM = ToolContext(custom_tools=frozenset({"apply_patch"}))
 
 # wire-spec 1.10
@@ -71,13 +71,27 @@ class OneOf:
 # -- building completions -------------------------------------------------------------------------
 
 
-def completion(message: dict[str, Any] | None = None, finish: str | None = "stop",
-               usage: dict[str, Any] | None = None, **choice: Any) -> dict[str, Any]:
+def completion(
+    message: dict[str, Any] | None = None,
+    finish: str | None = "stop",
+    usage: dict[str, Any] | None = None,
+    **choice: Any,
+) -> dict[str, Any]:
     """A ``chat.completion`` body (wire-spec 4.1) with one choice."""
     body: dict[str, Any] = {
-        "id": "chatcmpl-abc", "object": "chat.completion", "created": 1, "model": "backend-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, **(message or {})},
-                     "finish_reason": finish, "logprobs": None, **choice}],
+        "id": "chatcmpl-abc",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "backend-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, **(message or {})},
+                "finish_reason": finish,
+                "logprobs": None,
+                **choice,
+            }
+        ],
     }
     if usage is not None:
         body["usage"] = usage
@@ -185,39 +199,83 @@ CLOCK_CALL = tool_call("call_b", "get_time", '{"tz":"CET"}')
 FINISH_ROWS: dict[str, Row] = {
     "stop": Row(completion({"content": "Hello!"}, "stop"), "completed", None, [message(text("Hello!"))]),
     "tool_calls": Row(
-        completion({"tool_calls": [WEATHER, CLOCK_CALL]}, "tool_calls"), "completed", None,
-        [call("call_a", "get_weather", '{"city":"Paris"}'), call("call_b", "get_time", '{"tz":"CET"}')]),
+        completion({"tool_calls": [WEATHER, CLOCK_CALL]}, "tool_calls"),
+        "completed",
+        None,
+        [call("call_a", "get_weather", '{"city":"Paris"}'), call("call_b", "get_time", '{"tz":"CET"}')],
+    ),
     "tool_calls, content empty string": Row(
-        completion({"content": "", "tool_calls": [WEATHER]}, "tool_calls"), "completed", None,
-        [call("call_a", "get_weather", '{"city":"Paris"}')]),
+        completion({"content": "", "tool_calls": [WEATHER]}, "tool_calls"),
+        "completed",
+        None,
+        [call("call_a", "get_weather", '{"city":"Paris"}')],
+    ),
     "text then tool call": Row(
-        completion({"content": "Let me check.", "tool_calls": [WEATHER]}, "tool_calls"), "completed", None,
-        [message(text("Let me check.")), call("call_a", "get_weather", '{"city":"Paris"}')]),
+        completion({"content": "Let me check.", "tool_calls": [WEATHER]}, "tool_calls"),
+        "completed",
+        None,
+        [message(text("Let me check.")), call("call_a", "get_weather", '{"city":"Paris"}')],
+    ),
     "legacy function_call": Row(
         completion({"function_call": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}, "function_call"),
-        "completed", None, [call(Prefixed("call_"), "get_weather", '{"city":"Oslo"}')]),
-    "length": Row(completion({"content": "Once upon a"}, "length"), "incomplete", "max_output_tokens",
-                  [message(text("Once upon a"), status="incomplete")]),
-    "length while reasoning": Row(completion({"reasoning_content": "First, I"}, "length"), "incomplete",
-                                  "max_output_tokens", [reasoning("First, I")]),
+        "completed",
+        None,
+        [call(Prefixed("call_"), "get_weather", '{"city":"Oslo"}')],
+    ),
+    "length": Row(
+        completion({"content": "Once upon a"}, "length"),
+        "incomplete",
+        "max_output_tokens",
+        [message(text("Once upon a"), status="incomplete")],
+    ),
+    "length while reasoning": Row(
+        completion({"reasoning_content": "First, I"}, "length"),
+        "incomplete",
+        "max_output_tokens",
+        [reasoning("First, I")],
+    ),
     "content_filter, nothing said": Row(completion({}, "content_filter"), "incomplete", "content_filter", []),
     "content_filter after text": Row(
-        completion({"content": "Here is how to"}, "content_filter"), "incomplete", "content_filter",
-        [message(text("Here is how to"), status=OneOf("completed", "incomplete"))]),
+        completion({"content": "Here is how to"}, "content_filter"),
+        "incomplete",
+        "content_filter",
+        [message(text("Here is how to"), status=OneOf("completed", "incomplete"))],
+    ),
     "unknown reason": Row(completion({"content": "ok"}, "end_turn"), "completed", None, [message(text("ok"))]),
-    "refusal": Row(completion({"refusal": "I can't help with that."}, "stop"), "completed", None,
-                   [message(refusal("I can't help with that."))]),
+    "refusal": Row(
+        completion({"refusal": "I can't help with that."}, "stop"),
+        "completed",
+        None,
+        [message(refusal("I can't help with that."))],
+    ),
     "custom tool": Row(
         completion({"tool_calls": [tool_call("call_p", "apply_patch", json.dumps({"input": PATCH}))]}, "tool_calls"),
-        "completed", None, [custom("call_p", "apply_patch", PATCH)], CUSTOM),
+        "completed",
+        None,
+        [custom("call_p", "apply_patch", PATCH)],
+        CUSTOM,
+    ),
     "custom tool and function": Row(
-        completion({"tool_calls": [tool_call("call_p", "apply_patch", json.dumps({"input": PATCH})),
-                                   tool_call("call_x", "exec_command", '{"cmd":"ls"}')]}, "tool_calls"),
-        "completed", None, [custom("call_p", "apply_patch", PATCH), call("call_x", "exec_command", '{"cmd":"ls"}')],
-        CUSTOM),
+        completion(
+            {
+                "tool_calls": [
+                    tool_call("call_p", "apply_patch", json.dumps({"input": PATCH})),
+                    tool_call("call_x", "exec_command", '{"cmd":"ls"}'),
+                ]
+            },
+            "tool_calls",
+        ),
+        "completed",
+        None,
+        [custom("call_p", "apply_patch", PATCH), call("call_x", "exec_command", '{"cmd":"ls"}')],
+        CUSTOM,
+    ),
     "custom tool name without the tool context": Row(
         completion({"tool_calls": [tool_call("call_p", "apply_patch", '{"input":"x"}')]}, "tool_calls"),
-        "completed", None, [call("call_p", "apply_patch", '{"input":"x"}')]),
+        "completed",
+        None,
+        [call("call_p", "apply_patch", '{"input":"x"}')],
+    ),
 }
 
 
@@ -241,9 +299,14 @@ def test_insufficient_system_resource_fails_with_partial_output() -> None:
 
 
 def test_status_on_every_item_that_has_one() -> None:
-    body = completion({"reasoning_content": "Plan.", "content": "Working on it.",
-                       "tool_calls": [tool_call("call_p", "apply_patch", json.dumps({"input": PATCH})), WEATHER]},
-                      "tool_calls")
+    body = completion(
+        {
+            "reasoning_content": "Plan.",
+            "content": "Working on it.",
+            "tool_calls": [tool_call("call_p", "apply_patch", json.dumps({"input": PATCH})), WEATHER],
+        },
+        "tool_calls",
+    )
     resp = translate(body, tools=CUSTOM)
     well_formed(resp)
     assert [item["type"] for item in resp["output"]] == ["reasoning", "message", "custom_tool_call", "function_call"]
@@ -268,8 +331,9 @@ def test_tool_call_without_id_gets_a_call_id() -> None:
 
 def test_repeated_tool_call_ids_are_made_unique() -> None:
     # Strict clients throw on two items with one call_id (wire-spec 1.7).
-    resp = translate(completion({"tool_calls": [tool_call("call_0", "f", "{}"), tool_call("call_0", "g", "{}")]},
-                                "tool_calls"))
+    resp = translate(
+        completion({"tool_calls": [tool_call("call_0", "f", "{}"), tool_call("call_0", "g", "{}")]}, "tool_calls")
+    )
     well_formed(resp)
     names = [item["name"] for item in resp["output"]]
     assert names == ["f", "g"]
@@ -293,8 +357,10 @@ def test_namespaced_tool_call_carries_its_namespace() -> None:
 
 
 def test_annotations_are_flattened() -> None:
-    nested = {"type": "url_citation",
-              "url_citation": {"start_index": 0, "end_index": 9, "title": "Docs", "url": "https://example.com"}}
+    nested = {
+        "type": "url_citation",
+        "url_citation": {"start_index": 0, "end_index": 9, "title": "Docs", "url": "https://example.com"},
+    }
     resp = translate(completion({"content": "See docs.", "annotations": [nested]}))
     flat = {"type": "url_citation", "start_index": 0, "end_index": 9, "title": "Docs", "url": "https://example.com"}
     assert [shape(item) for item in resp["output"]] == [message(text("See docs.", [flat]))]
@@ -304,22 +370,46 @@ def test_annotations_are_flattened() -> None:
 
 
 def usage(inp: int, out: int, total: int, cached: int = 0, write: int = 0, reasoning_tokens: int = 0) -> dict[str, Any]:
-    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": write},
-            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-            "total_tokens": total}
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": write},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": total,
+    }
 
 
 USAGE_ROWS: dict[str, tuple[dict[str, Any] | None, dict[str, Any]]] = {
-    "full": ({"prompt_tokens": 120, "completion_tokens": 45, "total_tokens": 165,
-              "prompt_tokens_details": {"cached_tokens": 100},
-              "completion_tokens_details": {"reasoning_tokens": 30}},
-             usage(120, 45, 165, cached=100, reasoning_tokens=30)),
-    "cache writes": ({"prompt_tokens": 80, "completion_tokens": 2, "total_tokens": 82,
-                      "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 64}},
-                     usage(80, 2, 82, write=64)),
+    "full": (
+        {
+            "prompt_tokens": 120,
+            "completion_tokens": 45,
+            "total_tokens": 165,
+            "prompt_tokens_details": {"cached_tokens": 100},
+            "completion_tokens_details": {"reasoning_tokens": 30},
+        },
+        usage(120, 45, 165, cached=100, reasoning_tokens=30),
+    ),
+    "cache writes": (
+        {
+            "prompt_tokens": 80,
+            "completion_tokens": 2,
+            "total_tokens": 82,
+            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 64},
+        },
+        usage(80, 2, 82, write=64),
+    ),
     "no details": ({"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}, usage(5, 7, 12)),
-    "null details": ({"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12,
-                      "prompt_tokens_details": None, "completion_tokens_details": None}, usage(5, 7, 12)),
+    "null details": (
+        {
+            "prompt_tokens": 5,
+            "completion_tokens": 7,
+            "total_tokens": 12,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        },
+        usage(5, 7, 12),
+    ),
     "no total": ({"prompt_tokens": 5, "completion_tokens": 7}, usage(5, 7, 12)),
     "missing": (None, usage(0, 0, 0)),
 }
@@ -339,8 +429,9 @@ def test_null_usage_is_like_missing_usage() -> None:
 
 
 def test_usage_kept_on_incomplete() -> None:
-    resp = translate(completion({"content": "a"}, "length", {"prompt_tokens": 3, "completion_tokens": 16,
-                                                             "total_tokens": 19}))
+    resp = translate(
+        completion({"content": "a"}, "length", {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19})
+    )
     assert resp["status"] == "incomplete"
     assert resp["usage"] == usage(3, 16, 19)
 
@@ -357,39 +448,57 @@ def test_reasoning_becomes_the_first_item(spelling: str) -> None:
 
 
 def test_openrouter_reasoning_details() -> None:
-    details = [{"type": "reasoning.text", "text": "Think", "signature": "sig"},
-               {"type": "reasoning.encrypted", "data": "opaque"}]
+    details = [
+        {"type": "reasoning.text", "text": "Think", "signature": "sig"},
+        {"type": "reasoning.encrypted", "data": "opaque"},
+    ]
     resp = translate(completion({"reasoning_details": details, "content": "Done"}))
     assert [shape(item) for item in resp["output"]] == [reasoning("Think"), message(text("Done"))]
 
 
 def test_reasoning_in_two_spellings_is_not_doubled() -> None:
-    resp = translate(completion({"reasoning_content": "abc", "reasoning": "abc",
-                                 "reasoning_details": [{"type": "reasoning.text", "text": "abc"}], "content": "x"}))
+    resp = translate(
+        completion(
+            {
+                "reasoning_content": "abc",
+                "reasoning": "abc",
+                "reasoning_details": [{"type": "reasoning.text", "text": "abc"}],
+                "content": "x",
+            }
+        )
+    )
     assert [shape(item) for item in resp["output"]] == [reasoning("abc"), message(text("x"))]
 
 
 def test_reasoning_then_tool_call_without_text() -> None:
-    resp = translate(completion({"reasoning_content": "Need weather.", "content": "", "tool_calls": [WEATHER]},
-                                "tool_calls"))
+    resp = translate(
+        completion({"reasoning_content": "Need weather.", "content": "", "tool_calls": [WEATHER]}, "tool_calls")
+    )
     well_formed(resp)
     assert [shape(item) for item in resp["output"]] == [
-        reasoning("Need weather."), call("call_a", "get_weather", '{"city":"Paris"}')]
+        reasoning("Need weather."),
+        call("call_a", "get_weather", '{"city":"Paris"}'),
+    ]
 
 
 def test_sealed_reasoning_when_asked() -> None:
-    resp = translate(completion({"reasoning_content": "secret plan", "content": "ok"}),
-                     seal_reasoning=lambda t, details: "sealed:" + t[::-1])
+    resp = translate(
+        completion({"reasoning_content": "secret plan", "content": "ok"}),
+        seal_reasoning=lambda t, details: "sealed:" + t[::-1],
+    )
     assert resp["output"][0]["encrypted_content"] == "sealed:nalp terces"
     assert "encrypted_content" not in resp["output"][1]
 
 
-@pytest.mark.parametrize(("think_tags", "expected"), [
-    (True, [reasoning("plan"), message(text("answer"))]),
-    (False, [message(text("<think>plan</think>\n\nanswer"))]),
-], ids=["on", "off"])
+@pytest.mark.parametrize(
+    ("think_tags", "expected"),
+    [(True, [reasoning("plan"), message(text("answer"))]), (False, [message(text("<think>plan</think>\n\nanswer"))])],
+    ids=["on", "off"],
+)
 def test_think_tags(think_tags: bool, expected: list[dict[str, Any]]) -> None:
-    resp = translate(completion({"content": "<think>plan</think>\n\nanswer"}), profile=BackendProfile(think_tags=think_tags))
+    resp = translate(
+        completion({"content": "<think>plan</think>\n\nanswer"}), profile=BackendProfile(think_tags=think_tags)
+    )
     assert [shape(item) for item in resp["output"]] == expected
 
 
@@ -397,29 +506,52 @@ def test_think_tags(think_tags: bool, expected: list[dict[str, Any]]) -> None:
 
 
 def test_response_echoes_the_request() -> None:
-    request = {**REQUEST, "instructions": "Be brief.", "metadata": {"ticket": "7"}, "temperature": 0.2,
-               "max_output_tokens": 300, "tools": [{"type": "function", "name": "f", "parameters": {}}]}
+    request = {
+        **REQUEST,
+        "instructions": "Be brief.",
+        "metadata": {"ticket": "7"},
+        "temperature": 0.2,
+        "max_output_tokens": 300,
+        "tools": [{"type": "function", "name": "f", "parameters": {}}],
+    }
     resp = translate(completion({"content": "ok"}), request)
     well_formed(resp)
     assert (resp["instructions"], resp["metadata"], resp["temperature"], resp["max_output_tokens"]) == (
-        "Be brief.", {"ticket": "7"}, 0.2, 300)
+        "Be brief.",
+        {"ticket": "7"},
+        0.2,
+        300,
+    )
     # echoed complete, as the Open Responses schema has it (strict: the API's default, true)
     assert resp["tools"] == [{"type": "function", "name": "f", "description": None, "parameters": {}, "strict": True}]
-    assert resp["completed_at"] == resp["created_at"] and (resp["presence_penalty"], resp["frequency_penalty"]) == (0, 0)
+    assert resp["completed_at"] == resp["created_at"] and (resp["presence_penalty"], resp["frequency_penalty"]) == (
+        0,
+        0,
+    )
 
 
 # -- errors ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("body", "code", "text_"), [
-    ({"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}},
-     "overloaded", "The server is overloaded"),
-    ({"error": {"message": "Rate limit reached", "type": "requests", "code": 429}}, None, "Rate limit reached"),
-    ({"error": {"message": "Bad things", "type": "server_error", "code": None}}, None, "Bad things"),
-    ({"error": "upstream exploded"}, None, "upstream exploded"),
-    ({**completion({"content": "ignored"}), "error": {"message": "late failure", "code": "server_error"}},
-     "server_error", "late failure"),
-], ids=["string code", "numeric code", "null code", "string error", "error beside choices"])
+@pytest.mark.parametrize(
+    ("body", "code", "text_"),
+    [
+        (
+            {"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}},
+            "overloaded",
+            "The server is overloaded",
+        ),
+        ({"error": {"message": "Rate limit reached", "type": "requests", "code": 429}}, None, "Rate limit reached"),
+        ({"error": {"message": "Bad things", "type": "server_error", "code": None}}, None, "Bad things"),
+        ({"error": "upstream exploded"}, None, "upstream exploded"),
+        (
+            {**completion({"content": "ignored"}), "error": {"message": "late failure", "code": "server_error"}},
+            "server_error",
+            "late failure",
+        ),
+    ],
+    ids=["string code", "numeric code", "null code", "string error", "error beside choices"],
+)
 def test_error_in_a_200_body_fails(body: dict[str, Any], code: str | None, text_: str) -> None:
     resp = translate(body)
     well_formed(resp)
@@ -432,10 +564,31 @@ def test_error_in_a_200_body_fails(body: dict[str, Any], code: str | None, text_
         assert resp["error"]["code"] == code
 
 
-@pytest.mark.parametrize("body", [
-    {}, {"choices": []}, {"choices": None}, {"choices": "x"}, {"choices": [None]}, {"choices": ["x"]}, [], "text", None,
-], ids=["empty", "no choices", "null choices", "string choices", "null choice", "string choice", "list", "string",
-        "null"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"choices": []},
+        {"choices": None},
+        {"choices": "x"},
+        {"choices": [None]},
+        {"choices": ["x"]},
+        [],
+        "text",
+        None,
+    ],
+    ids=[
+        "empty",
+        "no choices",
+        "null choices",
+        "string choices",
+        "null choice",
+        "string choice",
+        "list",
+        "string",
+        "null",
+    ],
+)
 def test_no_usable_choice_is_an_upstream_protocol_error(body: Any) -> None:
     with pytest.raises(UpstreamProtocolError):
         translate(body)
@@ -459,7 +612,7 @@ class Answer:
     """One chat answer, to be sent both as a stream and as a body."""
 
     status: str
-    types: tuple[str, ...]                  # expected output item types (keeps the comparison honest)
+    types: tuple[str, ...]  # expected output item types (keeps the comparison honest)
     reasoning: str | None = None
     reasoning_field: str = "reasoning_content"
     content: str | None = None
@@ -468,9 +621,9 @@ class Answer:
     annotations: tuple[dict[str, Any], ...] = ()
     finish: str | None = "stop"
     usage: dict[str, Any] | None = None
-    groq_usage: bool = False                # the stream reports usage in x_groq (Groq), the body at the top
+    groq_usage: bool = False  # the stream reports usage in x_groq (Groq), the body at the top
     logprobs: bool = False
-    pieces: int = 3                         # fragments per streamed string
+    pieces: int = 3  # fragments per streamed string
     tools: ToolContext = NO_TOOLS
     think_tags: bool = False
     seal: bool = False
@@ -478,19 +631,30 @@ class Answer:
 
 def cut(value: str, n: int) -> list[str]:
     size = max(1, -(-len(value) // n))
-    return [value[i:i + size] for i in range(0, len(value), size)]
+    return [value[i : i + size] for i in range(0, len(value), size)]
 
 
 def logprob(token: str) -> dict[str, Any]:
-    return {"token": token, "logprob": -0.25, "bytes": list(token.encode()), "top_logprobs": [
-        {"token": token.upper(), "logprob": -2.0, "bytes": list(token.upper().encode())}]}
+    return {
+        "token": token,
+        "logprob": -0.25,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": token.upper(), "logprob": -2.0, "bytes": list(token.upper().encode())}],
+    }
 
 
 def as_chunks(a: Answer) -> list[dict[str, Any]]:
     """The stream an OpenAI-style server sends for the answer (wire-spec 2.1-2.4)."""
+
     def chunk(delta: dict[str, Any], finish: str | None = None, lp: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"id": "chatcmpl-abc", "object": "chat.completion.chunk", "created": 1, "model": "backend-model",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp}], "usage": None}
+        return {
+            "id": "chatcmpl-abc",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "backend-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp}],
+            "usage": None,
+        }
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({a.reasoning_field: p}) for p in cut(a.reasoning or "", a.pieces)]
@@ -528,8 +692,11 @@ def as_completion(a: Answer) -> dict[str, Any]:
 
 
 def options(a: Answer) -> dict[str, Any]:
-    return {"tools": a.tools, "profile": BackendProfile(think_tags=a.think_tags),
-            "seal_reasoning": (lambda t, details: f"sealed({len(t)},{len(details or ())}):{t[::-1]}") if a.seal else None}
+    return {
+        "tools": a.tools,
+        "profile": BackendProfile(think_tags=a.think_tags),
+        "seal_reasoning": (lambda t, details: f"sealed({len(t)},{len(details or ())}):{t[::-1]}") if a.seal else None,
+    }
 
 
 def streamed(a: Answer) -> dict[str, Any]:
@@ -548,44 +715,83 @@ def streamed(a: Answer) -> dict[str, Any]:
     return final
 
 
-USAGE = {"prompt_tokens": 31, "completion_tokens": 17, "total_tokens": 48,
-         "prompt_tokens_details": {"cached_tokens": 16}, "completion_tokens_details": {"reasoning_tokens": 9}}
-URL = {"type": "url_citation",
-       "url_citation": {"start_index": 4, "end_index": 11, "title": "Example", "url": "https://example.com/a"}}
+USAGE = {
+    "prompt_tokens": 31,
+    "completion_tokens": 17,
+    "total_tokens": 48,
+    "prompt_tokens_details": {"cached_tokens": 16},
+    "completion_tokens_details": {"reasoning_tokens": 9},
+}
+URL = {
+    "type": "url_citation",
+    "url_citation": {"start_index": 4, "end_index": 11, "title": "Example", "url": "https://example.com/a"},
+}
 
 ANSWERS: dict[str, Answer] = {
     "text": Answer("completed", ("message",), content="The quick brown fox.", usage=USAGE),
-    "reasoning then text": Answer("completed", ("reasoning", "message"), reasoning="Think it through.",
-                                  content="Forty-two.", usage=USAGE, seal=True),
+    "reasoning then text": Answer(
+        "completed",
+        ("reasoning", "message"),
+        reasoning="Think it through.",
+        content="Forty-two.",
+        usage=USAGE,
+        seal=True,
+    ),
     "vllm reasoning, parallel calls": Answer(
-        "completed", ("reasoning", "function_call", "function_call"), reasoning="Two lookups.",
-        reasoning_field="reasoning", calls=(("call_1", "get_weather", '{"city":"Paris"}'),
-                                            ("call_2", "get_time", '{"tz":"Europe/Paris"}')),
-        finish="tool_calls", usage=USAGE),
-    "text then call": Answer("completed", ("message", "function_call"), content="Checking.",
-                             calls=(("call_1", "lookup", '{"q":"x"}'),), finish="tool_calls"),
-    "call without id": Answer("completed", ("function_call", "function_call"),
-                              calls=((None, "f", "{}"), (None, "g", '{"a":1}')), finish="tool_calls"),
+        "completed",
+        ("reasoning", "function_call", "function_call"),
+        reasoning="Two lookups.",
+        reasoning_field="reasoning",
+        calls=(("call_1", "get_weather", '{"city":"Paris"}'), ("call_2", "get_time", '{"tz":"Europe/Paris"}')),
+        finish="tool_calls",
+        usage=USAGE,
+    ),
+    "text then call": Answer(
+        "completed",
+        ("message", "function_call"),
+        content="Checking.",
+        calls=(("call_1", "lookup", '{"q":"x"}'),),
+        finish="tool_calls",
+    ),
+    "call without id": Answer(
+        "completed",
+        ("function_call", "function_call"),
+        calls=((None, "f", "{}"), (None, "g", '{"a":1}')),
+        finish="tool_calls",
+    ),
     "custom tool and function": Answer(
-        "completed", ("custom_tool_call", "function_call"),
+        "completed",
+        ("custom_tool_call", "function_call"),
         calls=(("call_p", "apply_patch", json.dumps({"input": PATCH})), ("call_x", "exec_command", '{"cmd":"ls"}')),
-        finish="tool_calls", tools=CUSTOM, pieces=7),
+        finish="tool_calls",
+        tools=CUSTOM,
+        pieces=7,
+    ),
     "length": Answer("incomplete", ("message",), content="Once upon a time there", finish="length", usage=USAGE),
     "length while reasoning": Answer("incomplete", ("reasoning",), reasoning="First I need to", finish="length"),
-    "content filter": Answer("incomplete", ("message",), content="Here is", refusal="I can't continue.",
-                             finish="content_filter"),
+    "content filter": Answer(
+        "incomplete", ("message",), content="Here is", refusal="I can't continue.", finish="content_filter"
+    ),
     "refusal": Answer("completed", ("message",), refusal="I can't help with that."),
     "annotations": Answer("completed", ("message",), content="See Example docs.", annotations=(URL,)),
     "logprobs": Answer("completed", ("message",), content="Hello there world", logprobs=True),
-    "think tags": Answer("completed", ("reasoning", "message"), content="<think>Plan: add.</think>\n\n4",
-                         think_tags=True, pieces=9, seal=True),
+    "think tags": Answer(
+        "completed",
+        ("reasoning", "message"),
+        content="<think>Plan: add.</think>\n\n4",
+        think_tags=True,
+        pieces=9,
+        seal=True,
+    ),
     "unknown finish": Answer("completed", ("message",), content="ok", finish="eos"),
     "no usage": Answer("completed", ("message",), content="ok"),
     "groq usage": Answer("completed", ("message",), content="fast", usage=USAGE, groq_usage=True),
-    "out of resources": Answer("failed", ("message",), content="Partial", finish="insufficient_system_resource",
-                               usage=USAGE),
-    "context length (Mistral)": Answer("incomplete", ("message",), content="Once upon", finish="model_length",
-                                       usage=USAGE),
+    "out of resources": Answer(
+        "failed", ("message",), content="Partial", finish="insufficient_system_resource", usage=USAGE
+    ),
+    "context length (Mistral)": Answer(
+        "incomplete", ("message",), content="Once upon", finish="model_length", usage=USAGE
+    ),
     "error finish (Mistral)": Answer("failed", ("message",), content="Partial", finish="error", usage=USAGE),
     "aborted (vLLM)": Answer("failed", ("reasoning",), reasoning="First I", finish="abort"),
 }
@@ -594,8 +800,9 @@ ANSWERS: dict[str, Answer] = {
 @pytest.mark.parametrize("answer", list(ANSWERS.values()), ids=list(ANSWERS))
 def test_body_agrees_with_the_stream(answer: Answer) -> None:
     from_stream = streamed(answer)
-    from_body = chat_completion_to_response(as_completion(answer), REQUEST, ids=SequentialIds(), now=clock,
-                                            **options(answer))
+    from_body = chat_completion_to_response(
+        as_completion(answer), REQUEST, ids=SequentialIds(), now=clock, **options(answer)
+    )
     well_formed(from_body)
     assert from_body["status"] == answer.status
     assert tuple(item["type"] for item in from_body["output"]) == answer.types

@@ -40,6 +40,7 @@ TERMINALS = ("response.completed", "response.incomplete", "response.failed")
 
 # -- llama-server streams -------------------------------------------------------------------
 
+
 def _lifecycle(kind: str, **extra: Any) -> dict[str, Any]:
     return {"type": kind, "response": {"id": RESP, "object": "response", "status": "in_progress"}, **extra}
 
@@ -52,69 +53,131 @@ def llama_opening(progress: int = 1) -> list[dict[str, Any]]:
 
 
 def llama_reasoning(pieces: list[str]) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = [{"type": "response.output_item.added", "item": {
-        "id": RS, "summary": [], "type": "reasoning", "content": [], "encrypted_content": "",
-        "status": "in_progress"}}]
+    events: list[dict[str, Any]] = [
+        {
+            "type": "response.output_item.added",
+            "item": {
+                "id": RS,
+                "summary": [],
+                "type": "reasoning",
+                "content": [],
+                "encrypted_content": "",
+                "status": "in_progress",
+            },
+        }
+    ]
     return events + [{"type": "response.reasoning_text.delta", "delta": p, "item_id": RS} for p in pieces]
 
 
 def llama_text(pieces: list[str]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = [
-        {"type": "response.output_item.added", "item": {"content": [], "id": MSG, "role": "assistant",
-                                                        "status": "in_progress", "type": "message"}},
+        {
+            "type": "response.output_item.added",
+            "item": {"content": [], "id": MSG, "role": "assistant", "status": "in_progress", "type": "message"},
+        },
         {"type": "response.content_part.added", "item_id": MSG, "part": {"type": "output_text", "text": ""}},
     ]
     return events + [{"type": "response.output_text.delta", "item_id": MSG, "delta": p} for p in pieces]
 
 
 def llama_call(call: str, name: str, pieces: list[str]) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = [{"type": "response.output_item.added", "item": {
-        "id": "fc_" + call, "arguments": "", "call_id": "call_" + call, "name": name, "type": "function_call",
-        "status": "in_progress"}}]
-    return events + [{"type": "response.function_call_arguments.delta", "delta": p, "item_id": "fc_" + call}
-                     for p in pieces]
+    events: list[dict[str, Any]] = [
+        {
+            "type": "response.output_item.added",
+            "item": {
+                "id": "fc_" + call,
+                "arguments": "",
+                "call_id": "call_" + call,
+                "name": name,
+                "type": "function_call",
+                "status": "in_progress",
+            },
+        }
+    ]
+    return events + [
+        {"type": "response.function_call_arguments.delta", "delta": p, "item_id": "fc_" + call} for p in pieces
+    ]
 
 
-def llama_final(reasoning: str = "", text: str = "", calls: tuple[tuple[str, str, str], ...] = (),
-                output_tokens: int = 12) -> list[dict[str, Any]]:
+def llama_final(
+    reasoning: str = "", text: str = "", calls: tuple[tuple[str, str, str], ...] = (), output_tokens: int = 12
+) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     output: list[dict[str, Any]] = []
     if reasoning:
-        item = {"id": RS, "summary": [], "type": "reasoning", "encrypted_content": "",
-                "content": [{"text": reasoning, "type": "reasoning_text"}]}
+        item = {
+            "id": RS,
+            "summary": [],
+            "type": "reasoning",
+            "encrypted_content": "",
+            "content": [{"text": reasoning, "type": "reasoning_text"}],
+        }
         events.append({"type": "response.output_item.done", "item": item})
         output.append(item)
     if text:
         part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
         item = {"type": "message", "status": "completed", "id": MSG, "content": [part], "role": "assistant"}
-        events += [{"type": "response.output_text.done", "item_id": MSG, "text": text},
-                   {"type": "response.content_part.done", "item_id": MSG, "part": part},
-                   {"type": "response.output_item.done", "item": item}]
+        events += [
+            {"type": "response.output_text.done", "item_id": MSG, "text": text},
+            {"type": "response.content_part.done", "item_id": MSG, "part": part},
+            {"type": "response.output_item.done", "item": item},
+        ]
         output.append(item)
     for call, name, args in calls:
-        item = {"id": "fc_" + call, "type": "function_call", "status": "completed", "arguments": args,
-                "call_id": "call_" + call, "name": name}
+        item = {
+            "id": "fc_" + call,
+            "type": "function_call",
+            "status": "completed",
+            "arguments": args,
+            "call_id": "call_" + call,
+            "name": name,
+        }
         events.append({"type": "response.output_item.done", "item": item})
         output.append(item)
-    usage = {"input_tokens": 30, "output_tokens": output_tokens, "total_tokens": 30 + output_tokens,
-             "input_tokens_details": {"cached_tokens": 0}}
-    events.append({"type": "response.completed", "timings": {"predicted_n": output_tokens}, "response": {
-        "id": RESP, "object": "response", "created_at": 1750000000, "status": "completed", "model": "qwen3-8b",
-        "output": output, "usage": usage}})
+    usage = {
+        "input_tokens": 30,
+        "output_tokens": output_tokens,
+        "total_tokens": 30 + output_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+    }
+    events.append(
+        {
+            "type": "response.completed",
+            "timings": {"predicted_n": output_tokens},
+            "response": {
+                "id": RESP,
+                "object": "response",
+                "created_at": 1750000000,
+                "status": "completed",
+                "model": "qwen3-8b",
+                "output": output,
+                "usage": usage,
+            },
+        }
+    )
     return events
 
 
 LLAMA_TEXT = llama_opening() + llama_text(["Hello", ",", " world", "!"]) + llama_final(text="Hello, world!")
-LLAMA_REASONING_TEXT = (llama_opening(2) + llama_reasoning(["The user", " greets me."])
-                        + llama_text(["Hi", " there."])
-                        + llama_final(reasoning="The user greets me.", text="Hi there."))
+LLAMA_REASONING_TEXT = (
+    llama_opening(2)
+    + llama_reasoning(["The user", " greets me."])
+    + llama_text(["Hi", " there."])
+    + llama_final(reasoning="The user greets me.", text="Hi there.")
+)
 CALLS = (("A1", "get_weather", '{"city": "Paris"}'), ("B2", "get_time", '{"tz": "CET"}'))
-LLAMA_CALLS = (llama_opening() + llama_call("A1", "get_weather", ['{"city"', ': "Paris"}'])
-               + llama_call("B2", "get_time", ['{"tz": "CET"}']) + llama_final(calls=CALLS))
-LLAMA_CUT = (llama_opening() + llama_text(["The capital", " of France", " is Par"])
-             + llama_final(text="The capital of France is Par", output_tokens=8))
-LLAMA_STREAMS = {"text": LLAMA_TEXT, "reasoning_text": LLAMA_REASONING_TEXT, "calls": LLAMA_CALLS,
-                 "cut": LLAMA_CUT}
+LLAMA_CALLS = (
+    llama_opening()
+    + llama_call("A1", "get_weather", ['{"city"', ': "Paris"}'])
+    + llama_call("B2", "get_time", ['{"tz": "CET"}'])
+    + llama_final(calls=CALLS)
+)
+LLAMA_CUT = (
+    llama_opening()
+    + llama_text(["The capital", " of France", " is Par"])
+    + llama_final(text="The capital of France is Par", output_tokens=8)
+)
+LLAMA_STREAMS = {"text": LLAMA_TEXT, "reasoning_text": LLAMA_REASONING_TEXT, "calls": LLAMA_CALLS, "cut": LLAMA_CUT}
 
 
 def sse(events: list[dict[str, Any]]) -> bytes:
@@ -127,6 +190,7 @@ def sse(events: list[dict[str, Any]]) -> bytes:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
 
 def machine(**kw: Any) -> NormalizeResponses:
     return NormalizeResponses(ids=SequentialIds(), now=lambda: 1700000000, **kw)
@@ -170,6 +234,7 @@ def pumped(raw: bytes, pieces: list[bytes] | None = None, **kw: Any) -> list[dic
 
 # -- the llama-server streams ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(LLAMA_STREAMS))
 def test_raw_llama_streams_are_rejected(name: str) -> None:
     """The un-normalized streams break the strict rules, and not only for lack of numbering."""
@@ -184,9 +249,17 @@ def test_raw_llama_streams_are_rejected(name: str) -> None:
 
 def test_llama_text() -> None:
     out = run(LLAMA_TEXT)
-    assert types(out) == ["created", "in_progress", "output_item.added", "content_part.added",
-                          *["output_text.delta"] * 4, "output_text.done", "content_part.done",
-                          "output_item.done", "completed"]
+    assert types(out) == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "content_part.added",
+        *["output_text.delta"] * 4,
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "completed",
+    ]
     assert [e["sequence_number"] for e in out] == list(range(len(out)))
     assert out[0]["response"]["id"] == out[-1]["response"]["id"] == RESP
     assert out[0]["response"]["created_at"] == 1700000000 and out[0]["response"]["output"] == []
@@ -204,11 +277,25 @@ def test_llama_reasoning_then_text() -> None:
     """Reasoning is closed (with the done events llama never sends) when the message opens;
     llama's own reasoning done, sent at the very end, is dropped."""
     out = run(LLAMA_REASONING_TEXT)
-    assert types(out) == ["created", "in_progress",
-                          "output_item.added", "content_part.added", "reasoning_text.delta", "reasoning_text.delta",
-                          "reasoning_text.done", "content_part.done", "output_item.done",
-                          "output_item.added", "content_part.added", "output_text.delta", "output_text.delta",
-                          "output_text.done", "content_part.done", "output_item.done", "completed"]
+    assert types(out) == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "content_part.added",
+        "reasoning_text.delta",
+        "reasoning_text.delta",
+        "reasoning_text.done",
+        "content_part.done",
+        "output_item.done",
+        "output_item.added",
+        "content_part.added",
+        "output_text.delta",
+        "output_text.delta",
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "completed",
+    ]
     reasoning, message = out[8]["item"], out[15]["item"]
     assert out[6]["text"] == "The user greets me." and out[6]["output_index"] == 0
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "The user greets me."}]
@@ -222,21 +309,37 @@ def test_llama_function_calls() -> None:
     """Each call's arguments.done is emitted (llama sends none); the first call closes when the
     second opens, and the final output keeps llama's ids and call ids."""
     out = run(LLAMA_CALLS)
-    assert types(out) == ["created", "in_progress",
-                          "output_item.added", "function_call_arguments.delta", "function_call_arguments.delta",
-                          "function_call_arguments.done", "output_item.done",
-                          "output_item.added", "function_call_arguments.delta", "function_call_arguments.done",
-                          "output_item.done", "completed"]
+    assert types(out) == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "function_call_arguments.delta",
+        "function_call_arguments.delta",
+        "function_call_arguments.done",
+        "output_item.done",
+        "output_item.added",
+        "function_call_arguments.delta",
+        "function_call_arguments.done",
+        "output_item.done",
+        "completed",
+    ]
     assert out[5]["arguments"] == '{"city": "Paris"}' and out[5]["item_id"] == "fc_A1"
-    assert out[9] | {"sequence_number": 0} == {"type": "response.function_call_arguments.done", "item_id": "fc_B2",
-                                               "output_index": 1, "arguments": '{"tz": "CET"}', "sequence_number": 0}
+    assert out[9] | {"sequence_number": 0} == {
+        "type": "response.function_call_arguments.done",
+        "item_id": "fc_B2",
+        "output_index": 1,
+        "arguments": '{"tz": "CET"}',
+        "sequence_number": 0,
+    }
     output = out[-1]["response"]["output"]
     assert [(i["id"], i["call_id"], i["name"], i["arguments"], i["status"]) for i in output] == [
         ("fc_A1", "call_A1", "get_weather", '{"city": "Paris"}', "completed"),
-        ("fc_B2", "call_B2", "get_time", '{"tz": "CET"}', "completed")]
+        ("fc_B2", "call_B2", "get_time", '{"tz": "CET"}', "completed"),
+    ]
 
 
 # -- the max-tokens heuristic ---------------------------------------------------------------
+
 
 def test_max_tokens_cut_becomes_incomplete() -> None:
     out = run(LLAMA_CUT, max_output_tokens=8)
@@ -251,22 +354,33 @@ def test_max_tokens_heuristic_needs_the_budget_spent_and_no_natural_end() -> Non
     assert types(run(LLAMA_CUT, max_output_tokens=9))[-1] == "completed"  # 8 tokens < 9
     natural = llama_opening() + llama_text(["Paris."]) + llama_final(text="Paris.", output_tokens=8)
     assert types(run(natural, max_output_tokens=8))[-1] == "completed"
-    call = llama_opening() + llama_call("A1", "f", ['{"a": 1}']) + llama_final(calls=(("A1", "f", '{"a": 1}'),),
-                                                                               output_tokens=8)
+    call = (
+        llama_opening()
+        + llama_call("A1", "f", ['{"a": 1}'])
+        + llama_final(calls=(("A1", "f", '{"a": 1}'),), output_tokens=8)
+    )
     assert types(run(call, max_output_tokens=8))[-1] == "completed"  # the call's JSON is complete
-    cut_call = llama_opening() + llama_call("A1", "f", ['{"a": [1, 2']) + llama_final(
-        calls=(("A1", "f", '{"a": [1, 2'),), output_tokens=8)
+    cut_call = (
+        llama_opening()
+        + llama_call("A1", "f", ['{"a": [1, 2'])
+        + llama_final(calls=(("A1", "f", '{"a": [1, 2'),), output_tokens=8)
+    )
     assert types(run(cut_call, max_output_tokens=8))[-1] == "incomplete"
-    thinking = llama_opening() + llama_reasoning(["Let me think"]) + llama_final(reasoning="Let me think",
-                                                                                 output_tokens=8)
+    thinking = (
+        llama_opening() + llama_reasoning(["Let me think"]) + llama_final(reasoning="Let me think", output_tokens=8)
+    )
     out = run(thinking, max_output_tokens=8)
     assert types(out)[-1] == "incomplete" and out[-1]["response"]["output"][0]["type"] == "reasoning"
 
 
 def test_incomplete_from_upstream_keeps_its_reason() -> None:
     events = llama_opening() + llama_text(["Hi"])
-    events.append({"type": "response.incomplete", "response": {"id": RESP, "object": "response",
-                                                               "incomplete_details": {"reason": "content_filter"}}})
+    events.append(
+        {
+            "type": "response.incomplete",
+            "response": {"id": RESP, "object": "response", "incomplete_details": {"reason": "content_filter"}},
+        }
+    )
     out = run(events)
     assert types(out)[-4:] == ["output_text.done", "content_part.done", "output_item.done", "incomplete"]
     assert out[-2]["item"]["status"] == "incomplete"
@@ -275,9 +389,14 @@ def test_incomplete_from_upstream_keeps_its_reason() -> None:
 
 # -- strict streams -------------------------------------------------------------------------
 
-STRICT = ["openai-gpt5-reasoning-function-call-usage.sse", "openai-gpt4omini-text-logprobs.sse",
-          "openai-gpt5-web-search-call.sse", "openai-o3mini-reasoning-summary-multipart.sse",
-          "openai-gpt4omini-parallel-function-calls.sse", "openai-gpt5nano-error-then-failed.sse"]
+STRICT = [
+    "openai-gpt5-reasoning-function-call-usage.sse",
+    "openai-gpt4omini-text-logprobs.sse",
+    "openai-gpt5-web-search-call.sse",
+    "openai-o3mini-reasoning-summary-multipart.sse",
+    "openai-gpt4omini-parallel-function-calls.sse",
+    "openai-gpt5nano-error-then-failed.sse",
+]
 
 
 @pytest.mark.parametrize("name", STRICT)
@@ -288,16 +407,21 @@ def test_strict_capture_comes_out_unchanged(name: str) -> None:
     validate_responses_events(upstream, open_responses=False)  # OpenAI's own stream: the strict rules
     out = run(upstream)
     if name.endswith("error-then-failed.sse"):  # the error event gains the flat fields OpenAI also sends
-        assert out[2] == {**upstream[2], "code": "insufficient_quota", "message": upstream[2]["error"]["message"],
-                          "param": None}
+        assert out[2] == {
+            **upstream[2],
+            "code": "insufficient_quota",
+            "message": upstream[2]["error"]["message"],
+            "param": None,
+        }
         upstream[2] = out[2]
     assert types(out) == types(upstream)
     for got, sent in zip(out, upstream, strict=True):
         if "response" in sent:
             # every field the upstream sent is kept (the normaliser may add the ones the Open
             # Responses schema requires: completed_at, the penalties, reasoning.summary)
-            assert {k: _sent_part(got["response"][k], v) for k, v in sent["response"].items() if k != "output"} == \
-                {k: v for k, v in sent["response"].items() if k != "output"}
+            assert {k: _sent_part(got["response"][k], v) for k, v in sent["response"].items() if k != "output"} == {
+                k: v for k, v in sent["response"].items() if k != "output"
+            }
             assert _sealed(got["response"]["output"]) == _sealed(sent["response"]["output"])
         else:
             assert got == sent
@@ -313,8 +437,7 @@ def _sent_part(got: Any, sent: Any) -> Any:
 def _sealed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """OpenAI re-encrypts ``encrypted_content`` between output_item.done and the terminal event;
     the terminal output is the items as done, so only its presence is compared."""
-    return [{**i, "encrypted_content": bool(i["encrypted_content"])} if "encrypted_content" in i else i
-            for i in items]
+    return [{**i, "encrypted_content": bool(i["encrypted_content"])} if "encrypted_content" in i else i for i in items]
 
 
 def strip(events: list[dict[str, Any]], kinds: set[str]) -> list[dict[str, Any]]:
@@ -342,13 +465,25 @@ def test_created_made_from_the_first_event_with_a_response() -> None:
     assert out[-1]["response"]["id"] == "resp_X"
 
 
-DONE_KINDS = {"output_text.done", "content_part.done", "function_call_arguments.done", "output_item.done",
-              "reasoning_summary_text.done", "reasoning_summary_part.done"}
+DONE_KINDS = {
+    "output_text.done",
+    "content_part.done",
+    "function_call_arguments.done",
+    "output_item.done",
+    "reasoning_summary_text.done",
+    "reasoning_summary_part.done",
+}
 
 
-@pytest.mark.parametrize("name", ["openai-gpt5-reasoning-function-call-usage.sse", "openai-gpt4omini-text-logprobs.sse",
-                                  "openai-o3mini-reasoning-summary-multipart.sse",
-                                  "openai-gpt4omini-parallel-function-calls.sse"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "openai-gpt5-reasoning-function-call-usage.sse",
+        "openai-gpt4omini-text-logprobs.sse",
+        "openai-o3mini-reasoning-summary-multipart.sse",
+        "openai-gpt4omini-parallel-function-calls.sse",
+    ],
+)
 def test_missing_done_events_are_emitted(name: str) -> None:
     upstream = data_objects(read_capture(f"responses/{name}"))
     out = run(strip(upstream, DONE_KINDS))
@@ -388,13 +523,20 @@ def test_every_responses_capture_normalizes_strict(path: Any) -> None:
 
 # -- failures -------------------------------------------------------------------------------
 
+
 def test_upstream_error_midstream_ends_failed_with_its_code_and_message() -> None:
     error = {"error": {"code": 500, "message": "boom", "type": "server_error"}}  # no type: a bare data frame
     events = llama_opening() + llama_text(["Hel"]) + [error]
     events += llama_text(["lo"]) + llama_final(text="Hello")  # never read
     out = run(events)
-    assert types(out)[-6:] == ["output_text.delta", "output_text.done", "content_part.done", "output_item.done",
-                               "error", "failed"]
+    assert types(out)[-6:] == [
+        "output_text.delta",
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "error",
+        "failed",
+    ]
     assert out[-3]["item"]["status"] == "incomplete" and text_of(out[-3]["item"]) == "Hel"
     assert out[-2]["error"] == {"type": "server_error", "code": "500", "message": "boom", "param": None}
     final = out[-1]["response"]
@@ -409,8 +551,21 @@ def test_openai_shaped_error_before_anything() -> None:
 
 
 def test_upstream_response_failed_keeps_its_error() -> None:
-    events = llama_opening() + llama_text(["Hi"]) + [{"type": "response.failed", "response": {
-        "id": RESP, "object": "response", "status": "failed", "error": {"code": "server_error", "message": "oops"}}}]
+    events = (
+        llama_opening()
+        + llama_text(["Hi"])
+        + [
+            {
+                "type": "response.failed",
+                "response": {
+                    "id": RESP,
+                    "object": "response",
+                    "status": "failed",
+                    "error": {"code": "server_error", "message": "oops"},
+                },
+            }
+        ]
+    )
     out = run(events)
     assert types(out)[-4:] == ["output_text.done", "content_part.done", "output_item.done", "failed"]
     assert out[-1]["response"]["error"] == {"code": "server_error", "message": "oops"}
@@ -419,10 +574,18 @@ def test_upstream_response_failed_keeps_its_error() -> None:
 @pytest.mark.parametrize("clean", [False, True])
 def test_cut_stream_ends_failed(clean: bool) -> None:
     out = run(LLAMA_REASONING_TEXT[:10], clean=clean)  # cut inside the message's text
-    assert types(out)[-6:] == ["output_text.delta", "output_text.done", "content_part.done", "output_item.done",
-                               "error", "failed"]
-    assert out[-1]["response"]["error"] == {"code": "upstream_truncated",
-                                            "message": "the upstream closed the stream before it finished"}
+    assert types(out)[-6:] == [
+        "output_text.delta",
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "error",
+        "failed",
+    ]
+    assert out[-1]["response"]["error"] == {
+        "code": "upstream_truncated",
+        "message": "the upstream closed the stream before it finished",
+    }
     assert [i["status"] for i in out[-1]["response"]["output"]] == ["completed", "incomplete"]
 
 
@@ -454,16 +617,29 @@ def test_events_after_the_terminal_are_dropped() -> None:
 
 # -- repairs of other shapes ----------------------------------------------------------------
 
+
 def test_events_without_their_item_open_one() -> None:
     events: list[dict[str, Any]] = [
         {"type": "response.output_text.delta", "delta": "Hi"},
         {"type": "response.function_call_arguments.delta", "delta": "{}"},
-        {"type": "response.completed", "response": {"usage": {"input_tokens": 1, "output_tokens": 2}}}]
+        {"type": "response.completed", "response": {"usage": {"input_tokens": 1, "output_tokens": 2}}},
+    ]
     out = run(events)
-    assert types(out) == ["created", "in_progress", "output_item.added", "content_part.added", "output_text.delta",
-                          "output_text.done", "content_part.done", "output_item.done", "output_item.added",
-                          "function_call_arguments.delta", "function_call_arguments.done", "output_item.done",
-                          "completed"]
+    assert types(out) == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "content_part.added",
+        "output_text.delta",
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "output_item.added",
+        "function_call_arguments.delta",
+        "function_call_arguments.done",
+        "output_item.done",
+        "completed",
+    ]
     call = out[-2]["item"]
     assert call["id"] == "fc_0003" and call["call_id"] == "call_0004" and call["arguments"] == "{}"
     assert out[-1]["response"]["usage"]["total_tokens"] == 3
@@ -484,27 +660,47 @@ def test_done_events_without_ids_go_to_the_last_item_of_their_type() -> None:
 
 def test_done_only_upstream_replays_the_terminal_output() -> None:
     out = run([*llama_opening(), llama_final(text="Hi.")[-1]])
-    assert types(out) == ["created", "in_progress", "output_item.added", "content_part.added", "output_text.delta",
-                          "output_text.done", "content_part.done", "output_item.done", "completed"]
+    assert types(out) == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "content_part.added",
+        "output_text.delta",
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "completed",
+    ]
     assert out[4]["delta"] == "Hi." and out[-1]["response"]["output"][0]["id"] == MSG
 
 
 def test_unknown_events_pass_through_with_ids_filled() -> None:
     """Even when they name an item already closed; a known hosted-tool event for a closed item is dropped."""
     search = {"id": "ws_1", "type": "web_search_call", "status": "in_progress"}
-    events = [*LLAMA_TEXT[:3], {"type": "response.output_item.added", "item": search}, {"type": "response.output_item.done", "item": {**search, "status": "completed"}}, {"type": "response.web_search_call.completed", "item_id": "ws_1"}]
+    events = [
+        *LLAMA_TEXT[:3],
+        {"type": "response.output_item.added", "item": search},
+        {"type": "response.output_item.done", "item": {**search, "status": "completed"}},
+        {"type": "response.web_search_call.completed", "item_id": "ws_1"},
+    ]
     events += [*LLAMA_TEXT[3:6], {"type": "response.vendor.note", "item_id": MSG, "note": 1}, {"type": "keepalive"}]
     events += [*LLAMA_TEXT[6:-1], {"type": "response.vendor.note", "item_id": MSG, "note": 2}, LLAMA_TEXT[-1]]
     out = run(events, validate=False)
     vendor = [e for e in out if e["type"] == "response.vendor.note"]
-    assert vendor == [{"type": "response.vendor.note", "item_id": MSG, "note": n, "output_index": 1,
-                       "sequence_number": out.index(v)} for n, v in ((1, vendor[0]), (2, vendor[1]))]
+    assert vendor == [
+        {"type": "response.vendor.note", "item_id": MSG, "note": n, "output_index": 1, "sequence_number": out.index(v)}
+        for n, v in ((1, vendor[0]), (2, vendor[1]))
+    ]
     assert types(out)[-3:] == ["output_item.done", "vendor.note", "completed"]
     assert types(out)[2:5] == ["output_item.added", "output_item.done", "output_item.added"]
     assert sum(e["type"] == "keepalive" for e in out) == 1
     assert [e["sequence_number"] for e in out] == list(range(len(out)))
-    validate_responses_events([dict(e, sequence_number=n) for n, e in enumerate(
-        e for e in out if e["type"] not in ("response.vendor.note", "keepalive"))])
+    validate_responses_events(
+        [
+            dict(e, sequence_number=n)
+            for n, e in enumerate(e for e in out if e["type"] not in ("response.vendor.note", "keepalive"))
+        ]
+    )
 
 
 def test_duplicate_ids_are_replaced() -> None:
@@ -512,11 +708,15 @@ def test_duplicate_ids_are_replaced() -> None:
     calls = (("A1", "f", "{}"), ("B2", "g", "[]"), ("A1", "f", "{}"))
     events = llama_opening() + [e for c in calls for e in llama_call(c[0], c[1], [c[2]])] + llama_final(calls=calls)
     output = run(events)[-1]["response"]["output"]
-    assert [(i["id"], i["call_id"]) for i in output] == [("fc_A1", "call_A1"), ("fc_B2", "call_B2"),
-                                                         ("fc_0001", "call_0002")]
+    assert [(i["id"], i["call_id"]) for i in output] == [
+        ("fc_A1", "call_A1"),
+        ("fc_B2", "call_B2"),
+        ("fc_0001", "call_0002"),
+    ]
 
 
 # -- bytes through the pump -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(LLAMA_STREAMS))
 def test_frames_split_anywhere_give_the_same_output(name: str) -> None:

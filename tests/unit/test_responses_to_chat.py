@@ -19,15 +19,30 @@ from translators.responses_to_chat import ResponsesToChatStream
 from translators.sse import render_chat
 
 NOW = 1_700_000_000
-USAGE = {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 7,
-         "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 18}
+USAGE = {
+    "input_tokens": 11,
+    "input_tokens_details": {"cached_tokens": 3},
+    "output_tokens": 7,
+    "output_tokens_details": {"reasoning_tokens": 5},
+    "total_tokens": 18,
+}
 
 
 # ---------------------------------------------------------------- event builders
 
+
 def resp(status: str = "in_progress", **kw: Any) -> dict:
-    r = {"id": "resp_1", "object": "response", "created_at": 1234, "status": status, "model": "up-model",
-         "output": [], "usage": None, "error": None, "incomplete_details": None}
+    r = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1234,
+        "status": status,
+        "model": "up-model",
+        "output": [],
+        "usage": None,
+        "error": None,
+        "incomplete_details": None,
+    }
     r.update(kw)
     return r
 
@@ -41,8 +56,10 @@ def completed(**kw: Any) -> dict:
 
 
 def incomplete(reason: Any) -> dict:
-    return {"type": "response.incomplete",
-            "response": resp("incomplete", usage=USAGE, incomplete_details={"reason": reason} if reason else None)}
+    return {
+        "type": "response.incomplete",
+        "response": resp("incomplete", usage=USAGE, incomplete_details={"reason": reason} if reason else None),
+    }
 
 
 def added(oi: int, item: dict) -> dict:
@@ -62,18 +79,36 @@ def text_delta(d: str, oi: int = 0, ci: int = 0, **kw: Any) -> dict:
 
 
 def fc(call_id: str = "call_a", name: str = "f", args: str = "") -> dict:
-    return {"id": "fc_" + call_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": args,
-            "status": "in_progress"}
+    return {
+        "id": "fc_" + call_id,
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+        "status": "in_progress",
+    }
 
 
 def ctc(call_id: str = "call_c", name: str = "patch", inp: str = "") -> dict:
-    return {"id": "ctc_" + call_id, "type": "custom_tool_call", "call_id": call_id, "name": name, "input": inp,
-            "status": "in_progress"}
+    return {
+        "id": "ctc_" + call_id,
+        "type": "custom_tool_call",
+        "call_id": call_id,
+        "name": name,
+        "input": inp,
+        "status": "in_progress",
+    }
 
 
 def machine(include_usage: bool = True, wire: bool = False, **opts: Any) -> ResponsesToChatStream:
-    return ResponsesToChatStream(include_usage=include_usage, options=BackendProfile(**opts), ids=SequentialIds(),
-                                 now=lambda: NOW, model="req-model", wire=wire)
+    return ResponsesToChatStream(
+        include_usage=include_usage,
+        options=BackendProfile(**opts),
+        ids=SequentialIds(),
+        now=lambda: NOW,
+        model="req-model",
+        wire=wire,
+    )
 
 
 def render_sse(chunks: list[dict]) -> bytes:
@@ -89,8 +124,14 @@ def render_sse(chunks: list[dict]) -> bytes:
 _FROM_INCLUDE_USAGE = object()
 
 
-def run(events: list, *, include_usage: bool = True, finish: bool = True,
-        expect_usage: Any = _FROM_INCLUDE_USAGE, **opts: Any) -> tuple[list[dict], ResponsesToChatStream]:
+def run(
+    events: list,
+    *,
+    include_usage: bool = True,
+    finish: bool = True,
+    expect_usage: Any = _FROM_INCLUDE_USAGE,
+    **opts: Any,
+) -> tuple[list[dict], ResponsesToChatStream]:
     """Feed ``events``, finish the machine and check the whole client stream with the strict
     chat validator (as SSE bytes). ``expect_usage`` defaults to ``include_usage``; pass None
     where the upstream itself may lack usage (then no usage chunk can be sent). The same events
@@ -124,11 +165,13 @@ def finish_of(out: list[dict]) -> str | None:
 
 # ---------------------------------------------------------------- identity and role
 
+
 def test_created_fixes_id_model_created_and_role_is_sent_once() -> None:
     out, m = run([created(), text_delta("a"), text_delta("b"), completed()])
     validate_chat_chunks(out, expect_usage=True)
     assert {(c["id"], c["model"], c["created"], c["object"]) for c in out} == {
-        ("chatcmpl-0001", "up-model", 1234, "chat.completion.chunk")}
+        ("chatcmpl-0001", "up-model", 1234, "chat.completion.chunk")
+    }
     assert deltas(out)[0] == {"role": "assistant", "content": ""}
     assert sum("role" in d for d in deltas(out)) == 1
     assert m.phase == "done" and m.done and m.finish_reason == "stop"
@@ -158,12 +201,16 @@ def test_phase_moves_waiting_streaming_done() -> None:
 
 # ---------------------------------------------------------------- text, refusal, reasoning
 
-@pytest.mark.parametrize("event, expected", [
-    (text_delta("Hello"), {"content": "Hello"}),
-    (ev("refusal.delta", content_index=0, delta="No."), {"refusal": "No."}),
-    (ev("reasoning_text.delta", content_index=0, delta="hmm"), {"reasoning_content": "hmm"}),
-    (ev("reasoning_summary_text.delta", summary_index=0, delta="plan"), {"reasoning_content": "plan"}),
-])
+
+@pytest.mark.parametrize(
+    "event, expected",
+    [
+        (text_delta("Hello"), {"content": "Hello"}),
+        (ev("refusal.delta", content_index=0, delta="No."), {"refusal": "No."}),
+        (ev("reasoning_text.delta", content_index=0, delta="hmm"), {"reasoning_content": "hmm"}),
+        (ev("reasoning_summary_text.delta", summary_index=0, delta="plan"), {"reasoning_content": "plan"}),
+    ],
+)
 def test_delta_events_map_to_delta_fields(event: dict, expected: dict) -> None:
     out, _ = run([created(), event, completed()])
     assert deltas(out)[1] == expected
@@ -175,8 +222,16 @@ def test_reasoning_field_is_configurable(field: str) -> None:
     assert deltas(out)[1] == {field: "r"}
 
 
-@pytest.mark.parametrize("kind", ["output_text.delta", "refusal.delta", "reasoning_text.delta",
-                                  "reasoning_summary_text.delta", "function_call_arguments.delta"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "output_text.delta",
+        "refusal.delta",
+        "reasoning_text.delta",
+        "reasoning_summary_text.delta",
+        "function_call_arguments.delta",
+    ],
+)
 def test_empty_deltas_emit_nothing(kind: str) -> None:
     m = machine()
     m.feed(created())
@@ -187,19 +242,32 @@ def test_empty_deltas_emit_nothing(kind: str) -> None:
 def test_logprobs_map_to_choice_logprobs() -> None:
     lp = [{"token": "Hi", "logprob": -0.5, "top_logprobs": [{"token": "Hey", "logprob": -1.5}]}]
     out, _ = run([created(), text_delta("Hi", logprobs=lp)])
-    assert out[1]["choices"][0]["logprobs"] == {"content": [{"token": "Hi", "logprob": -0.5, "bytes": None,
-        "top_logprobs": [{"token": "Hey", "logprob": -1.5, "bytes": None}]}], "refusal": None}
+    assert out[1]["choices"][0]["logprobs"] == {
+        "content": [
+            {
+                "token": "Hi",
+                "logprob": -0.5,
+                "bytes": None,
+                "top_logprobs": [{"token": "Hey", "logprob": -1.5, "bytes": None}],
+            }
+        ],
+        "refusal": None,
+    }
     assert out[0]["choices"][0]["logprobs"] is None
 
 
 def test_summary_parts_and_reasoning_items_are_separated_by_a_blank_line() -> None:
-    out, _ = run([created(),
-                  ev("reasoning_summary_text.delta", 0, summary_index=0, delta="A"),
-                  ev("reasoning_summary_text.delta", 0, summary_index=0, delta="a"),
-                  ev("reasoning_summary_text.delta", 0, summary_index=1, delta="B"),
-                  ev("reasoning_text.delta", 1, content_index=0, delta="C"),
-                  ev("reasoning_text.delta", 1, content_index=1, delta="c"),
-                  completed()])
+    out, _ = run(
+        [
+            created(),
+            ev("reasoning_summary_text.delta", 0, summary_index=0, delta="A"),
+            ev("reasoning_summary_text.delta", 0, summary_index=0, delta="a"),
+            ev("reasoning_summary_text.delta", 0, summary_index=1, delta="B"),
+            ev("reasoning_text.delta", 1, content_index=0, delta="C"),
+            ev("reasoning_text.delta", 1, content_index=1, delta="c"),
+            completed(),
+        ]
+    )
     assert accumulate_chat(out)["reasoning"] == "Aa\n\nB\n\nCc"
 
 
@@ -226,9 +294,15 @@ TEXT_DONE = [
     ([text_delta("abc"), ev("output_text.done", content_index=0, text="xyz")], "abc", {"done_text_mismatch": 1}),
     ([ev("content_part.done", content_index=0, part={"type": "output_text", "text": "part"})], "part", {}),
     ([item_done(0, {"type": "message", "content": [{"type": "output_text", "text": "item"}]})], "item", {}),
-    ([ev("output_text.done", content_index=0, text="t"),
-      ev("content_part.done", content_index=0, part={"type": "output_text", "text": "t"}),
-      item_done(0, {"type": "message", "content": [{"type": "output_text", "text": "t"}]})], "t", {}),
+    (
+        [
+            ev("output_text.done", content_index=0, text="t"),
+            ev("content_part.done", content_index=0, part={"type": "output_text", "text": "t"}),
+            item_done(0, {"type": "message", "content": [{"type": "output_text", "text": "t"}]}),
+        ],
+        "t",
+        {},
+    ),
 ]
 
 
@@ -240,24 +314,30 @@ def test_done_events_send_only_text_never_seen(events: list, content: str, diagn
 
 
 def test_done_only_refusal_reasoning_and_arguments() -> None:
-    out, _ = run([created(),
-                  ev("reasoning_summary_text.done", 0, summary_index=0, text="S"),
-                  ev("reasoning_text.done", 1, content_index=0, text="R"),
-                  ev("refusal.done", 2, content_index=0, refusal="No"),
-                  added(3, fc()),
-                  ev("function_call_arguments.done", 3, arguments='{"a":1}'),
-                  item_done(3, fc(args='{"a":1}')),
-                  completed()])
+    out, _ = run(
+        [
+            created(),
+            ev("reasoning_summary_text.done", 0, summary_index=0, text="S"),
+            ev("reasoning_text.done", 1, content_index=0, text="R"),
+            ev("refusal.done", 2, content_index=0, refusal="No"),
+            added(3, fc()),
+            ev("function_call_arguments.done", 3, arguments='{"a":1}'),
+            item_done(3, fc(args='{"a":1}')),
+            completed(),
+        ]
+    )
     acc = accumulate_chat(out)
     assert (acc["reasoning"], acc["refusal"]) == ("S\n\nR", "No")
     assert acc["tool_calls"] == [{"id": "call_a", "name": "f", "arguments": '{"a":1}'}]
 
 
 def test_response_with_no_item_events_is_replayed_from_the_terminal_output() -> None:
-    output = [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
-              {"type": "web_search_call", "id": "ws_1", "status": "completed"},
-              {"type": "message", "content": [{"type": "output_text", "text": "answer"}]},
-              fc(args="{}") | {"status": "completed"}]
+    output = [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+        {"type": "message", "content": [{"type": "output_text", "text": "answer"}]},
+        fc(args="{}") | {"status": "completed"},
+    ]
     out, m = run([created(), completed(output=output)])
     acc = accumulate_chat(out)
     assert (acc["reasoning"], acc["content"], acc["finish_reason"]) == ("think", "answer", "tool_calls")
@@ -272,10 +352,19 @@ def test_terminal_output_is_not_replayed_once_items_were_streamed() -> None:
 
 # ---------------------------------------------------------------- tool calls
 
+
 def test_function_calls_are_numbered_in_order_of_appearance_not_by_output_index() -> None:
-    out, _ = run([created(), added(3, fc("call_x", "first")), ev("function_call_arguments.delta", 3, delta='{"a"'),
-                  added(7, fc("call_y", "second")), ev("function_call_arguments.delta", 7, delta="{}"),
-                  ev("function_call_arguments.delta", 3, delta=":1}"), completed()])
+    out, _ = run(
+        [
+            created(),
+            added(3, fc("call_x", "first")),
+            ev("function_call_arguments.delta", 3, delta='{"a"'),
+            added(7, fc("call_y", "second")),
+            ev("function_call_arguments.delta", 7, delta="{}"),
+            ev("function_call_arguments.delta", 3, delta=":1}"),
+            completed(),
+        ]
+    )
     validate_chat_chunks(out, expect_usage=True)
     frags = [f for d in deltas(out) for f in d.get("tool_calls", [])]
     assert frags[0] == {"index": 0, "id": "call_x", "type": "function", "function": {"name": "first", "arguments": ""}}
@@ -295,8 +384,14 @@ def test_a_call_item_is_opened_once_even_if_added_twice() -> None:
 
 def test_arguments_whose_item_never_comes_are_dropped_and_counted() -> None:
     """A chat tool call needs a name: fragments of a call no item ever names are not sent."""
-    out, m = run([created(), ev("function_call_arguments.delta", 2, delta="{}"),
-                  ev("function_call_arguments.done", 2, arguments="{}"), completed()])
+    out, m = run(
+        [
+            created(),
+            ev("function_call_arguments.delta", 2, delta="{}"),
+            ev("function_call_arguments.done", 2, arguments="{}"),
+            completed(),
+        ]
+    )
     validate_chat_chunks(out, expect_usage=True)
     assert not any("tool_calls" in d for d in deltas(out))
     assert finish_of(out) == "stop" and m.diagnostics == {"call_without_added": 1}
@@ -307,17 +402,27 @@ def test_arguments_before_output_item_added_are_held_until_the_item_names_the_ca
     item, kind = (ctc(), "custom_tool_call_input") if custom else (fc(), "function_call_arguments")
     final = '{"a": 1}'
     key = "input" if custom else "arguments"
-    out, m = run([created(), ev(f"{kind}.delta", 0, delta='{"a"'), ev(f"{kind}.delta", 0, delta=": 1"),
-                  added(0, item), ev(f"{kind}.delta", 0, delta="}"), ev(f"{kind}.done", 0, **{key: final}),
-                  item_done(0, item | {key: final}), completed()])
+    out, m = run(
+        [
+            created(),
+            ev(f"{kind}.delta", 0, delta='{"a"'),
+            ev(f"{kind}.delta", 0, delta=": 1"),
+            added(0, item),
+            ev(f"{kind}.delta", 0, delta="}"),
+            ev(f"{kind}.done", 0, **{key: final}),
+            item_done(0, item | {key: final}),
+            completed(),
+        ]
+    )
     validate_chat_chunks(out, expect_usage=True)
     frags = [f for d in deltas(out) for f in d.get("tool_calls", [])]
     first = frags[0]
     assert first["id"] == item["call_id"] and first["function"]["name"] == item["name"]
     assert first["function"]["arguments"] == ('"' + '{\\"a\\": 1' if custom else '{"a": 1')
     acc = accumulate_chat(out)
-    assert acc["tool_calls"] == [{"id": item["call_id"], "name": item["name"],
-                                  "arguments": json.dumps(final) if custom else final}]
+    assert acc["tool_calls"] == [
+        {"id": item["call_id"], "name": item["name"], "arguments": json.dumps(final) if custom else final}
+    ]
     assert acc["finish_reason"] == "tool_calls" and m.diagnostics == {}
 
 
@@ -330,8 +435,11 @@ def test_arguments_done_before_output_item_added_is_sent_with_the_item() -> None
 
 @pytest.mark.parametrize("via", ["item_done", "terminal_output"])
 def test_held_arguments_are_sent_when_only_the_final_item_names_the_call(via: str) -> None:
-    events = [created(), ev("function_call_arguments.delta", 0, delta='{"a"'),
-              ev("function_call_arguments.delta", 0, delta=":1}")]
+    events = [
+        created(),
+        ev("function_call_arguments.delta", 0, delta='{"a"'),
+        ev("function_call_arguments.delta", 0, delta=":1}"),
+    ]
     final = fc(args='{"a":1}') | {"status": "completed"}
     if via == "item_done":
         events.append(item_done(0, final))
@@ -366,16 +474,23 @@ def test_custom_tool_call_input_only_in_the_done_item() -> None:
 
 # ---------------------------------------------------------------- hosted and unknown events
 
-@pytest.mark.parametrize("event, key", [
-    (ev("web_search_call.searching"), "hosted_event:response.web_search_call.searching"),
-    (ev("code_interpreter_call_code.delta", delta="x"), "hosted_event:response.code_interpreter_call_code.delta"),
-    (ev("mcp_call_arguments.delta", delta="x"), "hosted_event:response.mcp_call_arguments.delta"),
-    (ev("apply_patch_call_operation_diff.delta", delta="x"), "hosted_event:response.apply_patch_call_operation_diff.delta"),
-    (added(0, {"type": "web_search_call", "id": "ws"}), "hosted_item:web_search_call"),
-    (ev("brand_new_thing.delta", delta="x"), "unknown_event:response.brand_new_thing.delta"),
-    ({"type": "response.audio.delta", "delta": "AAAA"}, "unknown_event:response.audio.delta"),
-    ({"no_type": True}, "unknown_event:None"),
-])
+
+@pytest.mark.parametrize(
+    "event, key",
+    [
+        (ev("web_search_call.searching"), "hosted_event:response.web_search_call.searching"),
+        (ev("code_interpreter_call_code.delta", delta="x"), "hosted_event:response.code_interpreter_call_code.delta"),
+        (ev("mcp_call_arguments.delta", delta="x"), "hosted_event:response.mcp_call_arguments.delta"),
+        (
+            ev("apply_patch_call_operation_diff.delta", delta="x"),
+            "hosted_event:response.apply_patch_call_operation_diff.delta",
+        ),
+        (added(0, {"type": "web_search_call", "id": "ws"}), "hosted_item:web_search_call"),
+        (ev("brand_new_thing.delta", delta="x"), "unknown_event:response.brand_new_thing.delta"),
+        ({"type": "response.audio.delta", "delta": "AAAA"}, "unknown_event:response.audio.delta"),
+        ({"no_type": True}, "unknown_event:None"),
+    ],
+)
 def test_hosted_and_unknown_events_produce_nothing_and_are_counted(event: dict, key: str) -> None:
     m = machine()
     out = m.feed(created())
@@ -438,8 +553,10 @@ MALFORMED = [
     ([completed(output="x")], "output is a string"),
     ([completed(output=[{"type": "message", "content": [{"type": "output_text", "text": 5}]}])], "text is an integer"),
     ([incomplete(5)], "reason is an integer"),
-    ([{"type": "response.incomplete", "response": resp("incomplete", incomplete_details="x")}],
-     "incomplete_details is a string"),
+    (
+        [{"type": "response.incomplete", "response": resp("incomplete", incomplete_details="x")}],
+        "incomplete_details is a string",
+    ),
     ([{"type": 5}], "type is an integer"),
 ]
 
@@ -456,9 +573,16 @@ def test_wrong_types_end_the_stream_with_a_protocol_error_never_a_success(events
 
 def test_wrong_first_event_sends_only_the_error() -> None:
     out, _ = run([{"type": "response.created", "response": resp(created_at="yesterday")}])
-    assert out == [{"error": {"message": "malformed upstream event: response: created_at is a string, expected a "
-                                         "number", "type": "server_error", "param": None,
-                              "code": "upstream_protocol_error"}}]
+    assert out == [
+        {
+            "error": {
+                "message": "malformed upstream event: response: created_at is a string, expected a number",
+                "type": "server_error",
+                "param": None,
+                "code": "upstream_protocol_error",
+            }
+        }
+    ]
 
 
 def test_usage_is_only_checked_when_the_client_asked_for_it() -> None:
@@ -469,26 +593,56 @@ def test_usage_is_only_checked_when_the_client_asked_for_it() -> None:
 def test_absent_optional_fields_are_not_errors() -> None:
     """Absent or null means "not given": done events without their text, events keyed by item_id
     only, null indexes and logprobs, a terminal event without a response."""
-    out, m = run([created(), {"type": "response.output_text.delta", "item_id": "m", "delta": "a",
-                              "content_index": None, "logprobs": None},
-                  {"type": "response.output_text.done", "item_id": "m"},
-                  ev("content_part.done"), {"type": "response.completed"}], include_usage=False)
+    out, m = run(
+        [
+            created(),
+            {
+                "type": "response.output_text.delta",
+                "item_id": "m",
+                "delta": "a",
+                "content_index": None,
+                "logprobs": None,
+            },
+            {"type": "response.output_text.done", "item_id": "m"},
+            ev("content_part.done"),
+            {"type": "response.completed"},
+        ],
+        include_usage=False,
+    )
     validate_chat_chunks(out, expect_usage=False)
     assert accumulate_chat(out)["content"] == "a" and finish_of(out) == "stop" and not m.diagnostics
 
 
 # ---------------------------------------------------------------- annotations
 
+
 def test_url_citations_are_nested_offset_and_sent_once_before_the_finish_chunk() -> None:
     cite = {"type": "url_citation", "start_index": 0, "end_index": 3, "title": "T", "url": "https://u"}
-    out, m = run([created(), text_delta("abc", 0), text_delta("def", 1),
-                  ev("output_text.annotation.added", 1, content_index=0, annotation_index=0, annotation=cite),
-                  ev("output_text.annotation.added", 1, content_index=0, annotation_index=1,
-                     annotation={"type": "file_citation", "file_id": "f", "index": 0}),
-                  completed()])
+    out, m = run(
+        [
+            created(),
+            text_delta("abc", 0),
+            text_delta("def", 1),
+            ev("output_text.annotation.added", 1, content_index=0, annotation_index=0, annotation=cite),
+            ev(
+                "output_text.annotation.added",
+                1,
+                content_index=0,
+                annotation_index=1,
+                annotation={"type": "file_citation", "file_id": "f", "index": 0},
+            ),
+            completed(),
+        ]
+    )
     validate_chat_chunks(out, expect_usage=True)
-    assert deltas(out)[-2] == {"annotations": [
-        {"type": "url_citation", "url_citation": {"start_index": 5, "end_index": 8, "title": "T", "url": "https://u"}}]}
+    assert deltas(out)[-2] == {
+        "annotations": [
+            {
+                "type": "url_citation",
+                "url_citation": {"start_index": 5, "end_index": 8, "title": "T", "url": "https://u"},
+            }
+        ]
+    }
     assert accumulate_chat(out)["content"][5:8] == "def"
     assert m.diagnostics == {"annotation_dropped:file_citation": 1}
 
@@ -496,24 +650,39 @@ def test_url_citations_are_nested_offset_and_sent_once_before_the_finish_chunk()
 def test_annotations_of_the_final_item_replace_the_streamed_ones() -> None:
     cite = {"type": "url_citation", "url": "https://x"}
     final = {"type": "message", "content": [{"type": "output_text", "text": "hi", "annotations": [cite, cite]}]}
-    out, _ = run([created(), text_delta("hi"),
-                  ev("output_text.annotation.added", content_index=0, annotation_index=0, annotation=cite),
-                  item_done(0, final), completed()])
+    out, _ = run(
+        [
+            created(),
+            text_delta("hi"),
+            ev("output_text.annotation.added", content_index=0, annotation_index=0, annotation=cite),
+            item_done(0, final),
+            completed(),
+        ]
+    )
     anns = deltas(out)[-2]["annotations"]
-    assert len(anns) == 2 and anns[0]["url_citation"] == {"start_index": 0, "end_index": 0, "title": "", "url": "https://x"}
+    assert len(anns) == 2 and anns[0]["url_citation"] == {
+        "start_index": 0,
+        "end_index": 0,
+        "title": "",
+        "url": "https://x",
+    }
 
 
 # ---------------------------------------------------------------- terminal events and usage
 
-@pytest.mark.parametrize("terminal, calls, reason", [
-    (completed(), False, "stop"),
-    (completed(), True, "tool_calls"),
-    (incomplete("max_output_tokens"), False, "length"),
-    (incomplete("max_output_tokens"), True, "length"),
-    (incomplete("content_filter"), False, "content_filter"),
-    (incomplete("max_messages"), False, "length"),
-    (incomplete(None), False, "length"),
-])
+
+@pytest.mark.parametrize(
+    "terminal, calls, reason",
+    [
+        (completed(), False, "stop"),
+        (completed(), True, "tool_calls"),
+        (incomplete("max_output_tokens"), False, "length"),
+        (incomplete("max_output_tokens"), True, "length"),
+        (incomplete("content_filter"), False, "content_filter"),
+        (incomplete("max_messages"), False, "length"),
+        (incomplete(None), False, "length"),
+    ],
+)
 def test_finish_reason(terminal: dict, calls: bool, reason: str) -> None:
     events = [created(), text_delta("x")] + ([added(1, fc())] if calls else []) + [terminal]
     out, m = run(events)
@@ -524,8 +693,12 @@ def test_finish_reason(terminal: dict, calls: bool, reason: str) -> None:
 def test_usage_chunk_is_last_with_empty_choices_and_mapped_details() -> None:
     out, _ = run([created(), text_delta("x"), completed()])
     assert out[-1]["choices"] == [] and out[-1]["usage"] == {
-        "prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18,
-        "prompt_tokens_details": {"cached_tokens": 3}, "completion_tokens_details": {"reasoning_tokens": 5}}
+        "prompt_tokens": 11,
+        "completion_tokens": 7,
+        "total_tokens": 18,
+        "prompt_tokens_details": {"cached_tokens": 3},
+        "completion_tokens_details": {"reasoning_tokens": 5},
+    }
     assert all(c["usage"] is None for c in out[:-1])
 
 
@@ -545,16 +718,29 @@ def test_missing_upstream_usage_skips_the_usage_chunk_and_is_counted() -> None:
 
 ERRORS = [
     # (failure event, expected error object)
-    ({"type": "response.failed", "response": resp("failed", error={"code": "server_error", "message": "boom"})},
-     {"message": "boom", "type": "server_error", "param": None, "code": "server_error"}),
-    ({"type": "error", "error": {"type": "insufficient_quota", "code": "insufficient_quota", "message": "quota",
-                                 "param": None}},
-     {"message": "quota", "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}),
-    ({"type": "error", "code": "invalid_prompt", "message": "bad prompt", "param": "input"},
-     {"message": "bad prompt", "type": "invalid_request_error", "param": "input", "code": "invalid_prompt"}),
-    ({"type": "error", "message": "?"}, {"message": "?", "type": "server_error", "param": None, "code": "server_error"}),
-    ({"type": "response.failed", "response": resp("failed")},
-     {"message": "upstream response failed", "type": "server_error", "param": None, "code": "server_error"}),
+    (
+        {"type": "response.failed", "response": resp("failed", error={"code": "server_error", "message": "boom"})},
+        {"message": "boom", "type": "server_error", "param": None, "code": "server_error"},
+    ),
+    (
+        {
+            "type": "error",
+            "error": {"type": "insufficient_quota", "code": "insufficient_quota", "message": "quota", "param": None},
+        },
+        {"message": "quota", "type": "insufficient_quota", "param": None, "code": "insufficient_quota"},
+    ),
+    (
+        {"type": "error", "code": "invalid_prompt", "message": "bad prompt", "param": "input"},
+        {"message": "bad prompt", "type": "invalid_request_error", "param": "input", "code": "invalid_prompt"},
+    ),
+    (
+        {"type": "error", "message": "?"},
+        {"message": "?", "type": "server_error", "param": None, "code": "server_error"},
+    ),
+    (
+        {"type": "response.failed", "response": resp("failed")},
+        {"message": "upstream response failed", "type": "server_error", "param": None, "code": "server_error"},
+    ),
 ]
 
 
@@ -569,14 +755,21 @@ def test_failures_end_the_stream_with_an_openai_error_object(failure: dict, erro
 
 def test_error_before_any_lifecycle_event_is_the_only_output() -> None:
     out, _ = run([{"type": "error", "code": "rate_limit_exceeded", "message": "slow down"}])
-    assert out == [{"error": {"message": "slow down", "type": "rate_limit_error", "param": None,
-                              "code": "rate_limit_exceeded"}}]
+    assert out == [
+        {"error": {"message": "slow down", "type": "rate_limit_error", "param": None, "code": "rate_limit_exceeded"}}
+    ]
 
 
 def test_stream_ending_without_terminal_event_is_a_failure() -> None:
     out, m = run([created(), text_delta("cut")])
-    assert out[-1] == {"error": {"message": "upstream stream ended before a terminal event", "type": "server_error",
-                                 "param": None, "code": "upstream_protocol_error"}}
+    assert out[-1] == {
+        "error": {
+            "message": "upstream stream ended before a terminal event",
+            "type": "server_error",
+            "param": None,
+            "code": "upstream_protocol_error",
+        }
+    }
     assert m.finish() == [] and m.fail("x", "y") == []
 
 
@@ -596,13 +789,15 @@ def test_fail_reports_the_driver_code_and_message() -> None:
     m = machine()
     out = m.feed(created())
     tail = m.fail("upstream_timeout", "no data for 60s")
-    assert tail == [{"error": {
-        "message": "no data for 60s", "type": "server_error", "param": None, "code": "upstream_timeout"}}]
+    assert tail == [
+        {"error": {"message": "no data for 60s", "type": "server_error", "param": None, "code": "upstream_timeout"}}
+    ]
     assert m.done and m.feed(text_delta("x")) == []
     validate_chat_sse(render_sse(out + tail), expect_usage=True)
 
 
 # ---------------------------------------------------------------- property: chat -> Responses -> chat
+
 
 def _pieces(draw: Any, text: str) -> list[str]:
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=6))) if len(text) > 1 else []
@@ -668,8 +863,10 @@ def test_round_trip_keeps_text_reasoning_tool_calls_and_finish_reason(answer: di
     acc = accumulate_chat(out, reasoning_field=field)
     assert (acc["content"] or "") == answer["content"]
     assert (acc["reasoning"] or "") == answer["reasoning"]
-    expected_calls = [{"id": f"call_{k}", "name": name, "arguments": json.dumps(p, ensure_ascii=False) if custom else p}
-                      for k, (name, custom, p) in enumerate(answer["calls"])]
+    expected_calls = [
+        {"id": f"call_{k}", "name": name, "arguments": json.dumps(p, ensure_ascii=False) if custom else p}
+        for k, (name, custom, p) in enumerate(answer["calls"])
+    ]
     assert acc["tool_calls"] == expected_calls
     for call, (_, custom, p) in zip(acc["tool_calls"], answer["calls"], strict=True):
         assert json.loads(call["arguments"]) == (p if custom else json.loads(p))
@@ -680,33 +877,83 @@ def test_round_trip_keeps_text_reasoning_tool_calls_and_finish_reason(answer: di
 
 # ---------------------------------------------------------------- robustness: junk never raises
 
-_JUNK = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.text(max_size=5),
-                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
-_TYPES = ["response.created", "response.completed", "response.incomplete", "response.failed", "error",
-          "response.output_item.added", "response.output_item.done", "response.output_text.delta",
-          "response.output_text.done", "response.refusal.delta", "response.reasoning_summary_text.done",
-          "response.function_call_arguments.delta", "response.custom_tool_call_input.done",
-          "response.content_part.done", "response.output_text.annotation.added", "response.x.y"]
+_JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 3),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+_TYPES = [
+    "response.created",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.refusal.delta",
+    "response.reasoning_summary_text.done",
+    "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.done",
+    "response.content_part.done",
+    "response.output_text.annotation.added",
+    "response.x.y",
+]
 
 
 @st.composite
 def junk_events(draw: Any) -> Any:
     if draw(st.integers(0, 20)) == 0:
         return draw(_JUNK)
-    keys = ["output_index", "content_index", "summary_index", "annotation_index", "delta", "text", "arguments",
-            "input", "refusal", "item", "part", "annotation", "response", "error", "logprobs", "code", "message"]
+    keys = [
+        "output_index",
+        "content_index",
+        "summary_index",
+        "annotation_index",
+        "delta",
+        "text",
+        "arguments",
+        "input",
+        "refusal",
+        "item",
+        "part",
+        "annotation",
+        "response",
+        "error",
+        "logprobs",
+        "code",
+        "message",
+    ]
     event = {k: draw(_JUNK) for k in draw(st.sets(st.sampled_from(keys), max_size=6))}
     if draw(st.booleans()):
-        event["item"] = {"type": draw(st.sampled_from(["message", "function_call", "custom_tool_call", "reasoning",
-                                                        "web_search_call"])),
-                         "content": draw(st.one_of(_JUNK, st.lists(st.fixed_dictionaries({"type": st.just("output_text"),
-                                                                                          "text": _JUNK}), max_size=2))),
-                         "summary": draw(_JUNK), "name": draw(_JUNK), "call_id": draw(_JUNK),
-                         "arguments": draw(_JUNK), "input": draw(_JUNK)}
+        event["item"] = {
+            "type": draw(
+                st.sampled_from(["message", "function_call", "custom_tool_call", "reasoning", "web_search_call"])
+            ),
+            "content": draw(
+                st.one_of(
+                    _JUNK, st.lists(st.fixed_dictionaries({"type": st.just("output_text"), "text": _JUNK}), max_size=2)
+                )
+            ),
+            "summary": draw(_JUNK),
+            "name": draw(_JUNK),
+            "call_id": draw(_JUNK),
+            "arguments": draw(_JUNK),
+            "input": draw(_JUNK),
+        }
     if draw(st.booleans()):
-        event["response"] = {"output": draw(st.one_of(_JUNK, st.lists(st.just(event.get("item") or {}), max_size=2))),
-                             "usage": draw(st.one_of(_JUNK, st.just(USAGE))), "error": draw(_JUNK),
-                             "incomplete_details": draw(_JUNK), "model": draw(_JUNK), "created_at": draw(_JUNK)}
+        event["response"] = {
+            "output": draw(st.one_of(_JUNK, st.lists(st.just(event.get("item") or {}), max_size=2))),
+            "usage": draw(st.one_of(_JUNK, st.just(USAGE))),
+            "error": draw(_JUNK),
+            "incomplete_details": draw(_JUNK),
+            "model": draw(_JUNK),
+            "created_at": draw(_JUNK),
+        }
     event["type"] = draw(st.one_of(st.sampled_from(_TYPES), _JUNK))
     return event
 
@@ -722,18 +969,25 @@ def test_junk_events_never_raise_and_the_stream_always_ends(events: list) -> Non
 
 
 @pytest.mark.parametrize("include_usage", [True, False])
-@pytest.mark.parametrize(("terminal", "expected"), [
-    (completed(), USAGE),
-    (incomplete("max_output_tokens"), USAGE),
-    ({"type": "response.failed", "response": resp("failed", usage=USAGE, error={"code": "server_error",
-                                                                                "message": "boom"})}, USAGE),
-    (completed(usage=None), None),
-    ({"type": "response.failed", "response": resp("failed")}, None),
-    ({"type": "error", "code": "server_error", "message": "boom"}, None),
-])
+@pytest.mark.parametrize(
+    ("terminal", "expected"),
+    [
+        (completed(), USAGE),
+        (incomplete("max_output_tokens"), USAGE),
+        (
+            {
+                "type": "response.failed",
+                "response": resp("failed", usage=USAGE, error={"code": "server_error", "message": "boom"}),
+            },
+            USAGE,
+        ),
+        (completed(usage=None), None),
+        ({"type": "response.failed", "response": resp("failed")}, None),
+        ({"type": "error", "code": "server_error", "message": "boom"}, None),
+    ],
+)
 def test_terminal_usage_is_kept_for_the_driver(terminal: dict, expected: Any, include_usage: bool) -> None:
     """``usage``: what the terminal Response reported, whether or not the client asked for it in
     the stream (the proxy's summary line and token counter read it)."""
     _out, m = run([created(), terminal], include_usage=include_usage, expect_usage=None)
     assert m.usage == expected
-

@@ -20,7 +20,7 @@ def parse(data: bytes) -> list[tuple[int, int, bytes]]:
             (n,), pos = struct.unpack_from("!H", data, pos), pos + 2
         elif n == 127:
             (n,), pos = struct.unpack_from("!Q", data, pos), pos + 8
-        out.append((b0, b1 & 0x80, data[pos:pos + n]))
+        out.append((b0, b1 & 0x80, data[pos : pos + n]))
         pos += n
     assert pos == len(data)
     return out

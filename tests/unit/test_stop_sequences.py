@@ -27,17 +27,20 @@ from translators.stop_sequences import StopMatcher, cut, find_stop, normalize
 # ---------------------------------------------------------------- the matcher
 
 
-@pytest.mark.parametrize("text, stops, expected", [
-    ("Hello END world", ["END"], ("Hello ", True)),
-    ("Hello world", ["END"], ("Hello world", False)),
-    ("END", ["END"], ("", True)),
-    ("a\n\nb", ["\n\n"], ("a", True)),
-    ("one two three", ["three", "two"], ("one ", True)),  # the first to occur wins, not the first listed
-    ("abcd", ["abcd", "c"], ("ab", True)),  # "c" is complete before "abcd" is: a server stops there
-    ("xabc", ["abc", "bc"], ("x", True)),  # both end at 4: the one starting first (the longer)
-    ("aXa", ["", "X"], ("a", True)),  # an empty stop sequence is none
-    ("ééSTOPé", ["STOP"], ("éé", True)),
-])
+@pytest.mark.parametrize(
+    "text, stops, expected",
+    [
+        ("Hello END world", ["END"], ("Hello ", True)),
+        ("Hello world", ["END"], ("Hello world", False)),
+        ("END", ["END"], ("", True)),
+        ("a\n\nb", ["\n\n"], ("a", True)),
+        ("one two three", ["three", "two"], ("one ", True)),  # the first to occur wins, not the first listed
+        ("abcd", ["abcd", "c"], ("ab", True)),  # "c" is complete before "abcd" is: a server stops there
+        ("xabc", ["abc", "bc"], ("x", True)),  # both end at 4: the one starting first (the longer)
+        ("aXa", ["", "X"], ("a", True)),  # an empty stop sequence is none
+        ("ééSTOPé", ["STOP"], ("éé", True)),
+    ],
+)
 def test_cut(text: str, stops: list[str], expected: tuple[str, bool]) -> None:
     assert cut(text, stops) == expected
 
@@ -121,8 +124,13 @@ def test_held_is_exactly_the_longest_possible_start(text: str, stops: list[str])
 # ---------------------------------------------------------------- the stream machine
 
 OPTIONS = BackendProfile()
-USAGE = {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18,
-         "input_tokens_details": {"cached_tokens": 3}, "output_tokens_details": {"reasoning_tokens": 2}}
+USAGE = {
+    "input_tokens": 11,
+    "output_tokens": 7,
+    "total_tokens": 18,
+    "input_tokens_details": {"cached_tokens": 3},
+    "output_tokens_details": {"reasoning_tokens": 2},
+}
 
 
 def sse(*events: dict) -> bytes:
@@ -130,12 +138,19 @@ def sse(*events: dict) -> bytes:
 
 
 def text_item(oi: int, text: str, **part: Any) -> dict:
-    return {"type": "message", "id": f"msg_{oi}", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": [], **part}]}
+    return {
+        "type": "message",
+        "id": f"msg_{oi}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": [], **part}],
+    }
 
 
 def text_events(oi: int, deltas: list[str], logprobs: list[list[dict]] | None = None) -> list[dict]:
-    events = [{"type": "response.output_item.added", "output_index": oi, "item": {"type": "message", "id": f"msg_{oi}"}}]
+    events = [
+        {"type": "response.output_item.added", "output_index": oi, "item": {"type": "message", "id": f"msg_{oi}"}}
+    ]
     for i, d in enumerate(deltas):
         ev = {"type": "response.output_text.delta", "output_index": oi, "content_index": 0, "delta": d}
         if logprobs is not None:
@@ -146,30 +161,55 @@ def text_events(oi: int, deltas: list[str], logprobs: list[list[dict]] | None = 
 
 
 def reasoning_events(oi: int, deltas: list[str]) -> list[dict]:
-    return [{"type": "response.output_item.added", "output_index": oi, "item": {"type": "reasoning", "id": "rs"}},
-            *({"type": "response.reasoning_text.delta", "output_index": oi, "content_index": 0, "delta": d}
-              for d in deltas)]
+    return [
+        {"type": "response.output_item.added", "output_index": oi, "item": {"type": "reasoning", "id": "rs"}},
+        *(
+            {"type": "response.reasoning_text.delta", "output_index": oi, "content_index": 0, "delta": d}
+            for d in deltas
+        ),
+    ]
 
 
 def call_events(oi: int, args: list[str]) -> list[dict]:
-    return [{"type": "response.output_item.added", "output_index": oi,
-             "item": {"type": "function_call", "id": "fc", "call_id": "call_1", "name": "f", "arguments": ""}},
-            *({"type": "response.function_call_arguments.delta", "output_index": oi, "delta": d} for d in args),
-            {"type": "response.output_item.done", "output_index": oi,
-             "item": {"type": "function_call", "id": "fc", "call_id": "call_1", "name": "f", "arguments": "".join(args)}}]
+    return [
+        {
+            "type": "response.output_item.added",
+            "output_index": oi,
+            "item": {"type": "function_call", "id": "fc", "call_id": "call_1", "name": "f", "arguments": ""},
+        },
+        *({"type": "response.function_call_arguments.delta", "output_index": oi, "delta": d} for d in args),
+        {
+            "type": "response.output_item.done",
+            "output_index": oi,
+            "item": {"type": "function_call", "id": "fc", "call_id": "call_1", "name": "f", "arguments": "".join(args)},
+        },
+    ]
 
 
 def lifecycle(*middle: dict, output: list[dict] | None = None) -> bytes:
-    return sse({"type": "response.created", "response": {"id": "r", "created_at": 5, "model": "up", "status": "in_progress"}},
-               *middle,
-               {"type": "response.completed", "response": {"id": "r", "created_at": 5, "model": "up", "status": "completed",
-                                                           "output": output or [], "usage": USAGE}})
+    return sse(
+        {"type": "response.created", "response": {"id": "r", "created_at": 5, "model": "up", "status": "in_progress"}},
+        *middle,
+        {
+            "type": "response.completed",
+            "response": {
+                "id": "r",
+                "created_at": 5,
+                "model": "up",
+                "status": "completed",
+                "output": output or [],
+                "usage": USAGE,
+            },
+        },
+    )
 
 
-def run(data: bytes, pieces: list[bytes] | None = None, *, stop: list[str], usage: bool = True,
-        prompt_tokens: int = 40) -> tuple[list[dict], StoppingChatStream]:
-    machine = StoppingChatStream(stop=stop, prompt_tokens=prompt_tokens, include_usage=usage, options=OPTIONS,
-                                 ids=SequentialIds(), now=lambda: 1)
+def run(
+    data: bytes, pieces: list[bytes] | None = None, *, stop: list[str], usage: bool = True, prompt_tokens: int = 40
+) -> tuple[list[dict], StoppingChatStream]:
+    machine = StoppingChatStream(
+        stop=stop, prompt_tokens=prompt_tokens, include_usage=usage, options=OPTIONS, ids=SequentialIds(), now=lambda: 1
+    )
     pump = Pump(machine)
     out: list[dict] = []
     for piece in pieces or [data]:
@@ -192,15 +232,21 @@ def test_content_is_cut_across_deltas_and_the_machine_is_done() -> None:
         assert machine.done and machine.finish_reason == "stop"
         assert machine.diagnostics == {"stop_sequence": 1, "usage_estimated": 1}
         # cut before the terminal event: nothing after the cut was read, usage is estimated
-        assert acc["usage"] == {"prompt_tokens": 40, "completion_tokens": math.ceil(len("Hello world. ") / 4),
-                                "total_tokens": 40 + 4, "prompt_tokens_details": {"cached_tokens": 0},
-                                "completion_tokens_details": {"reasoning_tokens": 0}}
+        assert acc["usage"] == {
+            "prompt_tokens": 40,
+            "completion_tokens": math.ceil(len("Hello world. ") / 4),
+            "total_tokens": 40 + 4,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        }
 
 
 def test_the_pump_stops_feeding_at_the_cut() -> None:
     """Events after the cut in the same read are never fed (the relay then closes the upstream)."""
     data = lifecycle(*text_events(0, ["a STOP b", "more"]))
-    machine = StoppingChatStream(stop=["STOP"], include_usage=False, options=OPTIONS, ids=SequentialIds(), now=lambda: 1)
+    machine = StoppingChatStream(
+        stop=["STOP"], include_usage=False, options=OPTIONS, ids=SequentialIds(), now=lambda: 1
+    )
     pump = Pump(machine)
     out = pump.feed(data)
     assert pump.done and machine.done
@@ -220,8 +266,11 @@ def test_held_text_is_released_at_the_end_when_no_stop_came() -> None:
 
 
 def test_reasoning_and_tool_arguments_are_not_cut() -> None:
-    data = lifecycle(*reasoning_events(0, ["think END ", "more"]), *call_events(1, ['{"x": "END', '"}']),
-                     *text_events(2, ["text END rest"]))
+    data = lifecycle(
+        *reasoning_events(0, ["think END ", "more"]),
+        *call_events(1, ['{"x": "END', '"}']),
+        *text_events(2, ["text END rest"]),
+    )
     chunks, _machine = run(data, stop=["END"])
     acc = accumulate_chat(chunks)
     assert acc["reasoning"] == "think END more"
@@ -257,8 +306,10 @@ def test_without_include_usage_no_usage_chunk() -> None:
 
 
 def test_a_failure_after_held_text_releases_it_before_the_error() -> None:
-    data = sse({"type": "response.created", "response": {"id": "r", "created_at": 5, "model": "up"}},
-               *text_events(0, ["abc S"])[:2])
+    data = sse(
+        {"type": "response.created", "response": {"id": "r", "created_at": 5, "model": "up"}},
+        *text_events(0, ["abc S"])[:2],
+    )
     chunks, _machine = run(data, stop=["STOP"])  # the stream ends without a terminal event
     assert chunks[-1]["error"]["code"] == "upstream_protocol_error"
     assert accumulate_chat(chunks)["content"] == "abc S"
@@ -267,13 +318,15 @@ def test_a_failure_after_held_text_releases_it_before_the_error() -> None:
 def test_logprobs_go_with_their_text_and_are_cut_with_it() -> None:
     def lp(token: str) -> dict:
         return {"token": token, "logprob": -0.5, "bytes": list(token.encode()), "top_logprobs": []}
+
     deltas = ["Hi ", "th", "ere S", "TOP x"]
     tokens = [["Hi", " "], ["th"], ["ere", " S"], ["TOP", " x"]]
     data = lifecycle(*text_events(0, deltas, [[lp(t) for t in ts] for ts in tokens]))
     for pieces in all_splits(data):
         chunks, _ = run(data, pieces, stop=["STOP"])
-        sent = [e["token"] for c in chunks for ch in c["choices"] if ch.get("logprobs")
-                for e in ch["logprobs"]["content"]]
+        sent = [
+            e["token"] for c in chunks for ch in c["choices"] if ch.get("logprobs") for e in ch["logprobs"]["content"]
+        ]
         assert accumulate_chat(chunks)["content"] == "Hi there "
         # " S" starts in text that was sent (the space) and goes; "TOP" and " x" are past the cut
         assert sent == ["Hi", " ", "th", "ere", " S"]
@@ -281,10 +334,14 @@ def test_logprobs_go_with_their_text_and_are_cut_with_it() -> None:
 
 def test_an_open_custom_call_is_closed_at_the_cut() -> None:
     data = lifecycle(
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"type": "custom_tool_call", "id": "ct", "call_id": "call_c", "name": "patch", "input": ""}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"type": "custom_tool_call", "id": "ct", "call_id": "call_c", "name": "patch", "input": ""},
+        },
         {"type": "response.custom_tool_call_input.delta", "output_index": 0, "delta": "raw"},
-        *text_events(1, ["x STOP"]))
+        *text_events(1, ["x STOP"]),
+    )
     chunks, _ = run(data, stop=["STOP"])
     acc = accumulate_chat(chunks)
     assert orjson.loads(acc["tool_calls"][0]["arguments"]) == "raw"
@@ -302,9 +359,17 @@ def test_the_plain_machine_is_unchanged() -> None:
 
 # ---------------------------------------------------------------- non-streaming
 
+
 def final(*output: dict, status: str = "completed") -> dict:
-    return {"id": "r", "object": "response", "created_at": 5, "model": "up", "status": status,
-            "output": list(output), "usage": USAGE}
+    return {
+        "id": "r",
+        "object": "response",
+        "created_at": 5,
+        "model": "up",
+        "status": status,
+        "output": list(output),
+        "usage": USAGE,
+    }
 
 
 def complete(resp: dict, stop: list[str]) -> dict:
@@ -328,10 +393,13 @@ def test_non_streamed_calls_before_the_cut_stay_and_finish_is_stop() -> None:
 
 
 def test_non_streamed_annotations_and_logprobs_past_the_cut_are_dropped() -> None:
-    ann = [{"type": "url_citation", "start_index": 0, "end_index": 8, "title": "t", "url": "u"},
-           {"type": "url_citation", "start_index": 12, "end_index": 14, "title": "t2", "url": "u2"}]
-    lps = [{"token": t, "logprob": -1.0, "bytes": None, "top_logprobs": []}
-           for t in ("Cited", " text", " ", "STOP", " x")]
+    ann = [
+        {"type": "url_citation", "start_index": 0, "end_index": 8, "title": "t", "url": "u"},
+        {"type": "url_citation", "start_index": 12, "end_index": 14, "title": "t2", "url": "u2"},
+    ]
+    lps = [
+        {"token": t, "logprob": -1.0, "bytes": None, "top_logprobs": []} for t in ("Cited", " text", " ", "STOP", " x")
+    ]
     item = text_item(0, "Cited text STOP x")
     item["content"][0].update(annotations=ann, logprobs=lps)
     out = complete(final(item), ["STOP"])
@@ -346,12 +414,15 @@ def test_non_streamed_without_a_match_is_unchanged() -> None:
     assert complete(resp, ["STOP"]) == complete(resp, [])
 
 
-@pytest.mark.parametrize("deltas, stop", [
-    (["Hello wor", "ld. EN", "D and then"], ["END"]),
-    (["no stop ", "here E"], ["END"]),
-    (["a\n", "\nb"], ["\n\n"]),
-    (["x", "yz"], ["abcd", "z"]),
-])
+@pytest.mark.parametrize(
+    "deltas, stop",
+    [
+        (["Hello wor", "ld. EN", "D and then"], ["END"]),
+        (["no stop ", "here E"], ["END"]),
+        (["a\n", "\nb"], ["\n\n"]),
+        (["x", "yz"], ["abcd", "z"]),
+    ],
+)
 def test_stream_and_non_stream_cut_the_same(deltas: list[str], stop: list[str]) -> None:
     text = "".join(deltas)
     data = lifecycle(*text_events(0, deltas), *text_events(1, ["tail"]))

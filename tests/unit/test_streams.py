@@ -25,8 +25,10 @@ class _Upstream:
 
 class _Request:
     def __init__(self) -> None:
-        self.app: dict[Any, Any] = {CONFIG: SimpleNamespace(server=SimpleNamespace(keepalive_seconds=15.0)),
-                                    OPEN_STREAMS: set()}
+        self.app: dict[Any, Any] = {
+            CONFIG: SimpleNamespace(server=SimpleNamespace(keepalive_seconds=15.0)),
+            OPEN_STREAMS: set(),
+        }
         self._items: dict[Any, Any] = {SUMMARY: {}}
 
     def __getitem__(self, key: Any) -> Any:

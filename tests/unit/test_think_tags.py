@@ -58,5 +58,5 @@ def documented_split(text: str) -> dict[str, str]:
     head = text.lstrip()
     if not head.startswith("<think>"):
         return {"reasoning": "", "text": text}
-    reasoning, closed, rest = head[len("<think>"):].partition("</think>")
+    reasoning, closed, rest = head[len("<think>") :].partition("</think>")
     return {"reasoning": reasoning, "text": rest.lstrip() if closed else ""}

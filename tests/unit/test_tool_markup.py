@@ -47,49 +47,97 @@ def text(s: str) -> tuple[str, str]:
     return ("text", s)
 
 
-WEATHER_QC = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-              "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>")
-SCHEMAS = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"},
-                                                             "days": {"type": "integer"}}}}
+WEATHER_QC = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+)
+SCHEMAS = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}
 
 # (dialect, stream, schemas, pieces)
 CASES: list[tuple[str, str, dict[str, Any] | None, list[tuple[str, ...]]]] = [
     # hermes
-    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', None,
-     [call("get_weather", {"city": "Paris"})]),
-    ("hermes", 'Let me check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1, "y": [true, null]}}\n</tool_call>\n'
-               '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>\nDone.', None,
-     [text("Let me check.\n"), call("a", {"x": 1, "y": [True, None]}), call("b", {}), text("\nDone.")]),
-    ("hermes", '<tool_call>{"name": "f", "arguments": "{\\"q\\": \\"x\\", \\"n\\": 2}"}</tool_call>', None,
-     [call("f", {"q": "x", "n": 2})]),
-    ("hermes", '<tool_call>{"name": "say", "arguments": {"t": "héllo </tool_call> {[\\"q\\\\"}}</tool_call>\n\n',
-     None, [call("say", {"t": 'héllo </tool_call> {["q\\'})]),
+    (
+        "hermes",
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        None,
+        [call("get_weather", {"city": "Paris"})],
+    ),
+    (
+        "hermes",
+        'Let me check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1, "y": [true, null]}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>\nDone.',
+        None,
+        [text("Let me check.\n"), call("a", {"x": 1, "y": [True, None]}), call("b", {}), text("\nDone.")],
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": "{\\"q\\": \\"x\\", \\"n\\": 2}"}</tool_call>',
+        None,
+        [call("f", {"q": "x", "n": 2})],
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "say", "arguments": {"t": "héllo </tool_call> {[\\"q\\\\"}}</tool_call>\n\n',
+        None,
+        [call("say", {"t": 'héllo </tool_call> {["q\\'})],
+    ),
     ("hermes", '<tool_call>{"name": "noargs"}</tool_call> ok', None, [call("noargs", {}), text(" ok")]),
     # qwen3_coder
     ("qwen3_coder", WEATHER_QC, None, [call("get_weather", {"city": "Paris", "days": 3})]),
     ("qwen3_coder", WEATHER_QC, SCHEMAS, [call("get_weather", {"city": "Paris", "days": 3})]),
-    ("qwen3_coder", WEATHER_QC, {"get_weather": {"properties": {"days": {"type": "string"}}}},
-     [call("get_weather", {"city": "Paris", "days": "3"})]),
-    ("qwen3_coder", WEATHER_QC, {"get_weather": {"properties": {"days": {"type": ["string"]}}}},
-     [call("get_weather", {"city": "Paris", "days": "3"})]),
-    ("qwen3_coder", WEATHER_QC, {"get_weather": {"properties": {"days": {"type": ["integer", "string"]}}}},
-     [call("get_weather", {"city": "Paris", "days": 3})]),
-    ("qwen3_coder", 'I will write it.\n<function=write>\n<parameter=path>\n"a.txt"\n</parameter>\n'
-                    '<parameter=body>\n\nline 1\n\nline 2\n\n</parameter>\n<parameter=opts>\n{"mode": [1, 2]}\n'
-                    '</parameter>\n</function>\nThere.', {"write": {"properties": {"path": {"type": "string"}}}},
-     [text("I will write it.\n"), call("write", {"path": '"a.txt"', "body": "\nline 1\n\nline 2\n",
-                                                 "opts": {"mode": [1, 2]}}), text("\nThere.")]),
-    ("qwen3_coder", '<tool_call>\n<function=a>\n<parameter=x>\ntrue\n</parameter>\n</function>\n</tool_call>\n'
-                    '<tool_call>\n<function=b>\n</function>\n</tool_call>\n<function=c>\n<parameter=s>\n'
-                    'not json\n</parameter>\n</function>\n</tool_call>', None,
-     [call("a", {"x": True}), call("b", {}), call("c", {"s": "not json"})]),
+    (
+        "qwen3_coder",
+        WEATHER_QC,
+        {"get_weather": {"properties": {"days": {"type": "string"}}}},
+        [call("get_weather", {"city": "Paris", "days": "3"})],
+    ),
+    (
+        "qwen3_coder",
+        WEATHER_QC,
+        {"get_weather": {"properties": {"days": {"type": ["string"]}}}},
+        [call("get_weather", {"city": "Paris", "days": "3"})],
+    ),
+    (
+        "qwen3_coder",
+        WEATHER_QC,
+        {"get_weather": {"properties": {"days": {"type": ["integer", "string"]}}}},
+        [call("get_weather", {"city": "Paris", "days": 3})],
+    ),
+    (
+        "qwen3_coder",
+        'I will write it.\n<function=write>\n<parameter=path>\n"a.txt"\n</parameter>\n'
+        '<parameter=body>\n\nline 1\n\nline 2\n\n</parameter>\n<parameter=opts>\n{"mode": [1, 2]}\n'
+        "</parameter>\n</function>\nThere.",
+        {"write": {"properties": {"path": {"type": "string"}}}},
+        [
+            text("I will write it.\n"),
+            call("write", {"path": '"a.txt"', "body": "\nline 1\n\nline 2\n", "opts": {"mode": [1, 2]}}),
+            text("\nThere."),
+        ],
+    ),
+    (
+        "qwen3_coder",
+        "<tool_call>\n<function=a>\n<parameter=x>\ntrue\n</parameter>\n</function>\n</tool_call>\n"
+        "<tool_call>\n<function=b>\n</function>\n</tool_call>\n<function=c>\n<parameter=s>\n"
+        "not json\n</parameter>\n</function>\n</tool_call>",
+        None,
+        [call("a", {"x": True}), call("b", {}), call("c", {"s": "not json"})],
+    ),
     # mistral
     ("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', None, [call("get_weather", {"city": "Paris"})]),
-    ("mistral", 'Checking. [TOOL_CALLS]a[ARGS]{"x": {"y": "}]"}}[TOOL_CALLS]b_2[ARGS]{}\nafter', None,
-     [text("Checking. "), call("a", {"x": {"y": "}]"}}), call("b_2", {}), text("\nafter")]),
-    ("mistral", 'Sure [TOOL_CALLS][{"name": "a", "arguments": {"x": "]}"}}, '
-                '{"name": "b", "arguments": {}, "id": "abc123XYZ"}] after', None,
-     [text("Sure "), call("a", {"x": "]}"}), call("b", {}), text(" after")]),
+    (
+        "mistral",
+        'Checking. [TOOL_CALLS]a[ARGS]{"x": {"y": "}]"}}[TOOL_CALLS]b_2[ARGS]{}\nafter',
+        None,
+        [text("Checking. "), call("a", {"x": {"y": "}]"}}), call("b_2", {}), text("\nafter")],
+    ),
+    (
+        "mistral",
+        'Sure [TOOL_CALLS][{"name": "a", "arguments": {"x": "]}"}}, '
+        '{"name": "b", "arguments": {}, "id": "abc123XYZ"}] after',
+        None,
+        [text("Sure "), call("a", {"x": "]}"}), call("b", {}), text(" after")],
+    ),
     ("mistral", '[TOOL_CALLS][{"name": "s", "arguments": "{\\"k\\": \\"v\\"}"}]', None, [call("s", {"k": "v"})]),
 ]
 
@@ -98,12 +146,12 @@ MALFORMED = [
     ("hermes", '<tool_call>\n{"arguments": {}}\n</tool_call>'),
     ("hermes", '<tool_call>{"name": "", "arguments": {}}</tool_call>'),
     ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n'),
-    ("hermes", '<tool_call>hello</tool_call>'),
+    ("hermes", "<tool_call>hello</tool_call>"),
     ("hermes", '<tool_call>{"name": "f", "arguments": [1]}</tool_call>'),
     ("hermes", '<tool_call>{"name": "f", "arguments": "not json"}</tool_call>'),
     ("hermes", '<tool_call>{"name": "f", "arguments": {"x": NaN}}</tool_call>'),
     ("hermes", '<tool_call>{"name": "f"} trailing</tool_call>'),
-    ("hermes", '<tool_call>'),
+    ("hermes", "<tool_call>"),
     ("qwen3_coder", "<function=>\n</function>"),
     ("qwen3_coder", "<tool_call>\nhello\n</tool_call>"),
     ("qwen3_coder", "<function=f>\n<parameter=a>\n1\n</function>"),
@@ -153,8 +201,9 @@ def test_calls(dialect: str, stream: str, schemas: dict[str, Any] | None, pieces
 
 
 @pytest.mark.parametrize(("dialect", "stream", "schemas", "pieces"), CASES)
-def test_calls_split_anywhere(dialect: str, stream: str, schemas: dict[str, Any] | None,
-                              pieces: list[tuple[str, ...]]) -> None:
+def test_calls_split_anywhere(
+    dialect: str, stream: str, schemas: dict[str, Any] | None, pieces: list[tuple[str, ...]]
+) -> None:
     for chunks in every_split(stream, pair_limit=130):
         assert run(dialect, chunks, schemas) == pieces, chunks
 
@@ -231,34 +280,64 @@ def test_bad_markup_then_a_call() -> None:
         assert run("hermes", chunks) == [text('<tool_call>{"name": "a", '), call("b", {}), text(" tail")]
     stream = "<tool_call>\n<function=f>\n<parameter=a>\nx</function>\n<function=g>\n</function>"
     for chunks in [[stream], *every_split(stream, pair_limit=0)]:
-        assert run("qwen3_coder", chunks) == [text("<tool_call>\n<function=f>\n<parameter=a>\nx</function>\n"),
-                                             call("g", {})]
+        assert run("qwen3_coder", chunks) == [
+            text("<tool_call>\n<function=f>\n<parameter=a>\nx</function>\n"),
+            call("g", {}),
+        ]
 
 
 def test_whitespace_between_and_after_calls() -> None:
     one = '<tool_call>{"name": "f"}</tool_call>'
     assert run("hermes", ["Intro\n\n" + one + " \n " + one + "\n\n"]) == [
-        text("Intro\n\n"), call("f", {}), call("f", {})]
+        text("Intro\n\n"),
+        call("f", {}),
+        call("f", {}),
+    ]
     assert run("hermes", [one + "  <b>"]) == [call("f", {}), text("  <b>")]
     assert run("hermes", [one + "  <tool_c"]) == [call("f", {}), text("  <tool_c")]
     assert run("qwen3_coder", ["<function=f>\n</function>\n</tool_call>\n</tool_call>x"]) == [call("f", {}), text("x")]
 
 
 def test_large_value_streamed_in_small_chunks() -> None:
-    body = "".join(f"line {i} <b>[x]</b> \"q\" {{}}\n" for i in range(3000))
+    body = "".join(f'line {i} <b>[x]</b> "q" {{}}\n' for i in range(3000))
     stream = f"<function=write>\n<parameter=body>\n{body}\n</parameter>\n</function>"
-    chunks = [stream[i:i + 4] for i in range(0, len(stream), 4)]
+    chunks = [stream[i : i + 4] for i in range(0, len(stream), 4)]
     assert run("qwen3_coder", chunks, {"write": {"properties": {"body": {"type": "string"}}}}) == [
-        call("write", {"body": body})]
+        call("write", {"body": body})
+    ]
     args = {"body": body, "n": [1, {"k": "]}\\"}]}
     stream = "[TOOL_CALLS]write[ARGS]" + json.dumps(args)
-    chunks = [stream[i:i + 3] for i in range(0, len(stream), 3)]
+    chunks = [stream[i : i + 3] for i in range(0, len(stream), 3)]
     assert run("mistral", chunks) == [call("write", args)]
 
 
-FRAGMENTS = ["<tool_call>", "</tool_call>", "<function=f>", "</function>", "<parameter=a>", "</parameter>",
-             "[TOOL_CALLS]", "[ARGS]", '{"name": "f", "arguments": {"a": 1}}', '[{"name": "g"}]', "{", "}", "[",
-             "]", '"', "\\", "\n", " ", "x", "<", "f", "1", '{"a": "b"}', "<tool_", "[TOOL_"]
+FRAGMENTS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<function=f>",
+    "</function>",
+    "<parameter=a>",
+    "</parameter>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    '{"name": "f", "arguments": {"a": 1}}',
+    '[{"name": "g"}]',
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "\\",
+    "\n",
+    " ",
+    "x",
+    "<",
+    "f",
+    "1",
+    '{"a": "b"}',
+    "<tool_",
+    "[TOOL_",
+]
 
 
 @settings(max_examples=300, deadline=None)

@@ -34,8 +34,11 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream":
 
 
 def upstream(**timeouts: float) -> Upstream:
-    return Upstream(name="gpu", base_url=BASE,
-                    timeouts=Timeouts(**{"connect": 0.5, "first_byte": 0.5, "idle": 0.5, "total": 5.0, **timeouts}))
+    return Upstream(
+        name="gpu",
+        base_url=BASE,
+        timeouts=Timeouts(**{"connect": 0.5, "first_byte": 0.5, "idle": 0.5, "total": 5.0, **timeouts}),
+    )
 
 
 @pytest.fixture
@@ -64,8 +67,9 @@ def client_view(exc: UpstreamError) -> tuple[int, dict[str, Any], dict[str, str]
     return resp.status, body["error"], dict(resp.headers)
 
 
-async def fails(session: aiohttp.ClientSession, http: MockedHTTP, up: Upstream | None = None,
-                **answer: Any) -> UpstreamError:
+async def fails(
+    session: aiohttp.ClientSession, http: MockedHTTP, up: Upstream | None = None, **answer: Any
+) -> UpstreamError:
     """POST once to an upstream answering ``answer``; the error raised. Exactly one request was made:
     the client never retries on its own."""
     http.post(URL, **answer)
@@ -77,16 +81,26 @@ async def fails(session: aiohttp.ClientSession, http: MockedHTTP, up: Upstream |
 
 # ---------------------------------------------------------------- every status, kept
 
-TYPE_FOR = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-            404: "not_found_error", 408: "invalid_request_error", 409: "invalid_request_error",
-            413: "invalid_request_error", 418: "invalid_request_error", 422: "invalid_request_error",
-            429: "rate_limit_error", 500: "server_error", 502: "server_error", 503: "server_error",
-            504: "server_error"}
+TYPE_FOR = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    418: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "server_error",
+    503: "server_error",
+    504: "server_error",
+}
 
 
 @pytest.mark.parametrize("status", sorted(TYPE_FOR))
-async def test_status_and_openai_envelope_kept(status: int, session: aiohttp.ClientSession,
-                                               http: MockedHTTP) -> None:
+async def test_status_and_openai_envelope_kept(status: int, session: aiohttp.ClientSession, http: MockedHTTP) -> None:
     error = {"message": f"backend says {status}", "type": "backend_type", "param": "model", "code": "backend_code"}
     exc = await fails(session, http, status=status, payload={"error": error})
     assert isinstance(exc, UpstreamHTTPError) and exc.message == f"backend says {status}"
@@ -96,12 +110,17 @@ async def test_status_and_openai_envelope_kept(status: int, session: aiohttp.Cli
 
 @pytest.mark.parametrize("status", sorted(TYPE_FOR))
 async def test_status_kept_and_a_text_body_wrapped_with_the_type_for_the_status(
-        status: int, session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+    status: int, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     exc = await fails(session, http, status=status, body="model is busy", content_type="text/plain")
     got_status, got, _ = client_view(exc)
     assert got_status == status
-    assert got == {"message": f"the upstream answered HTTP {status}: model is busy", "type": TYPE_FOR[status],
-                   "param": None, "code": None}
+    assert got == {
+        "message": f"the upstream answered HTTP {status}: model is busy",
+        "type": TYPE_FOR[status],
+        "param": None,
+        "code": None,
+    }
 
 
 # ---------------------------------------------------------------- every body shape
@@ -109,35 +128,59 @@ async def test_status_kept_and_a_text_body_wrapped_with_the_type_for_the_status(
 HTML = f"<html><body><h1>502 Bad Gateway</h1><hr>nginx at {HOST}:{PORT}</body></html>"
 
 
-@pytest.mark.parametrize(("status", "body", "content_type", "message"), [
-    # OpenAI's envelope with an integer code and a non-string param (llama.cpp's code is the status)
-    (400, b'{"error": {"message": "too long", "type": "invalid_request_error", "code": 400, "param": 3}}',
-     "application/json", "too long"),
-    (404, b'{"error": "model \'x\' not found"}', "application/json", "model 'x' not found"),  # Ollama
-    (400, b'{"object": "error", "message": "max_tokens is too large", "type": "BadRequestError", "code": 400}',
-     "application/json", "max_tokens is too large"),  # vLLM's older ErrorResponse
-    (500, b'{"message": "Internal Server Error"}', "application/json", "Internal Server Error"),
-    # FastAPI's {"detail": ...}: not OpenAI's shape, so wrapped; the detail stays readable
-    (404, b'{"detail":"Not Found"}', "application/json", 'the upstream answered HTTP 404: {"detail":"Not Found"}'),
-    (422, b'{"detail":[{"loc":["body","model"],"msg":"Field required"}]}', "application/json",
-     'the upstream answered HTTP 422: {"detail":[{"loc":["body","model"],"msg":"Field required"}]}'),
-    (502, HTML.encode(), "text/html", "the upstream answered HTTP 502"),  # HTML is dropped, whatever it says
-    (502, HTML.encode(), "text/plain", "the upstream answered HTTP 502"),  # ... even when labelled as text
-    (503, b"", "text/plain", "the upstream answered HTTP 503"),
-    (503, b"  \n", "application/json", "the upstream answered HTTP 503"),
-    (500, b'{"error": {"message": "cut', "application/json",
-     'the upstream answered HTTP 500: {"error": {"message": "cut'),
-    (500, b"[1, 2]", "application/json", "the upstream answered HTTP 500: [1, 2]"),
-    (500, b"null", "application/json", "the upstream answered HTTP 500: null"),
-    (500, b"bad \xff\xfe bytes", "text/plain", "the upstream answered HTTP 500: bad \ufffd\ufffd bytes"),
-    # an empty message is no message: wrapped instead of answered as ""
-    (500, b'{"message": ""}', "application/json", 'the upstream answered HTTP 500: {"message": ""}'),
-    (500, b'{"error": " "}', "application/json", 'the upstream answered HTTP 500: {"error": " "}'),
-    (500, b'{"error": {"message": ""}}', "application/json",
-     'the upstream answered HTTP 500: {"error": {"message": ""}}'),
-])
-async def test_body_shapes(status: int, body: bytes, content_type: str, message: str,
-                           session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "content_type", "message"),
+    [
+        # OpenAI's envelope with an integer code and a non-string param (llama.cpp's code is the status)
+        (
+            400,
+            b'{"error": {"message": "too long", "type": "invalid_request_error", "code": 400, "param": 3}}',
+            "application/json",
+            "too long",
+        ),
+        (404, b'{"error": "model \'x\' not found"}', "application/json", "model 'x' not found"),  # Ollama
+        (
+            400,
+            b'{"object": "error", "message": "max_tokens is too large", "type": "BadRequestError", "code": 400}',
+            "application/json",
+            "max_tokens is too large",
+        ),  # vLLM's older ErrorResponse
+        (500, b'{"message": "Internal Server Error"}', "application/json", "Internal Server Error"),
+        # FastAPI's {"detail": ...}: not OpenAI's shape, so wrapped; the detail stays readable
+        (404, b'{"detail":"Not Found"}', "application/json", 'the upstream answered HTTP 404: {"detail":"Not Found"}'),
+        (
+            422,
+            b'{"detail":[{"loc":["body","model"],"msg":"Field required"}]}',
+            "application/json",
+            'the upstream answered HTTP 422: {"detail":[{"loc":["body","model"],"msg":"Field required"}]}',
+        ),
+        (502, HTML.encode(), "text/html", "the upstream answered HTTP 502"),  # HTML is dropped, whatever it says
+        (502, HTML.encode(), "text/plain", "the upstream answered HTTP 502"),  # ... even when labelled as text
+        (503, b"", "text/plain", "the upstream answered HTTP 503"),
+        (503, b"  \n", "application/json", "the upstream answered HTTP 503"),
+        (
+            500,
+            b'{"error": {"message": "cut',
+            "application/json",
+            'the upstream answered HTTP 500: {"error": {"message": "cut',
+        ),
+        (500, b"[1, 2]", "application/json", "the upstream answered HTTP 500: [1, 2]"),
+        (500, b"null", "application/json", "the upstream answered HTTP 500: null"),
+        (500, b"bad \xff\xfe bytes", "text/plain", "the upstream answered HTTP 500: bad \ufffd\ufffd bytes"),
+        # an empty message is no message: wrapped instead of answered as ""
+        (500, b'{"message": ""}', "application/json", 'the upstream answered HTTP 500: {"message": ""}'),
+        (500, b'{"error": " "}', "application/json", 'the upstream answered HTTP 500: {"error": " "}'),
+        (
+            500,
+            b'{"error": {"message": ""}}',
+            "application/json",
+            'the upstream answered HTTP 500: {"error": {"message": ""}}',
+        ),
+    ],
+)
+async def test_body_shapes(
+    status: int, body: bytes, content_type: str, message: str, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     exc = await fails(session, http, status=status, body=body, content_type=content_type)
     got_status, got, _ = client_view(exc)
     assert got_status == status and got["message"] == message, got
@@ -166,35 +209,53 @@ async def test_an_envelope_below_the_limit_is_kept_whole(session: aiohttp.Client
 
 # ---------------------------------------------------------------- headers kept, secrets cut
 
+
 async def test_retry_headers_kept_and_nothing_else(session: aiohttp.ClientSession, http: MockedHTTP) -> None:
-    exc = await fails(session, http, status=429, payload={"error": {"message": "slow down"}},
-                      headers={"Retry-After": "7", "x-should-retry": "true", "X-Upstream-Addr": f"{HOST}:{PORT}",
-                               "Set-Cookie": "lb=1", "Server": "vllm"})
+    exc = await fails(
+        session,
+        http,
+        status=429,
+        payload={"error": {"message": "slow down"}},
+        headers={
+            "Retry-After": "7",
+            "x-should-retry": "true",
+            "X-Upstream-Addr": f"{HOST}:{PORT}",
+            "Set-Cookie": "lb=1",
+            "Server": "vllm",
+        },
+    )
     got_status, _, headers = client_view(exc)
     assert got_status == 429 and headers["Retry-After"] == "7" and headers["x-should-retry"] == "true"
     assert not {"X-Upstream-Addr", "Set-Cookie", "Server"} & set(headers), headers
 
 
 async def test_retry_after_kept_on_a_503_text_body(session: aiohttp.ClientSession, http: MockedHTTP) -> None:
-    exc = await fails(session, http, status=503, body="loading", content_type="text/plain",
-                      headers={"Retry-After": "30"})
+    exc = await fails(
+        session, http, status=503, body="loading", content_type="text/plain", headers={"Retry-After": "30"}
+    )
     assert client_view(exc)[2]["Retry-After"] == "30"
 
 
 KEY = "sk-upstream-0123456789abcdef"
 
 
-@pytest.mark.parametrize(("body", "content_type"), [
-    (orjson.dumps({"error": {"message": f"Incorrect API key provided: {KEY}", "param": KEY, "code": KEY}}),
-     "application/json"),
-    (orjson.dumps({"message": f"bad key {KEY}"}), "application/json"),
-    (f"invalid key {KEY}".encode(), "text/plain"),
-    # the key across the 500-character cut of a text body: none of it may be left
-    (("k" * 490 + KEY).encode(), "text/plain"),
-    (("k" * 497 + KEY).encode(), "text/plain"),
-])
-async def test_upstream_key_quoted_by_the_backend_is_cut(body: bytes, content_type: str,
-                                                         session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (
+            orjson.dumps({"error": {"message": f"Incorrect API key provided: {KEY}", "param": KEY, "code": KEY}}),
+            "application/json",
+        ),
+        (orjson.dumps({"message": f"bad key {KEY}"}), "application/json"),
+        (f"invalid key {KEY}".encode(), "text/plain"),
+        # the key across the 500-character cut of a text body: none of it may be left
+        (("k" * 490 + KEY).encode(), "text/plain"),
+        (("k" * 497 + KEY).encode(), "text/plain"),
+    ],
+)
+async def test_upstream_key_quoted_by_the_backend_is_cut(
+    body: bytes, content_type: str, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     http.post(URL, status=401, body=body, content_type=content_type)
     with pytest.raises(UpstreamHTTPError) as info:
         await open_upstream(session, upstream(), "/chat/completions", BODY, {}, secrets=(KEY,))
@@ -207,48 +268,85 @@ async def test_upstream_key_quoted_by_the_backend_is_cut(body: bytes, content_ty
 KEY_OF_CONNECTION = ConnectionKey(HOST, PORT, False, True, None, None, None, HOST)
 
 
-@pytest.mark.parametrize(("exception", "message"), [
-    (aiohttp.ClientConnectorError(KEY_OF_CONNECTION, ConnectionRefusedError(
-        errno.ECONNREFUSED, f"Connect call failed ('{HOST}', {PORT})")),
-     "cannot connect to the upstream 'gpu' (connection refused)"),
-    (aiohttp.ClientConnectorError(KEY_OF_CONNECTION, OSError(errno.EHOSTUNREACH, f"No route to {HOST}")),
-     "cannot connect to the upstream 'gpu' (no route to host)"),
-    (aiohttp.ClientConnectorError(KEY_OF_CONNECTION, OSError(None, f"unreachable {HOST}")),
-     "cannot connect to the upstream 'gpu' (the connection failed)"),
-    # getaddrinfo's error numbers (-2) and OpenSSL's (1) are not errnos: no "unknown error -2"
-    (aiohttp.ClientConnectorDNSError(KEY_OF_CONNECTION, socket.gaierror(-2, "Name or service not known")),
-     "cannot connect to the upstream 'gpu' (its host name could not be resolved)"),
-    (aiohttp.ClientConnectorDNSError(KEY_OF_CONNECTION, OSError(None, f"Domain name not found: {HOST}")),
-     "cannot connect to the upstream 'gpu' (its host name could not be resolved)"),  # aiodns' AsyncResolver
-    (aiohttp.ClientConnectorSSLError(KEY_OF_CONNECTION, ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER]")),
-     "cannot connect to the upstream 'gpu' (the TLS handshake failed)"),
-    (aiohttp.ClientConnectorCertificateError(KEY_OF_CONNECTION, ssl.SSLCertVerificationError(
-        1, f"certificate verify failed: Hostname mismatch, certificate is not valid for '{HOST}'")),
-     "cannot connect to the upstream 'gpu' (its TLS certificate was not accepted)"),
-    (aiohttp.ClientOSError(errno.ECONNRESET, f"Connection reset by peer {HOST}:{PORT}"),
-     "the upstream connection failed: a network error on the upstream connection"),
-    (aiohttp.ServerDisconnectedError(f"closed by {HOST}"),
-     "the upstream connection failed: the upstream closed the connection"),
-    (aiohttp.ClientConnectionError(f"Connection refused: POST {URL}"),
-     "the upstream connection failed: the connection failed"),
-])
+@pytest.mark.parametrize(
+    ("exception", "message"),
+    [
+        (
+            aiohttp.ClientConnectorError(
+                KEY_OF_CONNECTION, ConnectionRefusedError(errno.ECONNREFUSED, f"Connect call failed ('{HOST}', {PORT})")
+            ),
+            "cannot connect to the upstream 'gpu' (connection refused)",
+        ),
+        (
+            aiohttp.ClientConnectorError(KEY_OF_CONNECTION, OSError(errno.EHOSTUNREACH, f"No route to {HOST}")),
+            "cannot connect to the upstream 'gpu' (no route to host)",
+        ),
+        (
+            aiohttp.ClientConnectorError(KEY_OF_CONNECTION, OSError(None, f"unreachable {HOST}")),
+            "cannot connect to the upstream 'gpu' (the connection failed)",
+        ),
+        # getaddrinfo's error numbers (-2) and OpenSSL's (1) are not errnos: no "unknown error -2"
+        (
+            aiohttp.ClientConnectorDNSError(KEY_OF_CONNECTION, socket.gaierror(-2, "Name or service not known")),
+            "cannot connect to the upstream 'gpu' (its host name could not be resolved)",
+        ),
+        (
+            aiohttp.ClientConnectorDNSError(KEY_OF_CONNECTION, OSError(None, f"Domain name not found: {HOST}")),
+            "cannot connect to the upstream 'gpu' (its host name could not be resolved)",
+        ),  # aiodns' AsyncResolver
+        (
+            aiohttp.ClientConnectorSSLError(KEY_OF_CONNECTION, ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER]")),
+            "cannot connect to the upstream 'gpu' (the TLS handshake failed)",
+        ),
+        (
+            aiohttp.ClientConnectorCertificateError(
+                KEY_OF_CONNECTION,
+                ssl.SSLCertVerificationError(
+                    1, f"certificate verify failed: Hostname mismatch, certificate is not valid for '{HOST}'"
+                ),
+            ),
+            "cannot connect to the upstream 'gpu' (its TLS certificate was not accepted)",
+        ),
+        (
+            aiohttp.ClientOSError(errno.ECONNRESET, f"Connection reset by peer {HOST}:{PORT}"),
+            "the upstream connection failed: a network error on the upstream connection",
+        ),
+        (
+            aiohttp.ServerDisconnectedError(f"closed by {HOST}"),
+            "the upstream connection failed: the upstream closed the connection",
+        ),
+        (
+            aiohttp.ClientConnectionError(f"Connection refused: POST {URL}"),
+            "the upstream connection failed: the connection failed",
+        ),
+    ],
+)
 async def test_connect_failures_are_502_naming_the_upstream_not_its_address(
-        exception: Exception, message: str, session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+    exception: Exception, message: str, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     exc = await fails(session, http, exception=exception)
     assert isinstance(exc, UpstreamUnavailable)
     status, got, _ = client_view(exc)
-    assert status == 502 and got == {"message": message, "type": "upstream_error", "param": None,
-                                     "code": "upstream_unavailable"}
+    assert status == 502 and got == {
+        "message": message,
+        "type": "upstream_error",
+        "param": None,
+        "code": "upstream_unavailable",
+    }
 
 
-@pytest.mark.parametrize(("exception", "which", "seconds"), [
-    (TimeoutError(), "first_byte", 0.5),
-    (aiohttp.ServerTimeoutError(f"Timeout on reading data from {HOST}"), "first_byte", 0.5),
-    (aiohttp.SocketTimeoutError("sock_read"), "first_byte", 0.5),
-    (aiohttp.ConnectionTimeoutError(f"Connection timeout to host {URL}"), "connect", 0.25),
-])
-async def test_timeouts_are_504_naming_the_timeout(exception: Exception, which: str, seconds: float,
-                                                   session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+@pytest.mark.parametrize(
+    ("exception", "which", "seconds"),
+    [
+        (TimeoutError(), "first_byte", 0.5),
+        (aiohttp.ServerTimeoutError(f"Timeout on reading data from {HOST}"), "first_byte", 0.5),
+        (aiohttp.SocketTimeoutError("sock_read"), "first_byte", 0.5),
+        (aiohttp.ConnectionTimeoutError(f"Connection timeout to host {URL}"), "connect", 0.25),
+    ],
+)
+async def test_timeouts_are_504_naming_the_timeout(
+    exception: Exception, which: str, seconds: float, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     exc = await fails(session, http, upstream(connect=0.25), exception=exception)
     assert isinstance(exc, UpstreamTimeout) and exc.which == which
     status, got, _ = client_view(exc)
@@ -258,6 +356,7 @@ async def test_timeouts_are_504_naming_the_timeout(exception: Exception, which: 
 
 async def test_first_byte_timeout_fires_on_a_slow_upstream(session: aiohttp.ClientSession, http: MockedHTTP) -> None:
     """The real ``asyncio.timeout`` in ``send``: the headers take longer than ``first_byte``."""
+
     async def slow(url: Any, **kwargs: Any) -> None:
         await asyncio.sleep(10)
 
@@ -268,18 +367,21 @@ async def test_first_byte_timeout_fires_on_a_slow_upstream(session: aiohttp.Clie
     assert isinstance(exc, UpstreamTimeout) and exc.which == "first_byte" and client_view(exc)[0] == 504
 
 
-async def test_an_error_body_that_stalls_still_gives_the_status(session: aiohttp.ClientSession,
-                                                                http: MockedHTTP) -> None:
+async def test_an_error_body_that_stalls_still_gives_the_status(
+    session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     """The error body never ends: after ``idle`` the status goes out without it."""
-    exc = await fails(session, http, upstream(idle=0.05), status=503, body=b'{"error": {"mess',
-                      response_class=StalledBody)
+    exc = await fails(
+        session, http, upstream(idle=0.05), status=503, body=b'{"error": {"mess', response_class=StalledBody
+    )
     status, got, _ = client_view(exc)
     assert status == 503 and got["message"] == "the upstream answered HTTP 503"
 
 
 @pytest.mark.parametrize(("timeouts", "which"), [({"idle": 0.05}, "idle"), ({"idle": 5.0, "total": 0.05}, "total")])
-async def test_a_json_body_that_stalls_is_a_named_timeout(timeouts: dict[str, float], which: str,
-                                                          session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+async def test_a_json_body_that_stalls_is_a_named_timeout(
+    timeouts: dict[str, float], which: str, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     up = upstream(**timeouts)
     http.post(URL, status=200, body=b'{"id": "chatcmpl-1"', response_class=StalledBody)
     resp = await open_upstream(session, up, "/chat/completions", BODY, {})
@@ -301,17 +403,22 @@ async def test_a_2xx_body_not_json_or_too_large(session: aiohttp.ClientSession, 
 
 # ---------------------------------------------------------------- no retries of its own
 
-@pytest.mark.parametrize("answer", [
-    {"status": 500, "payload": {"error": {"message": "boom"}}},
-    {"status": 502, "body": HTML, "content_type": "text/html"},
-    {"status": 503, "body": "", "headers": {"Retry-After": "0"}},
-    {"status": 429, "payload": {"error": {"message": "slow down"}}, "headers": {"Retry-After": "0"}},
-    {"exception": aiohttp.ClientConnectorError(KEY_OF_CONNECTION, ConnectionRefusedError(errno.ECONNREFUSED, "x"))},
-    {"exception": aiohttp.ServerDisconnectedError()},
-    {"exception": TimeoutError()},
-])
-async def test_a_failed_post_is_never_retried(answer: dict[str, Any], session: aiohttp.ClientSession,
-                                              http: MockedHTTP) -> None:
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"status": 500, "payload": {"error": {"message": "boom"}}},
+        {"status": 502, "body": HTML, "content_type": "text/html"},
+        {"status": 503, "body": "", "headers": {"Retry-After": "0"}},
+        {"status": 429, "payload": {"error": {"message": "slow down"}}, "headers": {"Retry-After": "0"}},
+        {"exception": aiohttp.ClientConnectorError(KEY_OF_CONNECTION, ConnectionRefusedError(errno.ECONNREFUSED, "x"))},
+        {"exception": aiohttp.ServerDisconnectedError()},
+        {"exception": TimeoutError()},
+    ],
+)
+async def test_a_failed_post_is_never_retried(
+    answer: dict[str, Any], session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     """A retry would find the same answer registered again (repeat) and succeed: exactly one call."""
     http.post(URL, **answer)
     http.post(URL, status=200, body=b"data: [DONE]\n\n", content_type="text/event-stream", repeat=True)
@@ -326,8 +433,9 @@ async def test_a_failed_post_is_never_retried(answer: dict[str, Any], session: a
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
-async def test_a_redirect_is_a_502_and_is_not_followed(session: aiohttp.ClientSession, http: MockedHTTP,
-                                                       status: int) -> None:
+async def test_a_redirect_is_a_502_and_is_not_followed(
+    session: aiohttp.ClientSession, http: MockedHTTP, status: int
+) -> None:
     """Following it would send the POST (as a GET, without its body, for 301-303) to an address
     the operator never configured: crossfeed answers 502 naming the upstream, not its address."""
     elsewhere = "http://elsewhere.example:9/v1/chat/completions"

@@ -34,9 +34,10 @@ from tests.support.mocked_http import MockedHTTP
 
 BASE = "http://gpu-7.backend.internal:8123/v1"
 OTHER = "http://cpu-1.backend.internal:8124/v1"
-REFUSED = aiohttp.ClientConnectorError(ConnectionKey("gpu-7.backend.internal", 8123, False, True, None, None, None,
-                                                     "gpu-7.backend.internal"),
-                                       ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"))
+REFUSED = aiohttp.ClientConnectorError(
+    ConnectionKey("gpu-7.backend.internal", 8123, False, True, None, None, None, "gpu-7.backend.internal"),
+    ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"),
+)
 NOT_PROBED = "upstream '{name}' at {url} has not answered a probe (GET /models) in the last 60s"
 
 
@@ -82,6 +83,7 @@ async def probe(app: web.Application, cfg: Config, done: Callable[[], bool]) -> 
 
 # ---------------------------------------------------------------- readiness probe
 
+
 @pytest.mark.parametrize("status", [200, 401, 404, 500, 503])
 async def test_any_http_answer_counts_as_up(status: int, session: aiohttp.ClientSession, http: MockedHTTP) -> None:
     """lifecycle's docstring: any HTTP answer counts, the backend is up (a 401 is a key problem, not a dead one)."""
@@ -93,17 +95,23 @@ async def test_any_http_answer_counts_as_up(status: int, session: aiohttp.Client
     assert call.kwargs["headers"] == PROBE_HEADERS and call.kwargs["timeout"].total == 5
 
 
-@pytest.mark.parametrize(("exception", "error"), [
-    (REFUSED, "cannot connect to the upstream 'gpu' (connection refused)"),
-    (aiohttp.ClientConnectorDNSError(REFUSED._conn_key, socket.gaierror(-2, "Name or service not known")),
-     "cannot connect to the upstream 'gpu' (its host name could not be resolved)"),
-    (aiohttp.ServerDisconnectedError(), "the upstream connection failed: the upstream closed the connection"),
-    (TimeoutError(), "no answer within 5s"),
-    (aiohttp.ServerTimeoutError("Timeout on reading data from socket"), "no answer within 5s"),
-    (aiohttp.ConnectionTimeoutError("Connection timeout"), "no answer within 5s"),
-])
-async def test_a_failed_probe_records_the_error_readyz_shows(exception: Exception, error: str,
-                                                             session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+@pytest.mark.parametrize(
+    ("exception", "error"),
+    [
+        (REFUSED, "cannot connect to the upstream 'gpu' (connection refused)"),
+        (
+            aiohttp.ClientConnectorDNSError(REFUSED._conn_key, socket.gaierror(-2, "Name or service not known")),
+            "cannot connect to the upstream 'gpu' (its host name could not be resolved)",
+        ),
+        (aiohttp.ServerDisconnectedError(), "the upstream connection failed: the upstream closed the connection"),
+        (TimeoutError(), "no answer within 5s"),
+        (aiohttp.ServerTimeoutError("Timeout on reading data from socket"), "no answer within 5s"),
+        (aiohttp.ConnectionTimeoutError("Connection timeout"), "no answer within 5s"),
+    ],
+)
+async def test_a_failed_probe_records_the_error_readyz_shows(
+    exception: Exception, error: str, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     app, cfg = probed_app(session), config()
     http.get(BASE + "/models", exception=exception)
     await probe(app, cfg, lambda: "gpu" in app[PROBE_ERRORS])
@@ -116,8 +124,9 @@ async def test_not_probed_yet(session: aiohttp.ClientSession) -> None:
     assert readiness(app, cfg) == [NOT_PROBED.format(name="gpu", url=BASE) + " (not probed yet)"]
 
 
-async def test_a_recent_answer_keeps_it_ready_until_it_is_stale(session: aiohttp.ClientSession,
-                                                                http: MockedHTTP) -> None:
+async def test_a_recent_answer_keeps_it_ready_until_it_is_stale(
+    session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     """A failed probe after an answer leaves it ready for 3 x the interval; then /readyz shows the error."""
     app, cfg = probed_app(session), config()
     app[PROBES]["gpu"] = seen = time.monotonic()
@@ -125,12 +134,14 @@ async def test_a_recent_answer_keeps_it_ready_until_it_is_stale(session: aiohttp
     await probe(app, cfg, lambda: "gpu" in app[PROBE_ERRORS])
     assert app[PROBES]["gpu"] == seen and readiness(app, cfg) == []
     app[PROBES]["gpu"] = time.monotonic() - 3 * lifecycle.PROBE_INTERVAL - 1
-    assert readiness(app, cfg) == [NOT_PROBED.format(name="gpu", url=BASE)
-                                   + ": cannot connect to the upstream 'gpu' (connection refused)"]
+    assert readiness(app, cfg) == [
+        NOT_PROBED.format(name="gpu", url=BASE) + ": cannot connect to the upstream 'gpu' (connection refused)"
+    ]
 
 
-async def test_an_answer_after_a_failure_clears_the_error(session: aiohttp.ClientSession, http: MockedHTTP,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_answer_after_a_failure_clears_the_error(
+    session: aiohttp.ClientSession, http: MockedHTTP, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(lifecycle, "PROBE_INTERVAL", 0.01)
     app, cfg = probed_app(session), config()
     http.get(BASE + "/models", exception=REFUSED)
@@ -148,15 +159,24 @@ async def test_each_upstream_is_probed_on_its_own(session: aiohttp.ClientSession
     http.get(OTHER + "/models", status=200, payload={"data": []})
     await probe(app, cfg, lambda: "cpu" in app[PROBES])
     assert app[PROBES].keys() == {"cpu"} and app[PROBE_ERRORS].keys() == {"gpu"}
-    assert readiness(app, cfg) == [NOT_PROBED.format(name="gpu", url=BASE)
-                                   + ": cannot connect to the upstream 'gpu' (connection refused)"]
+    assert readiness(app, cfg) == [
+        NOT_PROBED.format(name="gpu", url=BASE) + ": cannot connect to the upstream 'gpu' (connection refused)"
+    ]
 
 
 # ---------------------------------------------------------------- the upstream key
 
-CLIENT = {"Authorization": "Bearer sk-client", "X-Api-Key": "sk-client", "Cookie": "session=sk-client",
-          "OpenAI-Organization": "org-1", "OpenAI-Project": "proj-1", "X-Request-Id": "req-1",
-          "User-Agent": "sdk/1", "Host": "crossfeed.example", "X-Custom": "x"}
+CLIENT = {
+    "Authorization": "Bearer sk-client",
+    "X-Api-Key": "sk-client",
+    "Cookie": "session=sk-client",
+    "OpenAI-Organization": "org-1",
+    "OpenAI-Project": "proj-1",
+    "X-Request-Id": "req-1",
+    "User-Agent": "sdk/1",
+    "Host": "crossfeed.example",
+    "X-Custom": "x",
+}
 
 
 def handler_request(up: Upstream, environ: dict[str, str], *, inbound_keys_env: str | None = None) -> web.Request:
@@ -166,18 +186,19 @@ def handler_request(up: Upstream, environ: dict[str, str], *, inbound_keys_env: 
     return make_mocked_request("POST", "/v1/responses", headers=CLIENT, app=app)
 
 
-async def sent_headers(session: aiohttp.ClientSession, http: MockedHTTP, up: Upstream,
-                       headers: dict[str, str]) -> dict[str, str]:
-    http.post(up.base_url + "/chat/completions", status=200, body=b"data: [DONE]\n\n",
-              content_type="text/event-stream")
+async def sent_headers(
+    session: aiohttp.ClientSession, http: MockedHTTP, up: Upstream, headers: dict[str, str]
+) -> dict[str, str]:
+    http.post(up.base_url + "/chat/completions", status=200, body=b"data: [DONE]\n\n", content_type="text/event-stream")
     resp = await open_upstream(session, up, "/chat/completions", {"model": "m"}, headers)
     resp.close()
     (call,) = http.calls("POST", up.base_url + "/chat/completions")
     return dict(call.kwargs["headers"])
 
 
-async def test_the_configured_key_is_sent_and_the_clients_is_not(session: aiohttp.ClientSession,
-                                                                 http: MockedHTTP) -> None:
+async def test_the_configured_key_is_sent_and_the_clients_is_not(
+    session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
     up = Upstream(name="gpu", base_url=BASE, api_key_env="GPU_KEY")
     request = handler_request(up, {"GPU_KEY": "sk-upstream"})
     sent = await sent_headers(session, http, up, outbound_headers(request, up))
@@ -186,16 +207,28 @@ async def test_the_configured_key_is_sent_and_the_clients_is_not(session: aiohtt
     assert secrets(request, up) == ("sk-upstream",)
     # what is forwarded besides: the OpenAI routing headers, nothing else of the client's
     assert {k.lower(): v for k, v in sent.items() if k not in ("Content-Type", "Accept", "Authorization")} == {
-        "openai-organization": "org-1", "openai-project": "proj-1", "x-request-id": "req-1", "user-agent": "sdk/1"}
+        "openai-organization": "org-1",
+        "openai-project": "proj-1",
+        "x-request-id": "req-1",
+        "user-agent": "sdk/1",
+    }
 
 
-@pytest.mark.parametrize(("pass_client_key", "inbound_keys_env", "expected"), [
-    (True, None, "Bearer sk-client"),  # no key of its own: the client's goes through
-    (False, None, None),               # pass_client_key = false: none
-    (True, "CROSSFEED_KEYS", None),    # the client's key is crossfeed's own inbound key: never forwarded
-])
-async def test_without_a_configured_key(pass_client_key: bool, inbound_keys_env: str | None, expected: str | None,
-                                        session: aiohttp.ClientSession, http: MockedHTTP) -> None:
+@pytest.mark.parametrize(
+    ("pass_client_key", "inbound_keys_env", "expected"),
+    [
+        (True, None, "Bearer sk-client"),  # no key of its own: the client's goes through
+        (False, None, None),  # pass_client_key = false: none
+        (True, "CROSSFEED_KEYS", None),  # the client's key is crossfeed's own inbound key: never forwarded
+    ],
+)
+async def test_without_a_configured_key(
+    pass_client_key: bool,
+    inbound_keys_env: str | None,
+    expected: str | None,
+    session: aiohttp.ClientSession,
+    http: MockedHTTP,
+) -> None:
     up = Upstream(name="gpu", base_url=BASE, pass_client_key=pass_client_key)
     request = handler_request(up, {"CROSSFEED_KEYS": "sk-client"}, inbound_keys_env=inbound_keys_env)
     sent = await sent_headers(session, http, up, outbound_headers(request, up))

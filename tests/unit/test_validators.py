@@ -116,8 +116,9 @@ def test_openrouter_events_fail_on_rotated_temporary_ids() -> None:
 
 
 def test_background_capture_without_queued_event_passes() -> None:
-    events = [e for e in _data_frames(_read(RESP / "openai-gpt4o-background-queued.sse"))
-              if e["type"] != "response.queued"]
+    events = [
+        e for e in _data_frames(_read(RESP / "openai-gpt4o-background-queued.sse")) if e["type"] != "response.queued"
+    ]
     validate_responses_events(_renumber(events))
 
 
@@ -133,8 +134,13 @@ def test_every_prefix_of_a_real_capture_passes_without_terminal() -> None:
 # Synthetic Responses stream covering every event family crossfeed emits
 # ---------------------------------------------------------------------------------------------
 
-USAGE = {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0},
-         "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 12}
+USAGE = {
+    "input_tokens": 5,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 7,
+    "output_tokens_details": {"reasoning_tokens": 2},
+    "total_tokens": 12,
+}
 
 
 def _renumber(events: list[dict]) -> list[dict]:
@@ -144,8 +150,17 @@ def _renumber(events: list[dict]) -> list[dict]:
 
 
 def _response(status: str, output: list, **extra: object) -> dict:
-    base = {"id": "resp_1", "object": "response", "created_at": 1, "model": "m", "status": status,
-            "output": output, "usage": None, "error": None, "incomplete_details": None}
+    base = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "model": "m",
+        "status": status,
+        "output": output,
+        "usage": None,
+        "error": None,
+        "incomplete_details": None,
+    }
     return {**base, **extra}
 
 
@@ -160,10 +175,12 @@ def build_responses(terminal: str = "completed") -> list[dict]:
     emit("response.created", response=_response("in_progress", []))
     emit("response.in_progress", response=_response("in_progress", []))
     rs = {"item_id": "rs_1", "output_index": 0}
-    emit("response.output_item.added", output_index=0,
-         item={"id": "rs_1", "type": "reasoning", "summary": [], "content": []})
-    emit("response.reasoning_summary_part.added", **rs, summary_index=0,
-         part={"type": "summary_text", "text": ""})
+    emit(
+        "response.output_item.added",
+        output_index=0,
+        item={"id": "rs_1", "type": "reasoning", "summary": [], "content": []},
+    )
+    emit("response.reasoning_summary_part.added", **rs, summary_index=0, part={"type": "summary_text", "text": ""})
     for piece in ("Thin", "king"):
         emit("response.reasoning_summary_text.delta", **rs, summary_index=0, delta=piece)
     emit("response.reasoning_summary_text.done", **rs, summary_index=0, text="Thinking")
@@ -175,20 +192,28 @@ def build_responses(terminal: str = "completed") -> list[dict]:
     emit("response.reasoning_text.done", **rs, content_index=0, text="raw cot")
     raw = {"type": "reasoning_text", "text": "raw cot"}
     emit("response.content_part.done", **rs, content_index=0, part=raw)
-    emit("response.output_item.done", output_index=0,
-         item={"id": "rs_1", "type": "reasoning", "summary": [summary], "content": [raw]})
+    emit(
+        "response.output_item.done",
+        output_index=0,
+        item={"id": "rs_1", "type": "reasoning", "summary": [summary], "content": [raw]},
+    )
 
     msg = {"item_id": "msg_1", "output_index": 1}
-    emit("response.output_item.added", output_index=1, item={
-        "id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []})
-    emit("response.content_part.added", **msg, content_index=0,
-         part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
+    emit(
+        "response.output_item.added",
+        output_index=1,
+        item={"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []},
+    )
+    emit(
+        "response.content_part.added",
+        **msg,
+        content_index=0,
+        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+    )
     for piece in ("Hel", "lo"):
         emit("response.output_text.delta", **msg, content_index=0, delta=piece, logprobs=[])
-    annotation = {"type": "url_citation", "url": "https://example.com", "title": "t",
-                  "start_index": 0, "end_index": 5}
-    emit("response.output_text.annotation.added", **msg, content_index=0, annotation_index=0,
-         annotation=annotation)
+    annotation = {"type": "url_citation", "url": "https://example.com", "title": "t", "start_index": 0, "end_index": 5}
+    emit("response.output_text.annotation.added", **msg, content_index=0, annotation_index=0, annotation=annotation)
     emit("response.output_text.done", **msg, content_index=0, text="Hello", logprobs=[])
     text = {"type": "output_text", "text": "Hello", "annotations": [annotation], "logprobs": []}
     emit("response.content_part.done", **msg, content_index=0, part=text)
@@ -197,9 +222,11 @@ def build_responses(terminal: str = "completed") -> list[dict]:
     emit("response.refusal.done", **msg, content_index=1, refusal="No.")
     refusal = {"type": "refusal", "refusal": "No."}
     emit("response.content_part.done", **msg, content_index=1, part=refusal)
-    emit("response.output_item.done", output_index=1, item={
-        "id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-        "content": [text, refusal]})
+    emit(
+        "response.output_item.done",
+        output_index=1,
+        item={"id": "msg_1", "type": "message", "role": "assistant", "status": "completed", "content": [text, refusal]},
+    )
 
     fc = {"item_id": "fc_1", "output_index": 2}
     call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "add"}
@@ -207,8 +234,7 @@ def build_responses(terminal: str = "completed") -> list[dict]:
     for piece in ('{"a":', "1}"):
         emit("response.function_call_arguments.delta", **fc, delta=piece)
     emit("response.function_call_arguments.done", **fc, arguments='{"a":1}')
-    emit("response.output_item.done", output_index=2,
-         item={**call, "arguments": '{"a":1}', "status": "completed"})
+    emit("response.output_item.done", output_index=2, item={**call, "arguments": '{"a":1}', "status": "completed"})
 
     ct = {"item_id": "ctc_1", "output_index": 3}
     custom = {"id": "ctc_1", "type": "custom_tool_call", "call_id": "call_2", "name": "patch"}
@@ -216,20 +242,24 @@ def build_responses(terminal: str = "completed") -> list[dict]:
     for piece in ("*** Begin", " Patch"):
         emit("response.custom_tool_call_input.delta", **ct, delta=piece)
     emit("response.custom_tool_call_input.done", **ct, input="*** Begin Patch")
-    emit("response.output_item.done", output_index=3,
-         item={**custom, "input": "*** Begin Patch", "status": "completed"})
+    emit(
+        "response.output_item.done", output_index=3, item={**custom, "input": "*** Begin Patch", "status": "completed"}
+    )
 
     output = [copy.deepcopy(e["item"]) for e in ev if e["type"] == "response.output_item.done"]
     if terminal == "completed":
         emit("response.completed", response=_response("completed", output, usage=copy.deepcopy(USAGE)))
     elif terminal == "incomplete":
-        emit("response.incomplete", response=_response(
-            "incomplete", output, usage=copy.deepcopy(USAGE), incomplete_details={"reason": "max_output_tokens"}))
+        emit(
+            "response.incomplete",
+            response=_response(
+                "incomplete", output, usage=copy.deepcopy(USAGE), incomplete_details={"reason": "max_output_tokens"}
+            ),
+        )
     else:
         error = {"type": "server_error", "code": "server_error", "message": "boom", "param": None}
         emit("error", error=error, code="server_error", message="boom", param=None)
-        emit("response.failed", response=_response(
-            "failed", output, error={"code": "server_error", "message": "boom"}))
+        emit("response.failed", response=_response("failed", output, error={"code": "server_error", "message": "boom"}))
     return ev
 
 
@@ -253,6 +283,7 @@ def _set(etype: str, key: str, value: object, nth: int = 0) -> Callable[[list[di
         for part in path:
             target = target[part]
         target[last] = value
+
     return mutate
 
 
@@ -260,6 +291,7 @@ def _drop(etype: str, nth: int = 0) -> Callable[[list[dict]], None]:
     def mutate(ev: list[dict]) -> None:
         del ev[_find(ev, etype, nth)]
         _renumber(ev)
+
     return mutate
 
 
@@ -270,15 +302,18 @@ def _delete_key(etype: str, key: str, nth: int = 0) -> Callable[[list[dict]], No
         for part in path:
             target = target[part]
         del target[last]
+
     return mutate
 
 
 def _insert_copy(etype: str, before: str, nth: int = 0) -> Callable[[list[dict]], None]:
     """Insert a copy of the nth `etype` event in front of the first `before` event."""
+
     def mutate(ev: list[dict]) -> None:
         clone = copy.deepcopy(ev[_find(ev, etype, nth)])
         ev.insert(_find(ev, before), clone)
         _renumber(ev)
+
     return mutate
 
 
@@ -287,6 +322,7 @@ def _swap(first: str, second: str) -> Callable[[list[dict]], None]:
         a, b = _find(ev, first), _find(ev, second)
         ev[a], ev[b] = ev[b], ev[a]
         _renumber(ev)
+
     return mutate
 
 
@@ -300,12 +336,14 @@ def _rename_item(old: str, new: str) -> Callable[[list[dict]], None]:
             for item in (event.get("response") or {}).get("output", []):
                 if item.get("id") == old:
                     item["id"] = new
+
     return mutate
 
 
 def _terminal_output(index: int, key: str, value: object) -> Callable[[list[dict]], None]:
     def mutate(ev: list[dict]) -> None:
         ev[-1]["response"]["output"][index][key] = value
+
     return mutate
 
 
@@ -316,25 +354,30 @@ def _seq_all_plus_one(ev: list[dict]) -> None:
 
 def _truncate_after(etype: str) -> Callable[[list[dict]], None]:
     def mutate(ev: list[dict]) -> None:
-        del ev[_find(ev, etype) + 1:]
+        del ev[_find(ev, etype) + 1 :]
+
     return mutate
 
 
 def _inject(etype: str, before_done: int, **changes: object) -> Callable[[list[dict]], None]:
     """Insert a changed copy of the first `etype` event before the nth output_item.done."""
+
     def mutate(ev: list[dict]) -> None:
         clone = {**copy.deepcopy(ev[_find(ev, etype)]), **changes}
         ev.insert(_find(ev, "response.output_item.done", before_done), clone)
         _renumber(ev)
+
     return mutate
 
 
 def _copy_after(etype: str, after: str, after_nth: int) -> Callable[[list[dict]], None]:
     """Insert a copy of the first `etype` event right after the nth `after` event."""
+
     def mutate(ev: list[dict]) -> None:
         clone = copy.deepcopy(ev[_find(ev, etype)])
         ev.insert(_find(ev, after, after_nth) + 1, clone)
         _renumber(ev)
+
     return mutate
 
 
@@ -342,6 +385,7 @@ def _copy_to_end(etype: str) -> Callable[[list[dict]], None]:
     def mutate(ev: list[dict]) -> None:
         ev.append(copy.deepcopy(ev[_find(ev, etype)]))
         _renumber(ev)
+
     return mutate
 
 
@@ -349,6 +393,7 @@ def _incomplete_item_everywhere(index: int) -> Callable[[list[dict]], None]:
     def mutate(ev: list[dict]) -> None:
         ev[_find(ev, "response.output_item.done", index)]["item"]["status"] = "incomplete"
         ev[-1]["response"]["output"][index]["status"] = "incomplete"
+
     return mutate
 
 
@@ -356,6 +401,7 @@ def _insert_error_before(etype: str) -> Callable[[list[dict]], None]:
     def mutate(ev: list[dict]) -> None:
         ev.insert(_find(ev, etype), {"type": "error", "error": {"type": "server_error", "message": "x"}})
         _renumber(ev)
+
     return mutate
 
 
@@ -366,158 +412,257 @@ RESPONSES_MUTATIONS: dict[str, tuple[Callable[[list[dict]], None], str]] = {
     "swap opening events": (_swap("response.created", "response.in_progress"), "must be response.created"),
     "bump a sequence number": (_set("response.output_text.delta", "sequence_number", 99), "sequence_number 99 !="),
     "sequence starts at 1": (_seq_all_plus_one, "sequence_number 1 != 0"),
-    "missing sequence number": (_delete_key("response.output_item.added", "sequence_number"),
-                                "missing or non-integer sequence_number"),
+    "missing sequence number": (
+        _delete_key("response.output_item.added", "sequence_number"),
+        "missing or non-integer sequence_number",
+    ),
     "response id changes": (_set("response.completed", "response.id", "resp_2"), "response id changed"),
     "created has output": (_set("response.created", "response.output", [{"id": "x"}]), "output must be []"),
-    "in_progress status": (_set("response.in_progress", "response.status", "completed"),
-                           "expected 'in_progress'"),
+    "in_progress status": (_set("response.in_progress", "response.status", "completed"), "expected 'in_progress'"),
     "response.object": (_set("response.created", "response.object", "chat"), "response.object"),
-    "repeated in_progress": (_insert_copy("response.in_progress", "response.completed"),
-                             "may only be the second event"),
-    "unknown event type": (_set("response.refusal.delta", "type", "response.refusal.partial"),
-                           "unknown event type 'response.refusal.partial'"),
+    "repeated in_progress": (
+        _insert_copy("response.in_progress", "response.completed"),
+        "may only be the second event",
+    ),
+    "unknown event type": (
+        _set("response.refusal.delta", "type", "response.refusal.partial"),
+        "unknown event type 'response.refusal.partial'",
+    ),
     # items
     "output_index gap": (_set("response.output_item.added", "output_index", 1), "not append-only"),
     "output_index reused": (_set("response.output_item.added", "output_index", 1, nth=2), "not append-only"),
     "item without id": (_set("response.output_item.added", "item.id", ""), "needs a non-empty id"),
-    "call without call_id": (_delete_key("response.output_item.added", "item.call_id", nth=2),
-                             "needs a non-empty call_id"),
+    "call without call_id": (
+        _delete_key("response.output_item.added", "item.call_id", nth=2),
+        "needs a non-empty call_id",
+    ),
     "duplicate item id": (_rename_item("fc_1", "msg_1"), "duplicate item id 'msg_1'"),
-    "duplicate call_id": (_set("response.output_item.added", "item.call_id", "call_1", nth=3),
-                          "duplicate call_id 'call_1'"),
-    "added item not empty": (_set("response.output_item.added", "item.arguments", "{", nth=2),
-                             "must start with arguments=''"),
-    "added item completed": (_set("response.output_item.added", "item.status", "completed", nth=1),
-                             "added item has status 'completed'"),
+    "duplicate call_id": (
+        _set("response.output_item.added", "item.call_id", "call_1", nth=3),
+        "duplicate call_id 'call_1'",
+    ),
+    "added item not empty": (
+        _set("response.output_item.added", "item.arguments", "{", nth=2),
+        "must start with arguments=''",
+    ),
+    "added item completed": (
+        _set("response.output_item.added", "item.status", "completed", nth=1),
+        "added item has status 'completed'",
+    ),
     "item_id mismatch": (_set("response.output_text.delta", "item_id", "msg_other"), "item_id 'msg_other' !="),
-    "wrong family": (_inject("response.function_call_arguments.delta", 1, output_index=1),
-                     "item_id 'fc_1' != item id 'msg_1'"),
-    "family type mismatch": (_inject("response.function_call_arguments.delta", 1, output_index=1, item_id="msg_1"),
-                             "belongs to a function_call item, item is message"),
-    "event before its item": (_set("response.reasoning_summary_part.added", "output_index", 5),
-                              "output_index 5 names no added item"),
+    "wrong family": (
+        _inject("response.function_call_arguments.delta", 1, output_index=1),
+        "item_id 'fc_1' != item id 'msg_1'",
+    ),
+    "family type mismatch": (
+        _inject("response.function_call_arguments.delta", 1, output_index=1, item_id="msg_1"),
+        "belongs to a function_call item, item is message",
+    ),
+    "event before its item": (
+        _set("response.reasoning_summary_part.added", "output_index", 5),
+        "output_index 5 names no added item",
+    ),
     # content parts
-    "content_index skips": (_set("response.content_part.added", "content_index", 2, nth=2),
-                            "content_index 2 does not append"),
-    "delta before its part": (_swap("response.content_part.added", "response.reasoning_text.delta"),
-                              "content_index 0 names no added part"),
-    "text delta on refusal part": (_set("response.output_text.delta", "content_index", 1),
-                                   "names no added part"),
-    "refusal delta on text part": (_set("response.content_part.added", "part",
-                                        {"type": "output_text", "text": "", "annotations": []}, nth=2),
-                                   "needs a refusal part, content part is output_text"),
-    "delta on a closed part": (_set("response.refusal.delta", "content_index", 0),
-                               "event for part 0 after its part was done"),
-    "reasoning_text part on message": (_set("response.content_part.added", "part.type", "reasoning_text", nth=1),
-                                       "a reasoning_text part cannot belong to a message item"),
+    "content_index skips": (
+        _set("response.content_part.added", "content_index", 2, nth=2),
+        "content_index 2 does not append",
+    ),
+    "delta before its part": (
+        _swap("response.content_part.added", "response.reasoning_text.delta"),
+        "content_index 0 names no added part",
+    ),
+    "text delta on refusal part": (_set("response.output_text.delta", "content_index", 1), "names no added part"),
+    "refusal delta on text part": (
+        _set("response.content_part.added", "part", {"type": "output_text", "text": "", "annotations": []}, nth=2),
+        "needs a refusal part, content part is output_text",
+    ),
+    "delta on a closed part": (
+        _set("response.refusal.delta", "content_index", 0),
+        "event for part 0 after its part was done",
+    ),
+    "reasoning_text part on message": (
+        _set("response.content_part.added", "part.type", "reasoning_text", nth=1),
+        "a reasoning_text part cannot belong to a message item",
+    ),
     "delta without logprobs": (_delete_key("response.output_text.delta", "logprobs"), "`logprobs` list"),
     "text done without logprobs": (_delete_key("response.output_text.done", "logprobs"), "`logprobs` list"),
-    "part without annotations": (_delete_key("response.content_part.added", "part.annotations", nth=1),
-                                 "needs an `annotations` list"),
-    "added part not empty": (_set("response.content_part.added", "part.text", "x", nth=1),
-                             "added output_text part must start empty"),
+    "part without annotations": (
+        _delete_key("response.content_part.added", "part.annotations", nth=1),
+        "needs an `annotations` list",
+    ),
+    "added part not empty": (
+        _set("response.content_part.added", "part.text", "x", nth=1),
+        "added output_text part must start empty",
+    ),
     "delta not a string": (_set("response.output_text.delta", "delta", 5), "delta must be a string"),
-    "annotation index skips": (_set("response.output_text.annotation.added", "annotation_index", 1),
-                               "annotation_index 1 does not append"),
-    "summary_index skips": (_set("response.reasoning_summary_part.added", "summary_index", 1),
-                            "summary_index 1 does not append"),
-    "summary part type": (_set("response.reasoning_summary_part.added", "part.type", "text"),
-                          "type 'summary_text'"),
+    "annotation index skips": (
+        _set("response.output_text.annotation.added", "annotation_index", 1),
+        "annotation_index 1 does not append",
+    ),
+    "summary_index skips": (
+        _set("response.reasoning_summary_part.added", "summary_index", 1),
+        "summary_index 1 does not append",
+    ),
+    "summary part type": (_set("response.reasoning_summary_part.added", "part.type", "text"), "type 'summary_text'"),
     # *.done text must equal the deltas
-    "output_text.done mismatch": (_set("response.output_text.done", "text", "Help"),
-                                  ".done text differs from the concatenated deltas"),
-    "refusal.done mismatch": (_set("response.refusal.done", "refusal", "Yes"),
-                              ".done refusal differs from the concatenated deltas"),
-    "reasoning_text.done mismatch": (_set("response.reasoning_text.done", "text", "raw"),
-                                     ".done text differs from the concatenated deltas"),
-    "summary_text.done mismatch": (_set("response.reasoning_summary_text.done", "text", "Thin"),
-                                   ".done text differs from the concatenated deltas"),
-    "arguments.done mismatch": (_set("response.function_call_arguments.done", "arguments", "{}"),
-                                ".done arguments differs from the concatenated deltas"),
-    "custom input.done mismatch": (_set("response.custom_tool_call_input.done", "input", "x"),
-                                   ".done input differs from the concatenated deltas"),
-    "delta after text done": (_copy_after("response.output_text.delta", "response.output_text.done", 0),
-                              "response.output_text event after its .done"),
-    "duplicate text done": (_copy_after("response.output_text.done", "response.output_text.done", 0),
-                            "after its .done"),
-    "missing output_text.done": (_drop("response.output_text.done"),
-                                 "content_part.done before the output_text .done event"),
-    "missing summary_text.done": (_drop("response.reasoning_summary_text.done"),
-                                  "reasoning_summary_part.done before reasoning_summary_text.done"),
-    "missing arguments.done": (_drop("response.function_call_arguments.done"),
-                               "output_item.done before response.function_call_arguments.done"),
-    "missing custom input.done": (_drop("response.custom_tool_call_input.done"),
-                                  "output_item.done before response.custom_tool_call_input.done"),
-    "content_part.done text mismatch": (_set("response.content_part.done", "part.text", "Hell", nth=1),
-                                        "content_part.done text differs"),
-    "content_part.done type mismatch": (_set("response.content_part.done", "part.type", "refusal", nth=1),
-                                        "content_part.done type refusal != added output_text"),
-    "content_part.done annotations": (_set("response.content_part.done", "part.annotations", [], nth=1),
-                                      "annotations differ"),
-    "summary_part.done mismatch": (_set("response.reasoning_summary_part.done", "part.text", "x"),
-                                   "reasoning_summary_part.done text differs"),
-    "content part left open": (_drop("response.content_part.done", nth=2),
-                               "output_item.done while content part 1 is still open"),
-    "event after its part done": (_copy_after("response.refusal.delta", "response.content_part.done", 2),
-                                  "after its part was done"),
+    "output_text.done mismatch": (
+        _set("response.output_text.done", "text", "Help"),
+        ".done text differs from the concatenated deltas",
+    ),
+    "refusal.done mismatch": (
+        _set("response.refusal.done", "refusal", "Yes"),
+        ".done refusal differs from the concatenated deltas",
+    ),
+    "reasoning_text.done mismatch": (
+        _set("response.reasoning_text.done", "text", "raw"),
+        ".done text differs from the concatenated deltas",
+    ),
+    "summary_text.done mismatch": (
+        _set("response.reasoning_summary_text.done", "text", "Thin"),
+        ".done text differs from the concatenated deltas",
+    ),
+    "arguments.done mismatch": (
+        _set("response.function_call_arguments.done", "arguments", "{}"),
+        ".done arguments differs from the concatenated deltas",
+    ),
+    "custom input.done mismatch": (
+        _set("response.custom_tool_call_input.done", "input", "x"),
+        ".done input differs from the concatenated deltas",
+    ),
+    "delta after text done": (
+        _copy_after("response.output_text.delta", "response.output_text.done", 0),
+        "response.output_text event after its .done",
+    ),
+    "duplicate text done": (
+        _copy_after("response.output_text.done", "response.output_text.done", 0),
+        "after its .done",
+    ),
+    "missing output_text.done": (
+        _drop("response.output_text.done"),
+        "content_part.done before the output_text .done event",
+    ),
+    "missing summary_text.done": (
+        _drop("response.reasoning_summary_text.done"),
+        "reasoning_summary_part.done before reasoning_summary_text.done",
+    ),
+    "missing arguments.done": (
+        _drop("response.function_call_arguments.done"),
+        "output_item.done before response.function_call_arguments.done",
+    ),
+    "missing custom input.done": (
+        _drop("response.custom_tool_call_input.done"),
+        "output_item.done before response.custom_tool_call_input.done",
+    ),
+    "content_part.done text mismatch": (
+        _set("response.content_part.done", "part.text", "Hell", nth=1),
+        "content_part.done text differs",
+    ),
+    "content_part.done type mismatch": (
+        _set("response.content_part.done", "part.type", "refusal", nth=1),
+        "content_part.done type refusal != added output_text",
+    ),
+    "content_part.done annotations": (
+        _set("response.content_part.done", "part.annotations", [], nth=1),
+        "annotations differ",
+    ),
+    "summary_part.done mismatch": (
+        _set("response.reasoning_summary_part.done", "part.text", "x"),
+        "reasoning_summary_part.done text differs",
+    ),
+    "content part left open": (
+        _drop("response.content_part.done", nth=2),
+        "output_item.done while content part 1 is still open",
+    ),
+    "event after its part done": (
+        _copy_after("response.refusal.delta", "response.content_part.done", 2),
+        "after its part was done",
+    ),
     # output_item.done
-    "done id changed": (_set("response.output_item.done", "item.id", "fc_9", nth=2),
-                        "done item id 'fc_9' != added 'fc_1'"),
-    "done type changed": (_set("response.output_item.done", "item.type", "custom_tool_call", nth=2),
-                          "done item type"),
-    "done call_id changed": (_set("response.output_item.done", "item.call_id", "call_9", nth=2),
-                             "done item call_id"),
-    "done arguments differ": (_set("response.output_item.done", "item.arguments", "{}", nth=2),
-                              "done item arguments differs"),
-    "done input differs": (_set("response.output_item.done", "item.input", "", nth=3),
-                           "done item input differs"),
-    "done content differs": (_set("response.output_item.done", "item.content", [], nth=1),
-                             "done message content differs"),
-    "done summary differs": (_set("response.output_item.done", "item.summary", []),
-                             "done reasoning summary differs"),
-    "done reasoning content differs": (_set("response.output_item.done", "item.content", []),
-                                       "done reasoning content differs"),
-    "done still in progress": (_set("response.output_item.done", "item.status", "in_progress", nth=2),
-                               "still has status 'in_progress'"),
-    "event after item done": (_copy_after("response.function_call_arguments.delta",
-                                          "response.output_item.done", 2),
-                              "event for item 2 after its output_item.done"),
-    "duplicate output_item.done": (_copy_after("response.output_item.done", "response.output_item.done", 0),
-                                   "event for item 0 after its output_item.done"),
-    "missing output_item.done": (_drop("response.output_item.done", nth=3),
-                                 "item 3 ('ctc_1') never got output_item.done"),
+    "done id changed": (
+        _set("response.output_item.done", "item.id", "fc_9", nth=2),
+        "done item id 'fc_9' != added 'fc_1'",
+    ),
+    "done type changed": (_set("response.output_item.done", "item.type", "custom_tool_call", nth=2), "done item type"),
+    "done call_id changed": (_set("response.output_item.done", "item.call_id", "call_9", nth=2), "done item call_id"),
+    "done arguments differ": (
+        _set("response.output_item.done", "item.arguments", "{}", nth=2),
+        "done item arguments differs",
+    ),
+    "done input differs": (_set("response.output_item.done", "item.input", "", nth=3), "done item input differs"),
+    "done content differs": (
+        _set("response.output_item.done", "item.content", [], nth=1),
+        "done message content differs",
+    ),
+    "done summary differs": (_set("response.output_item.done", "item.summary", []), "done reasoning summary differs"),
+    "done reasoning content differs": (
+        _set("response.output_item.done", "item.content", []),
+        "done reasoning content differs",
+    ),
+    "done still in progress": (
+        _set("response.output_item.done", "item.status", "in_progress", nth=2),
+        "still has status 'in_progress'",
+    ),
+    "event after item done": (
+        _copy_after("response.function_call_arguments.delta", "response.output_item.done", 2),
+        "event for item 2 after its output_item.done",
+    ),
+    "duplicate output_item.done": (
+        _copy_after("response.output_item.done", "response.output_item.done", 0),
+        "event for item 0 after its output_item.done",
+    ),
+    "missing output_item.done": (
+        _drop("response.output_item.done", nth=3),
+        "item 3 ('ctc_1') never got output_item.done",
+    ),
     # terminal
-    "two terminal events": (_copy_after("response.completed", "response.completed", 0),
-                            "event after the terminal event"),
-    "event after terminal": (_copy_to_end("response.refusal.delta"),
-                             "event after the terminal event"),
+    "two terminal events": (
+        _copy_after("response.completed", "response.completed", 0),
+        "event after the terminal event",
+    ),
+    "event after terminal": (_copy_to_end("response.refusal.delta"), "event after the terminal event"),
     "no terminal": (_drop("response.completed"), "without a terminal event"),
-    "terminal output misses an item": (lambda ev: ev[-1]["response"]["output"].pop(),
-                                       "response.output has 3 items, 4 were streamed"),
-    "terminal output reordered": (lambda ev: ev[-1]["response"]["output"].reverse(),
-                                  "response.output[0] id 'ctc_1' != streamed id 'rs_1'"),
-    "terminal output item differs": (_terminal_output(2, "arguments", "{}"),
-                                     "response.output[2] differs from its output_item.done item"),
-    "terminal status mismatch": (_set("response.completed", "response.status", "incomplete"),
-                                 "response.status 'incomplete', expected 'completed'"),
-    "completed carries error": (_set("response.completed", "response.error", {"code": "x", "message": "y"}),
-                                "error and incomplete_details null"),
+    "terminal output misses an item": (
+        lambda ev: ev[-1]["response"]["output"].pop(),
+        "response.output has 3 items, 4 were streamed",
+    ),
+    "terminal output reordered": (
+        lambda ev: ev[-1]["response"]["output"].reverse(),
+        "response.output[0] id 'ctc_1' != streamed id 'rs_1'",
+    ),
+    "terminal output item differs": (
+        _terminal_output(2, "arguments", "{}"),
+        "response.output[2] differs from its output_item.done item",
+    ),
+    "terminal status mismatch": (
+        _set("response.completed", "response.status", "incomplete"),
+        "response.status 'incomplete', expected 'completed'",
+    ),
+    "completed carries error": (
+        _set("response.completed", "response.error", {"code": "x", "message": "y"}),
+        "error and incomplete_details null",
+    ),
     "usage missing": (_set("response.completed", "response.usage", None), "response.usage must be an object"),
-    "usage cached_tokens missing": (_delete_key("response.completed", "response.usage.input_tokens_details"),
-                                    "usage.input_tokens_details.cached_tokens"),
-    "usage reasoning_tokens missing": (_delete_key("response.completed",
-                                                   "response.usage.output_tokens_details.reasoning_tokens"),
-                                      "usage.output_tokens_details.reasoning_tokens"),
-    "usage total not int": (_set("response.completed", "response.usage.total_tokens", "12"),
-                            "usage.total_tokens must be a non-negative integer"),
-    "completed with incomplete item": (_incomplete_item_everywhere(1),
-                                       "item 1 is 'incomplete' inside response.completed"),
-    "error not before failed": (_insert_error_before("response.completed"),
-                                "must be followed directly by response.failed"),
+    "usage cached_tokens missing": (
+        _delete_key("response.completed", "response.usage.input_tokens_details"),
+        "usage.input_tokens_details.cached_tokens",
+    ),
+    "usage reasoning_tokens missing": (
+        _delete_key("response.completed", "response.usage.output_tokens_details.reasoning_tokens"),
+        "usage.output_tokens_details.reasoning_tokens",
+    ),
+    "usage total not int": (
+        _set("response.completed", "response.usage.total_tokens", "12"),
+        "usage.total_tokens must be a non-negative integer",
+    ),
+    "completed with incomplete item": (
+        _incomplete_item_everywhere(1),
+        "item 1 is 'incomplete' inside response.completed",
+    ),
+    "error not before failed": (
+        _insert_error_before("response.completed"),
+        "must be followed directly by response.failed",
+    ),
 }
-
-
 
 
 @pytest.mark.parametrize("name", sorted(RESPONSES_MUTATIONS))
@@ -534,11 +679,14 @@ def _assert_reported(mutate: Callable[[list[dict]], object], fragment: str) -> N
     assert fragment in str(info.value), str(info.value)
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda ev: ev[-1]["response"].update(incomplete_details=None), "incomplete_details.reason"),
-    (lambda ev: ev[-1]["response"].update(incomplete_details={"reason": "length"}), "incomplete_details.reason"),
-    (lambda ev: ev[-1]["response"].update(usage=None), "response.usage must be an object"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda ev: ev[-1]["response"].update(incomplete_details=None), "incomplete_details.reason"),
+        (lambda ev: ev[-1]["response"].update(incomplete_details={"reason": "length"}), "incomplete_details.reason"),
+        (lambda ev: ev[-1]["response"].update(usage=None), "response.usage must be an object"),
+    ],
+)
 def test_incomplete_terminal_rules(mutate: Callable[[list[dict]], None], fragment: str) -> None:
     events = build_responses("incomplete")
     mutate(events)
@@ -546,14 +694,17 @@ def test_incomplete_terminal_rules(mutate: Callable[[list[dict]], None], fragmen
         validate_responses_events(events)
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda ev: ev[-1]["response"].update(error=None), r"response.error \{code, message\}"),
-    (lambda ev: ev[-1]["response"].update(error={"code": "", "message": "m"}), r"response.error \{code, message\}"),
-    (lambda ev: ev[-2].update(error={"type": "server_error"}), "nested `error` object with a message"),
-    (lambda ev: ev[-2].update(message="other"), "flat `message` differs"),
-    (_truncate_after("error"), "not followed by response.failed"),
-    (_drop("response.output_item.done", nth=3), "never got output_item.done"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda ev: ev[-1]["response"].update(error=None), r"response.error \{code, message\}"),
+        (lambda ev: ev[-1]["response"].update(error={"code": "", "message": "m"}), r"response.error \{code, message\}"),
+        (lambda ev: ev[-2].update(error={"type": "server_error"}), "nested `error` object with a message"),
+        (lambda ev: ev[-2].update(message="other"), "flat `message` differs"),
+        (_truncate_after("error"), "not followed by response.failed"),
+        (_drop("response.output_item.done", nth=3), "never got output_item.done"),
+    ],
+)
 def test_failed_terminal_rules(mutate: Callable[[list[dict]], None], fragment: str) -> None:
     events = build_responses("failed")
     mutate(events)
@@ -585,15 +736,20 @@ def _named(events: list[dict]) -> bytes:
     return b"".join(encode_named(e["type"].encode(), orjson.dumps(e)) for e in events)
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (lambda ev: b"data: " + orjson.dumps(ev[0]) + b"\n\n" + _named(ev[1:]), "frame #0: missing `event:` line"),
-    (lambda ev: _named(ev[:1]) + encode_named(b"response.created", orjson.dumps(ev[1])) + _named(ev[2:]),
-     "event line 'response.created' != data type 'response.in_progress'"),
-    (lambda ev: _named(ev) + DONE_FRAME, "`data: [DONE]` is not sent on Responses streams"),
-    (lambda ev: encode_named(b"response.created", b"{not json") + _named(ev[1:]), "data is not JSON"),
-    (lambda ev: encode_named(b"response.created", b"[1]") + _named(ev[1:]), "not a JSON object"),
-    (lambda ev: _named(ev[:-1]), "without a terminal event"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (lambda ev: b"data: " + orjson.dumps(ev[0]) + b"\n\n" + _named(ev[1:]), "frame #0: missing `event:` line"),
+        (
+            lambda ev: _named(ev[:1]) + encode_named(b"response.created", orjson.dumps(ev[1])) + _named(ev[2:]),
+            "event line 'response.created' != data type 'response.in_progress'",
+        ),
+        (lambda ev: _named(ev) + DONE_FRAME, "`data: [DONE]` is not sent on Responses streams"),
+        (lambda ev: encode_named(b"response.created", b"{not json") + _named(ev[1:]), "data is not JSON"),
+        (lambda ev: encode_named(b"response.created", b"[1]") + _named(ev[1:]), "not a JSON object"),
+        (lambda ev: _named(ev[:-1]), "without a terminal event"),
+    ],
+)
 def test_responses_sse_framing(raw: Callable[[list[dict]], bytes], fragment: str) -> None:
     with pytest.raises(StreamViolation) as info:
         validate_responses_sse(raw(build_responses()))
@@ -609,61 +765,94 @@ def test_responses_sse_allows_cut_stream_when_asked() -> None:
 # Item status (wire-spec 1.4 / 1.9; pitfalls.md: a missing item status breaks strict clients)
 # ---------------------------------------------------------------------------------------------
 
+
 def _status_everywhere(done_nth: int, value: object) -> Callable[[list[dict]], None]:
     """Set (or, with None, delete) the status of the nth item on its done event and in the
     terminal output, so only the check under test can fire."""
+
     def mutate(ev: list[dict]) -> None:
-        for item in (ev[_find(ev, "response.output_item.done", done_nth)]["item"],
-                     ev[-1]["response"]["output"][done_nth]):
+        for item in (
+            ev[_find(ev, "response.output_item.done", done_nth)]["item"],
+            ev[-1]["response"]["output"][done_nth],
+        ):
             if value is None:
                 item.pop("status", None)
             else:
                 item["status"] = value
+
     return mutate
 
 
 STATUS_MUTATIONS: dict[str, tuple[Callable[[list[dict]], None], str]] = {
     # missing on output_item.added
-    "added message without status": (_delete_key("response.output_item.added", "item.status", nth=1),
-                                     "added item (message) has no `status`"),
-    "added function_call without status": (_delete_key("response.output_item.added", "item.status", nth=2),
-                                           "added item (function_call) has no `status`"),
-    "added custom_tool_call without status": (_delete_key("response.output_item.added", "item.status", nth=3),
-                                              "added item (custom_tool_call) has no `status`"),
-    "added status null": (_set("response.output_item.added", "item.status", None, nth=2),
-                          "added item (function_call) has no `status`"),
+    "added message without status": (
+        _delete_key("response.output_item.added", "item.status", nth=1),
+        "added item (message) has no `status`",
+    ),
+    "added function_call without status": (
+        _delete_key("response.output_item.added", "item.status", nth=2),
+        "added item (function_call) has no `status`",
+    ),
+    "added custom_tool_call without status": (
+        _delete_key("response.output_item.added", "item.status", nth=3),
+        "added item (custom_tool_call) has no `status`",
+    ),
+    "added status null": (
+        _set("response.output_item.added", "item.status", None, nth=2),
+        "added item (function_call) has no `status`",
+    ),
     # missing on output_item.done
     "done message without status": (_status_everywhere(1, None), "done item (message) has no `status`"),
-    "done function_call without status": (_status_everywhere(2, None),
-                                          "done item (function_call) has no `status`"),
-    "done custom_tool_call without status": (_status_everywhere(3, None),
-                                             "done item (custom_tool_call) has no `status`"),
+    "done function_call without status": (_status_everywhere(2, None), "done item (function_call) has no `status`"),
+    "done custom_tool_call without status": (
+        _status_everywhere(3, None),
+        "done item (custom_tool_call) has no `status`",
+    ),
     # missing in the terminal response.output only
-    "terminal message without status": (lambda ev: ev[-1]["response"]["output"][1].pop("status"),
-                                        "response.output[1] (message) has no `status`"),
-    "terminal function_call without status": (lambda ev: ev[-1]["response"]["output"][2].pop("status"),
-                                              "response.output[2] (function_call) has no `status`"),
-    "terminal custom_tool_call without status": (lambda ev: ev[-1]["response"]["output"][3].pop("status"),
-                                                 "response.output[3] (custom_tool_call) has no `status`"),
+    "terminal message without status": (
+        lambda ev: ev[-1]["response"]["output"][1].pop("status"),
+        "response.output[1] (message) has no `status`",
+    ),
+    "terminal function_call without status": (
+        lambda ev: ev[-1]["response"]["output"][2].pop("status"),
+        "response.output[2] (function_call) has no `status`",
+    ),
+    "terminal custom_tool_call without status": (
+        lambda ev: ev[-1]["response"]["output"][3].pop("status"),
+        "response.output[3] (custom_tool_call) has no `status`",
+    ),
     # values outside the allowed set
-    "added status queued": (_set("response.output_item.added", "item.status", "queued", nth=2),
-                            "added item has status 'queued', expected 'in_progress'"),
-    "added status incomplete": (_set("response.output_item.added", "item.status", "incomplete", nth=1),
-                                "added item has status 'incomplete', expected 'in_progress'"),
-    "done status failed": (_status_everywhere(1, "failed"),
-                           "done item has status 'failed', expected 'completed' or 'incomplete'"),
-    "done status searching": (_status_everywhere(3, "searching"),
-                              "done item has status 'searching', expected 'completed' or 'incomplete'"),
-    "done status wrong case": (_status_everywhere(2, "Completed"),
-                               "done item has status 'Completed'"),
-    "terminal status in_progress": (_terminal_output(2, "status", "in_progress"),
-                                    "response.output[2] has status 'in_progress'"),
+    "added status queued": (
+        _set("response.output_item.added", "item.status", "queued", nth=2),
+        "added item has status 'queued', expected 'in_progress'",
+    ),
+    "added status incomplete": (
+        _set("response.output_item.added", "item.status", "incomplete", nth=1),
+        "added item has status 'incomplete', expected 'in_progress'",
+    ),
+    "done status failed": (
+        _status_everywhere(1, "failed"),
+        "done item has status 'failed', expected 'completed' or 'incomplete'",
+    ),
+    "done status searching": (
+        _status_everywhere(3, "searching"),
+        "done item has status 'searching', expected 'completed' or 'incomplete'",
+    ),
+    "done status wrong case": (_status_everywhere(2, "Completed"), "done item has status 'Completed'"),
+    "terminal status in_progress": (
+        _terminal_output(2, "status", "in_progress"),
+        "response.output[2] has status 'in_progress'",
+    ),
     # reasoning: status optional (real OpenAI items have none), but when sent it must be valid
-    "reasoning added completed": (_set("response.output_item.added", "item.status", "completed"),
-                                  "added item has status 'completed', expected 'in_progress'"),
+    "reasoning added completed": (
+        _set("response.output_item.added", "item.status", "completed"),
+        "added item has status 'completed', expected 'in_progress'",
+    ),
     "reasoning done in_progress": (_status_everywhere(0, "in_progress"), "done item still has status 'in_progress'"),
-    "reasoning done failed": (_status_everywhere(0, "failed"),
-                              "done item has status 'failed', expected 'completed' or 'incomplete'"),
+    "reasoning done failed": (
+        _status_everywhere(0, "failed"),
+        "done item has status 'failed', expected 'completed' or 'incomplete'",
+    ),
 }
 
 
@@ -694,8 +883,10 @@ def _web_search_stream(added_item: dict, done_item: dict) -> list[dict]:
         {"type": "response.in_progress", "response": _response("in_progress", [])},
         {"type": "response.output_item.added", "output_index": 0, "item": added_item},
         {"type": "response.output_item.done", "output_index": 0, "item": done_item},
-        {"type": "response.completed",
-         "response": _response("completed", [copy.deepcopy(done_item)], usage=copy.deepcopy(USAGE))},
+        {
+            "type": "response.completed",
+            "response": _response("completed", [copy.deepcopy(done_item)], usage=copy.deepcopy(USAGE)),
+        },
     ]
     return _renumber(events)
 
@@ -703,10 +894,12 @@ def _web_search_stream(added_item: dict, done_item: dict) -> list[dict]:
 def test_web_search_call_status_is_required_and_may_be_failed() -> None:
     base = {"id": "ws_1", "type": "web_search_call"}
     action = {"action": {"type": "search", "query": "q"}}
-    validate_responses_events(_web_search_stream({**base, "status": "in_progress"},
-                                                 {**base, "status": "completed", **action}))
-    validate_responses_events(_web_search_stream({**base, "status": "in_progress"},
-                                                 {**base, "status": "failed", **action}))
+    validate_responses_events(
+        _web_search_stream({**base, "status": "in_progress"}, {**base, "status": "completed", **action})
+    )
+    validate_responses_events(
+        _web_search_stream({**base, "status": "in_progress"}, {**base, "status": "failed", **action})
+    )
     with pytest.raises(StreamViolation, match=r"added item \(web_search_call\) has no `status`"):
         validate_responses_events(_web_search_stream(dict(base), {**base, "status": "completed", **action}))
     with pytest.raises(StreamViolation, match=r"done item \(web_search_call\) has no `status`"):
@@ -717,8 +910,10 @@ def test_web_search_call_status_is_required_and_may_be_failed() -> None:
 # The validator's own SSE frame parser
 # ---------------------------------------------------------------------------------------------
 
+
 def test_validator_does_not_use_the_project_sse_decoder() -> None:
     from tests.support import validators
+
     source = inspect.getsource(validators)
     assert not re.search(r"^\s*(from|import)\s+translators", source, re.MULTILINE)
 
@@ -745,43 +940,49 @@ def test_sse_mixed_line_endings() -> None:
     assert sse_frames(b"data: a\r\n\rdata: b\n\r") == [(None, b"a"), (None, b"b")]
 
 
-@pytest.mark.parametrize("raw, frames", [
-    (b"data: x\n\n", [(None, b"x")]),
-    (b"data:x\n\n", [(None, b"x")]),  # the space is optional
-    (b"data:  x\n\n", [(None, b" x")]),  # only one space is removed
-    (b"data: x \n\n", [(None, b"x ")]),  # trailing space is kept
-    (b"event:e\ndata:x\n\n", [("e", b"x")]),
-    (b"event: e \ndata: x\n\n", [("e ", b"x")]),
-    (b"data: a\ndata: b\ndata:\n\n", [(None, b"a\nb\n")]),  # multi-line data joined with \n
-    (b"data:\n\n", [(None, b"")]),
-    (b": comment\n\n: another\ndata: x\n: inside a frame\n\n", [(None, b"x")]),
-    (b"\n\n\ndata: x\n\n\n\ndata: y\n\n", [(None, b"x"), (None, b"y")]),  # extra blank lines
-    (b"data: x\n\n: trailing comment\n", [(None, b"x")]),
-    (b"", []),
-])
+@pytest.mark.parametrize(
+    "raw, frames",
+    [
+        (b"data: x\n\n", [(None, b"x")]),
+        (b"data:x\n\n", [(None, b"x")]),  # the space is optional
+        (b"data:  x\n\n", [(None, b" x")]),  # only one space is removed
+        (b"data: x \n\n", [(None, b"x ")]),  # trailing space is kept
+        (b"event:e\ndata:x\n\n", [("e", b"x")]),
+        (b"event: e \ndata: x\n\n", [("e ", b"x")]),
+        (b"data: a\ndata: b\ndata:\n\n", [(None, b"a\nb\n")]),  # multi-line data joined with \n
+        (b"data:\n\n", [(None, b"")]),
+        (b": comment\n\n: another\ndata: x\n: inside a frame\n\n", [(None, b"x")]),
+        (b"\n\n\ndata: x\n\n\n\ndata: y\n\n", [(None, b"x"), (None, b"y")]),  # extra blank lines
+        (b"data: x\n\n: trailing comment\n", [(None, b"x")]),
+        (b"", []),
+    ],
+)
 def test_sse_frames_accepts(raw: bytes, frames: list) -> None:
     assert sse_frames(raw) == frames
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    # a trailing partial frame or line at the end of a complete stream
-    (b"data: x\n\ndata: y\n", "stream ends inside a frame"),
-    (b"data: x\n\ndata: y", "stream ends in the middle of a line"),
-    (b"data: x\n\nevent: e\n", "stream ends inside a frame"),
-    (b"data: x\n\n: keepalive", "stream ends in the middle of a line"),
-    (b"data: x\r\n\r\ndata: y\r\n", "stream ends inside a frame"),
-    # lines crossfeed never sends
-    (b"id: 1\ndata: x\n\n", "unexpected SSE line (field b'id')"),
-    (b"retry: 100\n\n", "unexpected SSE line (field b'retry')"),
-    (b"data x\n\n", "unexpected SSE line (field b'data x')"),
-    (b"Data: x\n\n", "unexpected SSE line (field b'Data')"),
-    (b" data: x\n\n", "unexpected SSE line"),
-    (b"event: a\nevent: b\ndata: x\n\n", "line 2: second `event:` line in one frame"),
-    (b"event: a\n\n", "line 2: frame with an `event:` line but no `data:` line"),
-    (b"event:\ndata: x\n\n", "line 1: empty event name"),
-    (b"event: \xff\ndata: x\n\n", "line 1: event name is not UTF-8"),
-    (b"\xef\xbb\xbfdata: x\n\n", "byte-order mark"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        # a trailing partial frame or line at the end of a complete stream
+        (b"data: x\n\ndata: y\n", "stream ends inside a frame"),
+        (b"data: x\n\ndata: y", "stream ends in the middle of a line"),
+        (b"data: x\n\nevent: e\n", "stream ends inside a frame"),
+        (b"data: x\n\n: keepalive", "stream ends in the middle of a line"),
+        (b"data: x\r\n\r\ndata: y\r\n", "stream ends inside a frame"),
+        # lines crossfeed never sends
+        (b"id: 1\ndata: x\n\n", "unexpected SSE line (field b'id')"),
+        (b"retry: 100\n\n", "unexpected SSE line (field b'retry')"),
+        (b"data x\n\n", "unexpected SSE line (field b'data x')"),
+        (b"Data: x\n\n", "unexpected SSE line (field b'Data')"),
+        (b" data: x\n\n", "unexpected SSE line"),
+        (b"event: a\nevent: b\ndata: x\n\n", "line 2: second `event:` line in one frame"),
+        (b"event: a\n\n", "line 2: frame with an `event:` line but no `data:` line"),
+        (b"event:\ndata: x\n\n", "line 1: empty event name"),
+        (b"event: \xff\ndata: x\n\n", "line 1: event name is not UTF-8"),
+        (b"\xef\xbb\xbfdata: x\n\n", "byte-order mark"),
+    ],
+)
 def test_sse_frames_rejects(raw: bytes, fragment: str) -> None:
     with pytest.raises(StreamViolation) as info:
         sse_frames(raw)
@@ -809,15 +1010,18 @@ def test_trailing_partial_frame_fails_a_complete_stream(cut: int) -> None:
 def test_multiline_data_frames_validate() -> None:
     """JSON split over several `data:` lines (newlines are JSON whitespace) is one event."""
     events = build_responses()
-    raw = b"".join(b"event: " + e["type"].encode() + b"\ndata: "
-                   + orjson.dumps(e).replace(b",", b",\ndata: ", 1) + b"\n\n" for e in events)
+    raw = b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e).replace(b",", b",\ndata: ", 1) + b"\n\n"
+        for e in events
+    )
     assert validate_responses_sse(raw) == events
 
 
 def test_comments_and_keepalives_between_frames_validate() -> None:
     events = build_responses()
     raw = b": keepalive\n\n" + b": keepalive\n\n".join(
-        encode_named(e["type"].encode(), orjson.dumps(e)) for e in events)
+        encode_named(e["type"].encode(), orjson.dumps(e)) for e in events
+    )
     assert validate_responses_sse(raw) == events
     chunks = build_chat()
     assert validate_chat_sse(b": hi\n\n" + _data(chunks) + b": bye\n\n" + DONE_FRAME) == chunks
@@ -913,8 +1117,11 @@ CHAT_USAGE = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
 
 
 def _chunk(delta: dict, finish: str | None = None) -> dict:
-    return {**CHAT_BASE, "usage": None,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    return {
+        **CHAT_BASE,
+        "usage": None,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
 
 
 def build_chat(usage: bool = True) -> list[dict]:
@@ -923,12 +1130,22 @@ def build_chat(usage: bool = True) -> list[dict]:
         _chunk({"reasoning_content": "hmm"}),
         _chunk({"content": "Hel"}),
         _chunk({"content": "lo"}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                "function": {"name": "add", "arguments": ""}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": ""}}
+                ]
+            }
+        ),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a":'}}]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}},
-                               {"index": 1, "id": "call_2", "type": "function",
-                                "function": {"name": "mul", "arguments": "{}"}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "function": {"arguments": "1}"}},
+                    {"index": 1, "id": "call_2", "type": "function", "function": {"name": "mul", "arguments": "{}"}},
+                ]
+            }
+        ),
         _chunk({}, "tool_calls"),
     ]
     if usage:
@@ -968,13 +1185,19 @@ CHAT_MUTATIONS: dict[str, tuple[Callable[[list[dict]], object], str]] = {
     "first index not 0": (_fragment(4, 0, index=1), "tool call index 1 leaves a gap (next is 0)"),
     "id repeated": (_fragment(5, 0, id="call_1"), "tool call 0: id repeated"),
     "type repeated": (_fragment(5, 0, type="function"), "tool call 0: type repeated"),
-    "name repeated": (lambda c: c[5]["choices"][0]["delta"]["tool_calls"][0]["function"].update(name="add"),
-                      "tool call 0: function.name repeated"),
+    "name repeated": (
+        lambda c: c[5]["choices"][0]["delta"]["tool_calls"][0]["function"].update(name="add"),
+        "tool call 0: function.name repeated",
+    ),
     "first fragment without id": (_del_fragment_key(4, 0, "id"), "first fragment needs id"),
-    "first fragment without name": (lambda c: c[4]["choices"][0]["delta"]["tool_calls"][0]["function"].pop("name"),
-                                    "first fragment needs id"),
-    "arguments not a string": (lambda c: c[5]["choices"][0]["delta"]["tool_calls"][0]["function"]
-                               .update(arguments={"a": 1}), "function.arguments must be a string"),
+    "first fragment without name": (
+        lambda c: c[4]["choices"][0]["delta"]["tool_calls"][0]["function"].pop("name"),
+        "first fragment needs id",
+    ),
+    "arguments not a string": (
+        lambda c: c[5]["choices"][0]["delta"]["tool_calls"][0]["function"].update(arguments={"a": 1}),
+        "function.arguments must be a string",
+    ),
     "no finish_reason": (lambda c: c.__delitem__(slice(-2, None)), "without a finish_reason"),
     "two finish chunks": (lambda c: c.insert(-1, _chunk({}, "stop")), "after finish_reason 'tool_calls'"),
     "content after finish": (lambda c: c.insert(-1, _chunk({"content": "x"})), "that is not the usage chunk"),
@@ -984,22 +1207,36 @@ CHAT_MUTATIONS: dict[str, tuple[Callable[[list[dict]], object], str]] = {
     "usage with choices": (lambda c: c[-2].update(usage=dict(CHAT_USAGE)), "usage must have choices == []"),
     "usage before finish": (lambda c: c.insert(-2, c.pop()), "usage chunk before the finish_reason chunk"),
     "usage field not int": (lambda c: c[-1]["usage"].update(total_tokens=None), "usage.total_tokens"),
-    "empty choices without usage": (lambda c: c.insert(3, {**CHAT_BASE, "choices": [], "usage": None}),
-                                    "choices == [] is only allowed on the usage chunk"),
+    "empty choices without usage": (
+        lambda c: c.insert(3, {**CHAT_BASE, "choices": [], "usage": None}),
+        "choices == [] is only allowed on the usage chunk",
+    ),
     "two choices": (lambda c: c[2]["choices"].append(copy.deepcopy(c[2]["choices"][0])), "2 choices in one chunk"),
     "choice index 1": (lambda c: c[2]["choices"][0].update(index=1), "choice must be an object with index 0"),
     "delta missing": (lambda c: c[2]["choices"][0].pop("delta"), "choice.delta must be an object"),
-    "number repeated": (lambda c: (_delta(1, n_tokens=1)(c), _delta(2, n_tokens=2)(c)),
-                        "number at delta.n_tokens repeated"),
-    "object list repeated": (lambda c: (_delta(2, annotations=[{"type": "url_citation"}])(c),
-                                        _delta(3, annotations=[{"type": "url_citation"}])(c)),
-                             "delta.annotations (a list of objects without index) sent twice"),
-    "error after finish": (lambda c: c.insert(-1, {"error": {"message": "x", "type": "server_error"}}),
-                           "error frame after finish_reason"),
-    "chunk after error": (lambda c: c.insert(3, {"error": {"message": "x", "type": "server_error"}}),
-                          "chunk after the error frame"),
-    "error without type": (lambda c: c.__setitem__(slice(3, None), [{"error": {"message": "x"}}]),
-                           "error frame needs error {message, type}"),
+    "number repeated": (
+        lambda c: (_delta(1, n_tokens=1)(c), _delta(2, n_tokens=2)(c)),
+        "number at delta.n_tokens repeated",
+    ),
+    "object list repeated": (
+        lambda c: (
+            _delta(2, annotations=[{"type": "url_citation"}])(c),
+            _delta(3, annotations=[{"type": "url_citation"}])(c),
+        ),
+        "delta.annotations (a list of objects without index) sent twice",
+    ),
+    "error after finish": (
+        lambda c: c.insert(-1, {"error": {"message": "x", "type": "server_error"}}),
+        "error frame after finish_reason",
+    ),
+    "chunk after error": (
+        lambda c: c.insert(3, {"error": {"message": "x", "type": "server_error"}}),
+        "chunk after the error frame",
+    ),
+    "error without type": (
+        lambda c: c.__setitem__(slice(3, None), [{"error": {"message": "x"}}]),
+        "error frame needs error {message, type}",
+    ),
 }
 
 
@@ -1040,16 +1277,19 @@ def test_chat_sse_round_trip_and_error_frames() -> None:
     assert validate_chat_sse(head + named_error)[-1] == error
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (lambda c: _data(c), "does not end with `data: [DONE]`"),
-    (lambda c: _data(c) + DONE_FRAME + DONE_FRAME, "frame after `data: [DONE]`"),
-    (lambda c: _data(c[:2]) + DONE_FRAME + _data(c[2:]), "frame after `data: [DONE]`"),
-    (lambda c: b"event: chunk\n" + _data(c) + DONE_FRAME, "unexpected `event: chunk` line"),
-    (lambda c: _data(c[:2]) + b"event: error\n" + _data(c[2:]) + DONE_FRAME, "unexpected `event: error` line"),
-    (lambda c: _data(c) + b"event: done\n" + DONE_FRAME, "`event:` line on the [DONE] frame"),
-    (lambda c: _data(c[:1]) + b"data: {oops\n\n" + DONE_FRAME, "frame #1: data is not JSON"),
-    (lambda c: _data(c[:-1]) + DONE_FRAME, None),  # valid without usage unless usage is expected
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (lambda c: _data(c), "does not end with `data: [DONE]`"),
+        (lambda c: _data(c) + DONE_FRAME + DONE_FRAME, "frame after `data: [DONE]`"),
+        (lambda c: _data(c[:2]) + DONE_FRAME + _data(c[2:]), "frame after `data: [DONE]`"),
+        (lambda c: b"event: chunk\n" + _data(c) + DONE_FRAME, "unexpected `event: chunk` line"),
+        (lambda c: _data(c[:2]) + b"event: error\n" + _data(c[2:]) + DONE_FRAME, "unexpected `event: error` line"),
+        (lambda c: _data(c) + b"event: done\n" + DONE_FRAME, "`event:` line on the [DONE] frame"),
+        (lambda c: _data(c[:1]) + b"data: {oops\n\n" + DONE_FRAME, "frame #1: data is not JSON"),
+        (lambda c: _data(c[:-1]) + DONE_FRAME, None),  # valid without usage unless usage is expected
+    ],
+)
 def test_chat_sse_framing(raw: Callable[[list[dict]], bytes], fragment: str | None) -> None:
     body = raw(build_chat())
     if fragment is None:
@@ -1064,10 +1304,16 @@ def test_chat_sse_framing(raw: Callable[[list[dict]], bytes], fragment: str | No
 
 def test_accumulate_chat_synthetic() -> None:
     assert accumulate_chat(build_chat()) == {
-        "content": "Hello", "refusal": None, "reasoning": "hmm",
-        "tool_calls": [{"id": "call_1", "name": "add", "arguments": '{"a":1}'},
-                       {"id": "call_2", "name": "mul", "arguments": "{}"}],
-        "finish_reason": "tool_calls", "usage": CHAT_USAGE, "error": None,
+        "content": "Hello",
+        "refusal": None,
+        "reasoning": "hmm",
+        "tool_calls": [
+            {"id": "call_1", "name": "add", "arguments": '{"a":1}'},
+            {"id": "call_2", "name": "mul", "arguments": "{}"},
+        ],
+        "finish_reason": "tool_calls",
+        "usage": CHAT_USAGE,
+        "error": None,
     }
     chunks = build_chat()
     for chunk in chunks:
@@ -1093,6 +1339,7 @@ def test_accumulate_chat_real_captures() -> None:
 # Re-chunking helpers
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", range(5))
 def test_split_points_is_a_reproducible_partition(seed: int) -> None:
     data = bytes(range(256)) * 3
@@ -1109,8 +1356,7 @@ def test_split_points_differ_by_seed() -> None:
     assert len({tuple(map(len, split_points(data, seed, 9))) for seed in range(6)}) > 1
 
 
-@pytest.mark.parametrize("splitter", [
-    byte_by_byte, lambda d: split_points(d, 1, 7), lambda d: split_points(d, 2, 300)])
+@pytest.mark.parametrize("splitter", [byte_by_byte, lambda d: split_points(d, 1, 7), lambda d: split_points(d, 2, 300)])
 def test_rechunked_capture_decodes_identically(splitter: Callable[[bytes], list[bytes]]) -> None:
     raw = _read(RESP / "openai-gpt4omini-parallel-function-calls.sse")
     decoder = SSEDecoder()
@@ -1123,6 +1369,7 @@ def test_rechunked_capture_decodes_identically(splitter: Callable[[bytes], list[
 # ---------------------------------------------------------------------------------------------
 # Cross-check against openai-python's own stream accumulators
 # ---------------------------------------------------------------------------------------------
+
 
 def _sdk():
     pytest.importorskip("openai")
@@ -1167,8 +1414,10 @@ def test_accumulate_chat_agrees_with_the_sdk(name: str) -> None:
     assert ours["finish_reason"] == choice.finish_reason
     assert ours["content"] == choice.message.content
     assert ours["refusal"] == choice.message.refusal
-    sdk_calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
-                 for c in choice.message.tool_calls or []]
+    sdk_calls = [
+        {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+        for c in choice.message.tool_calls or []
+    ]
     assert ours["tool_calls"] == sdk_calls
     assert (ours["usage"] or {}).get("total_tokens") == (final.usage.total_tokens if final.usage else None)
 

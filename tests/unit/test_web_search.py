@@ -25,7 +25,7 @@ A, B = "https://a.example/x", "https://b.example/"
 
 
 def spans(text: str, sources: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(c["url"], text[c["start_index"]:c["end_index"]]) for c in citations(text, sources)]
+    return [(c["url"], text[c["start_index"] : c["end_index"]]) for c in citations(text, sources)]
 
 
 def test_citation_spans_cover_exactly_the_citing_text() -> None:
@@ -60,8 +60,11 @@ def test_a_call_to_a_hosted_tool_streams_nothing_and_takes_no_index() -> None:
     m = _machine(frozenset({"web_search"}))
     m.feed({"choices": [{"index": 0, "delta": {"content": "Let me look."}}]})
     out = [e for e in m.feed(_call(0, "web_search", '{"que', "c1")) if isinstance(e, dict)]
-    assert [e["type"] for e in out] == ["response.output_text.done", "response.content_part.done",
-                                        "response.output_item.done"]  # the message closes; the call shows nothing
+    assert [e["type"] for e in out] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]  # the message closes; the call shows nothing
     assert m.feed(_call(0, None, 'ry":"x"}')) == []
     added = next(e for e in m.feed(_call(1, "lookup", "{}", "c2")) if isinstance(e, dict))
     assert added["type"] == "response.output_item.added" and added["output_index"] == 1
@@ -73,9 +76,16 @@ def test_a_call_to_a_hosted_tool_streams_nothing_and_takes_no_index() -> None:
 
 
 def test_replayed_web_search_items() -> None:
-    call, tool = replayed({"type": "web_search_call", "id": "ws_1", "status": "completed",
-                           "action": {"type": "search", "query": "q", "sources": [{"type": "url", "url": A}]}},
-                          "web_search", "ws_1")
+    call, tool = replayed(
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "q", "sources": [{"type": "url", "url": A}]},
+        },
+        "web_search",
+        "ws_1",
+    )
     assert call == {"id": "ws_1", "type": "function", "function": {"name": "web_search", "arguments": '{"query":"q"}'}}
     assert tool["tool_call_id"] == "ws_1" and f"[1] {A}" in tool["content"]
     assert "failed" in replayed({"status": "failed", "action": {}}, "f", "x")[1]["content"]
@@ -86,8 +96,17 @@ def test_replayed_web_search_items() -> None:
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeSearch]:
-    f = FakeSearch(pages={"*": [(A, "  A   title\n", "x" * 5000), ("javascript:alert(1)", "bad", ""),
-                                ("ftp://c.example/", "ftp", ""), (B, "", "b"), (A, "dup", "dup")]})
+    f = FakeSearch(
+        pages={
+            "*": [
+                (A, "  A   title\n", "x" * 5000),
+                ("javascript:alert(1)", "bad", ""),
+                ("ftp://c.example/", "ftp", ""),
+                (B, "", "b"),
+                (A, "dup", "dup"),
+            ]
+        }
+    )
     await f.start()
     yield f
     await f.close()
@@ -95,8 +114,12 @@ async def fake() -> AsyncIterator[FakeSearch]:
 
 async def _search(fake: FakeSearch, backend: str = "searxng", **kw: Any) -> Any:
     path = {"searxng": "", "brave": "/res/v1/web/search", "tavily": "/search"}[backend]
-    cfg = WebSearch(backend=backend, url=fake.url + path, api_key_env=None if backend == "searxng" else "K",
-                    timeout_seconds=kw.pop("timeout", 2))
+    cfg = WebSearch(
+        backend=backend,
+        url=fake.url + path,
+        api_key_env=None if backend == "searxng" else "K",
+        timeout_seconds=kw.pop("timeout", 2),
+    )
     async with aiohttp.ClientSession() as session:
         return await search(session, cfg, {"K": "key"}, "q", count=kw.pop("count", 5), **kw)
 
@@ -111,8 +134,16 @@ async def test_results_are_cleaned_and_capped(fake: FakeSearch, backend: str) ->
     assert [r.url for r in await _search(fake, backend, domains=("b.example",))] == [B]
 
 
-@pytest.mark.parametrize(("fault", "says"), [("500", "HTTP 500"), ("garbage", "not JSON"), ("shape", "unexpected shape"),
-                                              ("huge", "larger than"), ("slow", "did not answer within")])
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("500", "HTTP 500"),
+        ("garbage", "not JSON"),
+        ("shape", "unexpected shape"),
+        ("huge", "larger than"),
+        ("slow", "did not answer within"),
+    ],
+)
 async def test_faults_are_one_readable_line(fake: FakeSearch, fault: str, says: str) -> None:
     fake.fail = fault
     with pytest.raises(SearchFailed) as info:
@@ -131,6 +162,7 @@ async def test_unreachable_and_unkeyed() -> None:
 
 def test_results_text_numbers_run_on() -> None:
     from proxy.web_search import Result
+
     text = results_text("q", [Result(A, "A", "s")], start=4)
     assert text == f'Search results for "q":\n\n[5] A\nURL: {A}\ns'
     assert results_text("q", []) == 'No results for "q".'
@@ -138,6 +170,7 @@ def test_results_text_numbers_run_on() -> None:
 
 def test_config_fails_fast_naming_the_key() -> None:
     from proxy.errors import ConfigError
+
     with pytest.raises(ConfigError, match=r"web_search \(from \$CROSSFEED_WEB_SEARCH__BACKEND\): .*needs url"):
         load_config(None, {"CROSSFEED_WEB_SEARCH__BACKEND": "searxng"})
     with pytest.raises(ConfigError, match=r"web_search\.backend"):
@@ -148,8 +181,9 @@ def test_config_fails_fast_naming_the_key() -> None:
 
 @pytest.fixture
 async def standalone(fake: FakeSearch, tmp_path: Any) -> AsyncIterator[ProxyHandle]:
-    config = load_config(None, {}, {"store.data_dir": str(tmp_path), "web_search.backend": "searxng",
-                                    "web_search.url": fake.url})
+    config = load_config(
+        None, {}, {"store.data_dir": str(tmp_path), "web_search.backend": "searxng", "web_search.url": fake.url}
+    )
     handle = await start_proxy(config)
     yield handle
     await handle.runner.cleanup()
@@ -157,17 +191,33 @@ async def standalone(fake: FakeSearch, tmp_path: Any) -> AsyncIterator[ProxyHand
 
 async def test_standalone_search_open_find_and_time(standalone: ProxyHandle) -> None:
     async with httpx2.AsyncClient(base_url=standalone.base_url, timeout=10) as http:
-        first = (await http.post("/alpha/search", json={"id": "s1", "commands": {
-            "search_query": [{"q": "rust"}], "image_query": [{"q": "x"}]}})).json()["output"]
+        first = (
+            await http.post(
+                "/alpha/search",
+                json={"id": "s1", "commands": {"search_query": [{"q": "rust"}], "image_query": [{"q": "x"}]}},
+            )
+        ).json()["output"]
         assert f"【turn0search0】 A title\n{A}" in first and "turn0search1" in first
         assert "Not available on this server: image_query" in first
-        second = (await http.post("/alpha/search", json={"id": "s1", "commands": {
-            "open": [{"ref_id": "turn0search1"}, {"ref_id": "https://elsewhere.example"}],
-            "find": [{"ref_id": "turn0search0", "pattern": "XXX"}, {"ref_id": "turn0search1", "pattern": "zz"}],
-            "time": [{"utc_offset": "+02:00"}]}})).json()["output"]
+        second = (
+            await http.post(
+                "/alpha/search",
+                json={
+                    "id": "s1",
+                    "commands": {
+                        "open": [{"ref_id": "turn0search1"}, {"ref_id": "https://elsewhere.example"}],
+                        "find": [
+                            {"ref_id": "turn0search0", "pattern": "XXX"},
+                            {"ref_id": "turn0search1", "pattern": "zz"},
+                        ],
+                        "time": [{"utc_offset": "+02:00"}],
+                    },
+                },
+            )
+        ).json()["output"]
         assert f"【turn0search1】 {B}\n{B}\nb" in second and "crossfeed does not fetch pages" in second
         assert '"XXX" in 【turn0search0】' in second and '"zz" is not in' in second and "UTC+02:00" in second
-        other = (await http.post("/alpha/search", json={"id": "s2", "commands": {"open": [{"ref_id": "turn0search0"}]}}))
+        other = await http.post("/alpha/search", json={"id": "s2", "commands": {"open": [{"ref_id": "turn0search0"}]}})
         assert "not a result of this session" in other.json()["output"]
         bad = await http.post("/alpha/search", json={"commands": {"search_query": "rust"}})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "commands.search_query"
@@ -187,6 +237,7 @@ def test_check_config_reports_the_search_backend(tmp_path: Any, capsys: pytest.C
     from pathlib import Path
 
     from proxy.cli import check_config
+
     f = Path(tmp_path) / "c.toml"
     f.write_text('[web_search]\nbackend = "tavily"\napi_key_env = "TAVILY_KEY"\n')
     assert check_config(f, {}) == 1

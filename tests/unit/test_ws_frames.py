@@ -12,8 +12,13 @@ import pytest
 from tests.support.ws import FrameLog, FrameViolation
 from translators.response_object import new_response
 
-USAGE = {"input_tokens": 1, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-         "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1}
+USAGE = {
+    "input_tokens": 1,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 0,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 1,
+}
 
 
 def response(rid: str = "resp_1", terminal: str = "completed") -> list[dict[str, Any]]:
@@ -22,14 +27,24 @@ def response(rid: str = "resp_1", terminal: str = "completed") -> list[dict[str,
     events = [{"type": "response.created", "response": base}, {"type": "response.in_progress", "response": base}]
     if terminal == "failed":
         end["error"] = {"code": "boom", "message": "it broke"}
-        events.append({"type": "error", "code": "boom", "message": "it broke", "param": None,
-                       "error": {"type": "server_error", "code": "boom", "message": "it broke", "param": None}})
+        events.append(
+            {
+                "type": "error",
+                "code": "boom",
+                "message": "it broke",
+                "param": None,
+                "error": {"type": "server_error", "code": "boom", "message": "it broke", "param": None},
+            }
+        )
     events.append({"type": f"response.{terminal}", "response": end})
     return [{**e, "sequence_number": n} for n, e in enumerate(events)]
 
 
-ERROR = {"type": "error", "status": 400, "error": {"type": "invalid_request_error", "code": "x", "message": "no",
-                                                    "param": None}}
+ERROR = {
+    "type": "error",
+    "status": 400,
+    "error": {"type": "invalid_request_error", "code": "x", "message": "no", "param": None},
+}
 
 
 def log_of(*frames: dict[str, Any]) -> FrameLog:
@@ -73,22 +88,29 @@ def broken_error(change: str) -> dict[str, Any]:
     return frame
 
 
-@pytest.mark.parametrize("change", ["extra-key", "status-200", "status-string", "no-param", "empty-message",
-                                    "traceback", "exception-name"])
+@pytest.mark.parametrize(
+    "change", ["extra-key", "status-200", "status-string", "no-param", "empty-message", "traceback", "exception-name"]
+)
 def test_error_frame_shape_is_exact(change: str) -> None:
     with pytest.raises(FrameViolation):
         log_of(broken_error(change)).validate()
 
 
-@pytest.mark.parametrize("frames", [
-    pytest.param(response()[1:], id="no-created"),
-    pytest.param(response() + response(), id="same-id-twice"),
-    pytest.param([*response()[:2], {**response()[2], "sequence_number": 5}], id="numbering"),
-    pytest.param([*response(), {"type": "response.output_text.delta", "delta": "x", "sequence_number": 3}],
-                 id="after-terminal"),
-    pytest.param([*response("r", "failed")[:3], {**response("r")[2], "sequence_number": 3}],
-                 id="error-then-completed"),
-])
+@pytest.mark.parametrize(
+    "frames",
+    [
+        pytest.param(response()[1:], id="no-created"),
+        pytest.param(response() + response(), id="same-id-twice"),
+        pytest.param([*response()[:2], {**response()[2], "sequence_number": 5}], id="numbering"),
+        pytest.param(
+            [*response(), {"type": "response.output_text.delta", "delta": "x", "sequence_number": 3}],
+            id="after-terminal",
+        ),
+        pytest.param(
+            [*response("r", "failed")[:3], {**response("r")[2], "sequence_number": 3}], id="error-then-completed"
+        ),
+    ],
+)
 def test_response_rules(frames: list[dict[str, Any]]) -> None:
     with pytest.raises(FrameViolation):
         log_of(*frames).validate()
