@@ -57,11 +57,11 @@ ENV PATH=/opt/crossfeed/bin:$PATH \
 # The data directory belongs to uid 10001 and group 0, group-writable: a container started with
 # another uid (--user 12345, OpenShift) is in group 0 and can still write it.
 RUN set -eu; \
-    for d in $(python3 -c 'import sysconfig; print(" ".join(sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})))'); do \
+    for d in $(python3 -c 'import os, sys; print(" ".join(p for p in sys.path if os.path.isdir(p)))'); do \
         rm -rf "$d"/pip "$d"/pip-* "$d"/setuptools "$d"/setuptools-* "$d"/pkg_resources \
                "$d"/_distutils_hack "$d"/distutils-precedence.pth "$d"/wheel "$d"/wheel-*; \
     done; \
-    rm -rf /usr/local/bin/pip /usr/local/bin/pip3* /usr/share/python-wheels; \
+    rm -rf /usr/local/bin/pip /usr/local/bin/pip3* /usr/bin/pip /usr/bin/pip3* /usr/share/python-wheels; \
     find /usr -path '*/ensurepip/_bundled/*.whl' -delete; \
     if python3 -c 'import pip' 2>/dev/null; then echo 'pip is still importable' >&2; exit 1; fi; \
     groupadd --system --gid 10001 crossfeed; \
