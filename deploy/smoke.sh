@@ -121,7 +121,7 @@ if [[ -z ${NO_BUILD:-} ]]; then
         info "using $PYTHON_IMAGE"
     else
         info "cannot pull $OFFICIAL_IMAGE: $(tail -1 "$work/pull.log" 2>/dev/null)"
-        info "making $DEBIAN_IMAGE from Debian packages (deploy/make-base-image.sh)"
+        info "the base is $DEBIAN_IMAGE, made from Debian packages by deploy/make-base-image.sh (kept once made)"
         ENGINE=$ENGINE ENGINE_FLAGS=${ENGINE_FLAGS:-} IMAGE=$DEBIAN_IMAGE "$here/make-base-image.sh" 2>&1 \
             | sed 's/^/    | /' || fail "deploy/make-base-image.sh failed"
         PYTHON_IMAGE=$DEBIAN_IMAGE

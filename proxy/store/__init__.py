@@ -78,7 +78,7 @@ class StoreConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     backend: Literal["sqlite", "redis", "memory"] = "sqlite"
-    # SQLite directory, created on first use. None -> $CROSSFEED_DATA_DIR, else
+    # SQLite directory, created when `serve` starts (it stops there if it cannot). None -> $CROSSFEED_DATA_DIR, else
     # $XDG_STATE_HOME/crossfeed, else ~/.local/state/crossfeed (%LOCALAPPDATA%\crossfeed on Windows).
     data_dir: Path | None = None
     # Redis URL (redis://, rediss://, unix://). None -> read from the env var named by redis_url_env.
