@@ -15,6 +15,9 @@ The process started by the operator becomes a supervisor that serves nothing its
   so a scrape sees one target. A dead worker's gauges are dropped when it is replaced.
 - The store is shared the way replicas share it: SQLite in WAL mode (several processes on one
   file) or Redis. The memory store is refused with more than one worker (proxy/config.py).
+- Without a configured ``[reasoning]`` key the supervisor makes one random key for all its
+  workers, so what one worker seals (reasoning, compaction items) the others open. State kept in
+  a process's memory (Codex's standalone-search references) stays per worker, as per replica.
 - SIGTERM (or SIGINT) goes to every worker; each drains as a single process does; the supervisor
   exits 0 once all have exited 0. A worker that dies otherwise is restarted, with a log line,
   after a pause that grows while it keeps dying young.
@@ -23,6 +26,7 @@ The process started by the operator becomes a supervisor that serves nothing its
 from __future__ import annotations
 
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -69,6 +73,7 @@ class Supervisor:
     stopping: bool = False
     deaths: dict[int, int] = field(default_factory=dict)  # index -> young deaths in a row
     restart_at: dict[int, float] = field(default_factory=dict)
+    shared_env: dict[str, str] = field(default_factory=dict)  # what every worker gets beyond ours
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -113,7 +118,7 @@ class Supervisor:
             assert self.listener is not None
             args += ["--listen-fd", str(self.listener.fileno())]
             fds.append(self.listener.fileno())
-        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir, **self.shared_env}
         proc = subprocess.Popen(args, env=env, pass_fds=fds)
         if announce:
             os.close(ready_w)
@@ -148,6 +153,11 @@ class Supervisor:
 
     def run(self) -> int:
         self.metrics_dir = tempfile.mkdtemp(prefix="crossfeed-metrics-")
+        key_env = self.config.reasoning.key_env
+        if not os.environ.get(key_env):
+            # One process makes a random sealing key of its own; the workers of one server must
+            # share it, or a token sealed by one (reasoning, compaction) would not open on another.
+            self.shared_env[key_env] = secrets.token_hex(32)
         self.life_r, self.life_w = os.pipe()
         os.set_inheritable(self.life_r, True)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -20,7 +20,7 @@ import httpx2
 import openai
 import pytest
 
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, JSONReply
 from tests.integration.test_store_processes import reply, sse_reply
 from tests.support.waiting import wait_until
 
@@ -44,18 +44,18 @@ class Workers:
         return await asyncio.wait_for(self.proc.wait(), 40)
 
 
-async def start_workers(tmp: Path, upstream: FakeUpstream, n: int = 2, *extra: str) -> Workers:
+async def start_workers(
+    tmp: Path, upstream: FakeUpstream, n: int = 2, *extra: str, python: list[str] | None = None
+) -> Workers:
     cfg = tmp / "c.toml"
     cfg.write_text(
         f'[server]\ndrain_seconds = 5\n\n[[upstreams]]\nname = "fake"\nbase_url = "{upstream.base_url}"\n'
         f'default = true\n\n[store]\nbackend = "sqlite"\ndata_dir = "{tmp / "data"}"\n'
     )
     log = tmp / "crossfeed.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}  # no reasoning key either
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "proxy",
+        *(python or [sys.executable, "-m", "proxy"]),
         "serve",
         "--config",
         str(cfg),
@@ -210,3 +210,82 @@ async def test_workers_misconfigured_refuse_to_start_once(
     text = err.decode()
     assert message in text and text.count("crossfeed:") == 1, text
     assert b"listening" not in out
+
+
+def reasoned(text: str, reasoning: str) -> JSONReply:
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": text, "reasoning_content": reasoning},
+                }
+            ],
+        }
+    )
+
+
+async def test_reasoning_sealed_by_one_worker_opens_on_the_other(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """No [reasoning] key configured: the workers still share one (the supervisor's), so a
+    stateless client's encrypted_content, sealed by one worker, is replayed by the other."""
+    upstream.default = lambda req: reasoned("ok", "thought about it")
+    w = await start_workers(tmp_path, upstream)
+    try:
+        async with openai.AsyncOpenAI(
+            base_url=w.url + "/v1", api_key="k", max_retries=0, http_client=fresh_connections()
+        ) as client:
+            first = await client.responses.with_raw_response.create(
+                model="m", input="hi", store=False, include=["reasoning.encrypted_content"]
+            )
+            made_by, response = worker_of(first.headers), first.parse()
+            items = [i.model_dump(exclude_none=True) for i in response.output]
+            assert any(i["type"] == "reasoning" and i.get("encrypted_content") for i in items), items
+            for _ in range(40):  # new connections until one reaches the other worker
+                upstream.requests.clear()
+                again = await client.responses.with_raw_response.create(
+                    model="m",
+                    input=[{"role": "user", "content": "hi"}, *items, {"role": "user", "content": "and?"}],
+                    store=False,
+                )
+                if worker_of(again.headers) != made_by:
+                    break
+            else:
+                raise AssertionError("40 new connections all reached the same worker")
+        sent = upstream.requests[-1].body["messages"]
+        assert any(m.get("reasoning_content") == "thought about it" for m in sent), sent
+    finally:
+        assert await w.stop() == 0
+
+
+async def test_without_so_reuseport_the_workers_share_one_listening_socket(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The fallback of platforms without SO_REUSEPORT, forced here: the supervisor listens and the
+    workers accept on the socket they inherit (--listen-fd); both serve, SIGTERM stops all."""
+    upstream.default = lambda req: reply("ok")
+    forced = [
+        sys.executable,
+        "-c",
+        "import sys; import proxy.workers as w; w.REUSE_PORT = False; "
+        "from proxy.cli import main; sys.exit(main(sys.argv[1:]))",
+    ]
+    w = await start_workers(tmp_path, upstream, 2, python=forced)
+    try:
+        served = set()
+        async with openai.AsyncOpenAI(
+            base_url=w.url + "/v1", api_key="k", max_retries=0, http_client=fresh_connections()
+        ) as client:
+            for _ in range(60):
+                raw = await client.responses.with_raw_response.create(model="m", input="hi")
+                served.add(worker_of(raw.headers))
+                if len(served) == 2:
+                    break
+        assert len(served) == 2, "one worker accepted every connection"
+        assert '"balancing":"shared socket"' in w.lines()
+    finally:
+        assert await w.stop() == 0
