@@ -54,8 +54,11 @@ ENV PATH=/opt/crossfeed/bin:$PATH \
 # No pip in the running image: the base interpreter's pip, setuptools and wheel and the wheels
 # ensurepip would install are removed too (they stay in the base image's own layer, shared with
 # every other image on it, but nothing here can run them).
-# The data directory belongs to uid 10001 and group 0, group-writable: a container started with
-# another uid (--user 12345, OpenShift) is in group 0 and can still write it.
+# uid 10001 runs in group 0, and the data directory belongs to group 0, group-writable (the
+# OpenShift convention): a container started with another uid (--user 12345, OpenShift's arbitrary
+# uids) is in group 0 too and can still write it, and so can any uid on a tmpfs that podman makes
+# root-owned with the directory's mode (--read-only --tmpfs /var/lib/crossfeed). Group 0 grants
+# nothing else: no other file of the image is group-writable.
 RUN set -eu; \
     for d in $(python3 -c 'import os, sys; print(" ".join(p for p in sys.path if os.path.isdir(p)))'); do \
         rm -rf "$d"/pip "$d"/pip-* "$d"/setuptools "$d"/setuptools-* "$d"/pkg_resources \
@@ -64,14 +67,13 @@ RUN set -eu; \
     rm -rf /usr/local/bin/pip /usr/local/bin/pip3* /usr/bin/pip /usr/bin/pip3* /usr/share/python-wheels; \
     find /usr -path '*/ensurepip/_bundled/*.whl' -delete; \
     if python3 -c 'import pip' 2>/dev/null; then echo 'pip is still importable' >&2; exit 1; fi; \
-    groupadd --system --gid 10001 crossfeed; \
-    useradd --system --uid 10001 --gid crossfeed --no-create-home --home-dir /nonexistent \
+    useradd --system --uid 10001 --gid 0 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin crossfeed; \
     mkdir -p /etc/crossfeed /var/lib/crossfeed; \
     chown 10001:0 /var/lib/crossfeed; \
     chmod 0770 /var/lib/crossfeed
 COPY --from=build /opt/crossfeed /opt/crossfeed
-USER 10001:10001
+USER 10001:0
 # The response store (SQLite, the default [store] backend) lives here: mount a volume to keep it.
 VOLUME ["/var/lib/crossfeed"]
 WORKDIR /var/lib/crossfeed

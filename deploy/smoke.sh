@@ -5,13 +5,14 @@
 #
 # 1. builds the image (docker if its engine answers `docker info`, else podman);
 # 2. starts deploy/fake_upstream.py on the host (a tiny Chat Completions server streaming SSE);
-# 3. runs the image three times against it:
+# 3. runs the image four times against it:
 #    a. as built (uid 10001, the image's anonymous volume at /var/lib/crossfeed);
-#    b. hardened: --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed --user 12345 --cap-drop ALL;
-#    in both: /healthz answers, the image's HEALTHCHECK passes, a streamed POST /v1/responses
+#    b. read-only: --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed (still uid 10001);
+#    c. hardened: the same with --user 12345 --cap-drop ALL --security-opt no-new-privileges;
+#    in each: /healthz answers, the image's HEALTHCHECK passes, a streamed POST /v1/responses
 #    gets its events and ends with response.completed, the stored response can be read back
 #    (GET /v1/responses/{id}), and `ENGINE stop` (SIGTERM) ends the container with exit code 0;
-#    c. an arbitrary uid that cannot write the data directory (--user 12345:12345, no tmpfs):
+#    d. an arbitrary uid that cannot write the data directory (--user 12345:12345, no tmpfs):
 #    crossfeed must refuse to start (exit 2) with its plain message naming the uid and the fix.
 # Containers, the fake upstream and temporary files are removed on exit, on failure too; the
 # image is kept. Exit code 0 only if every check passed.
@@ -353,7 +354,7 @@ run_checks() {  # run_checks LABEL FLAGS...
     start_container "$name" "$port" "$@"
     info "container $name, upstream $upstream_url, port 127.0.0.1:$port"
     wait_healthz "$name" "$port"
-    ok "runs as uid $(engine exec "$name" python3 -c 'import os; print(os.getuid())')"
+    ok "runs as $(engine exec "$name" python3 -c 'import os; print("uid %d, gid %d" % (os.getuid(), os.getgid()))')"
     check_healthcheck "$name"
     check_stream "$name" "$port"
     engine exec "$name" python3 -c 'import os; assert os.path.getsize("/var/lib/crossfeed/responses.sqlite3") > 0' \
@@ -363,6 +364,7 @@ run_checks() {  # run_checks LABEL FLAGS...
 }
 
 run_checks default
+run_checks read-only --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed
 run_checks hardened --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed --user 12345 --cap-drop ALL \
     --security-opt no-new-privileges
 
