@@ -37,7 +37,8 @@
 #   SANDBOX_FLAGS=auto|none|"..."  podman only. auto (default): if a trivial container does not
 #                            start, retry with what restricted machines need and use the first that
 #                            works: --ulimit nofile=<hard>:<hard> --ulimit nproc=4096:4096 (podman as
-#                            root asks for nofile=1048576, refused without CAP_SYS_RESOURCE:
+#                            root asks for nofile=1048576 and an nproc limit above the hard
+#                            limits, refused without CAP_SYS_RESOURCE:
 #                            "setrlimit `RLIMIT_NOFILE`: Operation not permitted") and/or
 #                            --runtime runc (crun: "cgroups in hybrid mode not supported").
 #                            Anything else: those flags, as words ("--runtime" goes global).
