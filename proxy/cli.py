@@ -520,9 +520,14 @@ def environment_problems(config: Config, environ: Mapping[str, str]) -> list[str
         except ConfigError as exc:
             problems.append(str(exc))
     try:
-        open_store(config.store, env=environ)  # builds the backend object only: opens nothing
+        store = open_store(config.store, env=environ)  # builds the backend object only: opens nothing
     except StoreError as exc:
         problems.append(str(exc))
+    else:
+        from .store.sqlite import SQLiteStore
+
+        if isinstance(store, SQLiteStore) and (message := store.unwritable_message()):  # as serve would find
+            problems.append(message)
     return problems
 
 

@@ -189,18 +189,23 @@ class SQLiteStore(ResponseStore):
         directory cannot be created or written by this process (an arbitrary container uid, a
         read-only root filesystem without a volume), one plain StoreError that says so and how
         to fix it; anything else unchanged (sqlite's own message)."""
+        message = self.unwritable_message(f" ({exc})")
+        return exc if message is None else StoreError(message, backend=self.backend)
+
+    def unwritable_message(self, detail: str = "") -> str | None:
+        """The plain message when this process cannot create or write the store file (None when
+        nothing visible stops it). Opens and creates nothing: ``check-config`` asks it too."""
         problem = writability_problem(self._dir, self.path)
         if problem is None:
-            return exc
+            return None
         uid = os.geteuid() if hasattr(os, "geteuid") else None
         who = f"this process (uid {uid}, gid {os.getegid()})" if uid is not None else "this process"
-        return StoreError(
+        return (
             f"the SQLite response store {self.path} cannot be created or written by {who}: "
-            f"{problem} ({exc}). Fix: mount a writable volume at {self._dir}, or set "
+            f"{problem}{detail}. Fix: mount a writable volume at {self._dir}, or set "
             "CROSSFEED_DATA_DIR (or [store] data_dir) to a directory this user can write, or use "
             'another backend: [store] backend = "memory" (CROSSFEED_STORE__BACKEND=memory; '
-            'stored responses are lost on restart) or "redis"',
-            backend=self.backend,
+            'stored responses are lost on restart) or "redis"'
         )
 
     # -- worker-thread bodies --------------------------------------------------------------
