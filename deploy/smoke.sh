@@ -5,10 +5,12 @@
 #
 # 1. builds the image (docker if its engine answers `docker info`, else podman);
 # 2. starts deploy/fake_upstream.py on the host (a tiny Chat Completions server streaming SSE);
-# 3. runs the image four times against it:
+# 3. runs the image five times against it:
 #    a. as built (uid 10001, the image's anonymous volume at /var/lib/crossfeed);
 #    b. read-only: --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed (still uid 10001);
 #    c. hardened: the same with --user 12345 --cap-drop ALL --security-opt no-new-privileges;
+#    c2. workers: read-only as in b, with CROSSFEED_WORKERS=2 (a supervisor and two workers on one
+#    port and one SQLite file; the startup line says so);
 #    in each: /healthz answers, the image's HEALTHCHECK passes, a streamed POST /v1/responses
 #    gets its events and ends with response.completed, the stored response can be read back
 #    (GET /v1/responses/{id}), and `ENGINE stop` (SIGTERM) ends the container with exit code 0;
@@ -361,6 +363,10 @@ run_checks() {  # run_checks LABEL FLAGS...
     engine exec "$name" python3 -c 'import os; assert os.path.getsize("/var/lib/crossfeed/responses.sqlite3") > 0' \
         || logs_and_fail "$name" "no SQLite store in /var/lib/crossfeed"
     ok "the SQLite store is in /var/lib/crossfeed"
+    if [[ $label == workers ]]; then
+        engine logs "$name" 2>&1 | grep -q "(2 workers)" || logs_and_fail "$name" "no startup line with 2 workers"
+        ok "the startup line says 2 workers"
+    fi
     check_stop "$name"
 }
 
@@ -368,6 +374,7 @@ run_checks default
 run_checks read-only --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed
 run_checks hardened --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed --user 12345 --cap-drop ALL \
     --security-opt no-new-privileges
+run_checks workers --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed -e CROSSFEED_WORKERS=2
 
 step "run unwritable: --user 12345:12345 and no writable data directory"
 name=crossfeed-smoke-$$-unwritable
