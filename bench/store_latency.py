@@ -31,7 +31,7 @@ import aiohttp
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import Proc, free_port, wait_ready  # noqa: E402 - bench/ is this script's own folder
+from run import REPO, Proc, base_env, free_port, wait_ready  # noqa: E402 - bench/ is this script's own folder
 
 COMPLETED = b'"type":"response.completed"'
 
@@ -70,7 +70,8 @@ def ms(values: list[float], q: float) -> float:
 
 
 async def run_backend(args: argparse.Namespace, upstream_url: str, backend: str, logdir: Path) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
+    cwd, env = base_env(args.tree) if args.tree else (REPO, dict(os.environ))
+    env = {k: v for k, v in env.items() if not k.startswith("CROSSFEED_")}
     env["CROSSFEED_STORE__BACKEND"] = backend
     if backend == "redis":
         env["CROSSFEED_REDIS_URL"] = args.redis_url
@@ -84,6 +85,7 @@ async def run_backend(args: argparse.Namespace, upstream_url: str, backend: str,
         port,
         None,
         logdir / f"crossfeed-{backend}.log",
+        cwd=cwd,
         env=env,
     )
     proc.start()
@@ -140,6 +142,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=300, help="streams per store setting and concurrency")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--chunks", type=int, default=20, help="upstream chunks per stream")
+    ap.add_argument("--tree", default=None, metavar="DIR",
+                    help="run crossfeed from this source tree (another build, e.g. one that saved after the terminal event)")
     return asyncio.run(main_async(ap.parse_args()))
 
 

@@ -140,6 +140,8 @@ async def save_before_final(
     if task is None:
         return
     timeout = app[CONFIG].store.save_timeout_seconds
+    if not timeout:  # saved after the terminal event, as asked (a wait in this process still finds it)
+        return
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
         app[METRICS].store_failures.labels("save_late").inc()

@@ -96,7 +96,9 @@ class StoreConfig(BaseModel):
     # How long the terminal event (or a non-streamed body) waits for its response to be saved:
     # saved before the client has its answer, so another replica finds it; a slower store is
     # left to finish in the background (logged and counted), the client is not kept waiting.
-    save_timeout_seconds: float = Field(default=1.0, gt=0)
+    # 0: never wait (the save runs after the terminal event: a follow-up to this same process
+    # still finds it, one to another replica or worker may not).
+    save_timeout_seconds: float = Field(default=1.0, ge=0)
 
     @model_validator(mode="after")
     def _check_backend_options(self) -> StoreConfig:

@@ -289,3 +289,39 @@ async def test_assistant_phase_survives_in_the_stored_conversation(
     items = [i async for i in client.responses.input_items.list(resp.id)]
     assistant = next(i for i in items if getattr(i, "role", None) == "assistant")
     assert assistant.to_dict().get("phase") == "commentary"
+
+
+@pytest.mark.parametrize("proxy_overrides", [{"store.save_timeout_seconds": 0}])
+async def test_save_timeout_zero_never_waits_and_this_process_still_finds_it(
+    client: openai.AsyncOpenAI, proxy, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, proxy_overrides
+) -> None:
+    """``save_timeout_seconds = 0``: the terminal event goes out without waiting for the save (not
+    counted as late: nothing waited), and a follow-up to this process waits for the save."""
+    from proxy.observability import METRICS
+    from proxy.responses_api import STORE
+
+    store = proxy.app[STORE]
+    real_save = store.save
+    release = asyncio.Event()
+
+    async def slow_save(record):
+        await release.wait()
+        await real_save(record)
+
+    monkeypatch.setattr(store, "save", slow_save)
+    upstream.reply(text_reply("Saved afterwards."), text_reply("Continued."))
+    stream = await client.responses.create(model="m", input="hi", stream=True)
+    final = [e async for e in stream][-1].response
+    assert final.status == "completed" and await store.get(final.id) is None
+    assert proxy.app[METRICS].store_failures.labels("save_late")._value.get() == 0
+    async def follow_up() -> str:
+        more = await client.responses.create(model="m", input="more", previous_response_id=final.id, stream=True)
+        return [e async for e in more][-1].response.output_text
+
+    follow = asyncio.ensure_future(follow_up())
+    await asyncio.sleep(0.05)
+    assert not follow.done()  # it waits for the save still on its way
+    release.set()
+    assert await follow == "Continued."
+    sent = upstream.requests[-1].body["messages"]
+    assert [m["content"] for m in sent if m["role"] == "assistant"] == ["Saved afterwards."]
