@@ -142,8 +142,12 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=300, help="streams per store setting and concurrency")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--chunks", type=int, default=20, help="upstream chunks per stream")
-    ap.add_argument("--tree", default=None, metavar="DIR",
-                    help="run crossfeed from this source tree (another build, e.g. one that saved after the terminal event)")
+    ap.add_argument(
+        "--tree",
+        default=None,
+        metavar="DIR",
+        help="run crossfeed from this source tree (another build, e.g. one that saved after the terminal event)",
+    )
     return asyncio.run(main_async(ap.parse_args()))
 
 

@@ -314,6 +314,7 @@ async def test_save_timeout_zero_never_waits_and_this_process_still_finds_it(
     final = [e async for e in stream][-1].response
     assert final.status == "completed" and await store.get(final.id) is None
     assert proxy.app[METRICS].store_failures.labels("save_late")._value.get() == 0
+
     async def follow_up() -> str:
         more = await client.responses.create(model="m", input="more", previous_response_id=final.id, stream=True)
         return [e async for e in more][-1].response.output_text
