@@ -57,10 +57,12 @@ from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from .observability import (
     METRICS,
+    STOPPING,
     SUMMARY,
     SUMMARY_LOG,
     Metrics,
     add_request_id_header,
+    mark_stopping,
     metrics_endpoint,
     note_upstream_error,
     observe_middleware,
@@ -106,6 +108,7 @@ def create_app(
     )
     app[SUMMARY_LOG] = structlog.get_logger("crossfeed").bind()
     app[OPEN_STREAMS] = set()
+    app[STOPPING] = asyncio.Event()
     app[IDS] = ids or RandomIds()
     app[CLOCK] = clock or (lambda: int(time.time()))
     app[SEAL] = ReasoningSeal(environ.get(config.reasoning.key_env))
@@ -118,6 +121,7 @@ def create_app(
     app.on_response_prepare.append(add_request_id_header)
     app[SOCKETS] = set()
     app[SEARCH_SESSIONS] = collections.OrderedDict()
+    app.on_shutdown.append(mark_stopping)
     app.on_shutdown.append(refuse_new_turns)
     app.on_shutdown.append(drain)
     app.on_shutdown.append(close_sockets)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
@@ -32,6 +33,8 @@ _ID_PREFIX = "req_" + os.urandom(6).hex()
 _ID_COUNTER = itertools.count(1)
 SUMMARY = web.RequestKey("crossfeed_summary", dict)
 REQUEST_ID = web.RequestKey("request_id", str)
+SENT_STATUS = web.RequestKey("sent_status", int)  # the status of a response whose headers went out
+STOPPING = web.AppKey("stopping", asyncio.Event)  # set when the server starts to stop
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # No ``*_created`` series: a scrape gets the counts, not a timestamp per series (process-wide).
 disable_created_metrics()
@@ -172,6 +175,13 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
         if not response.prepared:
             response.headers["X-Request-ID"] = request_id
         return response
+    except asyncio.CancelledError:
+        # The handler was cancelled: its client went away (aiohttp cancels the handler of a closed
+        # connection), or the server stopped it at the end of a drain. Neither is a failure of
+        # crossfeed or the backend, so neither is a 5xx: a socket that was upgraded stays 101, an
+        # HTTP request whose client left is 499 (the client closed the request, as nginx logs it).
+        status = _cancelled_status(request, summary)
+        raise
     finally:
         if summary.get("transport") == "websocket":  # each turn was recorded; this is the socket
             if route != "/metrics":
@@ -184,6 +194,28 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
         else:
             record_request(request.app, route, summary, status, time.monotonic() - start)
         REQUEST_FIELDS.reset(token)
+
+
+# Status of a request whose client left before its answer (nginx's "client closed request").
+CLIENT_CLOSED_REQUEST = 499
+
+
+def _cancelled_status(request: web.Request, summary: dict[str, Any]) -> int:
+    """The status logged for a cancelled handler, with how it ended on its line: ``101`` for a
+    WebSocket (it was upgraded; the client left without a close frame, as Codex does), the
+    status already sent for a response that had started (the stream was cut), else ``499``."""
+    stopping = request.app.get(STOPPING)
+    ending = "server_stopped" if stopping is not None and stopping.is_set() else "client_disconnected"
+    if summary.get("transport") == "websocket":
+        summary.setdefault("ending", ending)
+        return 101
+    summary.setdefault("terminal", ending)
+    return request.get(SENT_STATUS, CLIENT_CLOSED_REQUEST)
+
+
+async def mark_stopping(app: web.Application) -> None:
+    """on_shutdown: handlers cancelled from now on were stopped by the server, not their client."""
+    app[STOPPING].set()
 
 
 def note_upstream_error(app: web.Application, summary: MutableMapping[str, Any], code: str | None) -> None:
@@ -217,6 +249,7 @@ def record_request(app: web.Application, route: str, summary: dict[str, Any], st
 
 async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: streamed responses get the id too (headers go before the body)."""
+    request[SENT_STATUS] = response.status
     request_id = request.get(REQUEST_ID)
     if request_id and "X-Request-ID" not in response.headers:
         response.headers["X-Request-ID"] = request_id

@@ -92,6 +92,12 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
     finally:
         request.app[SOCKETS].discard(conn)
         request[SUMMARY]["turns"] = conn.turns
+    # How the socket ended (a client that drops the connection without a close frame cancels this
+    # handler instead: observability logs that as ``client_disconnected``, still 101).
+    code = ws.close_code
+    request[SUMMARY]["ending"] = "closed" if code not in (None, 1006) else "client_disconnected"
+    if code is not None:
+        request[SUMMARY]["close_code"] = code
     return ws
 
 

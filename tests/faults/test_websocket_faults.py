@@ -350,6 +350,113 @@ async def test_summary_line_and_metrics_per_turn(upstream: FakeUpstream, ws_fram
     assert ws_frames.validate() == (1, 1)
 
 
+async def raw_upgrade(url: str, path: str = "/v1/responses") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A socket upgraded by hand (no client library): the request line, the 101 read back."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = "".join(f"{k}: {v}\r\n" for k, v in upgrade_headers(Host=f"{host}:{port}").items())
+    writer.write(f"GET {path} HTTP/1.1\r\n{head}\r\n".encode())
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return reader, writer
+
+
+def masked_text_frame(text: str) -> bytes:
+    """One client text frame (FIN, opcode 1), masked as RFC 6455 requires of clients."""
+    payload, mask = text.encode(), os.urandom(4)
+    assert len(payload) < 126
+    return bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+@pytest.mark.parametrize("mid_turn", [False, True], ids=["idle", "mid-response"])
+async def test_socket_dropped_without_a_close_frame_is_no_5xx(upstream: FakeUpstream, mid_turn: bool) -> None:
+    """Codex never sends a close frame: it drops the TCP connection. That is the client leaving,
+    logged as 101 with ``ending: client_disconnected`` (and a cut turn as ``client_disconnected``
+    too), never as a 500; a socket closed properly logs 101 with ``ending: closed``."""
+    buf = io.StringIO()
+    configure_logging("info", "json", stream=buf)
+    handle = await start_proxy(
+        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
+    )
+
+    def lines() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+
+    try:
+        reply, _gate = held_reply("never ", "finished")
+        upstream.reply(reply)
+        _reader, writer = await raw_upgrade(handle.url)
+        if mid_turn:
+            writer.write(masked_text_frame('{"type":"response.create","model":"m","input":"hi"}'))
+            await writer.drain()
+            assert await wait_until(lambda: upstream.open_requests == 1, GUARD)
+        writer.transport.abort()  # no close frame, no FIN handshake: the connection is just gone
+        assert await wait_until(lambda: any(e.get("event") == "websocket.closed" for e in lines()), GUARD)
+        # a proper client, for contrast: close frame 1000
+        async with aiohttp.ClientSession() as s, s.ws_connect(ws_url(handle.url)) as ws:
+            await ws.close()
+        assert await wait_until(lambda: len([e for e in lines() if e.get("event") == "websocket.closed"]) == 2, GUARD)
+        async with aiohttp.ClientSession() as s, s.get(handle.url + "/metrics") as r:
+            metrics = await r.text()
+    finally:
+        await handle.runner.cleanup()
+        structlog.reset_defaults()
+    dropped, closed = [e for e in lines() if e.get("event") == "websocket.closed"]
+    assert (dropped["status"], dropped["ending"]) == (101, "client_disconnected"), dropped
+    assert (closed["status"], closed["ending"], closed["close_code"]) == (101, "closed", 1000), closed
+    assert not [e for e in lines() if isinstance(e.get("status"), int) and e["status"] >= 500], lines()
+    assert not [e for e in lines() if e.get("level") in ("error", "critical")], lines()
+    if mid_turn:
+        (turn,) = [e for e in lines() if e.get("event") == "request.completed" and e.get("route") == ROUTE]
+        assert turn["terminal"] == "client_disconnected" and turn["status"] < 500, turn
+        assert upstream.cancelled == 1
+    assert 'status="5' not in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["waiting-for-the-answer", "mid-stream"])
+async def test_http_client_gone_is_no_5xx(upstream: FakeUpstream, stream: bool) -> None:
+    """The same over HTTP: a client that leaves while its answer is being made is the client's
+    doing. Before any byte went out the line says 499 (client closed request); mid-stream the
+    200 already sent stands; both with ``terminal: client_disconnected``, and no 5xx anywhere."""
+    buf = io.StringIO()
+    configure_logging("info", "json", stream=buf)
+    handle = await start_proxy(
+        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
+    )
+
+    def lines() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+
+    try:
+        reply, _gate = held_reply("never ", "finished")
+        upstream.reply(reply)
+        host, port = handle.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        body = json.dumps({"model": "m", "input": "hi", "stream": stream}).encode()
+        writer.write(
+            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        assert await wait_until(lambda: upstream.open_requests == 1, GUARD)
+        if stream:
+            await asyncio.wait_for(reader.readuntil(b"\n\n"), GUARD)  # the headers and a first event
+        writer.transport.abort()
+        assert await wait_until(lambda: any(e.get("event") == "request.completed" for e in lines()), GUARD)
+        assert await wait_until(lambda: upstream.open_requests == 0, GUARD)
+        async with aiohttp.ClientSession() as s, s.get(handle.url + "/metrics") as r:
+            metrics = await r.text()
+    finally:
+        await handle.runner.cleanup()
+        structlog.reset_defaults()
+    (done,) = [e for e in lines() if e.get("event") == "request.completed"]
+    assert (done["status"], done["terminal"]) == ((200 if stream else 499), "client_disconnected"), done
+    assert not [e for e in lines() if e.get("level") in ("error", "critical")], lines()
+    assert 'status="5' not in metrics
+
+
 # -- SIGTERM with 20 open sockets -------------------------------------------------------------------
 
 # As in test_soak_shutdown.py, each case far from its boundary whatever the machine's speed:
