@@ -51,12 +51,13 @@ from .errors import (
 )
 from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, relay_turn, stream_flag
 from .forward import forward_now, forward_streamed
-from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, key_stream_caps, upstream_keys
+from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, key_stream_caps, metrics_key, upstream_keys
 from .ids import RandomIds
 from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from .observability import (
     METRICS,
+    METRICS_KEY,
     STOPPING,
     SUMMARY,
     SUMMARY_LOG,
@@ -127,7 +128,11 @@ def create_app(
     app.on_shutdown.append(close_sockets)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_endpoint)
+    if config.server.metrics_port is None:  # else on a listener of its own (metrics_app)
+        app.router.add_get("/metrics", metrics_endpoint)
+    key = metrics_key(config, environ)
+    if key is not None:
+        app[METRICS_KEY] = key
     app.router.add_get("/v1/models", models_endpoint)
     app.router.add_post("/v1/responses", _responses_route(forward_response))
     app.router.add_post("/v1/responses/compact", _responses_route(compact_response))

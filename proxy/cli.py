@@ -1,7 +1,8 @@
 """Command line (``crossfeed ...``, also ``python -m proxy ...``).
 
   crossfeed serve [--config FILE] [--host H] [--port P] [--upstream URL] [--upstream-api chat|responses]
-                  [--upstream-api-key-env NAME] [--log-level L] [--log-format F] [--workers N|auto]
+                  [--upstream-api-key-env NAME] [--model-map JSON] [--log-level L] [--log-format F]
+                  [--workers N|auto]
   crossfeed check-config FILE          validate a config file, print the resolved routing table
   crossfeed demo [--no-sdk]            a scripted backend + crossfeed + the OpenAI SDK, all on loopback
   crossfeed translate --from chat --to responses [FILE] [--request FILE] [--jsonl]
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--upstream-api-key-env",
         metavar="NAME",
         help="environment variable holding the backend's API key (default: pass the client's key)",
+    )
+    serve.add_argument(
+        "--model-map",
+        metavar="JSON",
+        help="rename the model names clients send, for the default upstream: a JSON object, e.g. "
+        '\'{"gpt-5.5": "qwen3-coder"}\' (Codex asks for OpenAI model names; also $CROSSFEED_MODEL_MAP)',
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
@@ -205,6 +212,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "upstream.base_url": args.upstream,
         "upstream.api": args.upstream_api,
         "upstream.api_key_env": args.upstream_api_key_env,
+        "upstream.model_map": getattr(args, "model_map", None),
         "logging.level": getattr(args, "log_level", None),
         "logging.format": getattr(args, "log_format", None),
         "server.workers": getattr(args, "workers", None),
@@ -222,6 +230,7 @@ FLAG_NAMES = {
     "upstream.base_url": "--upstream",
     "upstream.api": "--upstream-api",
     "upstream.api_key_env": "--upstream-api-key-env",
+    "upstream.model_map": "--model-map",
     "logging.level": "--log-level",
     "logging.format": "--log-format",
     "server.workers": "--workers",
@@ -271,7 +280,8 @@ def serve(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         print(f"crossfeed: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"crossfeed: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror}", file=sys.stderr)
+        where = exc.filename or f"{config.server.host}:{config.server.port}"
+        print(f"crossfeed: cannot listen on {where}: {exc.strerror}", file=sys.stderr)
         return 1
     return 0
 
@@ -303,13 +313,14 @@ class WorkerRole:
 def _supervise(config: Config, argv: list[str], *, stopped: bool) -> int:
     """The process the operator started, with several workers: checks the environment once (so a
     missing key is one message, not one per worker), then runs the workers."""
-    from .guard import inbound_keys, upstream_keys
+    from .guard import inbound_keys, metrics_key, upstream_keys
     from .workers import supervise
 
     configure_logging(config.logging.level, config.logging.format, fields={"worker": "supervisor"})
     try:
         inbound_keys(config, os.environ)
         upstream_keys(config, os.environ)
+        metrics_key(config, os.environ)
     except ConfigError as exc:
         print(f"crossfeed: {exc}", file=sys.stderr)
         return 2
@@ -411,8 +422,10 @@ async def _serve(config: Config, worker: WorkerRole | None = None) -> None:
         await runner.cleanup()  # closes whatever had been opened
         raise
     site = _site(web, runner, config, worker)
+    metrics_runner = None
     try:
         await site.start()
+        metrics_runner = await _metrics_listener(web, app, config, worker)
     except BaseException:
         await runner.cleanup()
         raise
@@ -420,10 +433,10 @@ async def _serve(config: Config, worker: WorkerRole | None = None) -> None:
     port = sockets[0].getsockname()[1] if sockets else config.server.port
     _tune_gc()
     _tune_threads()
-    ups = ", ".join(f"{u.name}={u.base_url} ({u.api})" for u in config.upstreams)
     if worker is None:
-        print(f"crossfeed listening on http://{config.server.host}:{port} -> {ups}", flush=True)
-        log.info("server.started", host=config.server.host, port=port, upstreams=ups, workers=1)
+        from .startup import announce
+
+        announce(config, port, os.environ)
     else:
         log.info("server.worker.started", pid=os.getpid(), port=port)
         if worker.parent_fd is not None:  # readable (at its end) once the supervisor is gone
@@ -448,8 +461,34 @@ async def _serve(config: Config, worker: WorkerRole | None = None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log.info("server.stopping")
     await runner.cleanup()
+    if metrics_runner is not None:
+        await metrics_runner.cleanup()
     log.info("server.stopped")
     flush_logs()
+
+
+async def _metrics_listener(web: Any, app: Any, config: Config, worker: WorkerRole | None) -> Any:
+    """``[server] metrics_port``: GET /metrics on a listener of its own (every worker binds it with
+    SO_REUSEPORT, and any of them answers with the sum over all; where workers share one accepting
+    socket instead, the first worker serves it). None when /metrics is on the main port."""
+    s = config.server
+    if s.metrics_port is None or (worker is not None and worker.listen_fd is not None and worker.index != 0):
+        return None
+    from .observability import metrics_app
+
+    runner = web.AppRunner(metrics_app(app), access_log=None)
+    await runner.setup()
+    host = s.metrics_host or s.host
+    site = web.TCPSite(runner, host, s.metrics_port, reuse_port=worker is not None or None)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(exc.errno, exc.strerror, f"{host}:{s.metrics_port} (server.metrics_port)") from None
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
 
 
 def _site(web: Any, runner: Any, config: Config, worker: WorkerRole | None) -> Any:
@@ -524,11 +563,11 @@ def search_problem(config: Config, environ: Mapping[str, str]) -> str | None:
 
 def environment_problems(config: Config, environ: Mapping[str, str]) -> list[str]:
     """What in this environment stops ``serve`` with this config (the checks it makes at start)."""
-    from .guard import inbound_keys, upstream_keys
+    from .guard import inbound_keys, metrics_key, upstream_keys
     from .store import open_store
 
     problems = []
-    for check in (inbound_keys, upstream_keys):
+    for check in (inbound_keys, upstream_keys, metrics_key):
         try:
             check(config, environ)
         except ConfigError as exc:
@@ -554,19 +593,27 @@ def _env_state(name: str, environ: Mapping[str, str]) -> str:
 
 
 def routing_table(config: Config, path: Path | None, environ: Mapping[str, str]) -> list[str]:
-    """Human-readable summary of a resolved config. Never prints a secret, only variable names."""
+    """Human-readable summary of a resolved config. Never prints a secret, only variable names.
+    A setting from no file, variable or flag is marked ``(built-in default)``, one from a variable
+    or flag names it; the rest came from the file."""
     from . import config as config_module
+    from .startup import DEFAULTED, store_location
+
+    src = config.origin_note
 
     lines = [f"{path}: valid" if path else "configuration: valid"]
     env_keys = getattr(config_module, "_ENV_KEYS", {})
-    applied = sorted(k for k in env_keys if environ.get(k))
+    applied = sorted(k for k in [*env_keys, config_module.INBOUND_KEYS_VAR] if environ.get(k))
     if applied:
         lines.append("environment overrides applied: " + ", ".join(applied))
     s = config.server
     lines.append("")
     workers = getattr(s, "workers", 1)
     count = f", {s.worker_count} worker processes" + (" (auto: one per core)" if workers == "auto" else "")
-    lines.append(f"server: listen {s.host}:{s.port}" + (count if workers != 1 else ""))
+    listen = f"server: listen {s.host}:{s.port}"
+    said = [f"{name} {src('server', name).strip(' ()')}" for name in ("host", "port") if src("server", name)]
+    listen += f" ({'; '.join(said)})" if said else ""
+    lines.append(listen + (count if workers != 1 else ""))
     details = [
         f"max body {getattr(s, 'max_body_bytes', '?')} bytes",
         f"drain {_secs(getattr(s, 'drain_seconds', '?'))}",
@@ -581,7 +628,13 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     keys_env = getattr(s, "inbound_keys_env", None)
     named = getattr(s, "inbound_keys", ())
     if not keys_env and not named:
-        auth = "off (every request is accepted)"
+        auth = f"off (every request is accepted){src('server', 'inbound_keys_env')}"
+        if not s.loopback_only:
+            auth += (
+                "; this port is not loopback: allowed by [server] allow_unauthenticated"
+                if s.allow_unauthenticated
+                else "; this port is not loopback: serve warns"
+            )
     else:
         parts = [f"{k.name} from {_env_state(k.key_env, environ)}" for k in named]
         if keys_env:
@@ -598,23 +651,34 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
                 [*(f"{n} {c or 'unlimited'}" for n, c in caps.items()), f"others {per_key or 'unlimited'}"]
             )
     lines.append(f"  inbound auth: {auth}")
+    if s.metrics_port is not None:
+        metrics = f"on its own port {s.metrics_host or s.host}:{s.metrics_port} (not on the main port)"
+    else:
+        metrics = f"on the main port{src('server', 'metrics_port')}"
+    if s.metrics_key_env:
+        metrics += f", key from {_env_state(s.metrics_key_env, environ)}"
+    else:
+        metrics += ", no key"
+    lines.append(f"  GET /metrics: {metrics}")
     lg = config.logging
-    lines.append(f"logging: level {lg.level}, format {lg.format}")
-    store = getattr(config, "store", None)
-    backend = getattr(store, "backend", None)
-    if backend:
-        where = getattr(store, "data_dir", None) if backend == "sqlite" else None
-        lines.append(f"response store: {backend}" + (f" in {where}" if where else ""))
+    lines.append(f"logging: level {lg.level}{src('logging', 'level')}, format {lg.format}{src('logging', 'format')}")
+    lines.append(f"response store: {store_location(config, environ)}")
     lines.append("")
     lines.append(
         "upstreams (a model goes to the first upstream listing its exact name, else the first with a "
         "matching pattern, else the default, else the first listing *):"
     )
+    if config.upstreams_defaulted:
+        lines.append(
+            f"  none configured: the {DEFAULTED} below is used (set [[upstreams]] base_url, --upstream or "
+            "$CROSSFEED_UPSTREAM)"
+        )
     for n, u in enumerate(config.upstreams, 1):
         mark = "  [default]" if u.default else ""
+        at = ("upstreams", n - 1)
         lines.append(f"  {n}. {u.name}{mark}")
-        lines.append(f"       api       {u.api}")
-        lines.append(f"       base_url  {u.base_url}")
+        lines.append(f"       api       {u.api}{src(*at, 'api')}")
+        lines.append(f"       base_url  {u.base_url}{src(*at, 'base_url')}")
         lines.append(f"       models    {', '.join(u.models) if u.models else '(none)'}")
         if u.model_map:
             renames = ", ".join(f"{k} -> {v}" for k, v in u.model_map.items())
@@ -669,6 +733,13 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             + f"; calls time out after {_secs(mcp.call_timeout_seconds)}, {mcp.max_calls} a response"
         )
     )
+    from .startup import startup_warnings
+
+    warnings = startup_warnings(config)
+    if warnings:
+        lines.append("")
+        lines.append("serve would warn:")
+        lines += [f"  - {w}" for w in warnings]
     default = next((u for u in config.upstreams if u.default), None)
     star = next((u for u in config.upstreams if "*" in u.models), None)
     lines.append("")

@@ -9,6 +9,7 @@ with its dotted path. Secrets are never written inline: the file names environme
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import json
 import os
 import tomllib
@@ -17,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from translators.options import BackendProfile
 
@@ -165,6 +166,16 @@ class Server(_Model):
         0, ge=0, description="open streams one inbound key may have (0 = unlimited); per worker process"
     )
     workers: int | Literal["auto"] = Field(1, description="worker processes serving the port (auto: one per core)")
+    allow_unauthenticated: bool = Field(
+        False, description="listening beyond loopback with no inbound keys is intended (no start-up warning)"
+    )
+    metrics_key_env: str | None = Field(
+        None, min_length=1, description="variable holding the key GET /metrics then requires (Bearer)"
+    )
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve GET /metrics on this port instead of the main one"
+    )
+    metrics_host: str | None = Field(None, min_length=1, description="address of the metrics port (default: host)")
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -181,6 +192,21 @@ class Server(_Model):
             )
         return count
 
+    @model_validator(mode="after")
+    def _metrics_listener(self) -> Server:
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise ValueError("metrics_host needs metrics_port (the port /metrics is served on there)")
+        if self.metrics_port is not None and self.metrics_port == self.port:
+            raise ValueError(
+                f"metrics_port {self.metrics_port} is the main port: leave it unset to serve /metrics there"
+            )
+        return self
+
+    @property
+    def loopback_only(self) -> bool:
+        """The main port is reachable from this machine only."""
+        return is_loopback(self.host)
+
     @property
     def worker_count(self) -> int:
         """``workers`` with ``auto`` resolved: the cores this process may run on."""
@@ -191,6 +217,16 @@ class Server(_Model):
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
         return max(1, min(cores, MAX_WORKERS))
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is a loopback address (or ``localhost``): nothing outside this machine reaches it."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 class Logging(_Model):
@@ -284,6 +320,35 @@ class Config(_Model):
     codex_models: dict[str, CodexModel] = Field(
         default_factory=dict, description="per-model entries of the catalog Codex reads from GET /v1/models"
     )
+    # Where each setting came from (a key path -> "$VAR", "--flag" or the file), set by load_config.
+    _origins: dict[tuple[Any, ...], str] = PrivateAttr(default_factory=dict)
+    _file: str | None = PrivateAttr(None)  # the file load_config read, if any
+
+    def origin(self, *path: Any) -> str:
+        """Where the setting at ``path`` (``"server", "port"``) came from: the variable or flag
+        that set it or one of its parents, the file, or ``built-in default``."""
+        for n in range(len(path), 0, -1):
+            found = self._origins.get(tuple(path[:n]))
+            if found:
+                return found
+        return "built-in default"
+
+    def origin_note(self, *path: Any) -> str:
+        """`` (built-in default)`` or `` (from $VAR)``/`` (from --flag)`` for the setting at
+        ``path``; nothing for one the file set."""
+        origin = self.origin(*path)
+        if origin == "built-in default":
+            return f" ({origin})"
+        return "" if origin == self._file else f" (from {origin})"
+
+    @property
+    def upstreams_defaulted(self) -> bool:
+        """No upstream was configured anywhere: the one built-in default upstream is used."""
+        return not any(key[0] == "upstreams" for key in self._origins)
+
+    def base_url_defaulted(self, index: int) -> bool:
+        """The ``index``-th upstream's base_url was set nowhere (the built-in 127.0.0.1:8000/v1)."""
+        return self.origin("upstreams", index, "base_url") == "built-in default"
 
     @model_validator(mode="after")
     def _check_upstreams(self) -> Config:
@@ -343,16 +408,20 @@ def load_config(
             raise ConfigError(f"config file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    from_file = {key: str(path) for key in _key_paths(raw)}
     sources: Sources = {}
     _apply_env(raw, environ, sources)
     for dotted, value in (overrides or {}).items():
         if value is not None:
+            if dotted == "upstream.model_map" and isinstance(value, str):
+                value = _json_object(value, (labels or {}).get(dotted) or dotted)
             sources[_set(raw, dotted, value)] = (labels or {}).get(dotted) or f"the setting {dotted}"
+    _short_inbound_keys(raw, environ, sources, path)
     misspelt = misspelt_variables(environ, _ENV_KEYS, _named_variables(raw))
     if misspelt:
         raise ConfigError("invalid configuration: unknown environment variables\n" + "\n".join(misspelt))
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -360,6 +429,64 @@ def load_config(
             name = ".".join(str(p) for p in loc) or "(top level)"
             lines.append(f"  {name} ({source_of(loc, sources, path)}): {explain(err, Config)}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+    config._origins = {**from_file, **sources}
+    config._file = str(path) if path is not None else None
+    return config
+
+
+def _key_paths(raw: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path of every value a parsed file sets (tables and arrays of tables walked into; a
+    table itself is no value, so its unset keys stay built-in defaults)."""
+    out: list[tuple[Any, ...]] = []
+    items = raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    for key, value in items:
+        if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
+            out += _key_paths(value, (*prefix, key))
+        else:
+            out.append((*prefix, key))
+    return out
+
+
+def _json_object(value: str, label: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigError(
+            f'{label}: must be a JSON object of model names, e.g. \'{{"gpt-5.5": "qwen3-coder"}}\', got {value!r}'
+        )
+    return parsed
+
+
+INBOUND_KEYS_VAR = "CROSSFEED_INBOUND_KEYS"
+
+
+def _short_inbound_keys(raw: dict[str, Any], environ: Mapping[str, str], sources: Sources, path: Path | None) -> None:
+    """``$CROSSFEED_INBOUND_KEYS`` is the short form of the key list (comma-separated), as
+    ``$CROSSFEED_UPSTREAM`` is of the upstream: set, it turns inbound auth on by itself. It is
+    never ignored: set while ``inbound_keys_env`` names another variable, or set but empty, serve
+    refuses to start, since whoever set it believes the proxy is protected by it."""
+    if INBOUND_KEYS_VAR not in environ:
+        return
+    server = raw.setdefault("server", {})
+    if not isinstance(server, dict):
+        return  # the validation that follows names the bad section
+    named = server.get("inbound_keys_env")
+    if named not in (None, INBOUND_KEYS_VAR):
+        where = sources.get(("server", "inbound_keys_env")) or (str(path) if path else "the configuration")
+        raise ConfigError(
+            f"${INBOUND_KEYS_VAR} is set, but server.inbound_keys_env (from {where}) names ${named}: the keys "
+            f"in ${INBOUND_KEYS_VAR} would be ignored. Put the keys in ${named}, or unset one of the two"
+        )
+    if not environ[INBOUND_KEYS_VAR].strip(" ,"):
+        raise ConfigError(
+            f"${INBOUND_KEYS_VAR} is set but holds no key: refusing to start without inbound keys "
+            f"(put the comma-separated client keys in it, or unset it to run without authentication)"
+        )
+    if named is None:
+        server["inbound_keys_env"] = INBOUND_KEYS_VAR
+        sources[("server", "inbound_keys_env")] = f"${INBOUND_KEYS_VAR}"
 
 
 def _named_variables(raw: Any) -> set[str]:
@@ -384,6 +511,7 @@ _ENV_KEYS = {
     "CROSSFEED_UPSTREAM": "upstream.base_url",
     "CROSSFEED_UPSTREAM_API": "upstream.api",
     "CROSSFEED_UPSTREAM_API_KEY_ENV": "upstream.api_key_env",
+    "CROSSFEED_MODEL_MAP": "upstream.model_map",
     "CROSSFEED_LOG_LEVEL": "logging.level",
     "CROSSFEED_LOG_FORMAT": "logging.format",
 }
@@ -395,7 +523,10 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str], sources: Sources
     (``[...]``, ``{...}``) are parsed, so lists and maps can be given too."""
     for env, dotted in _ENV_KEYS.items():
         if environ.get(env):
-            sources[_set(raw, dotted, environ[env])] = f"${env}"
+            value: Any = environ[env]
+            if dotted == "upstream.model_map":
+                value = _json_object(value, f"${env}")
+            sources[_set(raw, dotted, value)] = f"${env}"
     for env, value in environ.items():
         if env.startswith("CROSSFEED_") and "__" in env and value != "":
             dotted = ".".join(part.lower() for part in env[len("CROSSFEED_") :].split("__"))

@@ -21,7 +21,13 @@ Sources = dict[tuple[Any, ...], str]  # a resolved key path -> "$VAR" or "--flag
 
 # CROSSFEED_* variables crossfeed reads that are not config keys.
 OTHER_VARIABLES = frozenset(
-    {"CROSSFEED_CONFIG", "CROSSFEED_DATA_DIR", "CROSSFEED_REASONING_KEY", "CROSSFEED_REDIS_URL"}
+    {
+        "CROSSFEED_CONFIG",
+        "CROSSFEED_DATA_DIR",
+        "CROSSFEED_INBOUND_KEYS",
+        "CROSSFEED_REASONING_KEY",
+        "CROSSFEED_REDIS_URL",
+    }
 )
 
 

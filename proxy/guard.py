@@ -54,6 +54,21 @@ def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[tuple[byte
     return tuple(keys)
 
 
+def metrics_key(config: Config, environ: Mapping[str, str]) -> bytes | None:
+    """The key ``GET /metrics`` requires (``[server] metrics_key_env``), or None. Named but unset
+    or empty is a start-up error, as for the inbound keys: never fail open."""
+    env = config.server.metrics_key_env
+    if not env:
+        return None
+    value = environ.get(env, "").strip()
+    if not value:
+        raise ConfigError(
+            f"server.metrics_key_env names ${env}, which is unset or empty: refusing to start with "
+            "GET /metrics open (set it, or unset metrics_key_env)"
+        )
+    return value.encode()
+
+
 def upstream_keys(config: Config, environ: Mapping[str, str]) -> None:
     """An upstream's ``api_key_env`` that names an unset or empty variable is a start-up error:
     otherwise the client's own key would go to that backend in its place."""

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import os
 import re
@@ -25,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from .errors import ClientRequestError, error_response
 from .logs import REQUEST_FIELDS
 
 # Request ids: a random per-process prefix and a counter: unique across replicas and restarts,
@@ -102,6 +104,22 @@ class Metrics:
         self.tokens = Counter("crossfeed_tokens", "Tokens reported by upstreams", ["model", "direction"], registry=r)
         self.terminals = Counter("crossfeed_terminal_events", "How streams ended", ["route", "terminal"], registry=r)
         self.store_failures = Counter("crossfeed_store_failures", "Response store failures", ["operation"], registry=r)
+        # Failed saves kept for retry (proxy/store_retry.py): how many are held now, what became of them.
+        from prometheus_client import Gauge as RetryGauge
+
+        self.store_retry_queue = RetryGauge(
+            "crossfeed_store_retry_queue",
+            "Failed saves held in memory for retry, right now",
+            ["unit"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.store_retries = Counter(
+            "crossfeed_store_retries", "Failed saves held for retry, by outcome", ["outcome"], registry=r
+        )
+        self.store_lost = Counter(
+            "crossfeed_store_saves_lost", "Responses never saved (given up), by reason", ["reason"], registry=r
+        )
         self.anomalies = Counter(
             "crossfeed_translation_anomalies", "Upstream quirks absorbed by translation", ["kind"], registry=r
         )
@@ -148,9 +166,41 @@ METRICS = web.AppKey("metrics", Metrics)
 SUMMARY_LOG = web.AppKey("summary_log", structlog.typing.FilteringBoundLogger)
 
 
+# The key GET /metrics requires ([server] metrics_key_env), when one is configured.
+METRICS_KEY = web.AppKey("metrics_key", bytes)
+
+
 async def metrics_endpoint(request: web.Request) -> web.Response:
+    key = request.app.get(METRICS_KEY)
+    if key is not None and not _bearer_is(request, key):
+        return error_response(
+            ClientRequestError(
+                "GET /metrics needs the metrics key: send Authorization: Bearer <key>.",
+                status=401,
+                code="invalid_api_key",
+            ),
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     body = generate_latest(request.app[METRICS].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _bearer_is(request: web.Request, key: bytes) -> bool:
+    header = request.headers.get("Authorization", "")
+    token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+    return hmac.compare_digest(token, key)
+
+
+def metrics_app(main: web.Application) -> web.Application:
+    """The listener of ``[server] metrics_port``: ``GET /metrics`` of ``main``'s registry (the
+    same key, if one is required), and nothing else."""
+    app = web.Application()
+    app[METRICS] = main[METRICS]
+    key = main.get(METRICS_KEY)
+    if key is not None:
+        app[METRICS_KEY] = key
+    app.router.add_get("/metrics", metrics_endpoint)
+    return app
 
 
 def _route_of(request: web.Request) -> str:

@@ -185,15 +185,13 @@ class Supervisor:
         self.stopping = True
 
     def _announce(self) -> None:
-        s = self.config.server
-        ups = ", ".join(f"{u.name}={u.base_url} ({u.api})" for u in self.config.upstreams)
-        print(f"crossfeed listening on http://{s.host}:{self.port} -> {ups} ({self.count} workers)", flush=True)
-        log.info(
-            "server.started",
-            host=s.host,
-            port=self.port,
-            upstreams=ups,
-            workers=self.count,
+        from .startup import announce
+
+        announce(
+            self.config,
+            self.port,
+            os.environ,
+            self.count,
             pids=[w.proc.pid for w in self.workers.values()],
             balancing="SO_REUSEPORT" if REUSE_PORT else "shared socket",
         )
