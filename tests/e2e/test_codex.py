@@ -453,3 +453,46 @@ async def test_model_catalog_gives_a_local_model_apply_patch_and_its_context_win
     # Codex keeps 95% of a catalog window as the effective one (40960 -> 38912)
     assert f'"model_context_window":{40960 * 95 // 100}' in rollout.replace(" ", "")
     assert "not found" not in proc.stderr  # no "Model metadata for ... not found" fallback
+
+
+async def test_a_codex_session_logs_no_5xx(upstream: FakeUpstream, tmp_path: Path, setup: str) -> None:
+    """Codex never sends a WebSocket close frame: it drops the connection when its session ends.
+    Every summary line of a whole session (a tool round trip) stays below 500, and over the socket
+    the socket's own line is 101 with ``ending: client_disconnected``."""
+    import io
+    import json
+
+    import structlog
+
+    from proxy.logs import configure_logging
+
+    buf = io.StringIO()
+    configure_logging("info", "json", stream=buf)
+    proxy = await start_proxy(
+        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data")}),
+        ids=SequentialIds(),
+    )
+    try:
+        upstream.reply(calls(("call_sh", "exec_command", {"cmd": "echo logged"})), lambda req: text("Ran it."))
+        proc, events, _ = await run_codex(proxy, tmp_path, "run echo", setup)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert cx.agent_messages(events)[-1] == "Ran it."
+
+        def lines() -> list[dict]:
+            return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+
+        if setup == "openai_base_url":
+            for _ in range(300):  # the socket's line comes once crossfeed sees the connection gone
+                if any(e.get("event") == "websocket.closed" for e in lines()):
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await proxy.runner.cleanup()
+        structlog.reset_defaults()
+    summary = [e for e in lines() if e.get("event") in ("request.completed", "websocket.closed")]
+    assert summary and not [e for e in summary if e["status"] >= 500], summary
+    assert not [e for e in lines() if e.get("level") in ("error", "critical")], lines()
+    if setup == "openai_base_url":
+        (closed,) = [e for e in summary if e["event"] == "websocket.closed"]
+        assert closed["status"] == 101 and closed["ending"] in ("client_disconnected", "closed"), closed
+        assert closed["turns"] >= 2
