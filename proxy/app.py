@@ -71,6 +71,7 @@ from .observability import (
 )
 from .reasoning_seal import ReasoningSeal
 from .responses_api import (
+    KEEPER,
     PENDING,
     SAVING,
     STORE,
@@ -86,6 +87,7 @@ from .sinks import sse_opener
 from .standalone_search import SESSIONS as SEARCH_SESSIONS
 from .standalone_search import alpha_search
 from .store import open_store
+from .store_retry import SaveKeeper
 from .streams import outbound_headers, read_body, secrets
 from .upstream import encode_body, new_session, read_json, send
 from .websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
@@ -193,8 +195,11 @@ async def _store_ctx(app: web.Application) -> Any:
         except BaseException:
             await store.close()
             raise
+    keeper = app[KEEPER] = SaveKeeper(store, app[CONFIG].store, app[METRICS])
+    keeper.start()  # failed saves are kept and saved again in the background (proxy/store_retry.py)
     yield
     await drain_saves(app)
+    await keeper.drain()  # the retry queue's last chance, bounded
     await app[STORE].close()
 
 
@@ -238,13 +243,15 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Ready (200) or not (503, with the problems). The store's state is in ``store``: one that
+    fails saves or cannot be reached leaves the process ready but ``degraded`` (turns are served,
+    follow-ups get a 503 naming the store); only a store never reached since start is a problem."""
     problems = readiness(request.app, request.app[CONFIG])
-    try:
-        await request.app[STORE].ping()
-    except Exception:  # any store failure means not ready
-        problems.append("the response store does not answer")
-    status = 503 if problems else 200
-    return web.json_response({"status": "not ready" if problems else "ready", "problems": problems}, status=status)
+    reached, store = await request.app[KEEPER].readiness()
+    if not reached:
+        problems.append(f"the response store does not answer: {store}")
+    status = "not ready" if problems else "degraded" if store != "ok" else "ready"
+    return web.json_response({"status": status, "problems": problems, "store": store}, status=503 if problems else 200)
 
 
 ChatHandler = Callable[[web.Request, dict[str, Any], Upstream], Awaitable[web.StreamResponse]]

@@ -5,9 +5,18 @@
   then this request's input), so one lookup rebuilds any conversation.
 - Saved before final: the terminal event (or the non-streamed body) waits for the save, up to
   ``[store] save_timeout_seconds``, so a follow-up on another replica finds the response. A store
-  that is slower or down does not keep the client waiting: the save goes on in the background, and
-  its failure is logged and counted, never seen by the client (only a later
-  ``previous_response_id``/``GET`` on it answers 404).
+  that is slower or down does not keep the client waiting: the save goes on in the background.
+- A store that cannot save (down, disk full, read-only): the turn streams and completes all the
+  same; the failed save is logged and counted and kept in this process's retry queue, saved again
+  in the background until the store takes it (proxy/store_retry.py). Meanwhile this process
+  serves follow-ups to it from the queue (``previous_response_id``, ``GET``, ``input_items``,
+  ``DELETE``, ``item_reference``). A lookup that misses while saves fail (or within 30 s of their
+  recovery) answers 503 ``store_unavailable`` naming the failed saves, since it may be a response
+  whose save failed in another process; one this process gave up on (its queue was full) answers
+  404 saying its save failed; never a bare "not found" for an id crossfeed may have handed out.
+- A store that cannot be read: 503 ``store_unavailable`` naming the store, never a hang (every
+  store call is bounded by ``[store] operation_timeout_seconds``) and never a 500; the same as an
+  error frame in WebSocket mode.
 - ``GET /v1/responses/{id}`` (``?stream=true`` replays it as events), ``DELETE`` and
   ``GET .../input_items`` (``limit``, ``order``, ``after``, ``before``).
 - ``item_reference`` input items (``{"type": "item_reference", "id": ...}``, or ``{"id": ...}``)
@@ -37,10 +46,13 @@ from .keys import CONFIG, IDS
 from .observability import METRICS
 from .store import ResponseStore, StoredResponse, StoreError, stored_item
 from .store.pagination import InvalidParam, paginate
+from .store_health import short_reason
+from .store_retry import SaveKeeper
 
 log = structlog.get_logger("crossfeed")
 
 STORE = web.AppKey("store", ResponseStore)
+KEEPER = web.AppKey("store_keeper", SaveKeeper)
 PENDING: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("pending_saves", set)
 SAVING: web.AppKey[dict[str, asyncio.Task[None]]] = web.AppKey("saving_by_id", dict)
 
@@ -74,6 +86,11 @@ async def resolve_item_references(app: web.Application, body: dict[str, Any]) ->
         # A save of this process still finishing (a slow store) may hold them: wait for it.
         await asyncio.wait(list(app[SAVING].values()), timeout=10)
         found.update(await _find_items(app, [ref for ref in wanted if ref not in found]))
+    missing = [ref for ref in wanted if ref not in found]
+    if missing:  # while saves fail, it may be an item of a response whose save failed: say so
+        miss = await app[KEEPER].explain_miss(missing[0], KEY_NAME.get())
+        if miss is not None and not miss.permanent:
+            raise StoreUnavailable(miss.message(f"Input item '{missing[0]}'"))
     body["input"] = resolve_references(inp, found)
 
 
@@ -81,16 +98,15 @@ async def _find_items(app: web.Application, item_ids: list[str]) -> dict[str, di
     """The items of ``item_ids`` found for this key. One read per record, not per id: a record
     found for one id is searched for the others too (a conversation's latest response holds its
     whole history, so a client replaying it by reference costs one read)."""
-    store, owner = app[STORE], KEY_NAME.get()
-    found: dict[str, dict[str, Any]] = {}
-    left = list(item_ids)
+    keeper, owner = app[KEEPER], KEY_NAME.get()
+    found = keeper.queued_items(item_ids, owner)  # saves of this process that failed, kept for retry
+    left = [item_id for item_id in item_ids if item_id not in found]
     while left:
         item_id = left.pop()  # the latest first: the newest record holds the earlier ones too
         try:
-            record = visible(await store.get_by_item(item_id, owner))
+            record = visible(await keeper.get_by_item(item_id, owner))
         except StoreError as exc:
-            _count_failure(app, "get", exc)
-            raise StoreUnavailable("the response store is unavailable; try again later") from None
+            raise _unavailable(app, exc, "get", f"input item '{item_id}'") from None
         if record is None:
             continue
         for other in [item_id, *left]:
@@ -109,22 +125,50 @@ async def _previous(app: web.Application, body: dict[str, Any]) -> list[dict[str
         raise ClientRequestError(
             "`previous_response_id` must be a non-empty string", param="previous_response_id", code="invalid_type"
         )
-    saving = app[SAVING].get(prev)
-    if saving is not None:  # the client was faster than our background save: wait for it
-        await asyncio.wait([saving], timeout=10)
-    try:
-        record = visible(await app[STORE].get(prev))
-    except StoreError as exc:
-        _count_failure(app, "get", exc)
-        raise StoreUnavailable("the response store is unavailable; try again later") from None
+    record, why = await _lookup(app, prev, f"Previous response with id '{prev}'")
     if record is None:
         raise ClientRequestError(
-            f"Previous response with id '{prev}' not found.",
+            why or f"Previous response with id '{prev}' not found.",
             param="previous_response_id",
             status=404,
             code="previous_response_not_found",
         )
     return continued_history(record.input_items, record.response)
+
+
+async def _lookup(app: web.Application, rid: str, subject: str) -> tuple[StoredResponse | None, str | None]:
+    """The record of ``rid`` this request's key may see: from a save of this process still
+    finishing (waited for), from the retry queue (its save failed), else from the store. None:
+    not found, with the 404's message when this process gave its save up. Raises 503
+    ``store_unavailable`` when the store cannot be read, or when it misses while saves fail (it
+    may be one whose save failed, in another process)."""
+    saving = app[SAVING].get(rid)
+    if saving is not None:  # the client was faster than our background save: wait for it
+        await asyncio.wait([saving], timeout=10)
+    keeper = app[KEEPER]
+    record = visible(keeper.queued(rid))
+    if record is not None:
+        return record, None
+    try:
+        record = visible(await keeper.get(rid))
+    except StoreError as exc:
+        raise _unavailable(app, exc, "get", subject[0].lower() + subject[1:]) from None
+    if record is not None:
+        return record, None
+    miss = await keeper.explain_miss(rid, KEY_NAME.get())
+    if miss is None:
+        return None, None
+    if not miss.permanent:
+        raise StoreUnavailable(miss.message(subject))
+    return None, miss.message(subject)
+
+
+def _unavailable(app: web.Application, exc: StoreError, op: str, what: str) -> StoreUnavailable:
+    _count_failure(app, op, exc)
+    return StoreUnavailable(
+        f"The response store ({app[STORE].backend}) is unavailable ({short_reason(exc)}): {what} could not be "
+        "looked up. Try again later."
+    )
 
 
 async def save_before_final(
@@ -199,10 +243,7 @@ def schedule_save(
 
 
 async def _save(app: web.Application, record: StoredResponse) -> None:
-    try:
-        await app[STORE].save(record)
-    except StoreError as exc:
-        _count_failure(app, "save", exc)
+    await app[KEEPER].save(record)  # a failure is counted, logged and kept for retry: never raised
 
 
 def _count_failure(app: web.Application, op: str, exc: StoreError) -> None:
@@ -220,17 +261,10 @@ def visible(record: StoredResponse | None) -> StoredResponse | None:
 
 async def _record(request: web.Request) -> StoredResponse:
     rid = request.match_info["response_id"]
-    saving = request.app[SAVING].get(rid)
-    if saving is not None:  # a save still finishing in this process (a slow store): wait for it
-        await asyncio.wait([saving], timeout=10)
-    try:
-        record = visible(await request.app[STORE].get(rid))
-    except StoreError as exc:
-        _count_failure(request.app, "get", exc)
-        raise StoreUnavailable("the response store is unavailable; try again later") from None
+    record, why = await _lookup(request.app, rid, f"Response with id '{rid}'")
     if record is None:
         raise ClientRequestError(
-            f"Response with id '{rid}' not found.", param="response_id", status=404, code="not_found"
+            why or f"Response with id '{rid}' not found.", param="response_id", status=404, code="not_found"
         )
     return record
 
@@ -255,11 +289,14 @@ async def get_response(request: web.Request) -> web.StreamResponse:
 async def delete_response(request: web.Request) -> web.Response:
     rid = request.match_info["response_id"]
     await _record(request)  # another key's response is not there for this one: 404
+    keeper = request.app[KEEPER]
+    queued = await keeper.discard(rid)  # a response whose save failed: it leaves the retry queue
     try:
-        deleted = await request.app[STORE].delete(rid)
+        deleted = await keeper.delete(rid) or queued
     except StoreError as exc:
-        _count_failure(request.app, "delete", exc)
-        raise StoreUnavailable("the response store is unavailable; try again later") from None
+        if not queued:  # (a queued one was never stored: deleted all the same)
+            raise _unavailable(request.app, exc, "delete", f"response with id '{rid}'") from None
+        deleted = True
     if not deleted:
         raise ClientRequestError(
             f"Response with id '{rid}' not found.", param="response_id", status=404, code="not_found"

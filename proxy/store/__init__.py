@@ -65,11 +65,16 @@ MEMORY_DEFAULT_MAX_COUNT = 10_000
 
 
 class StoreError(Exception):
-    """Any failure of the store (I/O, backend down, corrupt data, unserialisable record)."""
+    """Any failure of the store (I/O, backend down, corrupt data, unserialisable record).
 
-    def __init__(self, message: str, *, backend: str = "") -> None:
+    ``retryable``: false when the same call can never succeed (a record that is not
+    serialisable, or larger than ``max_bytes``); true for an outage (the backend down, the disk
+    full or read-only, a timeout), which a later retry may get past."""
+
+    def __init__(self, message: str, *, backend: str = "", retryable: bool = True) -> None:
         super().__init__(message)
         self.backend = backend
+        self.retryable = retryable
 
 
 class StoreConfig(BaseModel):
@@ -99,6 +104,15 @@ class StoreConfig(BaseModel):
     # 0: never wait (the save runs after the terminal event: a follow-up to this same process
     # still finds it, one to another replica or worker may not).
     save_timeout_seconds: float = Field(default=1.0, ge=0)
+    # The longest crossfeed waits for one store operation (a read before a turn, GET/DELETE, a
+    # save in the background): past it a read answers 503 store_unavailable and a save counts as
+    # failed (kept for retry), so a hung store never hangs a request.
+    operation_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Failed saves (the store down, its disk full or read-only) are kept in memory, per process,
+    # and saved again in the background until the store takes them; within these bounds (the
+    # oldest dropped first, logged and counted as lost). 0 keeps none. (proxy/store_retry.py)
+    retry_max_records: int = Field(default=5000, ge=0)
+    retry_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
 
     @model_validator(mode="after")
     def _check_backend_options(self) -> StoreConfig:
@@ -188,14 +202,14 @@ def stored_item(record: StoredResponse | None, item_id: str) -> dict[str, Any] |
 def encode_record(record: StoredResponse, backend: str = "") -> bytes:
     """Validate and serialise a record (raises ``StoreError``, never anything else)."""
     if not isinstance(record, StoredResponse):
-        raise StoreError(f"expected StoredResponse, got {type(record).__name__}", backend=backend)
+        raise StoreError(f"expected StoredResponse, got {type(record).__name__}", backend=backend, retryable=False)
     if not isinstance(record.id, str) or not record.id:
-        raise StoreError("record id must be a non-empty string", backend=backend)
+        raise StoreError("record id must be a non-empty string", backend=backend, retryable=False)
     if not isinstance(record.response, dict) or not isinstance(record.input_items, list):
-        raise StoreError("response must be a dict and input_items a list", backend=backend)
+        raise StoreError("response must be a dict and input_items a list", backend=backend, retryable=False)
     for i, item in enumerate(record.input_items):
         if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not item["id"]:
-            raise StoreError(f"input_items[{i}] has no string id", backend=backend)
+            raise StoreError(f"input_items[{i}] has no string id", backend=backend, retryable=False)
     try:
         return orjson.dumps(
             {
@@ -208,7 +222,9 @@ def encode_record(record: StoredResponse, backend: str = "") -> bytes:
             }
         )
     except (orjson.JSONEncodeError, TypeError) as exc:
-        raise StoreError(f"record {record.id} is not JSON-serialisable: {exc}", backend=backend) from exc
+        raise StoreError(
+            f"record {record.id} is not JSON-serialisable: {exc}", backend=backend, retryable=False
+        ) from exc
 
 
 def decode_record(blob: bytes | str, backend: str = "") -> StoredResponse:
@@ -258,6 +274,13 @@ class ResponseStore(ABC):
     @abstractmethod
     async def ping(self) -> None:
         """Open / reach the backend now (startup and readiness checks); raises ``StoreError``."""
+
+    async def probe_write(self) -> None:
+        """A small write (about one record's size) that fails when saves fail (the backend down,
+        its disk full or read-only), leaving no stored response behind: how a process that has
+        not saved lately learns whether the store takes writes (proxy/store_retry.py). Raises
+        ``StoreError``. This default only pings."""
+        await self.ping()
 
     @abstractmethod
     async def close(self) -> None:
@@ -313,7 +336,9 @@ class MemoryStore(ResponseStore):
         self._check_open()
         blob = encode_record(record, self.backend)
         if self._max_bytes is not None and len(blob) > self._max_bytes:
-            raise StoreError(f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend)
+            raise StoreError(
+                f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend, retryable=False
+            )
         now = self._clock()
         self._drop(record.id)
         self._data[record.id] = (now + self._ttl, blob)
@@ -376,6 +401,9 @@ class MemoryStore(ResponseStore):
         return StoreStats(self.backend, len(self._data), self._bytes, self._evicted, self._expired)
 
     async def ping(self) -> None:
+        self._check_open()
+
+    async def probe_write(self) -> None:
         self._check_open()
 
     async def close(self) -> None:

@@ -167,6 +167,7 @@ class RedisStore(ResponseStore):
         self._index = f"{config.key_prefix}index"
         self._seq = f"{config.key_prefix}seq"
         self._item_prefix = f"{config.key_prefix}item:"
+        self._probe_key = f"{config.key_prefix}probe"
         self._closed = False
         self._evicted = 0
         self._expired = 0
@@ -284,6 +285,15 @@ class RedisStore(ResponseStore):
         self._check_open()
         try:
             await self._client.ping()
+        except (RedisError, OSError) as exc:
+            raise self._wrap(exc) from exc
+
+    async def probe_write(self) -> None:
+        """One small key that expires by itself (``P probe``, 5 s): refused as a save is when
+        Redis is down, read-only (a replica) or out of memory."""
+        self._check_open()
+        try:
+            await self._client.set(self._probe_key, b"\0" * 4096, px=5000)
         except (RedisError, OSError) as exc:
             raise self._wrap(exc) from exc
 

@@ -41,6 +41,8 @@ T = TypeVar("T")
 
 FILENAME = "responses.sqlite3"
 SCHEMA_VERSION = 1
+PROBE_ID = "\x00crossfeed-write-probe"  # never a response id (they are resp_...)
+PROBE_BYTES = 16384
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -174,7 +176,8 @@ class SQLiteStore(ResponseStore):
                 raise StoreError(f"cannot enable WAL on {self.path} (got {mode})", backend=self.backend)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            if version != SCHEMA_VERSION:  # written once: opening an existing file writes nothing (a full disk)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (OSError, sqlite3.Error) as exc:
             conn.close()
             raise self._unwritable(exc) from exc
@@ -213,7 +216,9 @@ class SQLiteStore(ResponseStore):
     def _save_sync(self, record: StoredResponse, now: float) -> None:
         blob = encode_record(record, self.backend)
         if self._max_bytes is not None and len(blob) > self._max_bytes:
-            raise StoreError(f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend)
+            raise StoreError(
+                f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend, retryable=False
+            )
         conn = self._connect()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -307,6 +312,24 @@ class SQLiteStore(ResponseStore):
     def _ping_sync(self) -> None:
         self._connect().execute("SELECT 1").fetchone()
 
+    def _probe_write_sync(self) -> None:
+        # A row of a record's size, inserted and deleted in one committed transaction: its pages
+        # reach the WAL, so a full disk or a read-only file fails it as it fails a save (a write of
+        # one page can still fit in the WAL's slack). The row never shows (expired, then gone).
+        conn = self._connect()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT OR REPLACE INTO responses (id, expires_at, size, data) VALUES (?, 0, ?, zeroblob(?))",
+                (PROBE_ID, PROBE_BYTES, PROBE_BYTES),
+            )
+            conn.execute("DELETE FROM responses WHERE id = ?", (PROBE_ID,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def _close_sync(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -334,6 +357,9 @@ class SQLiteStore(ResponseStore):
 
     async def ping(self) -> None:
         await self._run(self._ping_sync)
+
+    async def probe_write(self) -> None:
+        await self._run(self._probe_write_sync)
 
     async def close(self) -> None:
         if self._closed:

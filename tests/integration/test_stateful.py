@@ -213,8 +213,10 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
                     break
                 await asyncio.sleep(0.1)
             assert 'crossfeed_store_failures_total{operation="save"} 1.0' in metrics
-            with pytest.raises(openai.APIStatusError) as info:  # a later lookup says the store is down
-                await c.responses.retrieve(events[-1].response.id)
+            # its save failed: this process keeps it for retry and answers from there
+            assert (await c.responses.retrieve(events[-1].response.id)).output_text == "still delivered"
+            with pytest.raises(openai.APIStatusError) as info:  # any other lookup says the store is down
+                await c.responses.retrieve("resp_not_kept_here")
             assert info.value.status_code == 503
     finally:
         await handle.runner.cleanup()

@@ -13,8 +13,9 @@ from aiohttp import web
 from proxy.errors import ProxyError
 from proxy.guard import KEY_NAME
 from proxy.observability import METRICS, Metrics
-from proxy.responses_api import SAVING, STORE, resolve_item_references
+from proxy.responses_api import KEEPER, SAVING, STORE, resolve_item_references
 from proxy.store import MemoryStore, StoreConfig, StoredResponse, StoreError
+from proxy.store_retry import SaveKeeper
 from translators.errors import InvalidRequest, UnsupportedFeature
 from translators.input_messages import is_item_reference, item_references, resolve_references
 from translators.options import BackendProfile
@@ -142,6 +143,7 @@ async def app() -> web.Application:
     app[STORE] = CountingStore()
     app[SAVING] = {}
     app[METRICS] = Metrics()
+    app[KEEPER] = SaveKeeper(app[STORE], StoreConfig(backend="memory"), app[METRICS])
     first_in = {
         "id": "msg_u1",
         "type": "message",
