@@ -1,13 +1,12 @@
 # crossfeed: streaming translation proxy between the OpenAI Responses and Chat Completions APIs.
 #
 #   docker build -t crossfeed .            (podman: podman build --format docker -t crossfeed .)
-#   docker run --rm -p 8080:8080 --add-host=host.docker.internal:host-gateway \
+#   docker run --rm -p 127.0.0.1:8080:8080 --add-host=host.docker.internal:host-gateway \
+#       -e CROSSFEED_INBOUND_KEYS="$(openssl rand -hex 24)" \
 #       -e CROSSFEED_UPSTREAM=http://host.docker.internal:8000/v1 crossfeed
-#   docker run --rm -p 8080:8080 --add-host=host.docker.internal:host-gateway \
-#       -v "$PWD/deploy/crossfeed.toml:/etc/crossfeed/config.toml:ro" \
-#       -e CROSSFEED_INBOUND_KEYS=change-me -e CROSSFEED_UPSTREAM=http://host.docker.internal:8000/v1 \
-#       crossfeed --config /etc/crossfeed/config.toml
 #   (podman: drop --add-host and use http://host.containers.internal:8000/v1; see deploy/README.md)
+# The port is published on the host's loopback only: publish it on another address (-p 8080:8080)
+# only on purpose, with CROSSFEED_INBOUND_KEYS set.
 #
 # No registry reachable (only a Debian mirror): sudo deploy/make-base-image.sh, then build with
 # --build-arg PYTHON_IMAGE=localhost/debian-python:bookworm. deploy/smoke.sh builds and checks the
@@ -25,8 +24,9 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # Optional, for a build behind a package mirror or a TLS-intercepting proxy (only this stage sees
 # them): --build-arg PIP_INDEX_URL=... / PIP_CERT=<a CA file mounted into the build, podman -v>.
-ARG PIP_INDEX_URL
-ARG PIP_CERT
+# Empty by default (so a plain build warns about nothing); the install below drops them when empty.
+ARG PIP_INDEX_URL=
+ARG PIP_CERT=
 # python3, not python: a base made from Debian's packages (deploy/make-base-image.sh) has no alias.
 RUN python3 -m venv /opt/crossfeed
 ENV PATH=/opt/crossfeed/bin:$PATH
@@ -36,9 +36,12 @@ COPY proxy ./proxy
 COPY translators ./translators
 # The same install command as the README. Then the venv loses what only installing needs (pip,
 # setuptools, wheel: a 3.11 venv has setuptools too), the activate scripts and the bytecode pip
-# compiled: the runtime stage copies nothing else from this stage.
-RUN pip install .
-RUN python3 -m pip uninstall --yes pip setuptools wheel \
+# compiled: the runtime stage copies nothing else from this stage. (-qq: no "Skipping wheel as it
+# is not installed" warning where the venv has no wheel, as on the Debian-made base.)
+RUN if [ -z "$PIP_INDEX_URL" ]; then unset PIP_INDEX_URL; fi; \
+    if [ -z "$PIP_CERT" ]; then unset PIP_CERT; fi; \
+    pip install .
+RUN python3 -m pip uninstall -qq --yes pip setuptools wheel \
  && rm -f /opt/crossfeed/bin/activate* /opt/crossfeed/bin/Activate.ps1 \
  && find /opt/crossfeed -depth -name __pycache__ -type d -exec rm -rf {} + \
  && ! python3 -c 'import pip' 2>/dev/null
@@ -58,7 +61,8 @@ ENV PATH=/opt/crossfeed/bin:$PATH \
 # OpenShift convention): a container started with another uid (--user 12345, OpenShift's arbitrary
 # uids) is in group 0 too and can still write it, and so can any uid on a tmpfs that podman makes
 # root-owned with the directory's mode (--read-only --tmpfs /var/lib/crossfeed). Group 0 grants
-# nothing else: no other file of the image is group-writable.
+# nothing else: no other file of the image is group-writable. (-K SYS_UID_MAX: a system user above
+# login.defs' 999, without useradd's warning.)
 RUN set -eu; \
     for d in $(python3 -c 'import os, sys; print(" ".join(p for p in sys.path if os.path.isdir(p)))'); do \
         rm -rf "$d"/pip "$d"/pip-* "$d"/setuptools "$d"/setuptools-* "$d"/pkg_resources \
@@ -67,7 +71,7 @@ RUN set -eu; \
     rm -rf /usr/local/bin/pip /usr/local/bin/pip3* /usr/bin/pip /usr/bin/pip3* /usr/share/python-wheels; \
     find /usr -path '*/ensurepip/_bundled/*.whl' -delete; \
     if python3 -c 'import pip' 2>/dev/null; then echo 'pip is still importable' >&2; exit 1; fi; \
-    useradd --system --uid 10001 --gid 0 --no-create-home --home-dir /nonexistent \
+    useradd --system -K SYS_UID_MAX=10001 --uid 10001 --gid 0 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin crossfeed; \
     mkdir -p /etc/crossfeed /var/lib/crossfeed; \
     chown 10001:0 /var/lib/crossfeed; \
