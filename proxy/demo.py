@@ -292,8 +292,8 @@ async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str
             client_name = f"the openai SDK {openai.__version__}"
         except ImportError:
             say(
-                "the openai package is not installed (pip install 'crossfeed[test]' or 'openai'): "
-                "using a plain aiohttp client instead"
+                "the openai package is not installed (pip install openai, or pip install -e '.[test]' "
+                "in the crossfeed checkout): using a plain aiohttp client instead"
             )
 
     backend = DemoBackend(delay)
