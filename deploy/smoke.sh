@@ -5,15 +5,24 @@
 #
 # 1. builds the image (docker if its engine answers `docker info`, else podman);
 # 2. starts deploy/fake_upstream.py on the host (a tiny Chat Completions server streaming SSE);
-# 3. runs the image five times against it:
+# 3. runs the image seven times against it:
 #    a. as built (uid 10001, the image's anonymous volume at /var/lib/crossfeed);
 #    b. read-only: --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed (still uid 10001);
 #    c. hardened: the same with --user 12345 --cap-drop ALL --security-opt no-new-privileges;
 #    c2. workers: read-only as in b, with CROSSFEED_WORKERS=2 (a supervisor and two workers on one
 #    port and one SQLite file; the startup line says so);
-#    in each: /healthz answers, the image's HEALTHCHECK passes, a streamed POST /v1/responses
-#    gets its events and ends with response.completed, the stored response can be read back
-#    (GET /v1/responses/{id}), and `ENGINE stop` (SIGTERM) ends the container with exit code 0;
+#    e. compose: the settings of deploy/docker-compose.yml's crossfeed service (deploy/crossfeed.toml
+#    mounted read-only and --config, the key in CROSSFEED_INBOUND_KEYS, CROSSFEED_LOG_LEVEL=info,
+#    --read-only --tmpfs /tmp, no-new-privileges, published on 127.0.0.1): also GET /metrics is
+#    a 404 on the published port and answers on 9464 (metrics_port) inside the container;
+#    f. readme: the read-only example of deploy/README.md for ENGINE, exactly as written there
+#    (the key from the environment, --user 12345, the host by name) but for the published port,
+#    the upstream's port, the image's tag, and `-d --name` and this machine's sandbox flags for
+#    `--rm` (skipped with NETWORK=host, which the example does not use);
+#    in each: /healthz answers, the image's HEALTHCHECK passes, (e, f) a request without the key
+#    and one with a wrong key get 401, a streamed POST /v1/responses gets its events and ends with
+#    response.completed, the stored response can be read back (GET /v1/responses/{id}), and
+#    `ENGINE stop` (SIGTERM) ends the container with exit code 0;
 #    d. an arbitrary uid that cannot write the data directory (--user 12345:12345, no tmpfs):
 #    crossfeed must refuse to start (exit 2) with its plain message naming the uid and the fix.
 # Containers, the fake upstream and temporary files are removed on exit, on failure too; the
@@ -256,14 +265,17 @@ else
     net_flags=(--add-host=host.docker.internal:host-gateway)
 fi
 
-start_container() {  # start_container NAME PORT FLAGS...: runs it detached
-    local name=$1 port=$2
+start_container() {  # start_container NAME PORT FLAGS... [-- SERVE_ARGS...]: runs it detached
+    local name=$1 port=$2 flags=() args=()
     shift 2
+    while [[ $# -gt 0 && $1 != -- ]]; do flags+=("$1"); shift; done
+    [[ ${1:-} == -- ]] && shift
+    args=("$@")
     local publish=(-p "127.0.0.1:$port:8080")
     [[ $NETWORK == host ]] && publish=(--network=host -e "CROSSFEED_PORT=$port")
     containers+=("$name")
     engine run -d --name "$name" "${run_extra[@]}" "${net_flags[@]}" "${publish[@]}" \
-        -e "CROSSFEED_UPSTREAM=$upstream_url" "$@" "$IMAGE" >/dev/null \
+        -e "CROSSFEED_UPSTREAM=$upstream_url" "${flags[@]}" "$IMAGE" "${args[@]}" >/dev/null \
         || fail "$name: the container did not start"
 }
 
@@ -303,10 +315,11 @@ check_healthcheck() {  # the image's own HEALTHCHECK command
     fi
 }
 
-check_stream() {  # check_stream NAME PORT: a streamed POST /v1/responses, then GET it back
-    local name=$1 port=$2 body=$work/$1.sse
+check_stream() {  # check_stream NAME PORT [KEY]: a streamed POST /v1/responses, then GET it back
+    local name=$1 port=$2 key=${3:-} body=$work/$1.sse auth=()
+    [[ -n $key ]] && auth=(-H "Authorization: Bearer $key")
     curl -sS -N --max-time 60 "http://127.0.0.1:$port/v1/responses" -H 'Content-Type: application/json' \
-        -d "{\"model\":\"$MODEL\",\"input\":\"Say hi\",\"stream\":true}" >"$body" \
+        "${auth[@]}" -d "{\"model\":\"$MODEL\",\"input\":\"Say hi\",\"stream\":true}" >"$body" \
         || logs_and_fail "$name" "POST /v1/responses failed"
     python3 - "$body" >"$work/$name.check" 2>&1 <<'EOF' || { sed 's/^/    | /' "$work/$name.check"; logs_and_fail "$name" "the stream is not what it should be"; }
 import json, sys
@@ -333,7 +346,7 @@ EOF
     n=$(wc -w <<<"${events_line#events: }")
     response_id=$(tail -1 "$work/$name.check")
     ok "POST /v1/responses (stream): $n events, response.created ... response.completed, text from the upstream"
-    curl -fsS --max-time 10 "http://127.0.0.1:$port/v1/responses/$response_id" >"$work/$name.get" \
+    curl -fsS --max-time 10 "${auth[@]}" "http://127.0.0.1:$port/v1/responses/$response_id" >"$work/$name.get" \
         || logs_and_fail "$name" "GET /v1/responses/$response_id failed (the store did not keep it)"
     grep -q "\"$response_id\"" "$work/$name.get" || logs_and_fail "$name" "GET /v1/responses/$response_id: another body"
     ok "GET /v1/responses/$response_id: stored and read back"
@@ -348,18 +361,26 @@ check_stop() {  # SIGTERM through the engine: exit code 0
     ok "$ENGINE stop (SIGTERM): exit code 0, server.stopped logged"
 }
 
-run_checks() {  # run_checks LABEL FLAGS...
-    local label=$1 name port
-    shift
-    name=crossfeed-smoke-$$-$label
-    port=$(free_port)
-    step "run $label: ${*:-(as built)}"
-    start_container "$name" "$port" "$@"
-    info "container $name, upstream $upstream_url, port 127.0.0.1:$port"
+check_auth() {  # check_auth NAME PORT: no key and a wrong key get 401 before anything else
+    local name=$1 port=$2 code auth
+    for auth in "" "Authorization: Bearer not-the-key"; do
+        code=$(curl -sS -o "$work/$name.401" -w '%{http_code}' --max-time 10 ${auth:+-H "$auth"} \
+            -H 'Content-Type: application/json' "http://127.0.0.1:$port/v1/responses" \
+            -d "{\"model\":\"$MODEL\",\"input\":\"Say hi\",\"stream\":true}") \
+            || logs_and_fail "$name" "POST /v1/responses ${auth:+with a wrong key }did not answer"
+        [[ $code == 401 ]] \
+            || logs_and_fail "$name" "POST /v1/responses ${auth:-without a key}: HTTP $code, not 401: $(head -c 300 "$work/$name.401")"
+    done
+    ok "POST /v1/responses without the key, and with a wrong one: 401"
+}
+
+after_start() {  # after_start LABEL NAME PORT [KEY]: every check of a running container, then stop
+    local label=$1 name=$2 port=$3 key=${4:-} code
     wait_healthz "$name" "$port"
     ok "runs as $(engine exec "$name" python3 -c 'import os; print("uid %d, gid %d" % (os.getuid(), os.getgid()))')"
     check_healthcheck "$name"
-    check_stream "$name" "$port"
+    [[ -n $key ]] && check_auth "$name" "$port"
+    check_stream "$name" "$port" "$key"
     engine exec "$name" python3 -c 'import os; assert os.path.getsize("/var/lib/crossfeed/responses.sqlite3") > 0' \
         || logs_and_fail "$name" "no SQLite store in /var/lib/crossfeed"
     ok "the SQLite store is in /var/lib/crossfeed"
@@ -367,7 +388,29 @@ run_checks() {  # run_checks LABEL FLAGS...
         engine logs "$name" 2>&1 | grep -q "(2 workers)" || logs_and_fail "$name" "no startup line with 2 workers"
         ok "the startup line says 2 workers"
     fi
+    if [[ $label == compose ]]; then  # deploy/crossfeed.toml: metrics_port = 9464, not published
+        code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/metrics") || code=none
+        [[ $code == 404 ]] || logs_and_fail "$name" "GET /metrics on the published port: HTTP $code, not 404"
+        engine exec "$name" python3 -c 'import urllib.request; body = urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=5).read(); assert b"crossfeed_requests_total" in body' \
+            || logs_and_fail "$name" "no /metrics on port 9464 inside the container"
+        ok "GET /metrics: 404 on the published port, served on 9464 inside the container"
+    fi
     check_stop "$name"
+}
+
+run_checks() {  # run_checks LABEL [--key KEY] FLAGS... [-- SERVE_ARGS...]
+    local label=$1 name port key=
+    shift
+    if [[ ${1:-} == --key ]]; then
+        key=$2
+        shift 2
+    fi
+    name=crossfeed-smoke-$$-$label
+    port=$(free_port)
+    step "run $label: ${*:-(as built)}"
+    start_container "$name" "$port" "$@"
+    info "container $name, upstream $upstream_url, port 127.0.0.1:$port"
+    after_start "$label" "$name" "$port" "$key"
 }
 
 run_checks default
@@ -375,6 +418,75 @@ run_checks read-only --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed
 run_checks hardened --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed --user 12345 --cap-drop ALL \
     --security-opt no-new-privileges
 run_checks workers --read-only --tmpfs /tmp --tmpfs /var/lib/crossfeed -e CROSSFEED_WORKERS=2
+
+# e. The settings of deploy/docker-compose.yml's crossfeed service, flag for flag (the store's named
+# volume is the image's own volume here; tests/test_deploy_files.py checks both files agree).
+compose_key=smoke-compose-$(python3 -c 'import secrets; print(secrets.token_hex(12))')
+compose_flags=(
+    -v "$here/crossfeed.toml:/etc/crossfeed/config.toml:ro"
+    -e "CROSSFEED_INBOUND_KEYS=$compose_key"
+    -e CROSSFEED_LOG_LEVEL=info
+    --read-only --tmpfs /tmp
+    --security-opt no-new-privileges:true
+)
+compose_args=(--config /etc/crossfeed/config.toml)
+run_checks compose --key "$compose_key" "${compose_flags[@]}" -- "${compose_args[@]}"
+
+# f. The read-only example of deploy/README.md for this engine, as written there.
+readme_example() {  # readme_example NAME PORT: its words, NUL-separated; the line as written in $work/readme.cmd
+    python3 - "$here/README.md" "$ENGINE" "$1" "$2" "$upstream_port" "$IMAGE" "$work/readme.cmd" "${run_extra[@]}" <<'PY'
+import shlex, sys
+
+readme, engine, name, port, upstream_port, image, written, *extra = sys.argv[1:]
+lines = open(readme, encoding="utf-8").read().splitlines()
+prefix = f"{engine} run --rm -p 127.0.0.1:8080:8080 --read-only "
+starts = [i for i, line in enumerate(lines) if line.strip().startswith(prefix)]
+if len(starts) != 1:
+    sys.exit(f"{readme}: {len(starts)} examples start with `{prefix}...`, expected 1")
+i = starts[0]
+command = lines[i].strip()
+while command.endswith("\\"):
+    i += 1
+    command = command[:-1] + " " + lines[i].strip()
+command = " ".join(command.split())
+open(written, "w", encoding="utf-8").write(command + "\n")
+words = shlex.split(command)
+
+
+def swap(old, new):
+    hits = [k for k, word in enumerate(words) if old(word)]
+    if len(hits) != 1:
+        sys.exit(f"the example `{command}`: {len(hits)} words to replace, expected 1")
+    words[hits[0] : hits[0] + 1] = new(words[hits[0]])
+
+
+swap(lambda w: w == "--rm", lambda w: ["-d", "--name", name, *extra])  # and this machine's sandbox flags
+swap(lambda w: w == "127.0.0.1:8080:8080", lambda w: [f"127.0.0.1:{port}:8080"])
+swap(lambda w: ":8000/v1" in w, lambda w: [w.replace(":8000/v1", f":{upstream_port}/v1")])
+if words[:2] != [engine, "run"] or words[-1] != "crossfeed":
+    sys.exit(f"the example `{command}` is not `{engine} run ... crossfeed`")
+words[-1] = image
+sys.stdout.write("\0".join(words[1:]) + "\0")  # not words[0], the engine: engine() adds its global flags
+PY
+}
+if [[ $NETWORK == host ]]; then
+    step "run readme: skipped (NETWORK=host; the example publishes a port)"
+else
+    name=crossfeed-smoke-$$-readme
+    port=$(free_port)
+    step "run readme: the read-only example of deploy/README.md for $ENGINE"
+    readme_words=()
+    while IFS= read -r -d '' word; do readme_words+=("$word"); done < <(readme_example "$name" "$port")
+    [[ ${#readme_words[@]} -gt 2 ]] || fail "the read-only example of deploy/README.md for $ENGINE could not be read"
+    info "as written: $(cat "$work/readme.cmd")"
+    info "run as:     $ENGINE ${readme_words[*]}"
+    readme_key=smoke-readme-$(python3 -c 'import secrets; print(secrets.token_hex(12))')
+    containers+=("$name")
+    CROSSFEED_INBOUND_KEYS=$readme_key engine "${readme_words[@]}" >/dev/null \
+        || fail "$name: the README's example did not start"
+    info "container $name, port 127.0.0.1:$port, CROSSFEED_INBOUND_KEYS set in the environment"
+    after_start readme "$name" "$port" "$readme_key"
+fi
 
 step "run unwritable: --user 12345:12345 and no writable data directory"
 name=crossfeed-smoke-$$-unwritable
