@@ -1,8 +1,10 @@
 """Readiness and graceful shutdown.
 
-Readiness (``GET /readyz``): ready once the configuration is loaded, the response store answers,
-and every upstream answered a probe (``GET <base_url>/models``; any HTTP answer counts: the
-backend is up) within the last ``3 x probe interval``. Not ready -> 503 with the reasons.
+Readiness (``GET /readyz``): ready once the configuration is loaded, the response store has
+answered since start, and every upstream answered a probe (``GET <base_url>/models``; any HTTP
+answer counts: the backend is up) within the last ``3 x probe interval``. Not ready -> 503 with
+the reasons. A store that fails after start (saves or reads) leaves the process ready but
+``degraded``, its state in the answer's ``store`` (proxy/store_retry.py ``readiness``).
 
 Shutdown (SIGTERM): the listener closes first (no new connections); open streams get
 ``[server] drain_seconds`` to finish on their own; those still open are then ended with a proper

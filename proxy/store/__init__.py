@@ -24,7 +24,8 @@ operation (redis: see proxy/store/redis.py). An item several records hold (a con
 history is in every later record) resolves from the newest live one.
 
 Every backend failure is raised as ``StoreError`` so the proxy can log and count it without
-breaking the client's stream.
+breaking the client's stream; a failed save is kept and retried by proxy/store_retry.py
+(``StoreError.retryable`` says whether a retry can help).
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Layout (``P`` = ``key_prefix``):
   script. A record Redis itself expired leaves a stale member behind until ``get_by_item`` meets
   it (and removes it) or the set's own TTL ends.
 
+- ``P probe``: a small key written (5 s TTL) by ``probe_write``, to learn whether Redis takes
+  writes (proxy/store_retry.py).
+
 ``exp`` lets a replica treat a record as expired by its own clock (and tests use a fake clock);
 replicas are assumed to have NTP-synchronised clocks. Single Redis (or primary/replica) only: the
 script touches keys it computes, which Redis Cluster does not allow.

@@ -23,6 +23,7 @@ import asyncio
 import collections
 import errno
 import os
+import re
 import shutil
 import signal
 import sys
@@ -121,7 +122,7 @@ async def one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], ta
     if status == 503 and error.get("code") == "store_unavailable" and follow and "response store" in str(error):
         tally.add("503")
         message = str(error.get("message"))
-        tally.said.setdefault(message.split(": ", 1)[-1][:40], message)
+        tally.said.setdefault(re.sub(r"resp_\w+|\d{4}-\d\d-\d\dT[\d:]+Z", "…", message), message)
     elif status == 404:
         tally.add("404", detail)
     elif status >= 500:
