@@ -196,6 +196,7 @@ async def _store_ctx(app: web.Application) -> Any:
             await store.close()
             raise
     keeper = app[KEEPER] = SaveKeeper(store, app[CONFIG].store, app[METRICS])
+    keeper.reached = store.backend == "sqlite"  # (pinged above: /readyz calls it degraded, not unready, if it fails)
     keeper.start()  # failed saves are kept and saved again in the background (proxy/store_retry.py)
     yield
     await drain_saves(app)

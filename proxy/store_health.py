@@ -76,6 +76,38 @@ class WriteHealth:
     def recently_recovered(self) -> bool:
         return self.recovered_at is not None and self.clock() - self.recovered_at < RECOVERY_HINT_SECONDS
 
+    def miss(self, backend: str) -> Miss | None:
+        """Why an id may be missing now: saves failing, or recovered less than
+        ``RECOVERY_HINT_SECONDS`` ago (another process may still be writing its queue); else None."""
+        if self.failing_since is not None:
+            return Miss(
+                False,
+                "was not found",
+                f"the response store ({backend}) has been failing to save since {stamp(self.failing_since)} "
+                f"({self.reason}); it may be one whose save failed. Try again when the store recovers.",
+            )
+        if self.recently_recovered() and self.recovered_at is not None:
+            return Miss(
+                False,
+                "was not found",
+                f"the response store ({backend}) failed to save from {stamp(self.failed_from or 0)} to "
+                f"{stamp(self.recovered_at)} ({self.reason}); it may be one whose save failed and is still being "
+                "written by another crossfeed process. Try again in a few seconds.",
+            )
+        return None
+
+    def words(self, problems: list[str], queued: int, lost: int) -> str:
+        """The store's state for /readyz: ``ok``, or ``degraded: ...`` with ``problems`` (an
+        unreachable store), failing saves, the queue and the responses given up."""
+        parts = list(problems)
+        if self.failing_since is not None:
+            parts.append(f"failing saves since {stamp(self.failing_since)} ({self.reason})")
+        if queued or parts:
+            parts.append(f"{queued} queued for retry")
+        if lost and parts:
+            parts.append(f"{lost} lost since start")
+        return ("degraded: " + ", ".join(parts)) if parts else "ok"
+
 
 @dataclass(frozen=True, slots=True)
 class Miss:
@@ -88,3 +120,13 @@ class Miss:
 
     def message(self, subject: str) -> str:
         return f"{subject} {self.verb}: {self.why}"
+
+    @classmethod
+    def given_up(cls, backend: str, *, why: str, reason: str) -> Miss:
+        """A response this process could not save and gave up on: a 404 that says so."""
+        return cls(
+            True,
+            "was not saved",
+            f"the response store ({backend}) failed to save it ({reason}) and crossfeed gave it up ({why}). "
+            "Send the conversation again in full.",
+        )

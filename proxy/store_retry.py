@@ -259,31 +259,10 @@ class SaveKeeper:
     async def explain_miss(self, response_id: str, owner: str | None) -> Miss | None:
         lost = self._lost.get(response_id)
         if lost is not None and lost[0] == owner:
-            return Miss(
-                True,
-                "was not saved",
-                f"the response store ({self.backend}) failed to save it ({lost[2]}) and crossfeed gave it up "
-                f"({lost[1]}). Send the conversation again in full.",
-            )
+            return Miss.given_up(self.backend, why=lost[1], reason=lost[2])
         if not self.health.fresh():
             await self._probe_once()
-        health = self.health
-        if health.failing_since is not None:
-            return Miss(
-                False,
-                "was not found",
-                f"the response store ({self.backend}) has been failing to save since {stamp(health.failing_since)} "
-                f"({health.reason}); it may be one whose save failed. Try again when the store recovers.",
-            )
-        if health.recently_recovered() and health.recovered_at is not None:
-            return Miss(
-                False,
-                "was not found",
-                f"the response store ({self.backend}) failed to save from {stamp(health.failed_from or 0)} to "
-                f"{stamp(health.recovered_at)} ({health.reason}); it may be one whose save failed and is still being "
-                "written by another crossfeed process. Try again in a few seconds.",
-            )
-        return None
+        return self.health.miss(self.backend)
 
     async def _probe_once(self) -> bool:
         """One probe write at a time (concurrent misses share it); True when it went through."""
@@ -307,6 +286,14 @@ class SaveKeeper:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
+        while True:
+            try:
+                await self._retry_forever()
+            except Exception:  # a bug here must not end the retries for the life of the process
+                log.exception("store.retry_loop_failed")
+                await asyncio.sleep(BACKOFF_MAX)
+
+    async def _retry_forever(self) -> None:
         delay = BACKOFF_FIRST
         while True:
             if not self._queue:
@@ -389,13 +376,9 @@ class SaveKeeper:
         try:
             await self._call(self.store.ping, min(self.timeout, READY_TIMEOUT))
         except Exception as exc:
+            reason = short_reason(exc)
+            why = "" if reason == "unreachable" else f" ({reason})"
             if not self.reached:
-                return False, f"not reached since start ({short_reason(exc)})"
-            parts.append(f"unreachable ({short_reason(exc)})")
-        if self.health.failing_since is not None:
-            parts.append(f"failing saves since {stamp(self.health.failing_since)} ({self.health.reason})")
-        if self._queue or parts:
-            parts.append(f"{len(self._queue)} queued for retry")
-        if self._lost_total and parts:
-            parts.append(f"{self._lost_total} lost since start")
-        return True, ("degraded: " + ", ".join(parts)) if parts else "ok"
+                return False, f"not reached since start{why}"
+            parts.append(f"unreachable{why}")
+        return True, self.health.words(parts, len(self._queue), self._lost_total)

@@ -431,3 +431,36 @@ async def test_shutdown_drains_the_queue_within_bounds(
         assert found == [404, 404]
         assert metric(a, "store_lost", "shutdown") == 2
         assert any(e["event"] == "store.retry_abandoned" and e["queued"] == 2 for e in logs), logs
+
+
+@pytest.mark.redis
+async def test_readyz_not_ready_until_the_store_is_first_reached_then_degraded_never_unready(
+    upstream: FakeUpstream, tmp_path: Path, handles: list[ProxyHandle]
+) -> None:
+    """A Redis never reached since start (a wrong URL, or not up yet) keeps the pod out of
+    rotation; one lost later leaves it in (turns are served), degraded, saying why."""
+    redis = RedisServer(tmp_path / "redis")  # not started yet
+    a = await start(upstream, tmp_path, "redis", redis.url)
+    handles.append(a)
+    status, ready = await readyz(a)
+    assert status == 503 and ready["status"] == "not ready", ready
+    assert "the response store does not answer: not reached since start" in ready["problems"], ready
+    redis.start()
+    try:
+        for _ in range(50):  # (the upstream's first probe may still be on its way)
+            status, ready = await readyz(a)
+            if status == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert (status, ready["status"], ready["store"]) == (200, "ready", "ok"), ready
+    finally:
+        redis.stop()
+    status, ready = await readyz(a)
+    assert (status, ready["status"], ready["problems"]) == (200, "degraded", []), ready
+    assert ready["store"] == "degraded: unreachable, 0 queued for retry", ready
+    upstream.default = reply
+    status, _ = await create(a)  # a turn is served; its save is kept
+    assert status == 200
+    status, ready = await readyz(a)
+    assert ready["store"].startswith("degraded: unreachable, failing saves since "), ready
+    assert ready["store"].endswith(" (unreachable), 1 queued for retry"), ready
