@@ -162,8 +162,11 @@ def _text(content: Any) -> str:
 
 
 def compacted_output(items: list[dict[str, Any]], compaction: dict[str, Any]) -> list[dict[str, Any]]:
-    """``/compact``'s answer: the user messages of the conversation (as items), then the compaction."""
-    return [*(i for i in items if (i.get("type") in (None, "message")) and i.get("role") == "user"), compaction]
+    """``/compact``'s answer: the user messages of the conversation (as items), then the compaction.
+    Each message says ``status: "completed"`` (the Open Responses ``Message`` requires a status;
+    an input item often has none)."""
+    users = (i for i in items if (i.get("type") in (None, "message")) and i.get("role") == "user")
+    return [*({**i, "status": "completed"} for i in users), compaction]
 
 
 class SummaryLeg(LegDriver):

@@ -17,6 +17,7 @@ from proxy.keys import SEAL
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from tests.support.chat_chunks import chunk
+from tests.support.open_responses import check_compact
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 from translators.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
@@ -325,6 +326,29 @@ async def test_compact_from_a_stored_response(
     compacted = await client.responses.compact(model="m", previous_response_id=first.id)
     assert [o.type for o in compacted.output] == ["message", "compaction"]
     assert [m["role"] for m in upstream.requests[1].body["messages"]] == ["user", "assistant", "user"]
+
+
+async def test_compact_output_is_an_open_responses_compact_resource(proxy: ProxyHandle, upstream: FakeUpstream) -> None:
+    """Every message of the compacted window says its status (the schema's ``Message`` needs
+    one; the compliance suite's ``output.0: Invalid input``), from the input, a string input and
+    a stored response's history alike."""
+    upstream.reply(text_json("Rust: red and slow."), text_json(SUMMARY), text_json(SUMMARY))
+    async with raw_client(proxy) as http:
+        first = (await http.post("/responses", json={"model": "m", "input": "Write a haiku about rust."})).json()
+        answers = [
+            await http.post("/responses/compact", json={"model": "m", "input": HISTORY}),
+            await http.post(
+                "/responses/compact",
+                json={"model": "m", "previous_response_id": first["id"], "input": "And one in French."},
+            ),
+        ]
+    for r in answers:
+        assert r.status_code == 200, r.text
+        body = r.json()
+        check_compact(body)
+        messages = [o for o in body["output"] if o["type"] == "message"]
+        assert messages and all(m["status"] == "completed" and m["role"] == "user" for m in messages)
+    assert len(answers[1].json()["output"]) == 3
 
 
 async def test_compact_needs_a_model(proxy: ProxyHandle, upstream: FakeUpstream) -> None:

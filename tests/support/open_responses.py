@@ -97,3 +97,11 @@ def check_events(events: list[dict[str, Any]]) -> None:
             model.model_validate(body)
         except ValidationError as exc:
             raise OpenResponsesViolation(f"event {i} ({kind}): {exc}") from None
+
+
+def check_compact(body: dict[str, Any]) -> None:
+    """``POST /v1/responses/compact``'s answer, by the schema's ``CompactResource``."""
+    try:
+        ort.CompactResource.model_validate(body)
+    except ValidationError as exc:
+        raise OpenResponsesViolation(f"compact: not an Open Responses CompactResource: {exc}") from None

@@ -128,7 +128,8 @@ def test_compacted_output_is_the_user_messages_then_the_item() -> None:
         {"type": "message", "role": "assistant", "content": []},
         {"role": "user", "content": "x"},
     ]
-    assert compacted_output(items, item) == [items[1], items[4], item]
+    done = {"status": "completed"}
+    assert compacted_output(items, item) == [{**items[1], **done}, {**items[4], **done}, item]
 
 
 def _leg(last: bool = True, think: bool = False) -> tuple[ChatToResponsesStream, SummaryLeg]:
