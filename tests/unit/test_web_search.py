@@ -236,7 +236,7 @@ async def test_standalone_search_without_a_backend_is_a_404_saying_how(tmp_path:
 def test_check_config_reports_the_search_backend(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from pathlib import Path
 
-    from proxy.cli import check_config
+    from proxy.config_report import check_config
 
     f = Path(tmp_path) / "c.toml"
     f.write_text('[web_search]\nbackend = "tavily"\napi_key_env = "TAVILY_KEY"\n')
