@@ -93,6 +93,17 @@ def resolve_references(inp: list[Any], found: Mapping[str, dict[str, Any]]) -> l
     return out
 
 
+def _no_call(call_id: str, p: str, kind: str) -> None:
+    """A tool output answering no call: the 400 OpenAI answers (its words, then where to look)."""
+    what = "function call" if kind == "function_call_output" else "custom tool call"
+    raise InvalidRequest(
+        f"No tool call found for {what} output with call_id {call_id}. The call must come before its "
+        "output: earlier in `input`, or in the response `previous_response_id` names.",
+        param=f"{p}.call_id",
+        code="tool_call_not_found",
+    )
+
+
 def _text_of(parts: list[str]) -> str:
     return "\n".join(parts)
 
@@ -115,7 +126,11 @@ class InputMessages:
       custom_tool_call {call_id, name, input} -> tool_calls entry calling the wrapped function
           with arguments JSON {custom_arg: input}
       function_call_output / custom_tool_call_output -> tool message; text parts joined; image
-          and file parts move to one user message placed after the run of tool messages
+          and file parts move to one user message placed after the run of tool messages; with
+          check_outputs (the request's own input), a call_id no earlier item calls (a function,
+          custom, shell... call of the history or of the input before it) -> 400
+          input[i].call_id, OpenAI's "No tool call found" (a chat backend would get an orphan
+          tool message: lenient ones answer it, OpenAI refuses it)
       reasoning -> text (content reasoning_text, else summary_text, else the text of
           reveal_reasoning(encrypted_content)) set as options.reasoning_field on the assistant
           message of the same turn (joined with "\\n\\n"), and the backend's reasoning_details
@@ -152,6 +167,8 @@ class InputMessages:
         self.reasoning_at: str | None = None
         self.deferred: list[dict[str, Any]] = []  # tool-output media for a following user message
         self.extra_tools: list[tuple[str, Any]] = []  # tools declared by additional_tools items
+        self.calls: set[Any] = set()  # the call_id of every call item so far
+        self.check_outputs = False  # a tool output must answer one of them (set for the input)
 
     def add_item(self, raw: Any, p: str) -> None:
         item = expect_dict(raw, p)
@@ -172,7 +189,7 @@ class InputMessages:
             )
             self._call(item, p, flat_name(ns, name) if ns else name, args)
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            self._tool_output(item, p)
+            self._tool_output(item, p, kind)
         elif kind == "reasoning":
             self._reasoning(item, p)
         elif kind == "additional_tools":
@@ -199,6 +216,7 @@ class InputMessages:
                 param=p,
             )
         elif kind in _DROPPED_ITEM_TYPES:
+            self.calls.add(item.get("call_id"))  # a function_call_output may answer it (Codex's local_shell_call)
             self.ignored.append(f"{p} {kind}")
         elif kind is None:
             raise missing(f"{p}.type")
@@ -234,6 +252,7 @@ class InputMessages:
             "type": "function",
             "function": {"name": name, "arguments": arguments},
         }
+        self.calls.add(call["id"])
         self._assistant().setdefault("tool_calls", []).append(call)
 
     def _close(self) -> None:
@@ -330,7 +349,7 @@ class InputMessages:
             raise missing(f"{p}.file_data")
         return {"type": "file", "file": {k: v for k, v in file.items() if v is not None}}
 
-    def _tool_output(self, item: dict[str, Any], p: str) -> None:
+    def _tool_output(self, item: dict[str, Any], p: str, kind: str) -> None:
         call_id = req_str(item, "call_id", p)
         output = item.get("output")
         if output is None:
@@ -348,6 +367,8 @@ class InputMessages:
                     media.append(part)
             text = _text_of(texts) if texts or not media else _TOOL_IMAGE_NOTE
             self.deferred.extend(media)
+        if self.check_outputs and call_id not in self.calls:
+            _no_call(call_id, p, kind)
         pending = self.deferred
         self.deferred = []
         self._close()

@@ -120,6 +120,8 @@ def responses_request_to_chat(
       body not an object           -> 400 param None; model missing -> 400 param "model"
       instructions                 -> first message, role options.system_role ("" is skipped)
       history (previous_response_id, resolved by the proxy) + input -> messages (see input_messages.InputMessages)
+      a function_call_output / custom_tool_call_output of the input answering no call of the
+          history or of the input before it -> 400 input[i].call_id (tool_call_not_found)
       item_reference items        -> replaced by the proxy with the stored items they name before
           this mapping (input_messages.resolve_references); one still here -> 400 input[i]
       input string                 -> one user message; no messages at all -> 400 "input"
@@ -181,6 +183,7 @@ def responses_request_to_chat(
         except InvalidRequest as exc:  # our own stored data: blame the id that brought it in
             raise InvalidRequest(f"Stored conversation item {i}: {exc.message}", param="previous_response_id") from exc
     inp = body.get("input")
+    msgs.check_outputs = True  # the stored history is not checked again: it was, when it came in
     if isinstance(inp, str):
         msgs.add_item({"role": "user", "content": inp}, "input")
     elif inp is not None:

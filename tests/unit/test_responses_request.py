@@ -817,6 +817,15 @@ def test_history_alone_is_enough_input() -> None:
     assert res.chat["messages"] == [USER]
 
 
+def test_an_output_must_answer_a_call_of_the_history_or_the_input_before_it() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        mapped(body(input=[USER, out("c1", "42")]), history=[USER, fc("c0")])
+    assert (info.value.param, info.value.code) == ("input[1].call_id", "tool_call_not_found")
+    assert mapped(body(input=[out("c1", "42")]), history=[USER, fc("c1")]).chat["messages"][-1] == tool("c1", "42")
+    # the stored history is not checked again (an orphan there came in before this check)
+    assert mapped(body(input=[USER]), history=[USER, out("c9", "x")]).chat["messages"][-1] == USER
+
+
 def test_bad_history_blames_previous_response_id() -> None:
     with pytest.raises(InvalidRequest) as info:
         mapped(body(), history=[{"type": "function_call"}])
