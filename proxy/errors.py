@@ -106,6 +106,18 @@ def error_parts(exc: ProxyError | TranslationError) -> tuple[int, dict[str, Any]
     return status, body, dict(getattr(exc, "headers", None) or {})
 
 
+def error_code(status: int, error: dict[str, Any]) -> str:
+    """A string ``code`` for an error that may have none (an upstream's error relayed as it came):
+    its own code, else its ``type``, else the type its status stands for
+    (``invalid_request_error``, ``server_error``...). A WebSocket error frame needs one (the Open
+    Responses ``WebSocketErrorEvent``); HTTP bodies keep the upstream's null, as OpenAI sends."""
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return _type_for(status)
+
+
 def error_response(exc: ProxyError | TranslationError, *, headers: dict[str, str] | None = None) -> web.Response:
     status, body, hdrs = error_parts(exc)
     if headers:

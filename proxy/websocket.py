@@ -21,7 +21,9 @@ goes out as one JSON text frame (``WebSocketSink``), numbered as over SSE, with 
     is ended (``error`` + ``response.failed``, code ``websocket_connection_limit_reached``), then
     an error frame of that code and a clean close (1000).
   - Request errors are in-band ``{"type": "error", "status", "error": {...}}`` frames and the
-    socket stays open; a failure mid-response is ``error`` then ``response.failed``, as over SSE.
+    socket stays open; ``error.code`` is always a string (an upstream error without one gets its
+    type, else the type of its status: ``errors.error_code``); a failure mid-response is
+    ``error`` then ``response.failed``, as over SSE.
     Bad frames (not JSON, binary, unknown ``type``, larger than ``max_body_bytes``) get an
     error frame; nothing closes the connection but the client, the lifetime, shutdown and a
     frame over twice ``max_body_bytes`` (1009: aiohttp reads no further, memory stays bounded).
@@ -47,7 +49,7 @@ from translators.errors import TranslationError
 from translators.input_items import continued_history, normalize_input
 from translators.responses_events import primed_response_events
 
-from .errors import ClientRequestError, ProxyError, UpstreamError, error_parts
+from .errors import ClientRequestError, ProxyError, UpstreamError, error_code, error_parts
 from .exchange import map_forward, pick_upstream, relay_turn
 from .forward import forward_streamed
 from .guard import KEY_NAME
@@ -386,7 +388,7 @@ class Connection:
             "status": status,
             "error": {
                 "type": error.get("type"),
-                "code": error.get("code"),
+                "code": error_code(status, error),  # never null: the spec's WebSocket error wants a string
                 "message": error.get("message"),
                 "param": error.get("param"),
             },

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx2
 import openai
 import orjson
 import pytest
@@ -237,6 +238,35 @@ async def test_failed_continuation_evicts_the_remembered_response(
     assert retry.error["code"] == "previous_response_not_found"
     assert len(upstream.requests) == 2  # the retry never reached the backend
     assert ws_frames.validate() == ((1, 2) if failure == "http_500" else (2, 1))
+
+
+@pytest.mark.parametrize(
+    ("reply", "code"),
+    [
+        (error_reply(500, "the backend fell over"), "server_error"),  # code null: its type
+        (error_reply(400, "bad tool schema"), "invalid_request_error"),
+        (JSONReply(None, status=503, raw=b"Service Unavailable", content_type="text/plain"), "server_error"),
+        (
+            JSONReply({"error": {"message": "slow down", "code": "rate_limit_exceeded"}}, status=429),
+            "rate_limit_exceeded",
+        ),
+    ],
+)
+async def test_an_upstream_error_frame_always_has_a_string_code(
+    sdk: Callable[..., Any], proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, reply: Any, code: str
+) -> None:
+    """The backend's error relayed as an error frame: its code, else its type, else the type of
+    its status (the Open Responses WebSocketErrorEvent wants a string: the ``ws_frames`` check
+    validates it with the schema's model). The same error over HTTP keeps the body as it was."""
+    upstream.reply(reply, reply)
+    async with sdk() as ws:
+        failed, _ = await ws.turn(model=MODEL, input="hi")
+    assert (failed.error["status"], failed.error["code"]) == (reply.status, code)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        r = await http.post(proxy.base_url + "/responses", json={"model": MODEL, "input": "hi"})
+    assert r.status_code == reply.status
+    assert r.json()["error"]["code"] == (code if code == "rate_limit_exceeded" else None)
+    assert ws_frames.validate() == (0, 1)
 
 
 async def test_generate_false_primes_the_connection(

@@ -13,8 +13,10 @@ connection's frames are split into
     ``sequence_number`` from 0, one terminal event, items and parts consistent, ...), and every
     response id on a connection is new;
   - request-level error frames, ``{"type": "error", "status": N, "error": {"type", "code",
-    "message", "param"}}``: exactly that shape, ``status`` an int >= 400, ``message`` a non-empty
-    string carrying no Python internals (tracebacks, file paths, exception class names).
+    "message", "param"}}``: exactly that shape, ``status`` an int >= 400, ``code`` a non-empty
+    string (the Open Responses ``WebSocketErrorEvent``, also validated by its model), ``message``
+    a non-empty string carrying no Python internals (tracebacks, file paths, exception class
+    names).
 
 Anything else is a violation: a frame that is not a JSON object with a string ``type``, a binary
 frame, an event outside a response, a response left without its terminal event (unless the test
@@ -33,7 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import openresponses_types as ort
 import orjson
+from pydantic import ValidationError
 
 from tests.support.validators import StreamViolation, validate_responses_events
 
@@ -81,9 +85,14 @@ def check_error_frame(frame: dict[str, Any], where: str = "error frame") -> dict
         raise FrameViolation(f"{where}: error.type {error['type']!r} is not a non-empty string")
     if not isinstance(error["message"], str) or not error["message"].strip():
         raise FrameViolation(f"{where}: error.message {error['message']!r} is not a non-empty string")
-    for key in ("code", "param"):
-        if error[key] is not None and not isinstance(error[key], str):
-            raise FrameViolation(f"{where}: error.{key} {error[key]!r} is neither null nor a string")
+    if not isinstance(error["code"], str) or not error["code"]:
+        raise FrameViolation(f"{where}: error.code {error['code']!r} is not a non-empty string (the spec wants one)")
+    if error["param"] is not None and not isinstance(error["param"], str):
+        raise FrameViolation(f"{where}: error.param {error['param']!r} is neither null nor a string")
+    try:  # and the Open Responses schema's own model of it
+        ort.WebSocketErrorEvent.model_validate(frame)
+    except ValidationError as exc:
+        raise FrameViolation(f"{where}: not an Open Responses WebSocketErrorEvent: {exc}") from None
     leak = LEAK_RE.search(error["message"])
     if leak:
         raise FrameViolation(f"{where}: error.message leaks Python internals ({leak.group(0)!r}): {error['message']!r}")
