@@ -23,15 +23,36 @@ Layout (``P`` = ``key_prefix``):
 ``exp`` lets a replica treat a record as expired by its own clock (and tests use a fake clock);
 replicas are assumed to have NTP-synchronised clocks. Single Redis (or primary/replica) only: the
 script touches keys it computes, which Redis Cluster does not allow.
+
+**Redis at ``maxmemory``** (``maxmemory-policy noeviction``): the save script must be refused, so
+that the save fails (``StoreError`` naming Redis's OOM), is kept by the retry queue and written
+once Redis has memory again. Redis checks a script without declared flags only at its first
+write command, and lets a script go on once it has written: the save begins by removing the
+record it replaces (allowed at maxmemory), so it would be taken and Redis would grow past its
+limit. On Redis >= 7.0 every script therefore declares its flags in a ``#!lua`` shebang, which
+Redis checks before it runs the script: the save declares none (refused with OOM at maxmemory);
+delete, the sweep and the pruning of stale item-set members only remove, and declare
+``allow-oom`` (they keep working there, and free memory); the item lookup declares ``no-writes``
+(it keeps working at maxmemory, on a read-only replica and when Redis refuses writes for a
+failed snapshot). The version comes from ``INFO server``, once, at the first script or ``ping``
+(/readyz pings); when INFO is refused the flags are tried, and a Redis that answers the shebang
+with an error (older than 7.0) gets the same scripts without it. **Redis older than 7.0 cannot refuse a save
+at maxmemory**: saves are taken and Redis grows past the limit (logged once,
+``store.redis_without_script_flags``). Use Redis 7.0 or later, or a ``maxmemory-policy`` that
+evicts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+import structlog
+from redis.commands.core import AsyncScript
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from proxy.store import (
     Clock,
@@ -45,6 +66,8 @@ from proxy.store import (
     item_ids,
     owner_tag,
 )
+
+log = structlog.get_logger("crossfeed")
 
 # Takes record `rid` (hash key `rkey`) out of the item sets it is in; the record stays.
 _UNINDEX_LUA = """
@@ -139,21 +162,61 @@ return {exp or false, deleted}
 """
 )
 
-# KEYS: an item set. ARGV: now, record key prefix. The newest live record holding the item (its
-# data), or false; members whose record is gone are removed on the way.
+# KEYS: an item set. ARGV: now, record key prefix. Reads only. Returns {the data of the newest
+# live record holding the item, or false; the members met on the way whose record is gone}.
 _BY_ITEM_LUA = """
 local rids = redis.call('ZREVRANGE', KEYS[1], 0, -1)
+local stale = {}
 for _, rid in ipairs(rids) do
   local v = redis.call('HMGET', ARGV[2] .. rid, 'exp', 'data')
   if v[2] then
     local e = tonumber(v[1])
-    if e and e > tonumber(ARGV[1]) then return v[2] end
+    if e and e > tonumber(ARGV[1]) then return {v[2], stale} end
   else
-    redis.call('ZREM', KEYS[1], rid)
+    stale[#stale + 1] = rid
   end
 end
-return false
+return {false, stale}
 """
+
+# KEYS: an item set. ARGV: record key prefix, then ids. Removes the ids whose record is gone (a
+# record saved again since the lookup keeps its member). Returns the number removed.
+_PRUNE_LUA = """
+local n = 0
+for i = 2, #ARGV do
+  if redis.call('EXISTS', ARGV[1] .. ARGV[i]) == 0 then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return n
+"""
+
+_SCRIPTS = {"save": _SAVE_LUA, "sweep": _SWEEP_LUA, "delete": _DELETE_LUA, "by_item": _BY_ITEM_LUA, "prune": _PRUNE_LUA}
+
+# Redis >= 7.0: the flags each script declares, checked before it runs (see the module docstring).
+_SHEBANGS = {
+    "save": "#!lua\n",  # writes: refused at maxmemory (OOM), as a plain SET is
+    "sweep": "#!lua flags=allow-oom\n",  # only removes
+    "delete": "#!lua flags=allow-oom\n",
+    "prune": "#!lua flags=allow-oom\n",
+    "by_item": "#!lua flags=no-writes\n",
+}
+
+
+def script_flags_supported(redis_version: object) -> bool:
+    """Whether a Redis of ``redis_version`` (``INFO server``) reads script flags (7.0 and later).
+    True when the version cannot be read: a Redis that cannot read them says so at the first
+    script, and the store falls back then."""
+    try:
+        return int(str(redis_version).split(".", 1)[0]) >= 7
+    except ValueError:
+        return True
+
+
+def _shebang_refused(exc: ResponseError) -> bool:
+    """Redis older than 7.0 compiles the shebang line as Lua: "Error compiling script (new
+    function): user_script:1: unexpected symbol near '#'" (a server that reads the shebang but
+    not these flags names the shebang)."""
+    text = str(exc)
+    return "near '#'" in text or "shebang" in text.lower()
 
 
 class RedisStore(ResponseStore):
@@ -185,10 +248,10 @@ class RedisStore(ResponseStore):
         except (ValueError, RedisError) as exc:
             raise StoreError(f"bad redis url: {exc}", backend=self.backend) from exc
         self._client = aioredis.Redis(connection_pool=pool)
-        self._save_script = self._client.register_script(_SAVE_LUA)
-        self._sweep_script = self._client.register_script(_SWEEP_LUA)
-        self._delete_script = self._client.register_script(_DELETE_LUA)
-        self._by_item_script = self._client.register_script(_BY_ITEM_LUA)
+        self._flagged = {n: self._client.register_script(_SHEBANGS[n] + body) for n, body in _SCRIPTS.items()}
+        self._plain = {n: self._client.register_script(body) for n, body in _SCRIPTS.items()}
+        self._scripts: dict[str, AsyncScript] | None = None  # one of the two, chosen at the first call
+        self._choosing = asyncio.Lock()
 
     def _key(self, response_id: str) -> str:
         return self._record_prefix + response_id
@@ -201,7 +264,47 @@ class RedisStore(ResponseStore):
             raise StoreError("store is closed", backend=self.backend)
 
     def _wrap(self, exc: Exception) -> StoreError:
+        if isinstance(exc, OutOfMemoryError):  # Redis's own words: "OOM command not allowed when used memory > ..."
+            return StoreError(f"redis: OOM {exc}", backend=self.backend)
         return StoreError(f"redis: {type(exc).__name__}: {exc}", backend=self.backend)
+
+    async def _choose_scripts(self) -> dict[str, AsyncScript]:
+        """The scripts with flags (Redis >= 7.0) or without, from ``INFO server``, once."""
+        if self._scripts is not None:
+            return self._scripts
+        async with self._choosing:
+            if self._scripts is None:
+                try:
+                    version = (await self._client.info("server")).get("redis_version")
+                except ResponseError:  # INFO refused (an ACL, a renamed command): try the flags
+                    version = None
+                if version is None or script_flags_supported(version):
+                    self._scripts = self._flagged
+                else:
+                    self._use_plain(f"INFO server: redis_version {version}")
+            assert self._scripts is not None
+            return self._scripts
+
+    def _use_plain(self, why: str) -> None:
+        if self._scripts is not self._plain:
+            self._scripts = self._plain
+            log.warning(
+                "store.redis_without_script_flags",
+                backend=self.backend,
+                reason=why,
+                needs="script flags (Redis 7.0 or later)",
+                consequence="saves cannot be refused at maxmemory: Redis takes them and grows past it",
+            )
+
+    async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        scripts = await self._choose_scripts()
+        try:
+            return await scripts[name](keys=keys, args=args)
+        except ResponseError as exc:
+            if scripts is self._plain or not _shebang_refused(exc):
+                raise
+            self._use_plain(f"Redis answered the script shebang with an error: {exc}")
+        return await self._plain[name](keys=keys, args=args)
 
     async def save(self, record: StoredResponse) -> None:
         self._check_open()
@@ -209,9 +312,10 @@ class RedisStore(ResponseStore):
         item_keys = orjson.dumps([self._item_key(i, record.owner) for i in item_ids(record)])
         now = self._clock()
         try:
-            evicted, expired = await self._save_script(
-                keys=[self._key(record.id), self._index, self._seq],
-                args=[
+            evicted, expired = await self._eval(
+                "save",
+                [self._key(record.id), self._index, self._seq],
+                [
                     record.id,
                     blob,
                     repr(now + self._ttl),
@@ -237,7 +341,7 @@ class RedisStore(ResponseStore):
             if data is None:
                 return None
             if exp is None or float(exp) <= self._clock():
-                await self._delete_script(keys=[key, self._index], args=[response_id])
+                await self._eval("delete", [key, self._index], [response_id])
                 self._expired += 1
                 return None
         except (RedisError, OSError, ValueError) as exc:
@@ -246,18 +350,24 @@ class RedisStore(ResponseStore):
 
     async def get_by_item(self, item_id: str, owner: str | None) -> StoredResponse | None:
         self._check_open()
+        key = self._item_key(item_id, owner)
         try:
-            data = await self._by_item_script(
-                keys=[self._item_key(item_id, owner)], args=[repr(self._clock()), self._record_prefix]
-            )
+            data, stale = await self._eval("by_item", [key], [repr(self._clock()), self._record_prefix])
         except (RedisError, OSError) as exc:
             raise self._wrap(exc) from exc
+        if stale:
+            # Best effort: a Redis that takes no writes (a read-only replica) still answers the
+            # lookup; the members left go at a later lookup or with the set's own TTL.
+            try:
+                await self._eval("prune", [key], [self._record_prefix, *stale])
+            except (RedisError, OSError):
+                pass
         return None if data is None else decode_record(data, self.backend)
 
     async def delete(self, response_id: str) -> bool:
         self._check_open()
         try:
-            exp, deleted = await self._delete_script(keys=[self._key(response_id), self._index], args=[response_id])
+            exp, deleted = await self._eval("delete", [self._key(response_id), self._index], [response_id])
             return bool(deleted) and exp is not None and float(exp) > self._clock()
         except (RedisError, OSError, ValueError) as exc:
             raise self._wrap(exc) from exc
@@ -267,9 +377,7 @@ class RedisStore(ResponseStore):
         self._check_open()
         try:
             n = int(
-                await self._sweep_script(
-                    keys=[self._index], args=[repr(self._clock()), self._record_prefix, self.SWEEP_BATCH]
-                )
+                await self._eval("sweep", [self._index], [repr(self._clock()), self._record_prefix, self.SWEEP_BATCH])
             )
         except (RedisError, OSError) as exc:
             raise self._wrap(exc) from exc
@@ -288,6 +396,7 @@ class RedisStore(ResponseStore):
         self._check_open()
         try:
             await self._client.ping()
+            await self._choose_scripts()
         except (RedisError, OSError) as exc:
             raise self._wrap(exc) from exc
 
