@@ -88,6 +88,10 @@ SUMMARY_TEXT = "summary_text"
 _ARGS_DELTA = "response.function_call_arguments.delta"
 _TEXT_TAIL = b',"logprobs":[],"sequence_number":'
 _SEQ_TAIL = b',"sequence_number":'
+_CREATED = "response.created"
+_IN_PROGRESS = "response.in_progress"
+_CREATED_HEAD = b'{"type":"response.created","response":'
+_IN_PROGRESS_HEAD = b'{"type":"response.in_progress","response":'
 
 
 class Phase(Enum):
@@ -273,9 +277,19 @@ class ChatToResponsesStream:
         self.phase = Phase.STREAMING
         self._live = True
         out = self._out = []
+        if self._wire:  # rendered now, once: both frames are made from the same bytes
+            body = _dumps(self._resp)
+            seq = self._seq
+            self._seq = seq + 2
+            framing = self._framing
+            out.append(b"%s%s%s%s%d%s" % (framing.named(_CREATED), _CREATED_HEAD, body, _SEQ_TAIL, seq, self._end))
+            out.append(
+                b"%s%s%s%s%d%s" % (framing.named(_IN_PROGRESS), _IN_PROGRESS_HEAD, body, _SEQ_TAIL, seq + 1, self._end)
+            )
+            return out
         snapshot = self._snapshot()  # the same state in both events: one copy will do
-        self._emit({"type": "response.created", "response": snapshot})
-        self._emit({"type": "response.in_progress", "response": snapshot})
+        self._emit({"type": _CREATED, "response": snapshot})
+        self._emit({"type": _IN_PROGRESS, "response": snapshot})
         return out
 
     def feed(self, chunk: dict[str, Any]) -> list[Out]:
