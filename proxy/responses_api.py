@@ -23,6 +23,10 @@
   are replaced by the items they name, looked up by item id in the store (an output or input item
   of a stored response of this key), before the request is mapped; the stored input then holds
   the items themselves. An id not found for this key -> 400 ``input[i].id``.
+- A reasoning item replayed by its id only (no summary, content or encrypted_content: LangChain's
+  stream merge) is filled the same way from the stored item of that id, as OpenAI does, so the
+  backend's tool turn gets its reasoning back. One not found for this key, or a store that cannot
+  be read, leaves it as it came (it carries nothing; the turn goes on).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import structlog
 from aiohttp import web
 
 from translators.input_items import continued_history, normalize_input
-from translators.input_messages import item_references, resolve_references
+from translators.input_messages import bare_reasoning, fill_reasoning, item_references, resolve_references
 from translators.response_replay import replay_events
 from translators.sse import render_responses
 
@@ -75,10 +79,12 @@ async def resolve_item_references(app: web.Application, body: dict[str, Any]) ->
     stored items its ``item_reference`` items name, so that the mapping, the saved input and the
     hosted-tool loops all see the items themselves. Looked up by item id (an indexed store read),
     keyed by the request's key name: another key's items are not found. An id not found -> 400
-    ``input[i].id`` (translators.input_messages.resolve_references)."""
+    ``input[i].id`` (translators.input_messages.resolve_references). Reasoning items replayed by
+    id only are filled from the store too (``_fill_reasoning``)."""
     inp = body.get("input")
     refs = item_references(inp)
     if not refs or not isinstance(inp, list):
+        await _fill_reasoning(app, body)
         return
     wanted = list(dict.fromkeys(ref for _, ref in refs))
     found = await _find_items(app, wanted)
@@ -92,6 +98,27 @@ async def resolve_item_references(app: web.Application, body: dict[str, Any]) ->
         if miss is not None and not miss.permanent:
             raise StoreUnavailable(miss.message(f"Input item '{missing[0]}'"))
     body["input"] = resolve_references(inp, found)
+    await _fill_reasoning(app, body)
+
+
+async def _fill_reasoning(app: web.Application, body: dict[str, Any]) -> None:
+    """Fill the input's id-only reasoning items from the store (``bare_reasoning``), for this key;
+    best effort: a miss or a store that cannot be read leaves them as they came."""
+    inp = body.get("input")
+    bare = bare_reasoning(inp)
+    if not bare or not isinstance(inp, list):
+        return
+    wanted = list(dict.fromkeys(rid for _, rid in bare))
+    try:
+        found = await _find_items(app, wanted)
+        if len(found) < len(wanted) and app[SAVING]:  # a save of this process still finishing
+            await asyncio.wait(list(app[SAVING].values()), timeout=10)
+            found.update(await _find_items(app, [rid for rid in wanted if rid not in found]))
+    except StoreUnavailable as exc:
+        log.warning("reasoning.not_filled", error=exc.message)
+        return
+    if found:
+        body["input"] = fill_reasoning(inp, found)
 
 
 async def _find_items(app: web.Application, item_ids: list[str]) -> dict[str, dict[str, Any]]:

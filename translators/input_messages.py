@@ -1,7 +1,8 @@
 """Responses input items -> chat messages (pure): the folding the request mapping uses for the
 history and the input alike (translators/responses_request.py). Also the pure half of
 ``item_reference`` items: finding them (``item_references``) and putting in their place the
-items the proxy looked up in its store (``resolve_references``)."""
+items the proxy looked up in its store (``resolve_references``), and of reasoning items replayed
+by id only (``bare_reasoning``, ``fill_reasoning``)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,39 @@ def resolve_references(inp: list[Any], found: Mapping[str, dict[str, Any]]) -> l
                 code="item_not_found",
             )
         out[i] = dict(item)
+    return out
+
+
+def bare_reasoning(inp: Any) -> list[tuple[int, str]]:
+    """``(i, id)`` of each reasoning item of ``input`` replayed by its id only: no summary, no
+    content, no encrypted_content (LangChain's stream merge sends ``{"type": "reasoning", "id",
+    "summary": [], "content": []}``). OpenAI fills such an item from its store; so does the proxy
+    (``fill_reasoning``)."""
+    if not isinstance(inp, list):
+        return []
+    out = []
+    for i, item in enumerate(inp):
+        if isinstance(item, dict) and item.get("type") == "reasoning":
+            rid = item.get("id")
+            if (
+                isinstance(rid, str)
+                and rid
+                and not item.get("summary")
+                and not item.get("content")
+                and not item.get("encrypted_content")
+            ):
+                out.append((i, rid))
+    return out
+
+
+def fill_reasoning(inp: list[Any], found: Mapping[str, dict[str, Any]]) -> list[Any]:
+    """A copy of ``inp`` with each id-only reasoning item replaced by (a copy of) the reasoning
+    item ``found`` holds for its id; one not found stays as it came (it then carries nothing)."""
+    out = list(inp)
+    for i, rid in bare_reasoning(inp):
+        item = found.get(rid)
+        if item is not None and item.get("type") == "reasoning":
+            out[i] = dict(item)
     return out
 
 

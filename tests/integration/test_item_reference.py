@@ -12,9 +12,10 @@ import openai
 import pytest
 
 from proxy.config import load_config
-from tests.conftest import Captured, start_proxy, validate_captured
+from tests.conftest import Captured, ProxyHandle, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.test_stateful import TOOLS, call_reply, json_text, text_reply
+from tests.support.ws import FrameRecorder, ws_url
 from translators.ids import SequentialIds
 
 USER = {"role": "user", "content": "I am Ann."}
@@ -90,6 +91,56 @@ async def test_references_to_reasoning_and_a_tool_call(client: openai.AsyncOpenA
     assert messages[2] == {"role": "tool", "tool_call_id": "call_9", "content": "30"}
 
 
+def bare(item_id: str) -> dict[str, Any]:
+    """A reasoning item replayed by its id only, as LangChain's stream merge sends it."""
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": []}
+
+
+def tool_turn(reasoning_id: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "How old is Ann?"},
+        bare(reasoning_id),
+        {"type": "function_call", "call_id": "call_9", "name": "lookup", "arguments": '{"q":"Ann"}'},
+        {"type": "function_call_output", "call_id": "call_9", "output": "30"},
+    ]
+
+
+async def test_a_reasoning_item_sent_by_id_only_is_filled_from_the_store(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    """OpenAI fills it from its store; so does crossfeed: the backend's tool turn gets its
+    reasoning, and the new response's stored input holds the item whole. An id the store does
+    not hold stays as it came (nothing to send; the turn goes on)."""
+    upstream.reply(call_reply("call_9", "lookup", '{"q":"Ann"}'), json_text("Ann is 30."), json_text("Ann is 30."))
+    async with client.responses.stream(model="m", input="How old is Ann?", tools=TOOLS) as s:
+        first = await s.get_final_response()
+    reasoning = first.output[0]
+    assert reasoning.type == "reasoning"
+    second = await client.responses.create(model="m", tools=TOOLS, stream=False, input=tool_turn(reasoning.id))
+    messages = upstream.requests[1].body["messages"]
+    assert messages[1]["role"] == "assistant" and messages[1]["reasoning_content"] == "I should call lookup"
+    assert messages[1]["tool_calls"][0]["id"] == "call_9"
+    listed = (await client.responses.input_items.list(second.id, order="asc")).data
+    assert listed[1].id == reasoning.id and listed[1].model_dump(exclude_none=True) == reasoning.model_dump(
+        exclude_none=True
+    )
+    await client.responses.create(model="m", tools=TOOLS, stream=False, input=tool_turn("rs_unknown"))
+    assert "reasoning_content" not in upstream.requests[2].body["messages"][1]
+
+
+async def test_a_reasoning_item_sent_by_id_only_over_websocket(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
+    upstream.reply(call_reply("call_9", "lookup", '{"q":"Ann"}'), text_reply("Ann is 30."))
+    async with ws_frames.connect(ws_url(proxy.url)) as ws:
+        first = await ws.turn(model="m", input="How old is Ann?", tools=TOOLS)
+        reasoning_id = first.response["output"][0]["id"]
+        done = await ws.turn(model="m", input=tool_turn(reasoning_id), tools=TOOLS)
+    assert done.text == "Ann is 30."
+    assert upstream.requests[1].body["messages"][1]["reasoning_content"] == "I should call lookup"
+    assert ws_frames.validate() == (2, 0)
+
+
 async def test_an_unknown_id_is_a_400_naming_it(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await client.responses.create(model="m", input=[USER, {"type": "item_reference", "id": "msg_nope"}])
@@ -144,3 +195,20 @@ async def test_another_keys_items_are_not_there(scoped: Any, upstream: FakeUpstr
         assert unknown["param"] == "input[1].id" and unknown["code"] == "item_not_found"
         await alice.responses.create(model="m", input=[USER, ref], stream=False)
     assert upstream.requests[1].body["messages"][1] == {"role": "assistant", "content": "Hi Ann."}
+
+
+async def test_another_keys_reasoning_is_not_filled(scoped: Any, upstream: FakeUpstream) -> None:
+    upstream.reply(call_reply("call_9", "lookup", '{"q":"Ann"}'), json_text("ok"), json_text("ok"))
+    http = httpx2.AsyncClient(timeout=30)
+    async with (
+        openai.AsyncOpenAI(
+            base_url=scoped.base_url, api_key=KEYS["ALICE_KEY"], max_retries=0, http_client=http
+        ) as alice,
+        openai.AsyncOpenAI(base_url=scoped.base_url, api_key=KEYS["BOB_KEY"], max_retries=0, http_client=http) as bob,
+    ):
+        async with alice.responses.stream(model="m", input="How old is Ann?", tools=TOOLS) as s:
+            first = await s.get_final_response()
+        await bob.responses.create(model="m", tools=TOOLS, stream=False, input=tool_turn(first.output[0].id))
+        await alice.responses.create(model="m", tools=TOOLS, stream=False, input=tool_turn(first.output[0].id))
+    assert "reasoning_content" not in upstream.requests[1].body["messages"][1]
+    assert upstream.requests[2].body["messages"][1]["reasoning_content"] == "I should call lookup"

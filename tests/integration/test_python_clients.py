@@ -137,6 +137,59 @@ async def test_langchain_streamed_tool_loop_sends_the_reasoning_back(
     assert sent[-1] == {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "content": "sunny in Paris"}
 
 
+async def test_langchain_streamed_tool_loop_without_a_reasoning_param(
+    proxy: ProxyHandle, upstream: FakeUpstream, captured: list[Captured]
+) -> None:
+    """No ``reasoning`` asked: the reasoning streams as reasoning text, which LangChain's stream
+    merge leaves out, so it replays the reasoning item by id only (``summary: []``,
+    ``content: []``). crossfeed fills it from its store, as OpenAI does: the backend's tool
+    turn still gets its reasoning."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    sent_bodies: list[dict[str, Any]] = []
+
+    async def record(request: httpx2.Request) -> None:
+        sent_bodies.append(orjson.loads(request.content))
+
+    upstream.reply(reasoning_then(call=("get_weather", {"city": "Paris"})), reasoning_then(ANSWER))
+    client = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30, event_hooks={"request": [record]})
+    chat = ChatOpenAI(
+        model="deepseek-reasoner",
+        base_url=proxy.base_url,
+        api_key="sk-test",
+        use_responses_api=True,
+        http_async_client=client,
+        max_retries=0,
+    )
+    model = chat.bind_tools([get_weather])
+    question = HumanMessage("Weather in Paris?")
+    first = None
+    async for piece in model.astream([question]):
+        first = piece if first is None else first + piece
+    assert first is not None and [c["name"] for c in first.tool_calls] == ["get_weather"]
+    call = first.tool_calls[0]
+    result = ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"])
+    second = None
+    async for piece in model.astream([question, first, result]):
+        second = piece if second is None else second + piece
+    assert second is not None and second.text.strip() == ANSWER
+    assert "reasoning" not in sent_bodies[1]
+    (replayed,) = [i for i in sent_bodies[1]["input"] if i.get("type") == "reasoning"]
+    assert replayed["id"] and not replayed.get("content") and not replayed.get("summary")  # by id only
+    assert not replayed.get("encrypted_content")
+    sent = upstream.requests[1].body["messages"]
+    turn = next(m for m in sent if m["role"] == "assistant")
+    assert turn.get("reasoning_content", "").strip() == REASONING  # filled from the store
+    assert sent[-1] == {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "content": "sunny in Paris"}
+
+
 # -- pydantic-ai ----------------------------------------------------------------------------------
 
 

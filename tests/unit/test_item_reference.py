@@ -17,7 +17,13 @@ from proxy.responses_api import KEEPER, SAVING, STORE, resolve_item_references
 from proxy.store import MemoryStore, StoreConfig, StoredResponse, StoreError
 from proxy.store_retry import SaveKeeper
 from translators.errors import InvalidRequest, UnsupportedFeature
-from translators.input_messages import is_item_reference, item_references, resolve_references
+from translators.input_messages import (
+    bare_reasoning,
+    fill_reasoning,
+    is_item_reference,
+    item_references,
+    resolve_references,
+)
 from translators.options import BackendProfile
 from translators.responses_request import responses_request_to_chat
 
@@ -218,3 +224,50 @@ async def test_a_save_still_finishing_is_waited_for(app: web.Application) -> Non
     await resolve_item_references(app, body)
     assert body["input"][0]["id"] == "msg_late"
     assert [r[0] for r in app[STORE].item_reads] == ["msg_late", "msg_late"]  # missed, waited, found
+
+
+# -- reasoning replayed by id only (LangChain's stream merge): filled from the store ---------------
+
+REASONING = {
+    "id": "rs_1",
+    "type": "reasoning",
+    "summary": [],
+    "content": [{"type": "reasoning_text", "text": "Ann is in the table."}],
+}
+BARE = {"type": "reasoning", "id": "rs_1", "summary": [], "content": []}
+
+
+def test_bare_reasoning_is_a_reasoning_item_with_nothing_but_its_id() -> None:
+    inp = [
+        USER,
+        BARE,
+        {"type": "reasoning", "id": "rs_2"},
+        {**BARE, "id": "rs_3", "encrypted_content": "x"},
+        REASONING,
+        {"type": "reasoning", "summary": []},
+    ]
+    assert bare_reasoning(inp) == [(1, "rs_1"), (2, "rs_2")]
+    assert bare_reasoning("hi") == []
+    filled = fill_reasoning(inp, {"rs_1": REASONING, "rs_2": ASSISTANT})  # a non-reasoning item is not put there
+    assert filled[1] == REASONING and filled[1] is not REASONING and filled[2] == inp[2] and inp[1] == BARE
+
+
+async def test_bare_reasoning_filled_for_its_key_only(app: web.Application) -> None:
+    await app[STORE].save(record("resp_r", "alice", [REASONING, CALL], [{**USER, "id": "msg_u9"}]))
+    results = {}
+    for name in ("alice", "bob"):
+        token = KEY_NAME.set(name)
+        try:
+            body = {"input": [USER, BARE, CALL]}
+            await resolve_item_references(app, body)
+        finally:
+            KEY_NAME.reset(token)
+        results[name] = body["input"][1]
+    assert results == {"alice": REASONING, "bob": BARE}
+
+
+async def test_bare_reasoning_with_the_store_down_goes_on_as_it_came(app: web.Application) -> None:
+    app[STORE].down = True
+    body = {"input": [USER, BARE]}
+    await resolve_item_references(app, body)  # no 503: the reasoning is filled when it can be
+    assert body["input"] == [USER, BARE]
