@@ -124,7 +124,7 @@ class Metrics:
             "crossfeed_translation_anomalies", "Upstream quirks absorbed by translation", ["kind"], registry=r
         )
         self._children: dict[tuple[Any, ...], Any] = {}
-        self._request_children: dict[tuple[str, str, int, str], tuple[Any, Any]] = {}
+        self._request_children: dict[tuple[str, str, int, str], RequestSeries] = {}
         self._models: set[str] = set()
 
     def model_label(self, model: str) -> str:
@@ -139,16 +139,14 @@ class Metrics:
         self._models.add(model)
         return model
 
-    def request_children(self, route: str, model: str, status: int, key_name: str = "none") -> tuple[Any, Any]:
-        """The request counter and duration series of one (route, model, status, key name): found
-        with one lookup, since every request records both."""
+    def request_children(self, route: str, model: str, status: int, key_name: str = "none") -> RequestSeries:
+        """Every series a request of one (route, model, status, key name) records, found with one
+        lookup: the request counter and duration series (every request records both), and the
+        ones a request records when it has them (time to first byte, tokens, how it ended)."""
         key = (route, model, status, key_name)
         found = self._request_children.get(key)
         if found is None:
-            found = self._request_children[key] = (
-                self.requests.labels(route, model, str(status), key_name),
-                self.duration.labels(route),
-            )
+            found = self._request_children[key] = RequestSeries(self, route, model, status, key_name)
         return found
 
     def child(self, metric: Any, *labels: str) -> Any:
@@ -157,6 +155,43 @@ class Metrics:
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = metric.labels(*labels)
+        return found
+
+
+class RequestSeries:
+    """The series of one (route, model, status, key name). A labelled series is exported from
+    its first use, so those a request may not record are made the first time one does."""
+
+    __slots__ = ("count", "duration", "_metrics", "_route", "_model", "_ttfb", "_tokens", "_terminals")
+
+    def __init__(self, metrics: Metrics, route: str, model: str, status: int, key_name: str) -> None:
+        self.count = metrics.requests.labels(route, model, str(status), key_name)
+        self.duration = metrics.duration.labels(route)
+        self._metrics = metrics
+        self._route = route
+        self._model = model
+        self._ttfb: Any = None
+        self._tokens: tuple[Any, Any] | None = None
+        self._terminals: dict[str, Any] = {}
+
+    def ttfb(self) -> Any:
+        found = self._ttfb
+        if found is None:
+            found = self._ttfb = self._metrics.child(self._metrics.ttfb, self._route)
+        return found
+
+    def tokens(self) -> tuple[Any, Any]:
+        """The (in, out) token counters of the model."""
+        found = self._tokens
+        if found is None:
+            m = self._metrics
+            found = self._tokens = (m.child(m.tokens, self._model, "in"), m.child(m.tokens, self._model, "out"))
+        return found
+
+    def terminal(self, terminal: str) -> Any:
+        found = self._terminals.get(terminal)
+        if found is None:
+            found = self._terminals[terminal] = self._metrics.child(self._metrics.terminals, self._route, terminal)
         return found
 
 
@@ -278,21 +313,21 @@ def record_request(app: web.Application, route: str, summary: dict[str, Any], st
     """One request's (or WebSocket turn's) metrics and its summary line."""
     metrics = app[METRICS]
     model = metrics.model_label(str(summary.get("model") or ""))
-    count, durations = metrics.request_children(route, model, status, str(summary.get("key") or "none"))
-    count.inc()
-    durations.observe(duration)
+    series = metrics.request_children(route, model, status, str(summary.get("key") or "none"))
+    series.count.inc()
+    series.duration.observe(duration)
     ttfb = summary.pop("ttfb", None)
     if ttfb is not None:
-        metrics.child(metrics.ttfb, route).observe(ttfb)
+        series.ttfb().observe(ttfb)
         summary["ttfb_ms"] = round(ttfb * 1000, 1)
     usage = summary.get("usage")
     if usage:
-        child = metrics.child
-        child(metrics.tokens, model, "in").inc(usage.get("in", 0))
-        child(metrics.tokens, model, "out").inc(usage.get("out", 0))
+        tokens_in, tokens_out = series.tokens()
+        tokens_in.inc(usage.get("in", 0))
+        tokens_out.inc(usage.get("out", 0))
     terminal = summary.get("terminal")
     if terminal:
-        metrics.child(metrics.terminals, route, terminal).inc()
+        series.terminal(terminal).inc()
     if route != "/metrics":
         app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **summary)
 
