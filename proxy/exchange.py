@@ -333,7 +333,8 @@ async def forward_turn(
         machine,
         open_sink,
         summary,
-        before_end=final_saver(app, body, history),
+        # a Response the client asked not to store has nothing to hand to the store
+        before_end=None if body.get("store") is False else final_saver(app, body, history),
     )
     if ran is None:
         return None
