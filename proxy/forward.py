@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from translators.mcp_items import answered
 from translators.responses_request import MappedRequest
 
 from .compaction import compact_now, compacting_turn, compaction_turn, over_threshold
@@ -35,7 +36,7 @@ async def forward_streamed(
     """A streamed create; the final Response (None when the client left before the stream)."""
     if plan.compact == "trigger":
         return await compaction_turn(request, body, up, open_sink, plan, summary=summary)
-    if await over_threshold(request, up, plan):
+    if plan.threshold is not None and await over_threshold(request, up, plan):
         return await compacting_turn(request, body, up, open_sink, plan, history, summary=summary)
     loop, plan = await tool_loop(request, body, up, plan, history)
     if loop is not None:
@@ -69,6 +70,10 @@ async def tool_loop(
     and the plan, mapped again when this input answers MCP approvals (the calls were made)."""
     if plan.compact:
         return None, plan
+    if not body.get("tools"):  # no hosted tool to run; only an MCP approval answered here remaps the input
+        raw_input = body.get("input")
+        if not isinstance(raw_input, list) or not answered(raw_input):
+            return None, plan
     runners: list[Any] = [r for r in (search_plan(request, body, plan),) if r is not None]
     mcp, results = await plan_mcp(request, body, history)
     if results is not None:
