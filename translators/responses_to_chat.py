@@ -18,8 +18,11 @@ ended the stream)) for the driver to log once per stream. No input of any shape 
 Rules:
 - The first lifecycle event (``created``; else ``queued``/``in_progress``/terminal; else the first
   content event) fixes ``id`` (minted ``chatcmpl-``), ``model`` (upstream's, else the ``model``
-  argument) and ``created`` (``created_at``, else ``now()``), and sends the only ``role``:
-  ``delta:{role:"assistant", content:""}``.
+  argument) and ``created`` (``created_at``, else ``now()``). The only ``role`` goes out in a chunk
+  of its own just before the first chunk of the answer, as OpenAI's chat streams have it:
+  ``delta:{role:"assistant", content:""}`` when that chunk is text (or the finish chunk of an
+  empty answer, or an error), ``content: null`` when it is a tool call, reasoning or a refusal (a
+  client such as the AI SDK opens a text part for ``content: ""``).
 - ``output_text.delta`` -> ``content`` (+ logprobs -> ``choices[0].logprobs.content``);
   ``refusal.delta`` -> ``refusal``; ``reasoning_text.delta`` / ``reasoning_summary_text.delta`` ->
   ``options.reasoning_field``. A new message item's text, and each new reasoning segment (summary
@@ -236,6 +239,7 @@ class ResponsesToChatStream:
         "_after",
         "usage",
         "_limit",
+        "_role",
     )
 
     def __init__(
@@ -286,6 +290,7 @@ class ResponsesToChatStream:
         self._heads: dict[str, bytes] = {}  # wire mode: delta key -> the frame up to the text
         self._after = b""  # wire mode: the frame after the text
         self._limit = max_output_tokens
+        self._role = False  # the role chunk is due (before the first chunk of the answer)
 
     # -- public interface ------------------------------------------------------------------
 
@@ -310,20 +315,21 @@ class ResponsesToChatStream:
             else:
                 raise UpstreamProtocolError(f"the upstream sent an event whose type is {json_kind(t)}")
             if phase is _STREAMING:
-                return self._other(t) if handler is None else handler(self, event)
+                sent = self._other(t) if handler is None else handler(self, event)
+                return self._with_role(sent) if self._role and sent else sent
         except UpstreamProtocolError as exc:
-            return self._malformed(exc.message)
+            return self._with_role(self._malformed(exc.message))
         except _MALFORMED as exc:
-            return self._malformed(f"malformed upstream event ({type(exc).__name__})")
+            return self._with_role(self._malformed(f"malformed upstream event ({type(exc).__name__})"))
         out: list[Out] = []
         try:
-            out = self._first(event, t)
-            out.extend(self._other(t) if handler is None else handler(self, event))
-            return out
+            self._first(event, t)
+            out = self._other(t) if handler is None else handler(self, event)
+            return self._with_role(out) if out else out
         except UpstreamProtocolError as exc:
-            return out + self._malformed(exc.message)
+            return self._with_role(out + self._malformed(exc.message))
         except _MALFORMED as exc:
-            return out + self._malformed(f"malformed upstream event ({type(exc).__name__})")
+            return self._with_role(out + self._malformed(f"malformed upstream event ({type(exc).__name__})"))
 
     def finish(self, *, clean: bool = True) -> list[Out]:
         """The upstream ended (``clean``: with ``[DONE]``, else EOF). Without a terminal event
@@ -335,7 +341,7 @@ class ResponsesToChatStream:
     def fail(self, code: str, message: str) -> list[Out]:
         if self._phase is _DONE:
             return []
-        return self._error({"code": code, "message": message, "type": "server_error"})
+        return self._with_role(self._error({"code": code, "message": message, "type": "server_error"}))
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -375,10 +381,11 @@ class ResponsesToChatStream:
             )
         return b"%s%s%s" % (head, _dumps(text), self._after)
 
-    def _first(self, event: dict[str, Any], t: Any) -> list[Out]:
-        """Start the stream (identity + role chunk) on the first known event that is no failure."""
+    def _first(self, event: dict[str, Any], t: Any) -> None:
+        """Start the stream (its identity; the role chunk is due) on the first known event that is
+        no failure."""
         if t not in _HANDLERS or t in _NO_START:
-            return []
+            return
         resp = (up_dict(event, "response", t) if t in _LIFECYCLE else None) or {}
         model = up_str(resp, "model", "response")
         created = resp.get("created_at")
@@ -388,7 +395,24 @@ class ResponsesToChatStream:
         self._id = self._ids.new(CHAT_COMPLETION)
         self._model = model or self._fallback_model
         self._created = self._now() if created is None else int(created)
-        return [self._chunk({"role": "assistant", "content": ""})]
+        self._role = True
+
+    def _with_role(self, out: list[Out]) -> list[Out]:
+        """``out`` with the role chunk in front when it is due: ``content: ""`` before text (or
+        an empty answer's finish chunk, or an error), ``null`` before a call, reasoning or a
+        refusal, as OpenAI's chat streams start (the AI SDK opens a text part for ``""``)."""
+        if not self._role or not out:
+            return out
+        self._role = False
+        first = out[0]
+        if type(first) is bytes:  # wire mode: a content or a reasoning frame
+            head = self._heads.get(self._rfield)
+            text = head is None or not first.startswith(head)
+        else:
+            choices = cast(dict[str, Any], first).get("choices")
+            delta = choices[0]["delta"] if choices else {}
+            text = "tool_calls" not in delta and "refusal" not in delta and self._rfield not in delta
+        return [self._chunk({"role": "assistant", "content": "" if text else None}), *out]
 
     def _error(self, err: Any) -> list[Out]:
         self._phase = _DONE

@@ -2,7 +2,8 @@
 as an app runs it (tests/integration/node/ai_sdk.mjs), against crossfeed in front of a fake chat
 backend: a multi-step tool run, a two-turn conversation replaying the first turn's messages with
 the default ``store`` (its ``item_reference`` path), reasoning shown with ``reasoningSummary``,
-and ``generateObject``.
+and ``generateObject``. Reverse: its chat provider in front of a Responses backend, a tool-only
+answer opening no empty text part.
 """
 
 from __future__ import annotations
@@ -107,3 +108,27 @@ async def test_generate_object(proxy: ProxyHandle, upstream: FakeUpstream, ai_sd
     assert got["object"] == {"city": "Paris", "sunny": True}
     fmt = upstream.requests[0].body["response_format"]
     assert fmt["type"] == "json_schema" and set(fmt["json_schema"]["schema"]["properties"]) == {"city", "sunny"}
+
+
+@pytest.mark.parametrize("proxy_overrides", [{"upstream.api": "responses"}])
+async def test_reverse_tool_only_answer_opens_no_text_part(
+    proxy: ProxyHandle, upstream: FakeUpstream, ai_sdk_dir: Path
+) -> None:
+    """The chat provider on a Responses backend: the tool-only step's stream starts with
+    ``content: null`` (as OpenAI's chat stream of a tool call), so the AI SDK opens no text part
+    for it; the text step after the tool result opens one."""
+    from tests.support.captures import read_capture
+
+    upstream.reply(
+        SSEReply(read_capture("responses/openai-gpt4o-function-call-no-seq.sse"), max_piece=29),
+        SSEReply(read_capture("responses/openai-gpt4o-text-no-seq.sse"), max_piece=29),
+    )
+    got = await run(proxy, ai_sdk_dir, "chat_tools")
+    types = [p[0] for p in got["parts"]]
+    first_step = types[: types.index("finish-step") + 1]
+    assert "tool-call" in first_step and not any(t.startswith("text-") for t in first_step), got["parts"]
+    assert types.count("text-start") == 1
+    assert "" not in [p[1] for p in got["parts"] if p[0] == "text-delta"]
+    assert got["text"] == "The capital of France is Paris."
+    assert [r.path for r in upstream.requests] == ["/v1/responses", "/v1/responses"]
+    assert upstream.requests[1].body["input"][-1]["type"] == "function_call_output"

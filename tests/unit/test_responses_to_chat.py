@@ -177,6 +177,30 @@ def test_created_fixes_id_model_created_and_role_is_sent_once() -> None:
     assert m.phase == "done" and m.done and m.finish_reason == "stop"
 
 
+@pytest.mark.parametrize(
+    ("events", "content"),
+    [
+        ([text_delta("hi")], ""),  # OpenAI's text streams start {"role", "content": ""}
+        ([added(0, fc()), ev("function_call_arguments.delta", delta="{}")], None),  # its tool calls: null
+        ([added(0, ctc())], None),
+        ([ev("reasoning_text.delta", content_index=0, delta="hmm"), text_delta("hi", oi=1)], None),
+        ([ev("refusal.delta", content_index=0, delta="no")], None),
+        ([], ""),  # an empty answer: the role, then the finish chunk
+    ],
+    ids=["text", "call", "custom-call", "reasoning-then-text", "refusal", "empty"],
+)
+def test_the_role_chunk_goes_just_before_the_answer_with_null_content_unless_text(
+    events: list[dict], content: str | None
+) -> None:
+    """The role chunk waits for the first chunk of the answer: ``content: ""`` only when that is
+    text, so a tool-only answer opens no empty text part in a client (the AI SDK)."""
+    m = machine()
+    assert m.feed(created()) == [] and m.feed({"type": "response.in_progress", "response": resp()}) == []
+    out, _ = run([created(), *events, completed()], expect_usage=True)
+    assert deltas(out)[0] == {"role": "assistant", "content": content}
+    assert sum("role" in d for d in deltas(out)) == 1 and len(deltas(out)) >= 2
+
+
 def test_created_at_missing_uses_the_clock_and_later_lifecycle_events_change_nothing() -> None:
     later = {"type": "response.in_progress", "response": resp(model="other", created_at=99)}
     out, _ = run([created(created_at=None), later, text_delta("x"), completed(model="other")])
@@ -777,7 +801,8 @@ def test_finish_after_done_and_clean_done_marker() -> None:
     m = machine()
     out = m.feed(created())
     tail = m.finish(clean=True)
-    assert tail[0]["error"]["code"] == "upstream_protocol_error"
+    assert out == [] and tail[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # due until now
+    assert tail[1]["error"]["code"] == "upstream_protocol_error"
     validate_chat_sse(render_sse(out + tail), expect_usage=True)
     m2 = machine()
     out = m2.feed(created()) + m2.feed(completed())
@@ -789,7 +814,7 @@ def test_fail_reports_the_driver_code_and_message() -> None:
     m = machine()
     out = m.feed(created())
     tail = m.fail("upstream_timeout", "no data for 60s")
-    assert tail == [
+    assert out == [] and tail[1:] == [
         {"error": {"message": "no data for 60s", "type": "server_error", "param": None, "code": "upstream_timeout"}}
     ]
     assert m.done and m.feed(text_delta("x")) == []

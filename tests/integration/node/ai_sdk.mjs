@@ -1,4 +1,4 @@
-// The Vercel AI SDK (`ai` + `@ai-sdk/openai`, its Responses provider) as an app runs it, against
+// The Vercel AI SDK (`ai` + `@ai-sdk/openai`, its Responses and chat providers) as an app runs it, against
 // crossfeed. One scenario per run: `node ai_sdk.mjs SCENARIO` with CROSSFEED_BASE_URL set; prints
 // one JSON object with what the app saw. Run by tests/integration/test_ai_sdk.py.
 import { createRequire } from "node:module";
@@ -55,7 +55,25 @@ async function object() {
   return { object };
 }
 
-const scenarios = { tools, two_turns: twoTurns, reasoning, object };
+// Reverse: the AI SDK's chat provider (Chat Completions) on crossfeed in front of a Responses
+// backend; a tool-only answer, then a text answer. Every stream part's type, in order.
+async function chatTools() {
+  const getCapital = tool({
+    description: "The capital of a country",
+    inputSchema: z.object({ country: z.string() }),
+    execute: async ({ country }) => (country === "France" ? "Paris" : "unknown"),
+  });
+  const result = streamText({ model: openai.chat("gpt-4o"), prompt: "Capital of France?",
+                              tools: { get_capital: getCapital }, stopWhen: stepCountIs(2) });
+  const parts = [];
+  for await (const part of result.fullStream) {
+    if (part.type === "error") throw part.error;
+    parts.push(part.type === "text-delta" ? [part.type, part.text] : [part.type]);
+  }
+  return { parts, text: await result.text };
+}
+
+const scenarios = { tools, two_turns: twoTurns, reasoning, object, chat_tools: chatTools };
 try {
   const out = await scenarios[process.argv[2]]();
   process.stdout.write(JSON.stringify(out) + "\n");
