@@ -437,6 +437,8 @@ def install_hooks(marker: Any) -> None:
     h.add(ChatToResponsesStream, "start", lambda f: sync_phase(f, "lifecycle"))
     h.add(ChatToResponsesStream, "finish", lambda f: sync_phase(f, "terminal"))
     h.add(obs, "record_request", lambda f: sync_phase(f, "metrics"))
+    if hasattr(obs, "summary_line"):  # the line written without structlog's wrapper (a4dd5bf on)
+        h.add(obs, "summary_line", lambda f: sync_phase(f, "summary"))
     for spec in filter(None, os.environ.get("CF_ACCOUNT_HOOKS", "").split(",")):
         _extra_hook(h, spec)
     h.add(logs.BatchedLines, "flush", lambda f: sync_phase(f, "logwrite"))
@@ -471,9 +473,10 @@ def install_hooks(marker: Any) -> None:
         from aiohttp import web
 
         app = make_app(*a, **k)
-        log = _LogProxy(app[obs.SUMMARY_LOG])
-        app[obs.SUMMARY_LOG] = log
-        _STATE["log"] = log
+        if not hasattr(obs, "summary_line"):  # the line is the logger's info: on its row through a proxy
+            log = _LogProxy(app[obs.SUMMARY_LOG])
+            app[obs.SUMMARY_LOG] = log
+            _STATE["log"] = log
         for path, fn in (
             ("/_account/begin", _begin),
             ("/_account/end", _end),
