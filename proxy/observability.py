@@ -329,7 +329,46 @@ def record_request(app: web.Application, route: str, summary: dict[str, Any], st
     if terminal:
         series.terminal(terminal).inc()
     if route != "/metrics":
-        app[SUMMARY_LOG].info("request.completed", status=status, duration_ms=round(duration * 1000, 1), **summary)
+        log = app[SUMMARY_LOG]
+        duration_ms = round(duration * 1000, 1)
+        if "status" in summary or "duration_ms" in summary or "event" in summary:  # the call's own error, as before
+            log.info("request.completed", status=status, duration_ms=duration_ms, **summary)
+        else:
+            summary_line(log, "request.completed", {"status": status, "duration_ms": duration_ms, **summary})
+
+
+_INFO = 20  # logging.INFO
+
+
+def summary_line(log: Any, event: str, fields: dict[str, Any]) -> None:
+    """``log.info(event, **fields)`` as structlog runs it (``BoundLoggerBase._process_event``: the
+    bound context, then the fields, then ``event``, through every processor, the result to the
+    wrapped logger's ``info``), without the three times structlog packs the fields into keyword
+    arguments again on the way: this line is written for every request (bench/account.py,
+    callgrind: 57,900 -> 31,000 instructions a line). A logger that is not a structlog bound
+    logger, or that filters out info, gets the plain call."""
+    processors = getattr(log, "_processors", None)
+    enabled = getattr(log, "is_enabled_for", None)
+    if processors is None or enabled is None or not enabled(_INFO):
+        log.info(event, **fields)
+        return
+    context = log._context
+    event_dict: Any = {**context, **fields} if context else fields
+    event_dict["event"] = event
+    logger = log._logger
+    try:
+        for proc in processors:
+            event_dict = proc(logger, "info", event_dict)
+    except structlog.DropEvent:
+        return
+    if isinstance(event_dict, (str, bytes, bytearray)):
+        logger.info(event_dict)
+    elif isinstance(event_dict, tuple):
+        logger.info(*event_dict[0], **event_dict[1])
+    elif isinstance(event_dict, dict):
+        logger.info(**event_dict)
+    else:
+        raise ValueError("Last processor didn't return an appropriate value.")
 
 
 async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:
