@@ -1,6 +1,6 @@
 """Per-request account: where one short turn's CPU goes, phase by phase, in instructions and time.
 
-    .venv/bin/python bench/account.py                       # both passes (~4 min on 2 cores)
+    .venv/bin/python bench/account.py                       # both passes (~1.5 min on 2 cores)
     .venv/bin/python bench/account.py --no-callgrind        # time only (~1 min)
     .venv/bin/python bench/account.py --tree /tmp/cf-base   # another build (an exported tree)
     .venv/bin/python bench/account.py --json account.json --scenarios forward,reverse
