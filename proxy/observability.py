@@ -349,13 +349,14 @@ def summary_line(log: Any, event: str, fields: dict[str, Any]) -> None:
     logger, or that filters out info, gets the plain call."""
     processors = getattr(log, "_processors", None)
     enabled = getattr(log, "is_enabled_for", None)
-    if processors is None or enabled is None or not enabled(_INFO):
+    context = getattr(log, "_context", None)
+    logger = getattr(log, "_logger", None)
+    # structlog's private attributes: a release that renames them gets the plain call, never a failure
+    if processors is None or enabled is None or context is None or logger is None or not enabled(_INFO):
         log.info(event, **fields)
         return
-    context = log._context
     event_dict: Any = {**context, **fields} if context else fields
     event_dict["event"] = event
-    logger = log._logger
     try:
         for proc in processors:
             event_dict = proc(logger, "info", event_dict)
