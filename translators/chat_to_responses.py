@@ -614,18 +614,25 @@ class ChatToResponsesStream:
             for tc in tool_calls:
                 self._tool_fragment(tc)
         function_call = delta.get("function_call")
-        if function_call and not tool_calls:
+        if function_call:
             # Legacy single-function streaming. A server that sends it beside ``tool_calls`` in the
             # same delta (llama-cpp-python) repeats the same fragment there: one call, not two.
-            self._tool_fragment({"index": "legacy", "id": None, "function": function_call})
+            if tool_calls:
+                self._note("legacy_function_call_dropped")
+            else:
+                self._tool_fragment({"index": "legacy", "id": None, "function": function_call})
 
     def _split_think(self, pieces: list[Split]) -> None:
         for piece in pieces:
             if piece[0] == "reasoning":
+                item = self._open
+                if item is None or item.kind != REASONING:  # a <think> block opens: counted once
+                    self._note("think_tags_split")
                 self._reasoning(piece[1])
             elif piece[0] == "text":
                 self._text("output_text", piece[1], None)
             elif len(piece) == 3:  # a call the backend wrote as markup in its content: a call like any other
+                self._note("tool_markup_parsed")
                 self._markup_calls += 1
                 self._tool_fragment(
                     {

@@ -7,7 +7,8 @@ and every ``output_item.done`` (without ``output_index``) only at the end. ``Nor
 re-emits such a stream so that it passes ``tests.support.validators``; a strict stream comes out
 with the same events. Repaired:
 
-- ``sequence_number`` stamped from 0, one apart, on every event (upstream numbers ignored).
+- ``sequence_number`` stamped from 0, one apart, on every event (upstream numbers ignored; a
+  stream not numbered so is counted once, ``stream_renumbered``).
 - ``response.created`` + ``response.in_progress`` first, from the first upstream event's Response
   (else ``ids``/``now``/``model``); later lifecycle events (llama's prompt-progress ``in_progress``,
   ``queued``) dropped; every Response keeps the first id.
@@ -167,12 +168,20 @@ class NormalizeResponses:
         self._by_index: dict[Any, _Item] = {}  # upstream output_index -> item
         self._by_id: dict[Any, _Item] = {}  # upstream item id -> item
         self._used: set[str] = set()  # item ids and call ids sent
+        self._upstream_seq: int | None = 0  # the upstream's next sequence_number; None once it skipped one
 
     def feed(self, event: dict[str, Any]) -> list[Event]:
         if self.done:
             self._note("after_terminal")
             return []
         out = self._out = []
+        expected = self._upstream_seq
+        if expected is not None:  # its numbering: counted once when it is not 0, 1, 2... (llama-server: none)
+            if event.get("sequence_number") == expected:
+                self._upstream_seq = expected + 1
+            else:
+                self._upstream_seq = None
+                self._note("stream_renumbered")
         try:
             kind = event.get("type")
             if kind is None and "error" in event:
