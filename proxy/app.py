@@ -36,6 +36,7 @@ from translators.ids import IdFactory
 from translators.response_bodies import chat_completion_to_response
 from translators.sse import render_responses
 
+from . import turn_trace
 from . import upstream as upstream_client
 from .codex_catalog import catalog as codex_catalog
 from .compaction import compact_response, input_tokens_response
@@ -55,6 +56,7 @@ from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, key_stre
 from .ids import RandomIds
 from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
+from .logs import TRACE
 from .observability import (
     METRICS,
     METRICS_KEY,
@@ -118,6 +120,7 @@ def create_app(
     app[ENV] = environ
     app[PENDING] = set()
     app[SAVING] = {}
+    turn_trace.prepare(app, config)  # --log-level debug lines, serve --record
     app.cleanup_ctx.append(_session_ctx)
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(probe_ctx(config, SESSION))
@@ -364,7 +367,11 @@ async def _relay_unchanged(
     if body is None:
         resp = await send(app[SESSION], up, request.method, url, headers=headers, params=request.query)
     else:
+        if TRACE.debug:  # passed through unchanged: the debug lines of a translated call all the same
+            turn_trace.log_request(up, url, body, headers, secrets(request, up))
         resp = await send(app[SESSION], up, "POST", url, data=encode_body(body), headers=headers)
+    if TRACE.debug:
+        turn_trace.log_response(up, url, resp.status, resp.headers)
     if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
         raw = await upstream_client.read_body(resp, up, 64 * 1024, truncate=True)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}

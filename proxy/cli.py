@@ -2,7 +2,7 @@
 
   crossfeed serve [--config FILE] [--host H] [--port P] [--upstream URL] [--upstream-api chat|responses]
                   [--upstream-api-key-env NAME] [--model-map JSON] [--log-level L] [--log-format F]
-                  [--workers N|auto]
+                  [--record DIR] [--workers N|auto]
   crossfeed check-config FILE          validate a config file, print the resolved routing table
   crossfeed demo [--no-sdk]            a scripted backend + crossfeed + the OpenAI SDK, all on loopback
   crossfeed translate --from chat --to responses [FILE] [--request FILE] [--jsonl]
@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
+    serve.add_argument(
+        "--record",
+        metavar="DIR",
+        help="write every streamed turn (the backend's raw stream, the request, the events sent) to DIR "
+        "for `crossfeed translate` (a debugging switch, not for production; also $CROSSFEED_RECORD_DIR)",
+    )
     serve.add_argument(
         "--workers",
         metavar="N|auto",
@@ -216,6 +222,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "upstream.model_map": getattr(args, "model_map", None),
         "logging.level": getattr(args, "log_level", None),
         "logging.format": getattr(args, "log_format", None),
+        "logging.record_dir": getattr(args, "record", None),
         "server.workers": getattr(args, "workers", None),
     }
     path = args.config
@@ -234,6 +241,7 @@ FLAG_NAMES = {
     "upstream.model_map": "--model-map",
     "logging.level": "--log-level",
     "logging.format": "--log-format",
+    "logging.record_dir": "--record",
     "server.workers": "--workers",
 }
 

@@ -116,6 +116,7 @@ async def compaction_turn(
         open_sink,
         summary,
         before_end=final_saver(request.app, body, None, keep_failed=False),
+        client=body,
     )
     return _ended(ran, summary)
 
@@ -151,6 +152,7 @@ async def compacting_turn(
         summary,
         then=then,
         before_end=final_saver(request.app, body, history, keep_failed=False),
+        client=body,
     )
     return _ended(ran, summary)
 

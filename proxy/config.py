@@ -232,6 +232,15 @@ def is_loopback(host: str) -> bool:
 class Logging(_Model):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
+    debug_max_chars: int = Field(
+        2000, ge=100, description="debug lines: a string (body field, chunk) longer than this is cut"
+    )
+    record_dir: str | None = Field(
+        None,
+        min_length=1,
+        description="write each streamed turn (the backend's raw stream, the client's request and the events "
+        "sent) to a directory of its own here: `crossfeed translate` replays it; a debugging switch",
+    )
 
 
 class Reasoning(_Model):
@@ -514,6 +523,7 @@ _ENV_KEYS = {
     "CROSSFEED_MODEL_MAP": "upstream.model_map",
     "CROSSFEED_LOG_LEVEL": "logging.level",
     "CROSSFEED_LOG_FORMAT": "logging.format",
+    "CROSSFEED_RECORD_DIR": "logging.record_dir",
 }
 
 

@@ -178,6 +178,11 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     lines.append(f"  GET /metrics: {metrics}")
     lg = config.logging
     lines.append(f"logging: level {lg.level}{src('logging', 'level')}, format {lg.format}{src('logging', 'format')}")
+    if lg.record_dir:
+        lines.append(
+            f"  recording every streamed turn to {lg.record_dir}{src('logging', 'record_dir')} "
+            "(a debugging switch: every turn is written, not for production)"
+        )
     lines.append(f"response store: {store_location(config, environ)}")
     lines.append("")
     lines.append(

@@ -42,11 +42,13 @@ from .errors import ClientRequestError, ProxyError, UpstreamError
 from .guard import KEY_NAME, LIMITS
 from .keys import CLOCK, CONFIG, IDS, SEAL, SESSION
 from .lifecycle import OPEN_STREAMS
+from .logs import TRACE
 from .observability import METRICS, SUMMARY, note_upstream_error, usage_counts, usage_summary
 from .relay import RelayStats, relay
 from .responses_api import final_saver
 from .sinks import Sink
 from .streams import note_anomalies, outbound_headers, secrets
+from .turn_trace import TapSink, open_trace
 from .upstream import open_upstream
 
 log = structlog.get_logger("crossfeed")
@@ -172,6 +174,8 @@ async def run_leg(
         stats = await task
     except asyncio.CancelledError:
         upstream.close()
+        if sink.__class__ is TapSink:  # a traced turn ends here: its trace is written all the same
+            sink.trace.close("cancelled")
         raise
     summary.update(ending=stats.ending, events_in=stats.events_in, events_out=stats.events_out)
     if stats.error:
@@ -202,14 +206,17 @@ async def stream_turn(
     *,
     then: NextLeg | None = None,
     before_end: BeforeEnd | None = None,
+    client: dict[str, Any] | None = None,
 ) -> tuple[Any, RelayStats] | None:
     """The streamed exchange every direction and transport shares: admission to the upstream's
     stream limit, one leg (upstream call, sink, machine, relay), and the turn's summary fields.
     ``make_machine`` gets the sink's framing; a machine with ``start`` (the forward one) has its
     start events go out with the first upstream data. ``then``: more legs of the same Response
     on the same sink (a compaction, then the answer). ``before_end``: awaited with the machine
-    before the terminal event goes out. None: the client left before the stream."""
+    before the terminal event goes out. ``client``: the client's request, for a recorded turn
+    (proxy/turn_trace.py). None: the client left before the stream."""
     app = request.app
+    trace = None
     with app[LIMITS].admit(up):
         upstream = await open_leg(request, up, path, upstream_body, summary)
         try:
@@ -221,6 +228,10 @@ async def stream_turn(
             upstream.close()
             summary["terminal"] = "client_disconnected"
             return None
+        if TRACE.on:  # debug lines or a recorded turn: read once per turn, never per chunk
+            trace = open_trace(request, up, path, upstream_body, client, secrets(request, up))
+            if trace is not None:
+                sink = trace.sink(sink)
         machine = make_machine(sink.framing)
         start = getattr(machine, "start", None)  # the forward machines open the Response themselves
         initial = start() if start is not None else None
@@ -228,7 +239,7 @@ async def stream_turn(
             request,
             up,
             upstream,
-            Pump(machine),
+            Pump(machine) if trace is None else trace.pump(machine, upstream),
             sink,
             summary,
             initial=initial,
@@ -239,6 +250,8 @@ async def stream_turn(
             stats = await _later_legs(request, up, path, machine, sink, summary, stats, then, before_end)
     if machine.diagnostics:
         note_anomalies(request, machine.diagnostics)
+    if trace is not None:
+        trace.close(stats.ending)
     return machine, stats
 
 
@@ -282,9 +295,8 @@ async def _later_legs(
                 summary["ending"] = exc.code
                 await _end(sink, machine, machine.fail(str(exc.code), exc.message), before_end)
                 return stats
-            stats = await run_leg(
-                request, up, upstream, Pump(machine), sink, summary, close=False, before_end=before_end
-            )
+            pump = Pump(machine) if sink.__class__ is not TapSink else sink.trace.pump(machine, upstream)
+            stats = await run_leg(request, up, upstream, pump, sink, summary, close=False, before_end=before_end)
         if stats.ending != "client_disconnected":
             await _end(sink, machine, [], before_end)
     except ConnectionResetError:
@@ -335,6 +347,7 @@ async def forward_turn(
         summary,
         # a Response the client asked not to store has nothing to hand to the store
         before_end=None if body.get("store") is False else final_saver(app, body, history),
+        client=body,
     )
     if ran is None:
         return None
@@ -363,7 +376,7 @@ async def relay_turn(
             )
         return ResponsesEventRelay(model=str(body.get("model") or ""), ids=app[IDS], now=app[CLOCK], request=body)
 
-    ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
+    ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary, client=body)
     if ran is None:
         return None
     final = ran[0].final_response
@@ -395,7 +408,7 @@ async def reverse_turn(
             max_output_tokens=limit if isinstance(limit, int) else None,
         )
 
-    ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary)
+    ran = await stream_turn(request, up, "/responses", rbody, machine, open_sink, summary, client=body)
     if ran is not None:
         m, stats = ran
         summary.update(terminal=m.finish_reason or ("error" if m.error else stats.ending), usage=usage_counts(m.usage))

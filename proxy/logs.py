@@ -28,6 +28,30 @@ REQUEST_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("crossfeed_reques
 _LEVEL_NAMES = {"warn": "warning", "exception": "error"}
 
 
+class TraceSwitch:
+    """Whether streamed turns are traced in this process (proxy/turn_trace.py): ``debug``, the
+    level is debug (set by ``configure_logging``); ``recording``, an application of this process
+    records its turns (``[logging] record_dir``); ``on``, either. A turn reads ``on`` once, when
+    its stream opens, and nothing more when it is false: the per-chunk path never checks a level.
+    ``max_chars``: debug lines cut longer strings to this (``[logging] debug_max_chars``)."""
+
+    __slots__ = ("debug", "recording", "on", "max_chars")
+
+    def __init__(self) -> None:
+        self.debug = self.recording = self.on = False
+        self.max_chars = 2000
+
+    def set(self, *, debug: bool | None = None, recording: bool | None = None) -> None:
+        if debug is not None:
+            self.debug = debug
+        if recording is not None:
+            self.recording = recording
+        self.on = self.debug or self.recording
+
+
+TRACE = TraceSwitch()
+
+
 class _Enrich:
     """One processor for what every line gets (a line is written per request, so each processor
     call counts): the request's fields, the level, an ISO-8601 UTC timestamp
@@ -164,6 +188,7 @@ def configure_logging(
     """``fields``: added to every line (a worker's index); ``batch_bytes``: the largest write of
     batched lines (``PIPE_BUF`` where several processes share the stream)."""
     global _batched
+    TRACE.set(debug=level == "debug")
     out = stream or sys.stderr
     tty = getattr(out, "isatty", lambda: False)()
     use_json = fmt == "json" or (fmt == "auto" and not tty)

@@ -79,7 +79,14 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
         await reverse_turn(request, body, rbody, up, open_sink, summary=summary)
     elif n == 1:
         ran = await stream_turn(
-            request, up, "/responses", rbody, _machines(request, body, rbody, up, stop, wire=True), open_sink, summary
+            request,
+            up,
+            "/responses",
+            rbody,
+            _machines(request, body, rbody, up, stop, wire=True),
+            open_sink,
+            summary,
+            client=body,
         )
         if ran is not None:
             m, stats = ran
@@ -212,7 +219,9 @@ async def _stream_choices(
     mux = _Choices(n, open_sink, include_usage(body))
     summaries: list[dict[str, Any]] = [{} for _ in range(n)]
     mux.tasks = [
-        asyncio.ensure_future(stream_turn(request, up, "/responses", rbody, make_machine, mux.opener(i), summaries[i]))
+        asyncio.ensure_future(
+            stream_turn(request, up, "/responses", rbody, make_machine, mux.opener(i), summaries[i], client=body)
+        )
         for i in range(n)
     ]
     try:

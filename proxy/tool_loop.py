@@ -241,6 +241,7 @@ async def hosted_turn(
         summary,
         then=then,
         before_end=save,
+        client=body,
     )
     if ran is None:
         return None

@@ -28,6 +28,8 @@ from .errors import (
     UpstreamUnavailable,
     upstream_error_body,
 )
+from .logs import TRACE
+from .turn_trace import log_request, log_response
 
 log = structlog.get_logger("crossfeed")
 
@@ -166,7 +168,13 @@ async def open_upstream(
     A non-2xx answer is read whole (bounded) and raised as ``UpstreamHTTPError``; ``secrets``
     (the upstream key) are cut out of its message, since some servers quote the key they got.
     """
-    resp = await send(session, up, "POST", up.base_url + path, data=encode_body(body), headers=headers)
+    url = up.base_url + path
+    debug = TRACE.debug  # read once per call; never on the per-chunk path
+    if debug:
+        log_request(up, url, body, headers, secrets)
+    resp = await send(session, up, "POST", url, data=encode_body(body), headers=headers)
+    if debug:
+        log_response(up, url, resp.status, resp.headers)
     if resp.status >= 400 or resp.status < 200:
         try:
             raw = await read_body(resp, up, MAX_ERROR_BODY, truncate=True)
