@@ -375,11 +375,12 @@ async def _relay_unchanged(
     if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
         raw = await upstream_client.read_body(resp, up, 64 * 1024, truncate=True)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
-        raise UpstreamHTTPError(
-            resp.status,
-            upstream_error_body(resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets(request, up)),
-            keep,
+        error = upstream_error_body(
+            resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets(request, up)
         )
+        if resp.status == 404 and body is not None:  # a POST the backend has no route for: say which path
+            error = upstream_client.unknown_path(up, "POST", url, error)
+        raise UpstreamHTTPError(resp.status, error, keep)
     out = web.StreamResponse(status=resp.status)
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:

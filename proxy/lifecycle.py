@@ -2,8 +2,10 @@
 
 Readiness (``GET /readyz``): ready once the configuration is loaded, the response store has
 answered since start, and every upstream answered a probe (``GET <base_url>/models``; any HTTP
-answer counts: the backend is up) within the last ``3 x probe interval``. Not ready -> 503 with
-the reasons. A store that fails after start (saves or reads) leaves the process ready but
+answer but a 404 counts: the backend is up) within the last ``3 x probe interval``. A 404 there
+is a base URL the backend does not serve its API at (most often one without ``/v1``): not ready,
+with that hint (and, when ``<base_url>/v1/models`` answers, the URL that would do). Not ready ->
+503 with the reasons. A store that fails after start (saves or reads) leaves the process ready but
 ``degraded``, its state in the answer's ``store`` (proxy/store_retry.py ``readiness``).
 
 Shutdown (SIGTERM): the listener closes first (no new connections); open streams get
@@ -23,16 +25,17 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from .config import Config
+from .config import Config, Upstream
 from .keys import CONFIG
 from .relay import OpenStream
-from .upstream import upstream_failure
+from .upstream import base_url_hint, lacks_v1, upstream_failure
 
 log = structlog.get_logger("crossfeed")
 
 OPEN_STREAMS = web.AppKey("open_streams", set)
 PROBES = web.AppKey("probes", dict)
 PROBE_ERRORS = web.AppKey("probe_errors", dict)
+PROBE_NOT_FOUND = web.AppKey("probe_not_found", dict)  # upstream name -> the hint for its 404
 PROBE_INTERVAL = 20.0
 PROBE_HEADERS = {"User-Agent": "crossfeed-probe"}
 
@@ -46,8 +49,21 @@ async def probe_loop(app: web.Application, config: Config, session_key: Any) -> 
                     up.base_url + "/models", timeout=aiohttp.ClientTimeout(total=5), headers=PROBE_HEADERS
                 ) as r:
                     await r.read()
+                    status = r.status
+                not_found = app.setdefault(PROBE_NOT_FOUND, {})
+                if status == 404:
+                    app[PROBES].pop(up.name, None)
+                    app[PROBE_ERRORS].pop(up.name, None)
+                    hint = await _not_found_hint(session, up)
+                    if not_found.get(up.name) != hint:  # once, not every probe
+                        log.warning(
+                            "upstream.probe.not_found", upstream=up.name, url=up.base_url + "/models", hint=hint
+                        )
+                    not_found[up.name] = hint
+                    continue
                 app[PROBES][up.name] = time.monotonic()
                 app[PROBE_ERRORS].pop(up.name, None)
+                not_found.pop(up.name, None)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 error = (
                     "no answer within 5s"
@@ -62,10 +78,27 @@ async def probe_loop(app: web.Application, config: Config, session_key: Any) -> 
         await asyncio.sleep(PROBE_INTERVAL)
 
 
+async def _not_found_hint(session: aiohttp.ClientSession, up: Upstream) -> str:
+    """The hint for a model listing that answered 404: ``base_url_hint``, and the URL to use when
+    ``<base_url>/v1/models`` answers."""
+    hint = base_url_hint(up)
+    if lacks_v1(up):
+        url = up.base_url.rstrip("/") + "/v1"
+        try:
+            async with session.get(url + "/models", timeout=aiohttp.ClientTimeout(total=5), headers=PROBE_HEADERS) as r:
+                await r.read()
+                if r.status < 400:
+                    hint += f" ({url}/models answers: set base_url to {url})"
+        except (TimeoutError, aiohttp.ClientError):
+            pass
+    return hint
+
+
 def probe_ctx(config: Config, session_key: Any) -> Any:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         app[PROBES] = {}
         app[PROBE_ERRORS] = {}
+        app[PROBE_NOT_FOUND] = {}
         task = asyncio.get_running_loop().create_task(probe_loop(app, config, session_key))
         yield
         task.cancel()
@@ -77,6 +110,13 @@ def readiness(app: web.Application, config: Config) -> list[str]:
     now = time.monotonic()
     problems = []
     for up in config.upstreams:
+        hint = app.get(PROBE_NOT_FOUND, {}).get(up.name)
+        if hint is not None:
+            problems.append(
+                f"upstream '{up.name}' at {up.base_url} answered 404 to its model listing (GET {up.base_url}/models): "
+                f"{hint}"
+            )
+            continue
         seen = app[PROBES].get(up.name)
         if seen is None or now - seen > 3 * PROBE_INTERVAL:
             error = app[PROBE_ERRORS].get(up.name)

@@ -14,6 +14,7 @@ import os
 import socket
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -29,7 +30,7 @@ from .errors import (
     upstream_error_body,
 )
 from .logs import TRACE
-from .turn_trace import log_request, log_response
+from .turn_trace import log_request, log_response, shown_url
 
 log = structlog.get_logger("crossfeed")
 
@@ -181,9 +182,57 @@ async def open_upstream(
         except UpstreamError:
             raw = b""
         body_out = upstream_error_body(resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets)
+        if resp.status == 404:
+            body_out = unknown_path(up, "POST", url, body_out)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
         raise UpstreamHTTPError(resp.status, body_out, keep)
     return resp
+
+
+def base_url_hint(up: Upstream) -> str:
+    """What to check when the backend does not know crossfeed's paths (a 404 on a call, or on
+    the readiness probe's model listing): most often a base URL without its ``/v1``."""
+    if lacks_v1(up):
+        return "does base_url need /v1?"
+    return "is base_url the root of the backend's OpenAI-compatible API?"
+
+
+def lacks_v1(up: Upstream) -> bool:
+    return not urlsplit(up.base_url).path.rstrip("/").endswith("/v1")
+
+
+# The codes a 404 for an unknown route comes with (llama.cpp: 404; most servers: none).
+_GENERIC_404 = frozenset({"404", "not_found", "notfound", "not_found_error"})
+
+
+def unknown_path(up: Upstream, method: str, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A backend's 404 to a call: logged with the URL that answered it. When it is the path the
+    backend does not know (not a model or an id it does not know: its error names no param, has
+    no code of its own and its message names no model or response), the client's message says
+    which path, with ``base_url_hint``; never the backend's host or port (a backend that quotes
+    them in its own message has them cut out)."""
+    err = body.get("error") or {}
+    message = str(err.get("message") or "")
+    parts = urlsplit(url)
+    log.warning("upstream.not_found", upstream=up.name, method=method, url=shown_url(url), message=message[:300])
+    lowered = message.lower()
+    named = err.get("param") is not None or str(err.get("code") or "404").lower() not in _GENERIC_404
+    if named or "model" in lowered or "response" in lowered:  # about something the request named
+        return body
+    message = message.removeprefix("the upstream answered HTTP 404").lstrip(": ")  # a body that was no error object
+    host = parts.hostname or ""
+    places = {parts.netloc, parts.netloc.rsplit("@", 1)[-1], host if len(host) >= 4 else ""} - {""}
+    for where in sorted(places, key=len, reverse=True):  # the longest first: host:port before host
+        message = message.replace(where, "[upstream]")
+    answer = f" (its answer: {message})" if message else ""
+    return {
+        "error": {
+            **err,
+            "message": f"the upstream {up.name!r} answered 404 to {method} {parts.path}: it does not know that "
+            f"path; {base_url_hint(up)}{answer}",
+            "code": err.get("code") or "upstream_path_not_found",
+        }
+    }
 
 
 def encode_body(body: Any) -> bytes:

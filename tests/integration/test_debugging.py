@@ -7,6 +7,9 @@
   ``crossfeed translate`` to the very bytes the client got (forward and reverse; ids and clock the
   server's own made sequential, as translate's are); through the real command line, the same
   events with the ids and timestamps aside. No secret in any file.
+- A base URL without ``/v1`` in front of a backend serving ``/v1/...`` only: ``/readyz`` is not
+  ready and says so with the URL that would do; a turn's 404 names the path and the hint, never
+  the backend's host or port, and the log has the URL that answered.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import aiohttp
 import orjson
 import pytest
 import structlog
+from aiohttp import web
 
 from proxy.config import load_config
+from proxy.lifecycle import PROBE_NOT_FOUND, PROBES
 from proxy.logs import configure_logging
 from tests.conftest import start_proxy
-from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
 from tests.support.chat_chunks import chunk
 from tests.support.validators import validate_chat_sse, validate_responses_sse
@@ -369,3 +374,104 @@ async def test_serve_record_flag_replays_with_translate(upstream: FakeUpstream, 
     assert len(data_objects(out)) == len(data_objects(sent)) > 5
     for path in turn.iterdir():
         assert BACKEND_KEY.encode() not in path.read_bytes()
+
+
+# -- a base URL without /v1 ----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def v1_only() -> AsyncIterator[tuple[str, list[str]]]:
+    """A backend that serves /v1/models and /v1/chat/completions only; 404 (plain text) elsewhere."""
+    seen: list[str] = []
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(chunk({"content": "hi"}, "stop") + DONE)
+        return resp
+
+    @web.middleware
+    async def note(request: web.Request, handler: Any) -> web.StreamResponse:
+        seen.append(f"{request.method} {request.path}")
+        return await handler(request)
+
+    app = web.Application(middlewares=[note])
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+async def test_base_url_without_v1_gets_the_hint(v1_only: tuple[str, list[str]]) -> None:
+    root, seen = v1_only
+    port = root.rsplit(":", 1)[1]
+    with structlog.testing.capture_logs() as logs:
+        handle = await start_proxy(load_config(None, {}, {"upstream.base_url": root, "store.backend": "memory"}))
+        try:
+            assert await wait_until(lambda: "default" in handle.app[PROBE_NOT_FOUND], GUARD), seen
+            async with aiohttp.ClientSession() as s, s.get(handle.url + "/readyz") as r:
+                assert r.status == 503
+                ready = await r.json()
+            status, raw = await post(handle.base_url + "/responses", {"model": "m", "input": "hi", "stream": True})
+            plain_status, plain = await post(
+                handle.base_url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            )
+        finally:
+            await handle.runner.cleanup()
+    assert ready["status"] == "not ready"
+    (problem,) = ready["problems"]
+    assert problem.startswith(f"upstream 'default' at {root} answered 404 to its model listing (GET {root}/models)")
+    assert f"does base_url need /v1? ({root}/v1/models answers: set base_url to {root}/v1)" in problem
+    # the turn's error: the path the backend did not know and the same hint; no host, no port
+    assert status == 404
+    error = orjson.loads(raw)["error"]
+    assert error["message"].startswith("the upstream 'default' answered 404 to POST /chat/completions")
+    assert "does base_url need /v1?" in error["message"] and error["code"] == "upstream_path_not_found"
+    assert "127.0.0.1" not in raw.decode() and port not in raw.decode()
+    # a chat request passed through unchanged gets the same
+    assert plain_status == 404
+    assert "POST /chat/completions" in orjson.loads(plain)["error"]["message"]
+    assert "does base_url need /v1?" in orjson.loads(plain)["error"]["message"] and port not in plain.decode()
+    # the operator's log has the URL that answered
+    urls = [e["url"] for e in logs if e["event"] == "upstream.not_found"]
+    assert urls == [root + "/chat/completions"] * 2
+    assert any(e["event"] == "upstream.probe.not_found" for e in logs)
+    assert "GET /v1/models" in seen and "GET /models" in seen
+
+
+async def test_base_url_with_v1_is_ready(v1_only: tuple[str, list[str]]) -> None:
+    root, _ = v1_only
+    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": root + "/v1", "store.backend": "memory"}))
+    try:
+        assert await wait_until(lambda: "default" in handle.app[PROBES], GUARD)
+        async with aiohttp.ClientSession() as s, s.get(handle.url + "/readyz") as r:
+            assert r.status == 200, await r.text()
+        status, raw = await post(handle.base_url + "/responses", {"model": "m", "input": "hi", "stream": True})
+        assert status == 200 and b"response.completed" in raw
+    finally:
+        await handle.runner.cleanup()
+
+
+async def test_a_model_404_keeps_the_backends_message(upstream: FakeUpstream) -> None:
+    """A 404 that names a model is the backend's answer about the model, not about the path."""
+    handle = await start_proxy(
+        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
+    )
+    error = {"message": "The model `m` does not exist.", "type": "invalid_request_error", "code": "model_not_found"}
+    upstream.reply(JSONReply({"error": error}, status=404))
+    try:
+        status, raw = await post(handle.base_url + "/responses", {"model": "m", "input": "hi", "stream": True})
+    finally:
+        await handle.runner.cleanup()
+    assert status == 404
+    assert orjson.loads(raw)["error"] == {**error, "param": None}

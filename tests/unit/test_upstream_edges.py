@@ -147,7 +147,16 @@ HTML = f"<html><body><h1>502 Bad Gateway</h1><hr>nginx at {HOST}:{PORT}</body></
         ),  # vLLM's older ErrorResponse
         (500, b'{"message": "Internal Server Error"}', "application/json", "Internal Server Error"),
         # FastAPI's {"detail": ...}: not OpenAI's shape, so wrapped; the detail stays readable
-        (404, b'{"detail":"Not Found"}', "application/json", 'the upstream answered HTTP 404: {"detail":"Not Found"}'),
+        (422, b'{"detail":"Not Found"}', "application/json", 'the upstream answered HTTP 422: {"detail":"Not Found"}'),
+        # ... and as a 404 it is a route the backend does not have (vLLM at a base URL without /v1...):
+        # the path and the hint, the backend's answer after them
+        (
+            404,
+            b'{"detail":"Not Found"}',
+            "application/json",
+            "the upstream 'gpu' answered 404 to POST /v1/chat/completions: it does not know that path; is "
+            'base_url the root of the backend\'s OpenAI-compatible API? (its answer: {"detail":"Not Found"})',
+        ),
         (
             422,
             b'{"detail":[{"loc":["body","model"],"msg":"Field required"}]}',

@@ -27,7 +27,7 @@ from proxy.config import Config, Server, Upstream
 from proxy.errors import ConfigError
 from proxy.guard import upstream_keys
 from proxy.keys import CONFIG, ENV, SESSION
-from proxy.lifecycle import PROBE_ERRORS, PROBE_HEADERS, PROBES, probe_loop, readiness
+from proxy.lifecycle import PROBE_ERRORS, PROBE_HEADERS, PROBE_NOT_FOUND, PROBES, probe_loop, readiness
 from proxy.streams import outbound_headers, secrets
 from proxy.upstream import new_session, open_upstream, upstream_headers
 from tests.support.mocked_http import MockedHTTP
@@ -84,15 +84,51 @@ async def probe(app: web.Application, cfg: Config, done: Callable[[], bool]) -> 
 # ---------------------------------------------------------------- readiness probe
 
 
-@pytest.mark.parametrize("status", [200, 401, 404, 500, 503])
+@pytest.mark.parametrize("status", [200, 401, 500, 503])
 async def test_any_http_answer_counts_as_up(status: int, session: aiohttp.ClientSession, http: MockedHTTP) -> None:
-    """lifecycle's docstring: any HTTP answer counts, the backend is up (a 401 is a key problem, not a dead one)."""
+    """lifecycle's docstring: any HTTP answer but a 404 counts, the backend is up (a 401 is a key
+    problem, not a dead one)."""
     app, cfg = probed_app(session), config()
     http.get(BASE + "/models", status=status, payload={"data": []})
     await probe(app, cfg, lambda: "gpu" in app[PROBES])
     assert app[PROBE_ERRORS] == {} and readiness(app, cfg) == []
     (call,) = http.calls("GET", BASE + "/models")
     assert call.kwargs["headers"] == PROBE_HEADERS and call.kwargs["timeout"].total == 5
+
+
+@pytest.mark.parametrize(
+    ("base", "v1_status", "hint"),
+    [
+        # the base URL has its /v1: the backend serves no model listing there
+        (BASE, None, "is base_url the root of the backend's OpenAI-compatible API?"),
+        # no /v1, and <base>/v1/models answers: the URL that would do
+        (
+            "http://gpu-7.backend.internal:8123",
+            200,
+            "does base_url need /v1? (http://gpu-7.backend.internal:8123/v1/models answers: set base_url to "
+            "http://gpu-7.backend.internal:8123/v1)",
+        ),
+        # no /v1, and that is not it either
+        ("http://gpu-7.backend.internal:8123/api", 404, "does base_url need /v1?"),
+    ],
+)
+async def test_a_model_listing_404_is_not_ready_with_a_hint(
+    base: str, v1_status: int | None, hint: str, session: aiohttp.ClientSession, http: MockedHTTP
+) -> None:
+    app, cfg = probed_app(session), config(Upstream(name="gpu", base_url=base, default=True))
+    http.get(base + "/models", status=404, body="404 page not found", repeat=True)
+    if v1_status is not None:
+        http.get(base + "/v1/models", status=v1_status, payload={"data": []}, repeat=True)
+    await probe(app, cfg, lambda: "gpu" in app.get(PROBE_NOT_FOUND, {}))
+    assert "gpu" not in app[PROBES] and app[PROBE_ERRORS] == {}
+    assert readiness(app, cfg) == [
+        f"upstream 'gpu' at {base} answered 404 to its model listing (GET {base}/models): {hint}"
+    ]
+    # the next probe that gets an answer makes it ready again
+    http.clear()
+    http.get(base + "/models", payload={"data": []}, repeat=True)
+    await probe(app, cfg, lambda: "gpu" in app[PROBES])
+    assert readiness(app, cfg) == [] and app[PROBE_NOT_FOUND] == {}
 
 
 @pytest.mark.parametrize(
