@@ -470,7 +470,7 @@ class Server:
             stderr=self.log,
         )
         self.line = self._read_line(20)
-        m = re.match(r"crossfeed listening on http://127\.0\.0\.1:(\d+) -> ", self.line)
+        m = re.match(r"crossfeed listening on http://[^ ]+:(\d+) -> ", self.line)  # 127.0.0.1 unless --host
         assert m, f"unexpected first line: {self.line!r}"
         self.port = int(m.group(1))
 

@@ -47,27 +47,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class AnyHostServer(Server):
-    """``Server`` for any listening address (``--host`` among ``args`` wins over its 127.0.0.1)."""
-
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str]) -> None:
-        self.log = open(tmp_path / "serve.err", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", "0", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-        )
-        self.line = self._read_line(20)
-        m = re.match(r"crossfeed listening on http://[^ ]+:(\d+) -> ", self.line)
-        assert m, f"unexpected first line: {self.line!r}"
-        self.port = int(m.group(1))
-
-
 def serve_output(tmp_path: Path, *args: str, env: dict[str, str]) -> tuple[str, str, int]:
     """Start serve, read its listening line, stop it with SIGTERM: (first stdout line, stderr, port)."""
-    server = AnyHostServer(tmp_path, *args, env=env)
+    server = Server(tmp_path, *args, env=env)  # a --host among args wins over its 127.0.0.1
     try:
         line = server.line
     finally:

@@ -17,6 +17,7 @@ import json
 import os
 import signal
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -369,20 +370,23 @@ def masked_text_frame(text: str) -> bytes:
     return bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-@pytest.mark.parametrize("mid_turn", [False, True], ids=["idle", "mid-response"])
-async def test_socket_dropped_without_a_close_frame_is_no_5xx(upstream: FakeUpstream, mid_turn: bool) -> None:
-    """Codex never sends a close frame: it drops the TCP connection. That is the client leaving,
-    logged as 101 with ``ending: client_disconnected`` (and a cut turn as ``client_disconnected``
-    too), never as a 500; a socket closed properly logs 101 with ``ending: closed``."""
+async def logged_proxy(upstream: FakeUpstream) -> tuple[ProxyHandle, Callable[[], list[dict[str, Any]]]]:
+    """crossfeed in front of ``upstream`` with its JSON log lines kept: the handle, and a function
+    that returns the lines so far (the caller cleans up and resets structlog)."""
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
     handle = await start_proxy(
         load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
     )
+    return handle, lambda: [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
 
-    def lines() -> list[dict[str, Any]]:
-        return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
 
+@pytest.mark.parametrize("mid_turn", [False, True], ids=["idle", "mid-response"])
+async def test_socket_dropped_without_a_close_frame_is_no_5xx(upstream: FakeUpstream, mid_turn: bool) -> None:
+    """Codex never sends a close frame: it drops the TCP connection. That is the client leaving,
+    logged as 101 with ``ending: client_disconnected`` (and a cut turn as ``client_disconnected``
+    too), never as a 500; a socket closed properly logs 101 with ``ending: closed``."""
+    handle, lines = await logged_proxy(upstream)
     try:
         reply, _gate = held_reply("never ", "finished")
         upstream.reply(reply)
@@ -419,15 +423,7 @@ async def test_http_client_gone_is_no_5xx(upstream: FakeUpstream, stream: bool) 
     """The same over HTTP: a client that leaves while its answer is being made is the client's
     doing. Before any byte went out the line says 499 (client closed request); mid-stream the
     200 already sent stands; both with ``terminal: client_disconnected``, and no 5xx anywhere."""
-    buf = io.StringIO()
-    configure_logging("info", "json", stream=buf)
-    handle = await start_proxy(
-        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
-    )
-
-    def lines() -> list[dict[str, Any]]:
-        return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
-
+    handle, lines = await logged_proxy(upstream)
     try:
         reply, _gate = held_reply("never ", "finished")
         upstream.reply(reply)
