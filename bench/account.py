@@ -1237,6 +1237,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(HERE))
     import upstream as up
+    from run import git_describe  # the benchmark runner's: one way to name a tree
 
     model = up.model_name(args.n, d=args.pace, w=args.write_batch)
     bodies = {"forward": short_body("responses", model), "reverse": short_body("chat", model)}
@@ -1310,30 +1311,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-def git_describe(path: Path) -> str:
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        if head.returncode != 0:
-            return "not a git checkout"
-        st = subprocess.run(
-            ["git", "-C", str(path), "status", "--short", "proxy", "translators"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "git unavailable"
-    dirty = [ln[3:] for ln in st.stdout.splitlines() if ln.strip()]
-    return head.stdout.strip() + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else "")
 
 
 if __name__ == "__main__":
