@@ -376,15 +376,15 @@ def install_hooks(marker: Any) -> None:
     """Wrap the functions that own the phases (before ``create_app`` runs)."""
     from aiohttp import client_proto, web_protocol
 
-    import proxy.app as app_mod
-    import proxy.exchange as exchange
-    import proxy.forward as forward
-    import proxy.lifecycle as lifecycle
-    import proxy.logs as logs
-    import proxy.observability as obs
-    import proxy.reverse as reverse
-    from translators.chat_to_responses import ChatToResponsesStream
-    from translators.responses_to_chat import ResponsesToChatStream
+    import crossfeed.proxy.app as app_mod
+    import crossfeed.proxy.runtime.logs as logs
+    import crossfeed.proxy.runtime.observability as obs
+    import crossfeed.proxy.streaming.lifecycle as lifecycle
+    import crossfeed.proxy.turns.exchange as exchange
+    import crossfeed.proxy.turns.forward as forward
+    import crossfeed.proxy.turns.reverse as reverse
+    from crossfeed.translators.forward.machine import ChatToResponsesStream
+    from crossfeed.translators.reverse.machine import ResponsesToChatStream
 
     lifecycle.PROBE_INTERVAL = 3600.0  # one probe at start-up, none while measuring
     h = HOOKS
@@ -405,8 +405,8 @@ def install_hooks(marker: Any) -> None:
     h.add(client_proto.ResponseHandler, "data_received", lambda f: sync_phase(f, "upin"))
     h.add(web_protocol.RequestHandler, "data_received", lambda f: sync_phase(f, "reqin"))
     if os.environ.get("CF_ACCOUNT_DIRECTION") == "reverse":  # the upstream's events, sorted per event
-        import translators.pump as pump
-        import translators.responses_to_chat as r2c
+        import crossfeed.translators.pump as pump
+        import crossfeed.translators.reverse.machine as r2c
 
         h.add(pump, "_loads", _loads_hook)
         h.add(ResponsesToChatStream, "_first", lambda f: sync_phase(f, "lifecycle"))
@@ -538,7 +538,7 @@ async def _begin(request: Any) -> Any:
 
 def _drop_upstream_connections(request: Any) -> None:
     """Close the pooled upstream connections: the next ones bind the mode's data_received."""
-    from proxy.keys import SESSION
+    from crossfeed.proxy.keys import SESSION
 
     connector = request.app[SESSION].connector
     for conns in list(getattr(connector, "_conns", {}).values()):
@@ -598,8 +598,7 @@ async def _yardstick(request: Any) -> Any:
 
 
 async def _report(request: Any) -> Any:
-    import proxy
-    import translators
+    from crossfeed import proxy, translators
 
     return _json(
         {
@@ -622,7 +621,7 @@ def serve_hooked(argv: list[str]) -> int:
             marker = cf_cgmark
             L.dump = cf_cgmark.cut
     install_hooks(marker)
-    from proxy.cli import main as cli_main
+    from crossfeed.proxy.cli.main import main as cli_main
 
     return cli_main(argv)
 
@@ -676,7 +675,7 @@ def codex_body(target: int, model: str, key: str = REASONING_KEY, seed: int = 33
     import orjson
 
     sys.path.insert(0, str(REPO))
-    from proxy.reasoning_seal import ReasoningSeal
+    from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 
     seal = ReasoningSeal(key)
     rng = random.Random(seed)

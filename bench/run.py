@@ -9,7 +9,7 @@
 What it does:
   1. starts bench/upstream.py (one process serves chat and Responses streams);
   2. starts the targets as subprocesses: the pass-through (bench/passthrough.py) and crossfeed
-     (``python -m proxy serve``, forward: Responses clients -> chat upstream; reverse: chat
+     (``python -m crossfeed serve``, forward: Responses clients -> chat upstream; reverse: chat
      clients -> Responses upstream), all pinned to one CPU, the upstream and this process (the
      load generator) to another;
   3. for each repeat, each cell, runs every target in turn (A/B, then B/A on the next repeat),
@@ -18,7 +18,7 @@ What it does:
   4. prints one table (median over repeats, spread = (max-min)/2 relative to the median) and one
      summary line per direction with the ratios against the pass-through and the issue-5 budgets.
 
-A/B (``--baseline-tree DIR``): a third target, ``crossfeed-base``, runs ``python -m proxy serve``
+A/B (``--baseline-tree DIR``): a third target, ``crossfeed-base``, runs ``python -m crossfeed serve``
 from DIR (cwd and PYTHONPATH = DIR, the same interpreter and flags), interleaved with the others;
 the summary prints crossfeed / crossfeed-base per cell (CPU per upstream chunk, paired by repeat),
 their geometric mean and the worst cell.
@@ -401,10 +401,11 @@ class Env:
             if self.args.passthrough_loop == "uvloop":
                 argv.append("--uvloop")
         else:  # crossfeed-forward | crossfeed-reverse | crossfeed-base-forward | crossfeed-base-reverse
+            tree = self.args.baseline_tree if key.startswith("crossfeed-base") else None
             argv = [
                 py,
                 "-m",
-                "proxy",
+                entry_module(tree),
                 "serve",
                 "--host",
                 "127.0.0.1",
@@ -449,14 +450,26 @@ def base_env(tree: str) -> tuple[Path, dict[str, str]]:
     return root, env
 
 
+def entry_module(tree: str | None) -> str:
+    """``python -m`` what: ``crossfeed``, or ``proxy`` for a tree from before the one package name."""
+    if tree is None or (Path(tree) / "crossfeed" / "__main__.py").is_file():
+        return "crossfeed"
+    return "proxy"
+
+
 def check_base_tree(python: str, tree: str) -> str:
     """Where the base target's ``proxy`` and ``translators`` come from (must be inside the tree)."""
     root = Path(tree).resolve()
     if not (root / "proxy" / "__main__.py").is_file():
         raise StartError(f"--baseline-tree {tree}: no proxy/__main__.py there")
     cwd, env = base_env(tree)
+    pkg = "crossfeed." if entry_module(tree) == "crossfeed" else ""
     out = subprocess.run(
-        [python, "-c", "import proxy, translators; print(proxy.__file__); print(translators.__file__)"],
+        [
+            python,
+            "-c",
+            f"import {pkg}proxy as p, {pkg}translators as t; print(p.__file__); print(t.__file__)",
+        ],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -1570,13 +1583,13 @@ def main(argv: list[str] | None = None) -> int:
         "--crossfeed-arg",
         action="append",
         default=[],
-        help="extra argument for `python -m proxy serve` (repeatable; the base target gets them too)",
+        help="extra argument for `python -m crossfeed serve` (repeatable; the base target gets them too)",
     )
     ap.add_argument(
         "--baseline-tree",
         default=None,
         metavar="DIR",
-        help="A/B: add the target crossfeed-base, `python -m proxy serve` run from DIR (cwd and "
+        help="A/B: add the target crossfeed-base, `python -m crossfeed serve` run from DIR (cwd and "
         "PYTHONPATH), e.g. an export of the commit before a change: "
         "mkdir -p /tmp/cf-base && git archive COMMIT | tar -x -C /tmp/cf-base",
     )

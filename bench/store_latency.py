@@ -6,7 +6,7 @@
 crossfeed (one process, forward) in front of bench/upstream.py; for each store backend, streamed
 requests with ``store: true`` and ``store: false`` interleaved, at concurrency 1 and 16. Each
 stream is timed from sending the request to the arrival of ``response.completed``. With
-``store: true`` the terminal event waits for the save (proxy/exchange.py, bounded by ``[store]
+``store: true`` the terminal event waits for the save (proxy/turns/exchange.py, bounded by ``[store]
 save_timeout_seconds``), so the difference of the medians is what saving before final adds. (The
 gap between the last text delta and the terminal event says nothing here: the events of the
 upstream's last read, the closing ones included, go out together, after the save.)
@@ -81,7 +81,7 @@ async def run_backend(args: argparse.Namespace, upstream_url: str, backend: str,
     port = free_port()
     proc = Proc(
         f"crossfeed-{backend}",
-        [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream_url],
+        [sys.executable, "-m", "crossfeed", "serve", "--port", str(port), "--upstream", upstream_url],
         port,
         None,
         logdir / f"crossfeed-{backend}.log",

@@ -49,7 +49,7 @@ async def one_run(workers: int, up: Proc, logdir: Path, args: argparse.Namespace
         [
             sys.executable,
             "-m",
-            "proxy",
+            "crossfeed",
             "serve",
             "--port",
             str(port),

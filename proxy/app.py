@@ -30,19 +30,8 @@ import orjson
 import structlog
 from aiohttp import web
 
-from translators.chat_bodies import error_status
-from translators.errors import TranslationError
-from translators.ids import IdFactory
-from translators.response_bodies import chat_completion_to_response
-from translators.sse import render_responses
-
-from . import turn_trace
-from . import upstream as upstream_client
-from .codex_catalog import catalog as codex_catalog
-from .compaction import compact_response, input_tokens_response
-from .config import Config, Upstream
-from .deadline import Deadline
-from .errors import (
+from crossfeed.proxy import upstream as upstream_client
+from crossfeed.proxy.errors import (
     ClientRequestError,
     ProxyError,
     UpstreamError,
@@ -50,14 +39,25 @@ from .errors import (
     error_response,
     upstream_error_body,
 )
-from .exchange import map_forward, open_leg, pick_upstream, reasoning_sealer, relay_turn, stream_flag
-from .forward import forward_now, forward_streamed
-from .guard import LIMITS, StreamLimits, auth_middleware, inbound_keys, key_stream_caps, metrics_key, upstream_keys
-from .ids import RandomIds
-from .keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
-from .lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
-from .logs import TRACE
-from .observability import (
+from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
+from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
+from crossfeed.proxy.http.standalone_search import alpha_search
+from crossfeed.proxy.http.websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
+from crossfeed.proxy.keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
+from crossfeed.proxy.runtime import turn_trace
+from crossfeed.proxy.runtime.config import Config, Upstream
+from crossfeed.proxy.runtime.guard import (
+    LIMITS,
+    StreamLimits,
+    auth_middleware,
+    inbound_keys,
+    key_stream_caps,
+    metrics_key,
+    upstream_keys,
+)
+from crossfeed.proxy.runtime.ids import RandomIds
+from crossfeed.proxy.runtime.logs import TRACE
+from crossfeed.proxy.runtime.observability import (
     METRICS,
     METRICS_KEY,
     STOPPING,
@@ -71,8 +71,7 @@ from .observability import (
     observe_middleware,
     usage_summary,
 )
-from .reasoning_seal import ReasoningSeal
-from .responses_api import (
+from crossfeed.proxy.state.history import (
     KEEPER,
     PENDING,
     SAVING,
@@ -84,15 +83,30 @@ from .responses_api import (
     load_history,
     save_before_final,
 )
-from .reverse import reverse_chat
-from .sinks import sse_opener
-from .standalone_search import SESSIONS as SEARCH_SESSIONS
-from .standalone_search import alpha_search
-from .store import open_store
-from .store_retry import SaveKeeper
-from .streams import outbound_headers, read_body, secrets
-from .upstream import encode_body, new_session, read_json, send
-from .websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
+from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
+from crossfeed.proxy.state.store import open_store
+from crossfeed.proxy.state.store_retry import SaveKeeper
+from crossfeed.proxy.streaming.deadline import Deadline
+from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
+from crossfeed.proxy.streaming.sinks import sse_opener
+from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
+from crossfeed.proxy.turns.compaction import compact_response, input_tokens_response
+from crossfeed.proxy.turns.exchange import (
+    map_forward,
+    open_leg,
+    pick_upstream,
+    reasoning_sealer,
+    relay_turn,
+    stream_flag,
+)
+from crossfeed.proxy.turns.forward import forward_now, forward_streamed
+from crossfeed.proxy.turns.reverse import reverse_chat
+from crossfeed.proxy.upstream import encode_body, new_session, read_json, send
+from crossfeed.translators.errors import TranslationError
+from crossfeed.translators.forward.body import chat_completion_to_response
+from crossfeed.translators.ids import IdFactory
+from crossfeed.translators.reverse.body import error_status
+from crossfeed.translators.sse import render_responses
 
 log = structlog.get_logger("crossfeed")
 
@@ -200,7 +214,7 @@ async def _store_ctx(app: web.Application) -> Any:
             raise
     keeper = app[KEEPER] = SaveKeeper(store, app[CONFIG].store, app[METRICS])
     keeper.reached = store.backend == "sqlite"  # (pinged above: /readyz calls it degraded, not unready, if it fails)
-    keeper.start()  # failed saves are kept and saved again in the background (proxy/store_retry.py)
+    keeper.start()  # failed saves are kept and saved again in the background (proxy/state/store_retry.py)
     yield
     await drain_saves(app)
     await keeper.drain()  # the retry queue's last chance, bounded
@@ -334,7 +348,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], up: Upstr
 
 async def normalized_stream(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
     """A streamed create on a Responses upstream whose profile says ``normalize_stream``: its
-    events re-emitted as a strict stream (translators/responses_normalize.py)."""
+    events re-emitted as a strict stream (translators/responses/normalize.py)."""
     summary: dict[str, Any] = request[SUMMARY]
     summary["stream"] = True
     response, open_sink = sse_opener(request, render_responses)
@@ -389,7 +403,7 @@ async def _relay_unchanged(
     deadline = Deadline(loop, idle=up.timeouts.idle, total=up.timeouts.total)
     try:
         await out.prepare(request)
-        # Idle and total bound the body, as in the translating relay (proxy/deadline.py).
+        # Idle and total bound the body, as in the translating relay (proxy/streaming/deadline.py).
         while True:
             try:
                 async with deadline.arm():
@@ -414,7 +428,7 @@ async def _relay_unchanged(
 async def models_endpoint(request: web.Request) -> web.StreamResponse:
     """Every upstream's list merged, plus the exact model names the config routes (renamed back
     to the client-facing names), in ``data``; and the catalog Codex reads, in ``models``
-    (proxy/codex_catalog.py). A lone Responses upstream's list is passed through, as is a lone
+    (proxy/http/codex_catalog.py). A lone Responses upstream's list is passed through, as is a lone
     upstream's error."""
     config = request.app[CONFIG]
     if len(config.upstreams) == 1 and config.upstreams[0].api == "responses":

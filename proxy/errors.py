@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from translators.errors import TranslationError
+from crossfeed.translators.errors import TranslationError
 
 
 class ProxyError(Exception):

@@ -7,10 +7,9 @@ from collections.abc import Callable, Mapping
 import aiohttp
 from aiohttp import web
 
-from translators.ids import IdFactory
-
-from .config import Config
-from .reasoning_seal import ReasoningSeal
+from crossfeed.proxy.runtime.config import Config
+from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
+from crossfeed.translators.ids import IdFactory
 
 CONFIG = web.AppKey("config", Config)
 SESSION = web.AppKey("session", aiohttp.ClientSession)

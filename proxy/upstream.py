@@ -20,8 +20,7 @@ import aiohttp
 import orjson
 import structlog
 
-from .config import Timeouts, Upstream
-from .errors import (
+from crossfeed.proxy.errors import (
     ClientRequestError,
     UpstreamError,
     UpstreamHTTPError,
@@ -29,8 +28,9 @@ from .errors import (
     UpstreamUnavailable,
     upstream_error_body,
 )
-from .logs import TRACE
-from .turn_trace import log_request, log_response, shown_url
+from crossfeed.proxy.runtime.config import Timeouts, Upstream
+from crossfeed.proxy.runtime.logs import TRACE
+from crossfeed.proxy.runtime.turn_trace import log_request, log_response, shown_url
 
 log = structlog.get_logger("crossfeed")
 

@@ -20,14 +20,14 @@ import orjson
 import pytest
 from aiohttp import web
 
-from proxy.app import create_app
-from proxy.config import Config, load_config
-from proxy.server import make_runner
+from crossfeed.proxy.app import create_app
+from crossfeed.proxy.http.server import make_runner
+from crossfeed.proxy.runtime.config import Config, load_config
+from crossfeed.translators.ids import SequentialIds
 from tests.fakes.upstream import FakeUpstream
 from tests.support.open_responses import check_response
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.ws import FrameRecorder
-from translators.ids import SequentialIds
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The command line as a person uses it: every test runs ``python -m proxy ...`` in a subprocess.
+"""The command line as a person uses it: every test runs ``python -m crossfeed ...`` in a subprocess.
 
 - ``check-config``: a good file prints the routing table (no secret values); bad files exit 2
   naming the key's path (unknown key, wrong type, bad URL, bad TOML, missing file).
@@ -50,7 +50,7 @@ def cli(
     *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
+        [sys.executable, "-m", "crossfeed", *args],
         check=False,
         cwd=ROOT,
         env=env,
@@ -463,7 +463,7 @@ class Server:
     def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = open(tmp_path / "serve.err", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", "0", *args],
+            [sys.executable, "-m", "crossfeed", "serve", "--host", "127.0.0.1", "--port", "0", *args],
             cwd=ROOT,
             env=env or base_env(tmp_path),
             stdout=subprocess.PIPE,
@@ -632,7 +632,7 @@ def test_version_and_a_closed_pipe(tmp_path: Path) -> None:
     os.close(read)
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "proxy", "check-config", str(ROOT / "config.example.toml")],
+            [sys.executable, "-m", "crossfeed", "check-config", str(ROOT / "config.example.toml")],
             cwd=ROOT,
             env=base_env(tmp_path),
             stdout=write,

@@ -1,4 +1,4 @@
-"""Safe by default, from the operator's side: every test runs ``python -m proxy ...`` as a person
+"""Safe by default, from the operator's side: every test runs ``python -m crossfeed ...`` as a person
 would, with the environment a container gets.
 
 - ``CROSSFEED_INBOUND_KEYS`` alone (no config file naming it) turns inbound auth on: a request
@@ -230,7 +230,7 @@ def test_model_map_from_flag_and_variable(tmp_path: Path) -> None:
         err = r.stderr.decode()
         assert r.returncode == 2 and f"{name}: must be a JSON object of model names" in err, err
     code = (
-        "import sys; from proxy.cli import build_parser, config_from_args; "
+        "import sys; from crossfeed.proxy.cli.main import build_parser, config_from_args; "
         "c = config_from_args(build_parser().parse_args(sys.argv[1:])); print(c.upstreams[0].model_map)"
     )
     r = subprocess.run(

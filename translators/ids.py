@@ -1,7 +1,7 @@
 """Identity for generated objects.
 
 Translators never invent ids or read the clock themselves: an ``IdFactory`` is injected, so that
-production gets random ids (``proxy.ids.RandomIds``) and tests get stable ones
+production gets random ids (``proxy.runtime.ids.RandomIds``) and tests get stable ones
 (``SequentialIds``), which keeps golden transcripts byte-for-byte reproducible.
 """
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .tool_markup import Dialect
+from crossfeed.translators.forward.tool_markup import Dialect
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens", "both"]
 
@@ -33,11 +33,11 @@ class BackendProfile:
     system_placement: Literal["merge", "keep", "user"] = "merge"
     # The prompt that asks the backend for a compaction summary (None: compaction.COMPACTION_PROMPT).
     compaction_prompt: str | None = None
-    # The content may open with <think>...</think> reasoning (translators/think_tags.py).
+    # The content may open with <think>...</think> reasoning (translators/forward/think_tags.py).
     think_tags: bool = False
-    # Tool calls written as markup in the content, in this dialect (translators/tool_markup.py).
+    # Tool calls written as markup in the content, in this dialect (translators/forward/tool_markup.py).
     tool_markup: Dialect | None = None
-    # A Responses backend's stream is re-emitted through translators/responses_normalize.py.
+    # A Responses backend's stream is re-emitted through translators/responses/normalize.py.
     normalize_stream: bool = False
     # The smallest max_output_tokens the Responses backend accepts (OpenAI: 16; llama-server: 1):
     # a chat client's smaller max_tokens is raised to it.

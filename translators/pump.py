@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import UpstreamProtocolError
-from .sse import DEFAULT_MAX_EVENT_BYTES, Out, SSEDecoder
+from crossfeed.translators.errors import UpstreamProtocolError
+from crossfeed.translators.sse import DEFAULT_MAX_EVENT_BYTES, Out, SSEDecoder
 
 __all__ = ["Machine", "Out", "Pump"]
 

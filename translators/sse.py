@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from .errors import UpstreamProtocolError
+from crossfeed.translators.errors import UpstreamProtocolError
 
 DONE_FRAME: Final = b"data: [DONE]\n\n"
 DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024

@@ -24,15 +24,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.config import load_config
-from proxy.observability import METRICS
-from proxy.websocket import ROUTE
+from crossfeed.proxy.http.websocket import ROUTE
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.proxy.runtime.observability import METRICS
+from crossfeed.translators.forward.compaction import COMPACTION_PROMPT, is_summary
+from crossfeed.translators.ids import SequentialIds
 from tests.conftest import start_proxy
 from tests.e2e import codex_support as cx
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
-from translators.compaction import COMPACTION_PROMPT, is_summary
-from translators.ids import SequentialIds
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
@@ -464,7 +464,7 @@ async def test_a_codex_session_logs_no_5xx(upstream: FakeUpstream, tmp_path: Pat
 
     import structlog
 
-    from proxy.logs import configure_logging
+    from crossfeed.proxy.runtime.logs import configure_logging
 
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)

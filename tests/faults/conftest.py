@@ -1,6 +1,6 @@
 """Shared pieces of the fault suite: the fault upstream fixture, crossfeed in-process (generous
 timeouts, small ones only for the faults that must time out) or as a real subprocess
-(``python -m proxy serve``), a raw HTTP client for malformed requests, and the checks every answer
+(``python -m crossfeed serve``), a raw HTTP client for malformed requests, and the checks every answer
 must pass (envelope, stream validity, no Python leaks).
 
 Directions: ``forward`` = Responses client -> crossfeed -> chat backend (POST /v1/responses);
@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.config import Config, Timeouts, Upstream, load_config
+from crossfeed.proxy.runtime.config import Config, Timeouts, Upstream, load_config
 from tests.conftest import ProxyHandle, start_proxy
 from tests.faults.fault_upstream import FaultUpstream, closed_port
 from tests.support.validators import accumulate_chat, validate_chat_sse, validate_responses_sse
@@ -354,7 +354,7 @@ def proc_inbound_connections(pid: int, port: int) -> int:
 
 
 class ProxyProcess:
-    """``python -m proxy serve --port 0`` with a TOML config; logs at debug level to a file."""
+    """``python -m crossfeed serve --port 0`` with a TOML config; logs at debug level to a file."""
 
     KEY_ENV = "CF_FAULTS_UPSTREAM_KEY"
 
@@ -416,7 +416,7 @@ class ProxyProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "proxy",
+            "crossfeed",
             "serve",
             "--config",
             str(self._config()),

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from translators.response_object import new_response
+from crossfeed.translators.responses.response_object import new_response
 
 TEXT = "Hello, wörld! Ünïcödé 日本語テキスト 🎉🚀 done."
 ERROR_MESSAGE = "fault: the model is overloaded mid-stream"

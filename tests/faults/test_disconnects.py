@@ -1,6 +1,6 @@
 """Clients that hang up after the first event, against an upstream that would stream for a minute.
 
-crossfeed runs as a real subprocess (``python -m proxy serve``) so its descriptors and RSS can be
+crossfeed runs as a real subprocess (``python -m crossfeed serve``) so its descriptors and RSS can be
 read from /proc. Clients are raw sockets: send the request, read up to the first SSE event, then
 close (half of them with FIN, half with RST). After every batch of 50 the fault upstream must see
 every one of its requests closed within seconds; at the end the upstream's connections, the

@@ -20,15 +20,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from crossfeed.translators.errors import UpstreamProtocolError
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
+from crossfeed.translators.sse import SSEDecoder
 from tests.faults import fault_upstream as fu
 from tests.support.validators import validate_chat_chunks, validate_responses_events
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.errors import UpstreamProtocolError
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
-from translators.pump import Pump
-from translators.responses_to_chat import ResponsesToChatStream
-from translators.sse import SSEDecoder
 
 # No shrinking: a failure is reported as found (shrinking these inputs takes tens of seconds).
 SETTINGS = settings(

@@ -1,4 +1,4 @@
-"""The server's JSON log to a file is written in batches (proxy/logs.py, ``BatchedLines``): a
+"""The server's JSON log to a file is written in batches (proxy/runtime/logs.py, ``BatchedLines``): a
 request's summary line still reaches the file within a fraction of a second while the server
 runs, a warning goes out at once, and the lines of the last moments are written at shutdown."""
 

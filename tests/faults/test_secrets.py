@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.config import Timeouts
+from crossfeed.proxy.runtime.config import Timeouts
 from tests.faults.conftest import API, ENDPOINT, ProxyProcess, raw_http, request_body
 from tests.faults.fault_upstream import FaultUpstream
 

@@ -1,4 +1,4 @@
-"""Soak and shutdown, against crossfeed as a real subprocess (``python -m proxy serve``).
+"""Soak and shutdown, against crossfeed as a real subprocess (``python -m crossfeed serve``).
 
 Soak: mixed traffic (text, tools, reasoning, expected errors; streamed and not; plus the pass-through
 endpoint) at moderate concurrency. Every answer is checked; zero unexpected results; RSS flat in the
@@ -319,7 +319,7 @@ def check_terminal(direction: str, body: bytes) -> str:
 
 async def new_connection_refused(port: int) -> bool:
     """A new request once the drain has begun: refused (the listener is closed first,
-    proxy/lifecycle.py) or answered 503; False when it is accepted and served, or left unanswered."""
+    proxy/streaming/lifecycle.py) or answered 503; False when it is accepted and served, or left unanswered."""
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
     except ConnectionRefusedError:

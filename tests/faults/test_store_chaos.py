@@ -1,7 +1,7 @@
 """Chaos: the response store goes away under a steady mixed load on two real crossfeed
 processes, and comes back.
 
-- ``redis``: two replicas (``python -m proxy serve``) share a redis-server of the test's own; it
+- ``redis``: two replicas (``python -m crossfeed serve``) share a redis-server of the test's own; it
   is stopped for 30 s (SIGTERM; its append-only file keeps the data) and started again.
 - ``sqlite``: ``serve --workers 2`` on one SQLite file in a small tmpfs mounted in a private mount
   namespace (``unshare --mount``, as root); the test fills the tmpfs (SQLite gets SQLITE_FULL)
@@ -283,7 +283,7 @@ async def serve(cmd: list[str], env: dict[str, str], log: Path) -> Served:
     return Served(proc, line.split("listening on ")[1].split()[0], log)
 
 
-SERVE = [sys.executable, "-m", "proxy", "serve", "--port", "0", "--log-format", "json"]
+SERVE = [sys.executable, "-m", "crossfeed", "serve", "--port", "0", "--log-format", "json"]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""WebSocket mode's protocol faults, with raw aiohttp WebSocket clients (proxy/websocket.py).
+"""WebSocket mode's protocol faults, with raw aiohttp WebSocket clients (proxy/http/websocket.py).
 
 Every frame any socket here receives goes through the ``ws_frames`` validator (tests/support/ws.py):
 each response through the strict stream validator, each request-level error frame for its exact
@@ -25,9 +25,9 @@ import aiohttp
 import pytest
 import structlog
 
-from proxy.config import load_config
-from proxy.logs import configure_logging
-from proxy.websocket import SOCKETS
+from crossfeed.proxy.http.websocket import SOCKETS
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.proxy.runtime.logs import configure_logging
 from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.faults.conftest import ProxyProcess, check_envelope

@@ -14,7 +14,7 @@ import zlib
 import pytest
 import structlog
 
-from proxy.config import load_config
+from crossfeed.proxy.runtime.config import load_config
 from tests.conftest import start_proxy
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,15 +20,21 @@ from typing import Any
 import orjson
 import pytest
 
+from crossfeed.translators.forward.compaction import (
+    COMPACTION_PROMPT,
+    SummaryLeg,
+    summary_message,
+    summary_request,
+    window,
+)
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.forward.request import MappedRequest, responses_request_to_chat
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.sse import render_responses
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import sse_frames, validate_responses_events
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.compaction import COMPACTION_PROMPT, SummaryLeg, summary_message, summary_request, window
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
-from translators.pump import Pump
-from translators.responses_request import MappedRequest, responses_request_to_chat
-from translators.sse import render_responses
 
 CASES = Path(__file__).parent / "cases" / "compaction"
 UPDATE = os.environ.get("CROSSFEED_UPDATE_GOLDEN") == "1"

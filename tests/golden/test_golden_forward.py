@@ -26,15 +26,15 @@ from typing import Any
 import orjson
 import pytest
 
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile, ToolContext
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.sse import render_responses
 from tests.support.captures import data_objects, read_capture
 from tests.support.golden import check_expected
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import accumulate_chat, sse_frames, validate_responses_events
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.ids import SequentialIds
-from translators.options import BackendProfile, ToolContext
-from translators.pump import Pump
-from translators.sse import render_responses
 
 CASES = Path(__file__).parent / "cases" / "chat_to_responses"
 
@@ -112,7 +112,7 @@ def test_golden(case: Path) -> None:
 
 # kimi-k2 on Avian sends whitespace-only content between its parallel tool calls; the translator
 # drops it on purpose rather than open an empty-looking message between the calls
-# (translators/chat_to_responses.py, ``_text``).
+# (translators/forward/machine.py, ``_text``).
 WHITESPACE_AFTER_CALLS_DROPPED = {"avian-kimik25-reasoning-details-parallel-tools"}
 RESPONSE_STATUS = {
     "stop": ("completed", None),

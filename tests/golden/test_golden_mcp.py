@@ -15,13 +15,13 @@ import httpx2
 import orjson
 import pytest
 
-from proxy.config import load_config
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.translators.ids import SequentialIds
 from tests.conftest import start_proxy
 from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.golden import check_expected
 from tests.support.validators import validate_responses_sse
-from translators.ids import SequentialIds
 
 pytestmark = pytest.mark.timeout(120)
 

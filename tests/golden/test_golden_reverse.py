@@ -21,17 +21,17 @@ from pathlib import Path
 import orjson
 import pytest
 
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.reverse.body import ResponseFailed, response_to_chat_completion
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
+from crossfeed.translators.reverse.request import chat_request_to_responses, include_usage
+from crossfeed.translators.sse import SSEDecoder, render_chat
 from tests.support.captures import read_capture
 from tests.support.golden import check_expected
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import accumulate_chat, sse_frames, validate_chat_chunks
-from translators.chat_bodies import ResponseFailed, response_to_chat_completion
-from translators.chat_request import chat_request_to_responses, include_usage
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
-from translators.pump import Pump
-from translators.responses_to_chat import ResponsesToChatStream
-from translators.sse import SSEDecoder, render_chat
 
 CASES = Path(__file__).parent / "cases" / "responses_to_chat"
 OPTIONS = BackendProfile()

@@ -1,5 +1,5 @@
 """``GET /v1/models``: the usual list for OpenAI clients (``data``) and Codex's catalog
-(``models``) in one body (proxy/codex_catalog.py)."""
+(``models``) in one body (proxy/http/codex_catalog.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.config import load_config
+from crossfeed.proxy.runtime.config import load_config
 from tests.conftest import start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply
 
@@ -54,7 +54,7 @@ async def test_openai_clients_see_the_list_and_codex_its_catalog(served: Any) ->
 
 
 def test_a_bad_catalog_key_names_itself(tmp_path: Path) -> None:
-    from proxy.errors import ConfigError
+    from crossfeed.proxy.errors import ConfigError
 
     toml = tmp_path / "c.toml"
     toml.write_text('[codex_models."m"]\napply_patch = "sometimes"\n')

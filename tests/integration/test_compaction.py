@@ -13,14 +13,14 @@ import httpx2
 import openai
 import pytest
 
-from proxy.keys import SEAL
+from crossfeed.proxy.keys import SEAL
+from crossfeed.translators.forward.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from tests.support.chat_chunks import chunk
 from tests.support.open_responses import check_compact
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
-from translators.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -193,7 +193,7 @@ async def test_tampered_reasoning_or_foreign_key_tokens_do_not_open(
     good = seal.seal_summary(SUMMARY)
     tampered = good[:-6] + ("A" if good[-6] != "A" else "B") + good[-5:]
     reasoning = seal.seal("some reasoning")  # a reasoning token cannot pass for a summary
-    from proxy.reasoning_seal import ReasoningSeal
+    from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 
     foreign = ReasoningSeal("another replica's key").seal_summary(SUMMARY)
     for token in (tampered, reasoning, "cfc1." + reasoning[4:], foreign):

@@ -31,9 +31,10 @@ import pytest
 import structlog
 from aiohttp import web
 
-from proxy.config import load_config
-from proxy.lifecycle import PROBE_NOT_FOUND, PROBES
-from proxy.logs import configure_logging
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.proxy.runtime.logs import configure_logging
+from crossfeed.proxy.streaming.lifecycle import PROBE_NOT_FOUND, PROBES
+from crossfeed.translators.ids import SequentialIds
 from tests.conftest import start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
@@ -41,7 +42,6 @@ from tests.support.chat_chunks import chunk
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, ws_url
-from translators.ids import SequentialIds
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -164,7 +164,7 @@ async def test_debug_turn_shows_the_mapped_body_redacted(upstream: FakeUpstream,
 def translate(*args: str) -> bytes:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
     r = subprocess.run(
-        [sys.executable, "-m", "proxy", "translate", *args],
+        [sys.executable, "-m", "crossfeed", "translate", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -336,7 +336,7 @@ async def cli_proxy(upstream: FakeUpstream, tmp_path: Path) -> AsyncIterator[tup
     env |= {"CF_TEST_BACKEND_KEY": BACKEND_KEY, "CROSSFEED_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"}
     log = (tmp_path / "serve.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "proxy", "serve", "--port", "0", "--upstream", upstream.base_url),
+        *(sys.executable, "-m", "crossfeed", "serve", "--port", "0", "--upstream", upstream.base_url),
         *("--upstream-api-key-env", "CF_TEST_BACKEND_KEY", "--record", str(where), "--log-format", "json"),
         cwd=ROOT,
         env=env,

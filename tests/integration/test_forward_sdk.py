@@ -375,7 +375,7 @@ async def test_upstream_http_errors_keep_status_and_message(
 
 
 async def test_unreachable_upstream_is_502() -> None:
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
 
     config = load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1"})
@@ -393,7 +393,7 @@ async def test_unreachable_upstream_is_502() -> None:
 
 
 async def test_first_byte_timeout_is_504(upstream: FakeUpstream) -> None:
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
 
     config = load_config(None, {}, {"upstream.base_url": upstream.base_url})
@@ -494,7 +494,7 @@ async def test_chat_and_models_pass_through(client: openai.AsyncOpenAI, upstream
     assert upstream.requests[-1].path == "/v1/chat/completions"
     assert upstream.requests[-1].body["messages"] == [{"role": "user", "content": "hi"}]
     # The chat stream is passed through byte for byte; the model list keeps the upstream's entries
-    # and adds Codex's catalog beside them (proxy/codex_catalog.py).
+    # and adds Codex's catalog beside them (proxy/http/codex_catalog.py).
     assert [c.path for c in captured] == ["/v1/models", "/v1/chat/completions"]
     listed = orjson.loads(captured[0].raw)
     assert listed["data"] == models_body["data"] and [m["slug"] for m in listed["models"]] == ["m1"]
@@ -567,7 +567,7 @@ async def test_stream_null_is_false_and_a_string_is_refused_in_both_directions(
 ) -> None:
     """One rule for ``stream`` in both directions (exchange.stream_flag): null is not streamed,
     anything but a boolean or null is a 400 naming ``stream``."""
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
 
     api = "chat" if route == "/responses" else "responses"

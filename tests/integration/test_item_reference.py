@@ -11,12 +11,12 @@ import httpx2
 import openai
 import pytest
 
-from proxy.config import load_config
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.translators.ids import SequentialIds
 from tests.conftest import Captured, ProxyHandle, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.test_stateful import TOOLS, call_reply, json_text, text_reply
 from tests.support.ws import FrameRecorder, ws_url
-from translators.ids import SequentialIds
 
 USER = {"role": "user", "content": "I am Ann."}
 ASK = {"role": "user", "content": "Who am I?"}

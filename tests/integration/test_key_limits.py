@@ -13,8 +13,8 @@ import httpx2
 import orjson
 import pytest
 
-from proxy.config import load_config
-from proxy.guard import LIMITS
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.proxy.runtime.guard import LIMITS
 from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.validators import validate_responses_sse

@@ -16,11 +16,11 @@ import orjson
 import pytest
 import structlog
 
-from proxy.config import load_config
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.translators.ids import SequentialIds
 from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.ws import FrameRecorder
-from translators.ids import SequentialIds
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -138,8 +138,8 @@ async def test_websocket_continuation_and_compaction_replay_are_scoped(
 
 
 def test_unset_named_keys_refuse_to_start(tmp_path: Path) -> None:
-    from proxy.app import create_app
-    from proxy.errors import ConfigError
+    from crossfeed.proxy.app import create_app
+    from crossfeed.proxy.errors import ConfigError
 
     config = load_config(
         None, {}, {"store.data_dir": str(tmp_path), "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}]}

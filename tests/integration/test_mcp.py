@@ -311,7 +311,7 @@ async def test_stored_exchange_is_replayed(
 async def test_a_server_the_operator_did_not_allow_is_a_400(
     upstream: FakeUpstream, tmp_path: Path, allowed: list[str], url: str
 ) -> None:
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
 
     handle = await start_proxy(

@@ -15,9 +15,9 @@ import orjson
 import pytest
 import structlog
 
-from proxy.config import load_config
-from proxy.lifecycle import PROBES
-from proxy.logs import configure_logging
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.proxy.runtime.logs import configure_logging
+from crossfeed.proxy.streaming.lifecycle import PROBES
 from tests.conftest import Captured, TeeTransport, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.captures import data_objects, read_capture
@@ -303,8 +303,8 @@ backend = "memory"
 
 
 def test_inbound_keys_never_fail_open() -> None:
-    from proxy.app import create_app
-    from proxy.errors import ConfigError
+    from crossfeed.proxy.app import create_app
+    from crossfeed.proxy.errors import ConfigError
 
     cfg = load_config(None, {}, {"server.inbound_keys_env": "CF_KEYS", "store.backend": "memory"})
     with pytest.raises(ConfigError, match="refusing to start"):

@@ -285,7 +285,7 @@ async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: 
     from langchain_core.messages import HumanMessage
     from langchain_openai import ChatOpenAI
 
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
     from tests.integration.test_reverse_emulation import answer, final_response
 

@@ -20,11 +20,11 @@ import openai
 import orjson
 import pytest
 
-from proxy.config import load_config
-from proxy.guard import LIMITS
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.proxy.runtime.guard import LIMITS
+from crossfeed.translators.responses.response_object import new_response
 from tests.conftest import Captured, ProxyHandle, TeeTransport, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
-from translators.response_object import new_response
 
 DONE = b"data: [DONE]\n\n"
 

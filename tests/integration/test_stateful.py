@@ -182,7 +182,7 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
     """Redis down: the client still gets its whole response; the failure is counted and logged."""
     import aiohttp
 
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
 
     cfg = load_config(
@@ -230,8 +230,8 @@ async def test_a_slow_store_does_not_hold_the_answer(
 ) -> None:
     """The terminal event waits for the save only up to save_timeout_seconds: a slower store gets
     the save finished in the background (counted as save_late), and the response is found then."""
-    from proxy.observability import METRICS
-    from proxy.responses_api import STORE
+    from crossfeed.proxy.runtime.observability import METRICS
+    from crossfeed.proxy.state.history import STORE
 
     store = proxy.app[STORE]
     real_save = store.save
@@ -299,8 +299,8 @@ async def test_save_timeout_zero_never_waits_and_this_process_still_finds_it(
 ) -> None:
     """``save_timeout_seconds = 0``: the terminal event goes out without waiting for the save (not
     counted as late: nothing waited), and a follow-up to this process waits for the save."""
-    from proxy.observability import METRICS
-    from proxy.responses_api import STORE
+    from crossfeed.proxy.runtime.observability import METRICS
+    from crossfeed.proxy.state.history import STORE
 
     store = proxy.app[STORE]
     real_save = store.save

@@ -42,7 +42,7 @@ async def start(config: Path, env: dict[str, str]) -> Proc:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "proxy",
+        "crossfeed",
         "serve",
         "--config",
         str(config),

@@ -59,7 +59,7 @@ async def test_recorded_markup_becomes_one_call(
 
 
 async def test_without_the_option_the_markup_is_text(upstream: FakeUpstream, tmp_path: Any) -> None:
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
 
     handle = await start_proxy(

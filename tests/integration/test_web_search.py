@@ -323,9 +323,9 @@ async def test_stored_searches_are_replayed_as_the_tool_exchange(
 async def test_keyed_backends(
     upstream: FakeUpstream, search: FakeSearch, tmp_path: Any, backend: str, path: str
 ) -> None:
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
+    from crossfeed.translators.ids import SequentialIds
     from tests.conftest import start_proxy
-    from translators.ids import SequentialIds
 
     url = search.url + path
     config = load_config(
@@ -353,7 +353,7 @@ async def test_keyed_backends(
 
 
 async def test_without_a_search_backend_the_tool_is_dropped(upstream: FakeUpstream, tmp_path: Any) -> None:
-    from proxy.config import load_config
+    from crossfeed.proxy.runtime.config import load_config
     from tests.conftest import start_proxy
 
     config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path)})
@@ -432,7 +432,7 @@ async def test_a_leg_with_client_calls_too_runs_the_search_and_hands_the_client_
 async def test_a_failure_between_legs_still_ends_with_one_terminal_event(
     proxy: ProxyHandle, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from proxy import searching
+    from crossfeed.proxy.turns.hosted import search_runner as searching
 
     async def broken(*args: Any, **kwargs: Any) -> dict[str, str]:
         raise RuntimeError("a bug in a runner")

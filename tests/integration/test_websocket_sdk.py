@@ -1,6 +1,6 @@
 """The official Python SDK's WebSocket client (``client.responses.connect()``) against crossfeed.
 
-WebSocket mode on ``GET /v1/responses`` (proxy/websocket.py): each ``response.create`` is one
+WebSocket mode on ``GET /v1/responses`` (proxy/http/websocket.py): each ``response.create`` is one
 turn, its events one JSON text frame each. The SDK's raw frames are recorded (``recv_bytes``
 wrapped, tests/support/ws.py) and every one is validated at teardown by the ``ws_frames``
 fixture: each response through the strict stream validator, each request-level error frame for
@@ -19,11 +19,11 @@ import openai
 import orjson
 import pytest
 
+from crossfeed.translators.responses.response_object import new_response
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
 from tests.support.ws import SDKWS, FrameRecorder
-from translators.response_object import new_response
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -206,7 +206,7 @@ async def test_previous_response_not_found(
         assert upstream.requests == []
         after, _ = await ws.turn(model=MODEL, input="hi")  # the socket stays usable
     error = refused.error
-    # status 400, not 404: what Codex takes as "start over with the full input" (proxy/websocket.py)
+    # status 400, not 404: what Codex takes as "start over with the full input" (proxy/http/websocket.py)
     assert (error["status"], error["code"], error["param"]) == (
         400,
         "previous_response_not_found",

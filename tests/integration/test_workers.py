@@ -1,7 +1,7 @@
 """``crossfeed serve --workers 2`` as real processes: one port, one SQLite store, one metrics view.
 
 Which worker answered is read from the ``X-Request-ID`` header: request ids carry a random prefix
-per process (proxy/observability.py). Clients here open a new connection per request, so the
+per process (proxy/runtime/observability.py). Clients here open a new connection per request, so the
 kernel spreads them over both workers (SO_REUSEPORT) and follow-ups often land on the worker
 that did not make the response they continue.
 """
@@ -55,7 +55,7 @@ async def start_workers(
     log = tmp / "crossfeed.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}  # no reasoning key either
     proc = await asyncio.create_subprocess_exec(
-        *(python or [sys.executable, "-m", "proxy"]),
+        *(python or [sys.executable, "-m", "crossfeed"]),
         "serve",
         "--config",
         str(cfg),
@@ -195,7 +195,7 @@ async def test_workers_misconfigured_refuse_to_start_once(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "proxy",
+        "crossfeed",
         "serve",
         "--port",
         "0",
@@ -271,8 +271,8 @@ async def test_without_so_reuseport_the_workers_share_one_listening_socket(
     forced = [
         sys.executable,
         "-c",
-        "import sys; import proxy.workers as w; w.REUSE_PORT = False; "
-        "from proxy.cli import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; import crossfeed.proxy.cli.workers as w; w.REUSE_PORT = False; "
+        "from crossfeed.proxy.cli.main import main; sys.exit(main(sys.argv[1:]))",
     ]
     w = await start_workers(tmp_path, upstream, 2, python=forced)
     try:

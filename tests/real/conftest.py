@@ -18,7 +18,7 @@ import openai
 import orjson
 import pytest
 
-from proxy.config import load_config
+from crossfeed.proxy.runtime.config import load_config
 from tests.conftest import Captured, ProxyHandle, require_service, sdk_client, start_proxy
 from tests.fakes import llama_servers as ls
 from tests.fakes.tiny_model import write_model

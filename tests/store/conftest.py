@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.store import StoreConfig, open_store
+from crossfeed.proxy.state.store import StoreConfig, open_store
 
 REDIS_URL = os.environ.get("CROSSFEED_TEST_REDIS_URL")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from proxy.store import StoreConfig, StoredResponse, item_ids, open_store, owner_tag, stored_item
-from proxy.store.sqlite import FILENAME
+from crossfeed.proxy.state.store import StoreConfig, StoredResponse, item_ids, open_store, owner_tag, stored_item
+from crossfeed.proxy.state.store.sqlite import FILENAME
 from tests.store.test_store import rec
 
 REDIS_URL = os.environ.get("CROSSFEED_TEST_REDIS_URL")

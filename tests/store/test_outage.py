@@ -27,11 +27,11 @@ import aiohttp
 import pytest
 import structlog
 
-from proxy import store_health
-from proxy.config import load_config
-from proxy.observability import METRICS
-from proxy.responses_api import KEEPER, STORE
-from proxy.store import StoreError
+from crossfeed.proxy.runtime.config import load_config
+from crossfeed.proxy.runtime.observability import METRICS
+from crossfeed.proxy.state import store_health
+from crossfeed.proxy.state.history import KEEPER, STORE
+from crossfeed.proxy.state.store import StoreError
 from tests.conftest import Captured, ProxyHandle, sdk_client, start_proxy
 from tests.fakes.upstream import FakeUpstream, Recorded
 from tests.integration.test_stateful import json_text, text_reply
@@ -404,7 +404,7 @@ async def test_a_hung_store_is_a_503_within_the_operation_timeout_never_a_hang(
 async def test_shutdown_drains_the_queue_within_bounds(
     upstream: FakeUpstream, tmp_path: Path, heal: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from proxy import store_retry
+    from crossfeed.proxy.state import store_retry
 
     monkeypatch.setattr(store_retry, "BACKOFF_FIRST", 30.0)  # the loop waits: only the shutdown drain writes them
     upstream.default = reply

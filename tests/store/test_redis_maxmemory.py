@@ -1,6 +1,6 @@
 """Redis at ``maxmemory`` with ``maxmemory-policy noeviction``: a save is refused (``StoreError``
 naming Redis's OOM), kept by the retry queue and written once Redis has memory again; reads and
-removals keep working while Redis is full (proxy/store/redis.py: script flags, Redis >= 7.0).
+removals keep working while Redis is full (proxy/state/store/redis.py: script flags, Redis >= 7.0).
 
 Each test runs a redis-server of its own (tests/support/redis_server.py), made full by filler
 keys and then a ``CONFIG SET maxmemory`` below what they use; ``CONFIG SET maxmemory 0`` gives it
@@ -21,10 +21,10 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import OutOfMemoryError, ResponseError
 
-from proxy.responses_api import KEEPER
-from proxy.store import StoreConfig, StoredResponse, StoreError, open_store
-from proxy.store.redis import RedisStore, script_flags_supported
-from proxy.store_health import short_reason
+from crossfeed.proxy.state.history import KEEPER
+from crossfeed.proxy.state.store import StoreConfig, StoredResponse, StoreError, open_store
+from crossfeed.proxy.state.store.redis import RedisStore, script_flags_supported
+from crossfeed.proxy.state.store_health import short_reason
 from tests.conftest import Captured, ProxyHandle, sdk_client
 from tests.fakes.upstream import FakeUpstream
 from tests.store.test_outage import call, metric, readyz, reply, start

@@ -17,7 +17,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from proxy.store import (
+from crossfeed.proxy.state.store import (
     MEMORY_DEFAULT_MAX_COUNT,
     THIRTY_DAYS,
     StoreConfig,
@@ -26,8 +26,8 @@ from proxy.store import (
     encode_record,
     open_store,
 )
-from proxy.store.pagination import InvalidParam, paginate
-from proxy.store.sqlite import FILENAME
+from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
+from crossfeed.proxy.state.store.sqlite import FILENAME
 
 REDIS_URL = os.environ.get("CROSSFEED_TEST_REDIS_URL")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.store import StoreConfig, StoreError
-from proxy.store.sqlite import SQLiteStore, writability_problem
+from crossfeed.proxy.state.store import StoreConfig, StoreError
+from crossfeed.proxy.state.store.sqlite import SQLiteStore, writability_problem
 from tests.test_cli_tools import ROOT, base_env, cli
 
 FIXES = ("mount a writable volume at", "CROSSFEED_DATA_DIR", "[store] data_dir", 'backend = "memory"', '"redis"')
@@ -83,7 +83,7 @@ def test_the_fix_it_names_works(tmp_path: Path) -> None:
         "CROSSFEED_STORE__BACKEND": "memory",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--port", "0"],
+        [sys.executable, "-m", "crossfeed", "serve", "--port", "0"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
-from translators.chat_bodies import (
+from crossfeed.translators.errors import TranslationError
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.reverse.body import (
     ResponseFailed,
     chat_annotation,
     chat_usage,
@@ -15,9 +18,6 @@ from translators.chat_bodies import (
     incomplete_finish_reason,
     response_to_chat_completion,
 )
-from translators.errors import TranslationError
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
 
 USAGE = {
     "input_tokens": 10,

@@ -7,9 +7,15 @@ from typing import Any
 
 import pytest
 
-from translators.chat_request import MAX_CHOICES, chat_request_to_responses, choice_count, include_usage, stop_sequences
-from translators.errors import InvalidRequest, UnsupportedFeature
-from translators.options import BackendProfile
+from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.reverse.request import (
+    MAX_CHOICES,
+    chat_request_to_responses,
+    choice_count,
+    include_usage,
+    stop_sequences,
+)
 
 OPTIONS = BackendProfile()
 USER = {"role": "user", "content": "Hi"}

@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crossfeed.translators.errors import StreamStateError
+from crossfeed.translators.forward.machine import ChatToResponsesStream, Phase
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import ToolContext
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.sse import render_responses
 from tests.support.captures import data_objects, read_capture
 from tests.support.validators import validate_responses_events, validate_responses_sse
-from translators.chat_to_responses import ChatToResponsesStream, Phase
-from translators.errors import StreamStateError
-from translators.ids import SequentialIds
-from translators.options import ToolContext
-from translators.pump import Pump
-from translators.sse import render_responses
 
 
 def machine(**kw: object) -> ChatToResponsesStream:

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from crossfeed.translators.forward.chunk_frames import Chunk, as_dict, decode_chunk
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile, ToolContext
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.sse import render_responses
 from tests.support.validators import validate_responses_events
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.chunk_frames import Chunk, as_dict, decode_chunk
-from translators.ids import SequentialIds
-from translators.options import BackendProfile, ToolContext
-from translators.pump import Pump
-from translators.sse import render_responses
 
 
 def machine(think_tags: bool = False, wire: bool = False) -> ChatToResponsesStream:
@@ -263,7 +263,7 @@ def test_fields_nobody_reads_are_not_decoded() -> None:
 def test_hot_shapes_do_not_build_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Text, reasoning and tool-call fragments, and a bare finish_reason, are handled on the
     structs; only other chunks are turned into dicts for ``feed``."""
-    import translators.chat_to_responses as c2r
+    import crossfeed.translators.forward.machine as c2r
 
     calls: list[Chunk] = []
     monkeypatch.setattr(c2r, "as_dict", lambda chunk: calls.append(chunk) or as_dict(chunk))

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from proxy.reasoning_seal import ReasoningSeal
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.compaction import (
+from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
+from crossfeed.translators.errors import InvalidRequest, StreamStateError, UpstreamProtocolError
+from crossfeed.translators.forward.compaction import (
     SUMMARY_PREFIX,
     SummaryLeg,
     compact_threshold,
@@ -22,9 +22,9 @@ from translators.compaction import (
     trigger_in,
     window,
 )
-from translators.errors import InvalidRequest, StreamStateError, UpstreamProtocolError
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
 
 S = {"role": "system", "content": "s"}
 U = {"role": "user", "content": "u"}

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import Config, load_config
-from proxy.errors import ConfigError
+from crossfeed.proxy.errors import ConfigError
+from crossfeed.proxy.runtime.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="
 PROBE = """
 import json, os, resource, sys
 sys.path.insert(0, {repo!r})
-from proxy.cli import reserve_descriptors
+from crossfeed.proxy.cli.main import reserve_descriptors
 
 def fdsize():
     for line in open("/proc/self/status"):

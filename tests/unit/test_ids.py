@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from proxy.ids import RandomIds
+from crossfeed.proxy.runtime.ids import RandomIds
 
 
 def test_ids_are_prefixed_random_hex_and_unique() -> None:

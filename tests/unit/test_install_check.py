@@ -1,10 +1,11 @@
-"""A neighbour distribution shipping a package named ``proxy`` or ``translators`` is pointed out."""
+"""A neighbour distribution shipping a package named ``crossfeed`` is pointed out; ``proxy`` and
+``translators`` from other distributions no longer touch crossfeed."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy import install_check
+from crossfeed.proxy.cli import install_check
 
 
 def test_crossfeed_alone_is_quiet() -> None:
@@ -16,8 +17,13 @@ def test_a_neighbour_under_our_names_is_named(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(
         install_check,
         "packages_distributions",
-        lambda: {"proxy": ["crossfeed", "proxy.py"], "translators": ["crossfeed"], "yaml": ["PyYAML"]},
+        lambda: {
+            "crossfeed": ["crossfeed", "crossfeed-tools"],
+            "proxy": ["proxy.py"],
+            "translators": ["translators"],
+            "yaml": ["PyYAML"],
+        },
     )
-    assert install_check.foreign_owners() == {"proxy": ["proxy.py"]}
+    assert install_check.foreign_owners() == {"crossfeed": ["crossfeed-tools"]}
     text = install_check.warning()
-    assert text is not None and "'proxy' also from proxy.py" in text and "virtual environment" in text
+    assert text is not None and "'crossfeed' also from crossfeed-tools" in text and "virtual environment" in text

@@ -1,5 +1,5 @@
-"""item_reference input items: finding and replacing them (translators/input_messages.py, pure)
-and the proxy's lookup in the store by item id, scoped by key (proxy/responses_api.py)."""
+"""item_reference input items: finding and replacing them (translators/forward/input.py, pure)
+and the proxy's lookup in the store by item id, scoped by key (proxy/state/history.py)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,22 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.errors import ProxyError
-from proxy.guard import KEY_NAME
-from proxy.observability import METRICS, Metrics
-from proxy.responses_api import KEEPER, SAVING, STORE, resolve_item_references
-from proxy.store import MemoryStore, StoreConfig, StoredResponse, StoreError
-from proxy.store_retry import SaveKeeper
-from translators.errors import InvalidRequest, UnsupportedFeature
-from translators.input_messages import (
+from crossfeed.proxy.errors import ProxyError
+from crossfeed.proxy.runtime.guard import KEY_NAME
+from crossfeed.proxy.runtime.observability import METRICS, Metrics
+from crossfeed.proxy.state.history import KEEPER, SAVING, STORE, resolve_item_references
+from crossfeed.proxy.state.store import MemoryStore, StoreConfig, StoredResponse, StoreError
+from crossfeed.proxy.state.store_retry import SaveKeeper
+from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
+from crossfeed.translators.forward.input import (
     bare_reasoning,
     fill_reasoning,
     is_item_reference,
     item_references,
     resolve_references,
 )
-from translators.options import BackendProfile
-from translators.responses_request import responses_request_to_chat
+from crossfeed.translators.forward.request import responses_request_to_chat
+from crossfeed.translators.options import BackendProfile
 
 ASSISTANT = {
     "id": "msg_a1",

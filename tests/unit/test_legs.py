@@ -6,11 +6,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from crossfeed.translators.errors import StreamStateError
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.sse import JSON_FRAMING, render_json, render_responses
 from tests.support.validators import validate_responses_events
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.errors import StreamStateError
-from translators.ids import SequentialIds
-from translators.sse import JSON_FRAMING, render_json, render_responses
 
 
 def machine(**kw: object) -> ChatToResponsesStream:

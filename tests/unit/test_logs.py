@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from proxy.logs import REQUEST_FIELDS, BatchedLines, configure_logging, flush_logs
+from crossfeed.proxy.runtime.logs import REQUEST_FIELDS, BatchedLines, configure_logging, flush_logs
 from tests.support.waiting import wait_until
 
 

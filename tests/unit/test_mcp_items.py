@@ -3,9 +3,9 @@ what the conversation already holds, and the replayed items in the request mappi
 
 from __future__ import annotations
 
-from translators import mcp_items as m
-from translators.options import BackendProfile
-from translators.responses_request import responses_request_to_chat
+from crossfeed.translators.forward import mcp_items as m
+from crossfeed.translators.forward.request import responses_request_to_chat
+from crossfeed.translators.options import BackendProfile
 
 
 def test_function_names_fit_and_do_not_collide() -> None:

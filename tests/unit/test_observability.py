@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import structlog
 
-from proxy.logs import REQUEST_FIELDS, configure_logging, flush_logs
-from proxy.observability import summary_line, usage_counts, usage_summary
+from crossfeed.proxy.runtime.logs import REQUEST_FIELDS, configure_logging, flush_logs
+from crossfeed.proxy.runtime.observability import summary_line, usage_counts, usage_summary
 
 RESPONSES_USAGE = {
     "input_tokens": 11,

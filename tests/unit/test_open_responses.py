@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.responses.response_object import fill_response, new_response
 from tests.support.open_responses import OpenResponsesViolation, check_events, check_response
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.ids import SequentialIds
-from translators.response_object import fill_response, new_response
 
 REQUEST = {
     "model": "m",

@@ -3,7 +3,7 @@
 - Every field of ``BackendProfile`` comes from an upstream's configuration (a switch that the
   config cannot set would be a dead quirk).
 - Every field the forward machine reads off a chunk, a choice or a delta is declared in the typed
-  chunk structs (translators/chunk_frames.py): the structs skip undeclared fields, so a field read
+  chunk structs (translators/forward/chunk_frames.py): the structs skip undeclared fields, so a field read
   but not declared would be silently None on the fast path.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from proxy.config import Upstream
-from translators.chunk_frames import Choice, Chunk, Delta
-from translators.options import BackendProfile
+from crossfeed.proxy.runtime.config import Upstream
+from crossfeed.translators.forward.chunk_frames import Choice, Chunk, Delta
+from crossfeed.translators.options import BackendProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 NON_DEFAULT = {

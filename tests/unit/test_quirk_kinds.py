@@ -1,6 +1,6 @@
 """The quirks a translator repairs, counted by kind in its ``diagnostics`` (issue 37): what the
 ``translation.anomaly`` line and ``crossfeed_translation_anomalies_total`` count at info, and what
-a debug log shows one line each (``translation.quirk``, proxy/turn_trace.py).
+a debug log shows one line each (``translation.quirk``, proxy/runtime/turn_trace.py).
 
   legacy_function_call_dropped  a legacy ``function_call`` beside the same ``tool_calls`` fragment
   tool_markup_parsed            a call the backend wrote as markup in its text
@@ -15,12 +15,12 @@ from typing import Any
 
 import orjson
 
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
-from translators.pump import Pump
-from translators.responses_normalize import NormalizeResponses
-from translators.responses_to_chat import StoppingChatStream
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.responses.normalize import NormalizeResponses
+from crossfeed.translators.reverse.machine import StoppingChatStream
 
 REQUEST: dict[str, Any] = {
     "model": "m",

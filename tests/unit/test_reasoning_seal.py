@@ -1,4 +1,4 @@
-"""Sealed reasoning (proxy/reasoning_seal.py) and its replay by the request mapping.
+"""Sealed reasoning (proxy/state/reasoning_seal.py) and its replay by the request mapping.
 
 The contract under test, from the module's docstring:
   - token = ``cf1.`` + urlsafe-base64(12-byte nonce + AES-256-GCM ciphertext and tag);
@@ -6,7 +6,7 @@ The contract under test, from the module's docstring:
     tokens; without a secret every instance makes its own random key;
   - ``reveal`` gives the text back, or ``None`` for anything that is not a token sealed with the
     same key (altered, truncated, foreign, not a string). It never raises.
-And from translators/responses_request.py: a reasoning input item whose only text is its
+And from translators/forward/request.py: a reasoning input item whose only text is its
 ``encrypted_content`` is replayed, once revealed, as ``options.reasoning_field`` on the assistant
 message of its turn; a token that does not reveal is skipped and listed in ``ignored``.
 """
@@ -24,11 +24,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.reasoning_seal import ReasoningSeal
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
-from translators.response_bodies import chat_completion_to_response
-from translators.responses_request import responses_request_to_chat
+from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
+from crossfeed.translators.forward.body import chat_completion_to_response
+from crossfeed.translators.forward.request import responses_request_to_chat
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
 
 SECRET = "correct horse battery staple"
 PREFIX = "cf1."
@@ -221,7 +221,7 @@ def test_reveal_never_raises_on_forged_blobs(blob: bytes) -> None:
     assert ReasoningSeal(SECRET).reveal(token_of(blob)) is None
 
 
-# -- replay through the request mapping (translators/responses_request.py) ------------------------
+# -- replay through the request mapping (translators/forward/request.py) ------------------------
 
 USER = {"role": "user", "content": "list the files"}
 NEXT = {"role": "user", "content": "and now?"}

@@ -1,4 +1,4 @@
-"""Non-streaming forward bodies: ``chat.completion`` -> Responses ``Response`` (translators/response_bodies.py).
+"""Non-streaming forward bodies: ``chat.completion`` -> Responses ``Response`` (translators/forward/body.py).
 
 Expected values come from the wire facts in /work/shared/docs/wire-spec.md, not from the code's
 output: finish reasons and usage (4.3, 2.5), the Response object and its output items (1.8, 1.9),
@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from crossfeed.translators.errors import UpstreamProtocolError
+from crossfeed.translators.forward.body import chat_completion_to_response
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import NO_TOOLS, BackendProfile, ToolContext
 from tests.support.validators import validate_responses_events
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.errors import UpstreamProtocolError
-from translators.ids import SequentialIds
-from translators.options import NO_TOOLS, BackendProfile, ToolContext
-from translators.response_bodies import chat_completion_to_response
 
 REQUEST: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
 NOW = 1_700_000_000

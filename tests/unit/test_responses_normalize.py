@@ -18,15 +18,15 @@ from typing import Any
 import orjson
 import pytest
 
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.responses.normalize import NormalizeResponses
+from crossfeed.translators.sse import render_responses
 from tests.support import validators
 from tests.support.captures import capture_files, data_objects, read_capture
 from tests.support.open_responses import check_events
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import StreamViolation
-from translators.ids import SequentialIds
-from translators.pump import Pump
-from translators.responses_normalize import NormalizeResponses
-from translators.sse import render_responses
 
 # The normaliser guarantees the strict-client rules for any producer; the fields a third party's
 # Response carries are its own, so the Open Responses schema is checked only on the recorded

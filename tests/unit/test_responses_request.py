@@ -1,4 +1,4 @@
-"""Responses create request -> Chat Completions request (translators/responses_request.py).
+"""Responses create request -> Chat Completions request (translators/forward/request.py).
 
 Table-driven: each row is (id, client body or input, expected chat fields / expected error param).
 Expected chat bodies are compared whole, so an extra or missing field fails the row.
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
+from crossfeed.translators.forward.request import MappedRequest, responses_request_to_chat
+from crossfeed.translators.options import BackendProfile
 from tests.support.captures import CAPTURES, capture_files, capture_path
-from translators.errors import InvalidRequest, UnsupportedFeature
-from translators.options import BackendProfile
-from translators.responses_request import MappedRequest, responses_request_to_chat
 
 OPTS = BackendProfile()
 CODEX_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
@@ -1249,7 +1249,7 @@ def test_capture_parallel_calls_history() -> None:
     ],
 )
 def test_flat_names_always_fit_chat_and_stay_unique(namespace: str, member: str) -> None:
-    from translators.tools_mapping import flat_name
+    from crossfeed.translators.forward.tools import flat_name
 
     name = flat_name(namespace, member)
     assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name), name

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
+from crossfeed.translators.sse import render_chat
 from tests.support.validators import accumulate_chat, validate_chat_chunks, validate_chat_sse
-from translators.ids import SequentialIds
-from translators.options import BackendProfile
-from translators.responses_to_chat import ResponsesToChatStream
-from translators.sse import render_chat
 
 NOW = 1_700_000_000
 USAGE = {

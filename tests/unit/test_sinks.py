@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from proxy.sinks import text_frames
+from crossfeed.proxy.streaming.sinks import text_frames
 
 
 def parse(data: bytes) -> list[tuple[int, int, bytes]]:

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crossfeed.translators.errors import UpstreamProtocolError
+from crossfeed.translators.sse import SSEDecoder, SSEEvent
 from tests.support.splitting import byte_by_byte, split_points
-from translators.errors import UpstreamProtocolError
-from translators.sse import SSEDecoder, SSEEvent
 
 
 def decode(pieces: list[bytes], **kw: int) -> list[SSEEvent]:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from proxy.exchange import run_leg
-from proxy.keys import CONFIG
-from proxy.lifecycle import OPEN_STREAMS
-from proxy.observability import SUMMARY
+from crossfeed.proxy.keys import CONFIG
+from crossfeed.proxy.runtime.observability import SUMMARY
+from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS
+from crossfeed.proxy.turns.exchange import run_leg
 
 
 class _Upstream:
@@ -49,7 +49,7 @@ async def test_handler_cancelled_before_the_relay_ran_still_closes_the_upstream(
 
 
 async def test_the_relay_runs_in_a_task_of_its_own(monkeypatch: Any) -> None:
-    from proxy import exchange
+    from crossfeed.proxy.turns import exchange
 
     seen: list[asyncio.Task[Any] | None] = []
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crossfeed.translators.forward.think_tags import ThinkSplitter
 from tests.support.splitting import split_points
-from translators.think_tags import ThinkSplitter
 
 
 def split(text: str, pieces: list[str]) -> dict[str, str]:
@@ -51,7 +51,7 @@ def test_nothing_lost_or_invented(text: str, seed: int) -> None:
 
 
 def documented_split(text: str) -> dict[str, str]:
-    """The rules of translators/think_tags.py, applied to the whole text at once: only a
+    """The rules of translators/forward/think_tags.py, applied to the whole text at once: only a
     ``<think>`` that opens the content (after whitespace) starts reasoning; it ends at the first
     ``</think>``, whitespace right after that is dropped and the rest is text; an unclosed
     ``<think>`` is all reasoning."""

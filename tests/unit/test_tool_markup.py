@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from translators.tool_markup import DIALECTS, ToolMarkupParser
+from crossfeed.translators.forward.tool_markup import DIALECTS, ToolMarkupParser
 
 
 def merged(pieces: list[Any]) -> list[tuple[str, ...]]:

@@ -21,9 +21,15 @@ import orjson
 import pytest
 from aiohttp.client_reqrep import ConnectionKey
 
-from proxy.config import Timeouts, Upstream
-from proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable, error_response
-from proxy.upstream import MAX_ERROR_BODY, new_session, open_upstream, read_body, read_json
+from crossfeed.proxy.errors import (
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    error_response,
+)
+from crossfeed.proxy.runtime.config import Timeouts, Upstream
+from crossfeed.proxy.upstream import MAX_ERROR_BODY, new_session, open_upstream, read_body, read_json
 from tests.support.mocked_http import MockedHTTP, StalledBody
 
 # aioresponses' body reader takes at most 128 KiB (its transport cannot pause): the huge bodies are below that.

@@ -22,14 +22,21 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.test_utils import make_mocked_request
 
-from proxy import lifecycle
-from proxy.config import Config, Server, Upstream
-from proxy.errors import ConfigError
-from proxy.guard import upstream_keys
-from proxy.keys import CONFIG, ENV, SESSION
-from proxy.lifecycle import PROBE_ERRORS, PROBE_HEADERS, PROBE_NOT_FOUND, PROBES, probe_loop, readiness
-from proxy.streams import outbound_headers, secrets
-from proxy.upstream import new_session, open_upstream, upstream_headers
+from crossfeed.proxy.errors import ConfigError
+from crossfeed.proxy.keys import CONFIG, ENV, SESSION
+from crossfeed.proxy.runtime.config import Config, Server, Upstream
+from crossfeed.proxy.runtime.guard import upstream_keys
+from crossfeed.proxy.streaming import lifecycle
+from crossfeed.proxy.streaming.lifecycle import (
+    PROBE_ERRORS,
+    PROBE_HEADERS,
+    PROBE_NOT_FOUND,
+    PROBES,
+    probe_loop,
+    readiness,
+)
+from crossfeed.proxy.turns.common import outbound_headers, secrets
+from crossfeed.proxy.upstream import new_session, open_upstream, upstream_headers
 from tests.support.mocked_http import MockedHTTP
 
 BASE = "http://gpu-7.backend.internal:8123/v1"

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from crossfeed.translators.sse import DONE_FRAME, SSEDecoder, encode_data, encode_named
 from tests.support.captures import CAPTURES, capture_path, captures_dir
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import (
@@ -25,7 +26,6 @@ from tests.support.validators import (
     validate_responses_events,
     validate_responses_sse,
 )
-from translators.sse import DONE_FRAME, SSEDecoder, encode_data, encode_named
 
 # These tests are about the strict-client rules alone, on streams of every producer (captures,
 # hand-built ones): the Open Responses schema check has its own tests (test_open_responses.py).

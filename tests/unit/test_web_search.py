@@ -11,15 +11,15 @@ import aiohttp
 import httpx2
 import pytest
 
-from proxy.config import WebSearch, load_config
-from proxy.web_search import MAX_SNIPPET, SearchFailed, results_text, search
+from crossfeed.proxy.runtime.config import WebSearch, load_config
+from crossfeed.proxy.turns.hosted.search_backends import MAX_SNIPPET, SearchFailed, results_text, search
+from crossfeed.translators.forward.citations import citations
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.forward.web_search_items import replayed, search_function_name
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import ToolContext
 from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.search import FakeSearch
-from translators.chat_to_responses import ChatToResponsesStream
-from translators.citations import citations
-from translators.ids import SequentialIds
-from translators.options import ToolContext
-from translators.web_search_items import replayed, search_function_name
 
 A, B = "https://a.example/x", "https://b.example/"
 
@@ -161,7 +161,7 @@ async def test_unreachable_and_unkeyed() -> None:
 
 
 def test_results_text_numbers_run_on() -> None:
-    from proxy.web_search import Result
+    from crossfeed.proxy.turns.hosted.search_backends import Result
 
     text = results_text("q", [Result(A, "A", "s")], start=4)
     assert text == f'Search results for "q":\n\n[5] A\nURL: {A}\ns'
@@ -169,7 +169,7 @@ def test_results_text_numbers_run_on() -> None:
 
 
 def test_config_fails_fast_naming_the_key() -> None:
-    from proxy.errors import ConfigError
+    from crossfeed.proxy.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"web_search \(from \$CROSSFEED_WEB_SEARCH__BACKEND\): .*needs url"):
         load_config(None, {"CROSSFEED_WEB_SEARCH__BACKEND": "searxng"})
@@ -236,7 +236,7 @@ async def test_standalone_search_without_a_backend_is_a_404_saying_how(tmp_path:
 def test_check_config_reports_the_search_backend(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from pathlib import Path
 
-    from proxy.config_report import check_config
+    from crossfeed.proxy.cli.check_config import check_config
 
     f = Path(tmp_path) / "c.toml"
     f.write_text('[web_search]\nbackend = "tavily"\napi_key_env = "TAVILY_KEY"\n')

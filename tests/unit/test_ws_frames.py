@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
+from crossfeed.translators.responses.response_object import new_response
 from tests.support.ws import FrameLog, FrameViolation
-from translators.response_object import new_response
 
 USAGE = {
     "input_tokens": 1,

@@ -1,0 +1,1 @@
+"""The command line: serve (and its worker processes), check-config, demo, translate."""

@@ -1,0 +1,1 @@
+"""What every room leans on: the configuration, logs, metrics, ids, admission and turn traces."""

@@ -1,0 +1,1 @@
+"""What outlives a request: stored responses and history, sealed reasoning, the store backends."""

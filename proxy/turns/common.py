@@ -1,0 +1,67 @@
+"""Shared pieces of the translating handlers: the request body, the upstream key and headers, anomalies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
+
+from crossfeed.proxy.errors import ClientRequestError
+from crossfeed.proxy.keys import CONFIG, ENV
+from crossfeed.proxy.runtime.config import Upstream
+from crossfeed.proxy.runtime.observability import METRICS
+from crossfeed.proxy.upstream import upstream_headers
+
+log = structlog.get_logger("crossfeed")
+
+
+def api_key(request: web.Request, up: Upstream) -> str | None:
+    return request.app[ENV].get(up.api_key_env) if up.api_key_env else None
+
+
+def outbound_headers(request: web.Request, up: Upstream) -> dict[str, str]:
+    """The upstream request's headers for this client request. With inbound keys configured,
+    the client's key is crossfeed's own: it is checked here and never passed to a backend."""
+    return upstream_headers(
+        up, request.headers, api_key(request, up), client_key_is_ours=bool(request.app[CONFIG].server.inbound_keys_env)
+    )
+
+
+def secrets(request: web.Request, up: Upstream) -> tuple[str, ...]:
+    """Values that must never reach a client: the configured upstream key."""
+    key = api_key(request, up)
+    return (key,) if key else ()
+
+
+def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
+    """Translation anomalies: one log line per stream, counted in metrics."""
+    if not diagnostics:
+        return
+    log.info("translation.anomaly", **diagnostics)
+    for kind, n in diagnostics.items():
+        request.app[METRICS].anomalies.labels(kind).inc(n)
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, or a 400 that says what is wrong with it. A body compressed as
+    its ``Content-Encoding`` says (gzip, deflate, zstd) is read decompressed; one that is not what
+    the header says is a 400, not a failure of crossfeed's."""
+    try:
+        raw = await request.read()
+    except RequestPayloadError:
+        encoding = request.headers.get("Content-Encoding", "")
+        raise ClientRequestError(
+            f"the request body could not be read as its Content-Encoding ({encoding or 'none'}) says: send it "
+            "compressed that way, or without the header",
+            code="invalid_body",
+        ) from None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ClientRequestError("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ClientRequestError("the request body must be a JSON object", code="invalid_type")
+    return body

@@ -1,0 +1,1 @@
+"""Tools crossfeed runs inside a Response: the tool loop, web search and its backends, remote MCP."""

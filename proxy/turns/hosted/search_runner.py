@@ -1,0 +1,202 @@
+"""The hosted ``web_search`` tool on a chat backend: a runner of the tool loop (proxy/turns/hosted/tool_loop.py).
+
+A request with ``{"type": "web_search"}`` (or ``web_search_preview``) and a configured
+``[web_search]`` backend gets one more function offered to the backend (``web_search``, or
+``crossfeed_web_search`` when the client has a function of that name: web_search_items.py).
+Each call to it becomes a ``web_search_call`` item (``in_progress``, ``searching``, then
+``completed``, or ``failed`` with no event of its own); the searches of one round run
+concurrently and their results go back to the backend as the tool results. The message that
+follows cites the results (translators/forward/citations.py): numbers run on across the searches of one
+Response, so ``[n]`` always names one result. ``max_searches`` is this runner's budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from crossfeed.proxy.keys import CONFIG, ENV, IDS, SESSION
+from crossfeed.proxy.streaming.sinks import Sink
+from crossfeed.proxy.turns.hosted.search_backends import Result, SearchFailed, result_count, results_text, search
+from crossfeed.proxy.turns.hosted.tool_loop import write
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.forward.request import MappedRequest
+from crossfeed.translators.forward.web_search_items import HOSTED_TYPES, search_function_name
+
+log = structlog.get_logger("crossfeed")
+
+SOURCES_INCLUDE = "web_search_call.action.sources"
+
+
+def _description(live: bool) -> str:
+    return (
+        "Search the web. Returns numbered results, each with a title, its URL and a snippet. Cite what you "
+        "use as a markdown link to the result's URL, [title](url), or by its number, like [1]. "
+        + ("" if live else "Results come from a search index; pages cannot be opened.")
+    )
+
+
+@dataclass(slots=True)
+class SearchPlan:
+    """What one Response may search, and what it has searched so far (a ``tool_loop.Runner``)."""
+
+    fn: str
+    count: int
+    domains: tuple[str, ...]
+    country: str | None
+    sources: bool
+    budget: int
+    forced: str | None
+    tool: dict[str, Any]
+    used: int = 0
+    stop: bool = False
+    numbered: list[tuple[str, str]] = field(default_factory=list)  # every result so far, [n] = numbered[n-1]
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset({self.fn})
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return [self.tool]
+
+    def prelude(self, main: ChatToResponsesStream) -> list[Any]:
+        return []
+
+    async def run(
+        self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
+    ) -> dict[str, str]:
+        return await _search_calls(request, main, self, calls, sink)
+
+
+def search_plan(request: web.Request, body: dict[str, Any], mapped: MappedRequest) -> SearchPlan | None:
+    """The plan of a request that asks for hosted search on a crossfeed with a search backend."""
+    cfg = request.app[CONFIG].web_search
+    tools = body.get("tools")
+    hosted = (
+        next((t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TYPES), None)
+        if cfg.backend and isinstance(tools, list)
+        else None
+    )
+    if hosted is None or mapped.compact:
+        return None
+    fn = search_function_name(tools)
+    raw_filters = hosted.get("filters")
+    filters: dict[str, Any] = raw_filters if isinstance(raw_filters, dict) else {}
+    domains = tuple(
+        str(d).lower().removeprefix("https://").removeprefix("http://").strip("/")
+        for d in (filters.get("allowed_domains") or ())
+        if isinstance(d, str) and d
+    )
+    raw_location = hosted.get("user_location")
+    location: dict[str, Any] = raw_location if isinstance(raw_location, dict) else {}
+    country = location.get("country")
+    country = country if isinstance(country, str) else None
+    budget = cfg.max_searches
+    choice = body.get("tool_choice")
+    raw_include = body.get("include")
+    include: list[Any] = raw_include if isinstance(raw_include, list) else []
+    live = hosted.get("external_web_access") is not False
+    tool = {
+        "type": "function",
+        "function": {
+            "name": fn,
+            "description": _description(live),
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "what to search for"}},
+                "required": ["query"],
+            },
+        },
+    }
+    return SearchPlan(
+        fn=fn,
+        count=result_count(cfg, hosted.get("search_context_size")),
+        domains=domains,
+        country=country,
+        sources=SOURCES_INCLUDE in include,
+        budget=budget,
+        tool=tool,
+        forced=fn if isinstance(choice, dict) and choice.get("type") in HOSTED_TYPES else None,
+    )
+
+
+def _query(call: dict[str, str]) -> str | None:
+    """The query a search call asks for, or None when its arguments do not say."""
+    try:
+        args = orjson.loads(call["arguments"] or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    query = args.get("query") if isinstance(args, dict) else None
+    return query.strip()[:500] if isinstance(query, str) and query.strip() else None
+
+
+async def _run(request: web.Request, sp: SearchPlan, query: str | None) -> list[Result] | str:
+    """The results, or why there are none."""
+    if query is None:
+        return 'the search call needs its arguments as {"query": "..."}'
+    app = request.app
+    try:
+        return await search(
+            app[SESSION],
+            app[CONFIG].web_search,
+            app[ENV],
+            query,
+            count=sp.count,
+            domains=sp.domains,
+            country=sp.country,
+        )
+    except SearchFailed as exc:
+        log.warning("web_search.failed", backend=app[CONFIG].web_search.backend, error=exc.message)
+        return exc.message
+
+
+async def _search_calls(
+    request: web.Request, main: ChatToResponsesStream, sp: SearchPlan, calls: list[dict[str, str]], sink: Sink | None
+) -> dict[str, str]:
+    """The searches of one round, as ``web_search_call`` items between the legs."""
+    results: dict[str, str] = {}
+    queries = [_query(c) for c in calls]
+    opened = []
+    out: list[Any] = []
+    for query in queries:
+        item_id = request.app[IDS].new("ws_")
+        events, index = main.begin_item(
+            {
+                "id": item_id,
+                "type": "web_search_call",
+                "status": "in_progress",
+                "action": {"type": "search", "query": query or ""},
+            },
+            then="response.web_search_call.in_progress",
+        )
+        out += events + main.item_event("response.web_search_call.searching", index, item_id)
+        opened.append((item_id, index))
+    await write(sink, out)
+    ran = await asyncio.gather(*(_run(request, sp, q) for q in queries))
+    out = []
+    for call, (item_id, index), query, found in zip(calls, opened, queries, ran, strict=True):
+        action: dict[str, Any] = {"type": "search", "query": query or ""}
+        if isinstance(found, str):
+            results[call["call_id"]] = f"The search failed: {found}."
+            out += main.finish_item(
+                index, {"id": item_id, "type": "web_search_call", "status": "failed", "action": action}
+            )
+            continue
+        start = len(sp.numbered)
+        sp.numbered += [(r.url, r.title) for r in found]
+        results[call["call_id"]] = results_text(action["query"], found, start=start)
+        if sp.sources:
+            action["sources"] = [{"type": "url", "url": r.url} for r in found]
+        out += main.item_event("response.web_search_call.completed", index, item_id)
+        out += main.finish_item(
+            index, {"id": item_id, "type": "web_search_call", "status": "completed", "action": action}
+        )
+    main.cite(sp.numbered)
+    await write(sink, out)
+    return results

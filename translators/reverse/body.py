@@ -1,0 +1,445 @@
+"""Responses results -> Chat Completions results (reverse direction, issue 4), non-streaming.
+
+Also home of the small mappings the reverse stream machine shares with the non-streaming path
+(usage, logprobs, url citations, finish reason, error envelope), so both answer the same way.
+
+Failure contract (what the proxy does with a failed Response): ``response_to_chat_completion``
+raises ``ResponseFailed``, a ``TranslationError`` whose ``http_status`` comes from the upstream
+error code (429 for rate limits and quota, 400 for ``invalid_*``/``image_*`` codes, 502 for
+everything else, including a Response left ``queued``/``in_progress``/``cancelled``) and whose
+``body`` is the OpenAI error envelope ``{"error": {message, type, param, code}}`` to send as is.
+A Response of the wrong shape (a field the mapping reads that has the wrong JSON type) raises
+``UpstreamProtocolError`` (502) naming the field, never ``TypeError``/``KeyError``.
+
+Upstream field readers (``up_str``, ``up_list``, ``up_dict``, ``up_int``, shared with the stream
+machine): absent or ``null`` gives the default, any other wrong type raises
+``UpstreamProtocolError`` naming ``where`` and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from crossfeed.translators.errors import TranslationError, UpstreamProtocolError, json_kind
+from crossfeed.translators.ids import CHAT_COMPLETION, IdFactory
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.reverse.stop_sequences import find_stop, normalize
+
+SEPARATOR = "\n\n"  # between message items' text, and between reasoning segments
+
+_QUOTA_CODES = frozenset({"rate_limit_exceeded", "insufficient_quota"})
+
+
+def bad_field(where: str, key: str, value: Any, expected: str) -> UpstreamProtocolError:
+    return UpstreamProtocolError(f"{where}: {key} is {json_kind(value)}, expected {expected}")
+
+
+def up_str(obj: dict[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or type(value) is str:
+        return value
+    raise bad_field(where, key, value, "a string")
+
+
+def up_list(obj: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if type(value) is list:
+        return value
+    raise bad_field(where, key, value, "an array")
+
+
+def up_dict(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    value = obj.get(key)
+    if value is None or type(value) is dict:
+        return value
+    raise bad_field(where, key, value, "an object")
+
+
+def up_int(obj: dict[str, Any], key: str, where: str) -> int | None:
+    """A non-negative integer (token counts, indexes), or None when absent/null."""
+    value = obj.get(key)
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise bad_field(where, key, value, "a non-negative integer")
+
+
+def up_number(obj: dict[str, Any], key: str, where: str) -> int | float | None:
+    value = obj.get(key)
+    if value is None or (type(value) in (int, float) and math.isfinite(value)):
+        return value
+    raise bad_field(where, key, value, "a number")
+
+
+def up_items(values: list[Any], where: str) -> list[dict[str, Any]]:
+    """``values`` (an array read with ``up_list``) must hold objects only."""
+    for i, value in enumerate(values):
+        if type(value) is not dict:
+            raise UpstreamProtocolError(f"{where}[{i}] is {json_kind(value)}, expected an object")
+    return values
+
+
+class ResponseFailed(TranslationError):
+    """The upstream Response ended ``failed`` (or never finished): answer the chat client with
+    ``http_status`` and ``body`` (an OpenAI error envelope)."""
+
+    def __init__(self, body: dict[str, Any], http_status: int) -> None:
+        err = body["error"]
+        super().__init__(err["message"], param=err["param"], code=err["code"])
+        self.error_type = err["type"]
+        self.http_status = http_status
+        self.body = body
+
+
+def error_status(code: str | None) -> int:
+    """HTTP status for an upstream Response error code.
+
+    Rules:
+    - ``rate_limit_exceeded`` / ``insufficient_quota`` -> 429 (clients back off and retry);
+    - codes starting ``invalid_`` or ``image_`` (bad prompt or image) -> 400;
+    - anything else (``server_error``, timeouts, unknown) -> 502: the backend failed.
+    """
+    if code in _QUOTA_CODES:
+        return 429
+    if code and (code.startswith("invalid_") or code.startswith("image_")):
+        return 400
+    return 502
+
+
+def error_body(err: Any, *, code: str = "server_error", message: str = "upstream response failed") -> dict[str, Any]:
+    """An upstream error object (nested ``error`` of an ``error`` event, a flat ``error`` event,
+    or ``Response.error``) -> OpenAI's envelope ``{"error": {message, type, param, code}}``.
+
+    Rules:
+    - ``message``, ``code`` and ``param`` are copied when present (``code`` and ``message`` fall
+      back to the arguments);
+    - ``type`` is copied when the upstream gave one, else derived from the status class of the code
+      (``invalid_request_error`` for 400, ``insufficient_quota``/``rate_limit_error`` for 429,
+      ``server_error`` otherwise).
+    """
+    e = err if isinstance(err, dict) else {}
+    c = e.get("code") or code
+    c = c if isinstance(c, str) else str(c)
+    t = e.get("type")
+    if not isinstance(t, str) or not t or t == "error":
+        status = error_status(c)
+        if status == 400:
+            t = "invalid_request_error"
+        elif status == 429:
+            t = "insufficient_quota" if c == "insufficient_quota" else "rate_limit_error"
+        else:
+            t = "server_error"
+    m = e.get("message")
+    param = e.get("param")
+    return {
+        "error": {
+            "message": m if isinstance(m, str) and m else message,
+            "type": t,
+            "param": param if isinstance(param, str) else None,
+            "code": c,
+        }
+    }
+
+
+def chat_usage(usage: dict[str, Any], where: str = "usage") -> dict[str, Any]:
+    """Responses ``usage`` -> Chat ``usage``.
+
+    Rules:
+    - ``input_tokens`` -> ``prompt_tokens``, ``output_tokens`` -> ``completion_tokens``,
+      ``total_tokens`` kept (sum when missing);
+    - ``input_tokens_details.cached_tokens`` -> ``prompt_tokens_details.cached_tokens`` (0 default),
+      ``cache_write_tokens`` copied only when the upstream reported it;
+    - ``output_tokens_details.reasoning_tokens`` -> ``completion_tokens_details.reasoning_tokens``
+      (0 default). Provider extras (xAI ``num_sources_used``...) are dropped;
+    - a count that is not a non-negative integer, or details that are not objects ->
+      ``UpstreamProtocolError`` (clients add these numbers up).
+    """
+    prompt = up_int(usage, "input_tokens", where) or 0
+    completion = up_int(usage, "output_tokens", where) or 0
+    idet = up_dict(usage, "input_tokens_details", where) or {}
+    odet = up_dict(usage, "output_tokens_details", where) or {}
+    pdet: dict[str, Any] = {"cached_tokens": up_int(idet, "cached_tokens", f"{where}.input_tokens_details") or 0}
+    write = up_int(idet, "cache_write_tokens", f"{where}.input_tokens_details")
+    if write is not None:
+        pdet["cache_write_tokens"] = write
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": up_int(usage, "total_tokens", where) or (prompt + completion),
+        "prompt_tokens_details": pdet,
+        "completion_tokens_details": {
+            "reasoning_tokens": up_int(odet, "reasoning_tokens", f"{where}.output_tokens_details") or 0
+        },
+    }
+
+
+def _logprob(lp: Any, where: str) -> dict[str, Any]:
+    if type(lp) is not dict:
+        raise UpstreamProtocolError(f"{where} is {json_kind(lp)}, expected an object")
+    raw = lp.get("bytes")
+    if raw is not None and (type(raw) is not list or not all(type(b) is int for b in raw)):
+        raise bad_field(where, "bytes", raw, "an array of integers")
+    return {"token": up_str(lp, "token", where), "logprob": up_number(lp, "logprob", where), "bytes": raw}
+
+
+def chat_logprobs(lps: list[Any], where: str = "logprobs") -> list[dict[str, Any]]:
+    """Responses logprob entries -> Chat ``logprobs.content`` entries.
+
+    Rules: ``token`` and ``logprob`` copied; ``bytes`` copied when present, else ``null`` (delta
+    events may omit it); ``top_logprobs`` mapped the same way (``[]`` when absent). An entry of
+    the wrong shape -> ``UpstreamProtocolError``.
+    """
+    out = []
+    for i, lp in enumerate(lps):
+        entry = _logprob(lp, f"{where}[{i}]")
+        entry["top_logprobs"] = [
+            _logprob(t, f"{where}[{i}].top_logprobs[{j}]")
+            for j, t in enumerate(up_list(lp, "top_logprobs", f"{where}[{i}]"))
+        ]
+        out.append(entry)
+    return out
+
+
+def chat_annotation(ann: Any, base: int) -> dict[str, Any] | None:
+    """A Responses annotation (flat) -> a Chat annotation (nested), or None when Chat has no place.
+
+    Rules:
+    - only ``url_citation`` maps: ``{type:"url_citation", url_citation:{start_index, end_index,
+      title, url}}``; file/container citations and file paths are dropped (caller counts them);
+    - indexes are shifted by ``base``, the offset of the annotated part in the joined
+      ``content``; fields the upstream omitted (xAI sends only ``url``) become 0 (+ base) / "";
+    - a url_citation field of the wrong type -> ``UpstreamProtocolError`` (callers check that
+      each annotation is an object; anything else maps to None).
+    """
+    where = "annotation"
+    if not isinstance(ann, dict) or ann.get("type") != "url_citation":
+        return None
+    return {
+        "type": "url_citation",
+        "url_citation": {
+            "start_index": base + (up_int(ann, "start_index", where) or 0),
+            "end_index": base + (up_int(ann, "end_index", where) or 0),
+            "title": up_str(ann, "title", where) or "",
+            "url": up_str(ann, "url", where) or "",
+        },
+    }
+
+
+def chat_annotations(parts: Iterable[tuple[int, dict[int, Any]]], count: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Annotations of several text parts, each ``(base offset, {annotation_index: raw})``, mapped
+    by ``chat_annotation`` in part then index order; ``count`` hears of each dropped type."""
+    out = []
+    for base, by_index in parts:
+        for _, raw in sorted(by_index.items()):
+            mapped = chat_annotation(raw, base)
+            if mapped is None:
+                count(f"annotation_dropped:{raw.get('type') if isinstance(raw, dict) else type(raw).__name__}")
+            else:
+                out.append(mapped)
+    return out
+
+
+def incomplete_finish_reason(details: Any) -> str:
+    """``response.incomplete`` -> chat ``finish_reason``.
+
+    Rules: ``content_filter`` -> ``content_filter``; ``max_output_tokens`` and every other or
+    missing reason (``max_messages``, ``steered``...) -> ``length`` (the answer was cut short).
+    ``details`` that is not an object (or null), or a reason that is not a string ->
+    ``UpstreamProtocolError``.
+    """
+    if details is None:
+        return "length"
+    if type(details) is not dict:
+        raise bad_field("response", "incomplete_details", details, "an object")
+    reason = up_str(details, "reason", "response.incomplete_details")
+    return "content_filter" if reason == "content_filter" else "length"
+
+
+def output_tokens_of(resp: dict[str, Any]) -> int:
+    """The Response's ``usage.output_tokens``; -1 when it reports none."""
+    usage = resp.get("usage")
+    tokens = usage.get("output_tokens") if type(usage) is dict else None
+    return tokens if type(tokens) is int else -1
+
+
+def _token_starts(entries: list[dict[str, Any]], pos: int, into: list[int]) -> None:
+    """The offset in the content of each logprob entry's token, from ``pos`` (the part's start)."""
+    for entry in entries:
+        into.append(pos)
+        pos += len(entry["token"] or "")
+
+
+def _join_parts(texts: list[str], into: list[str]) -> None:
+    text = "".join(texts)
+    if text:
+        into.append(text)
+
+
+def response_to_chat_completion(
+    resp: dict[str, Any],
+    *,
+    options: BackendProfile,
+    ids: IdFactory,
+    now: Callable[[], int] | None = None,
+    max_output_tokens: int | None = None,
+    stop: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A final Response object -> a ``chat.completion``.
+
+    Rules:
+    - ``status`` ``failed`` (or any status other than ``completed``/``incomplete``) -> raise
+      ``ResponseFailed`` (see module docstring); ``id`` is minted ``chatcmpl-...``; ``created`` =
+      ``created_at`` (``now()`` when absent); ``model`` copied;
+    - ``message`` items: ``output_text`` parts joined into ``content`` (parts of one item joined
+      with "", separate message items with a blank line), ``refusal`` parts into ``refusal``,
+      ``url_citation`` annotations -> ``annotations`` (nested, offsets into the joined content);
+    - ``reasoning`` items: summary parts and ``reasoning_text`` content -> ``options.reasoning_field``
+      (segments separated by a blank line); encrypted content is dropped;
+    - ``function_call`` -> ``{id: call_id, type:"function", function:{name, arguments}}``;
+      ``custom_tool_call`` -> ``{id: call_id, type:"custom", custom:{name, input}}`` (the official
+      non-streaming shape; streams use a function-typed call instead, see responses_to_chat);
+    - hosted-tool items (web search...) are dropped;
+    - ``finish_reason``: completed -> ``tool_calls`` when a call was made else ``stop``;
+      incomplete -> ``length`` / ``content_filter``; completed having spent ``max_output_tokens``
+      (the request's limit; llama-server reports a cut answer as completed) -> ``length``;
+    - ``output_text`` part logprobs -> ``choices[0].logprobs.content`` (``null`` when none);
+    - ``stop`` (the chat request's stop sequences, applied by crossfeed: the Responses API has
+      none): the content ends before the first one (translators/reverse/stop_sequences.py, the same cut
+      as the stream's), ``finish_reason`` is ``stop``, and what came after it goes too: the
+      annotations and logprobs past the cut, and every later output item (calls, reasoning);
+      ``usage`` stays the upstream's (what it generated);
+    - ``usage`` mapped by ``chat_usage`` when the upstream reported it;
+    - a field read above with the wrong JSON type (``output`` not an array, an item or part not an
+      object, a text that is not a string, a call without a name...) -> ``UpstreamProtocolError``.
+    """
+    if type(resp) is not dict:
+        raise UpstreamProtocolError(f"the upstream Response is {json_kind(resp)}, expected an object")
+    status = resp.get("status")
+    if status not in ("completed", "incomplete"):
+        if status == "failed":
+            body = error_body(resp.get("error"))
+        else:
+            body = error_body(None, message=f"upstream response ended with status {status!r}")
+        raise ResponseFailed(body, error_status(body["error"]["code"]))
+    content: list[str] = []
+    refusal: list[str] = []
+    reasoning: list[str] = []
+    annotations: list[dict[str, Any]] = []
+    tool_calls: list[dict[str, Any]] = []
+    logprobs: list[dict[str, Any]] = []
+    offset = 0
+    stops = normalize(stop) if stop else ()
+    token_starts: list[int] = []  # with stops: where each logprob's token starts in the content
+    stopped = False
+    for i, item in enumerate(up_items(up_list(resp, "output", "response"), "response.output")):
+        where = f"response.output[{i}]"
+        kind = up_str(item, "type", where)
+        if kind == "message":
+            parts = up_items(up_list(item, "content", where), f"{where}.content")
+            texts = [
+                (up_str(p, "type", f"{where}.content[{j}]"), up_str(p, "text", f"{where}.content[{j}]") or "")
+                for j, p in enumerate(parts)
+            ]
+            item_text = "".join(text for ptype, text in texts if ptype == "output_text")
+            pos = offset + (len(SEPARATOR) if content and item_text else 0)
+            refusals: list[str] = []
+            for j, (part, (ptype, text)) in enumerate(zip(parts, texts, strict=True)):
+                pwhere = f"{where}.content[{j}]"
+                if ptype == "output_text":
+                    for ann in up_items(up_list(part, "annotations", pwhere), f"{pwhere}.annotations"):
+                        mapped = chat_annotation(ann, pos)
+                        if mapped is not None:
+                            annotations.append(mapped)
+                    lps = up_list(part, "logprobs", pwhere)
+                    if lps:
+                        entries = chat_logprobs(lps, f"{pwhere}.logprobs")
+                        logprobs.extend(entries)
+                        if stops:
+                            _token_starts(entries, pos, token_starts)
+                    pos += len(text)
+                elif ptype == "refusal":
+                    refusals.append(up_str(part, "refusal", pwhere) or "")
+            if item_text:
+                content.append(item_text)
+                offset = pos
+            _join_parts(refusals, refusal)
+            if stops and item_text:
+                joined = SEPARATOR.join(content)
+                at = find_stop(joined, stops)
+                if at is not None:  # the answer ends here: nothing after the stop sequence
+                    stopped = True
+                    content = [joined[:at]]
+                    annotations = [a for a in annotations if a["url_citation"]["start_index"] < at]
+                    for a in annotations:
+                        a["url_citation"]["end_index"] = min(a["url_citation"]["end_index"], at)
+                    logprobs = [lp for lp, start in zip(logprobs, token_starts, strict=True) if start < at]
+                    break
+        elif kind == "reasoning":
+            for j, s in enumerate(up_items(up_list(item, "summary", where), f"{where}.summary")):
+                summary = up_str(s, "text", f"{where}.summary[{j}]")
+                if summary:
+                    reasoning.append(summary)
+            parts = up_items(up_list(item, "content", where), f"{where}.content")
+            _join_parts([up_str(c, "text", f"{where}.content[{j}]") or "" for j, c in enumerate(parts)], reasoning)
+        elif kind in ("function_call", "custom_tool_call"):
+            name = up_str(item, "name", where)
+            if not name:
+                raise UpstreamProtocolError(f"{where}: a {kind} item without a name")
+            call_id = up_str(item, "call_id", where) or up_str(item, "id", where)
+            if kind == "function_call":
+                tool_calls.append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": up_str(item, "arguments", where) or ""},
+                    }
+                )
+            else:
+                tool_calls.append(
+                    {
+                        "id": call_id,
+                        "type": "custom",
+                        "custom": {"name": name, "input": up_str(item, "input", where) or ""},
+                    }
+                )
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": SEPARATOR.join(content) if content else None,
+        "refusal": SEPARATOR.join(refusal) if refusal else None,
+    }
+    if reasoning:
+        message[options.reasoning_field] = SEPARATOR.join(reasoning)
+    if annotations:
+        message["annotations"] = annotations
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if stopped:
+        finish = "stop"
+    elif status == "incomplete":
+        finish = incomplete_finish_reason(resp.get("incomplete_details"))
+    elif max_output_tokens is not None and output_tokens_of(resp) >= max_output_tokens:
+        finish = "length"
+    else:
+        finish = "tool_calls" if tool_calls else "stop"
+    created = up_number(resp, "created_at", "response")
+    result: dict[str, Any] = {
+        "id": ids.new(CHAT_COMPLETION),
+        "object": "chat.completion",
+        "created": int(created) if created is not None else (now() if now else 0),
+        "model": up_str(resp, "model", "response") or "",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": {"content": logprobs, "refusal": None} if logprobs else None,
+                "finish_reason": finish,
+            }
+        ],
+    }
+    usage = up_dict(resp, "usage", "response")
+    if usage is not None:
+        result["usage"] = chat_usage(usage, "response.usage")
+    return result
