@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from crossfeed.translators.forward.tool_markup import Dialect
-
 MaxTokensField = Literal["max_tokens", "max_completion_tokens", "both"]
+# The markup a chat server without a tool parser writes tool calls in (translators/forward/tool_markup.py).
+Dialect = Literal["hermes", "qwen3_coder", "mistral"]
 
 
 @dataclass(frozen=True, slots=True)

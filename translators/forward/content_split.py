@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from crossfeed.translators.forward.think_tags import ThinkSplitter
-from crossfeed.translators.forward.tool_markup import Dialect, Piece, ToolMarkupParser
+from crossfeed.translators.forward.tool_markup import Piece, ToolMarkupParser
+from crossfeed.translators.options import Dialect
 
 Split = tuple[str, str] | tuple[str, str, str]
 

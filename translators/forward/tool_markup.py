@@ -38,7 +38,8 @@ import re
 from collections.abc import Generator, Mapping
 from typing import Any, Literal
 
-Dialect = Literal["hermes", "qwen3_coder", "mistral"]
+from crossfeed.translators.options import Dialect
+
 DIALECTS: tuple[str, ...] = ("hermes", "qwen3_coder", "mistral")
 Piece = tuple[Literal["text"], str] | tuple[Literal["call"], str, str]
 Scan = Generator[None, None, Any]
