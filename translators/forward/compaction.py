@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 import orjson
 
+from crossfeed.translators.checks import expect_dict, type_error, value_error
 from crossfeed.translators.errors import UpstreamProtocolError
 from crossfeed.translators.forward.machine import ChatToResponsesStream, LegDriver
 from crossfeed.translators.forward.think_tags import ThinkSplitter
-from crossfeed.translators.forward.tools import expect_dict, type_error, value_error
 from crossfeed.translators.options import DEFAULT_PROFILE, BackendProfile
 
 TRIGGER = "compaction_trigger"

@@ -10,19 +10,11 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from crossfeed.translators.checks import expect_dict, expect_list, missing, opt_str, req_str, type_error, value_error
 from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.forward import compaction as cmp
 from crossfeed.translators.forward import mcp_items as mcp
-from crossfeed.translators.forward.tools import (
-    expect_dict,
-    expect_list,
-    flat_name,
-    missing,
-    opt_str,
-    req_str,
-    type_error,
-    value_error,
-)
+from crossfeed.translators.forward.tools import flat_name
 from crossfeed.translators.forward.web_search_items import replayed
 from crossfeed.translators.options import CUSTOM_ARG, BackendProfile
 

@@ -12,15 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
-from crossfeed.translators.forward import compaction as cmp
-from crossfeed.translators.forward.input import InputMessages, OpenSummary, Reveal
-from crossfeed.translators.forward.tools import (
+from crossfeed.translators.checks import (
     expect_dict,
     expect_list,
-    map_text,
-    map_tool_choice,
-    map_tools,
     missing,
     opt_bool,
     opt_number,
@@ -29,6 +23,10 @@ from crossfeed.translators.forward.tools import (
     type_error,
     value_error,
 )
+from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
+from crossfeed.translators.forward import compaction as cmp
+from crossfeed.translators.forward.input import InputMessages, OpenSummary, Reveal
+from crossfeed.translators.forward.tools import map_text, map_tool_choice, map_tools
 from crossfeed.translators.options import CUSTOM_ARG, BackendProfile, ToolContext
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
-from crossfeed.translators.forward.tools import (
+from crossfeed.translators.checks import (
     expect_dict,
     expect_list,
     missing,
@@ -24,6 +23,7 @@ from crossfeed.translators.forward.tools import (
     type_error,
     value_error,
 )
+from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.reverse.stop_sequences import normalize
 
