@@ -81,6 +81,20 @@ def approval_call(item: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
+def redacted(body: dict[str, Any]) -> dict[str, Any]:
+    """The request as the Response echoes it: no MCP headers or authorization."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools):
+        return body
+    clean = [
+        {k: v for k, v in t.items() if k not in ("headers", "authorization")}
+        if isinstance(t, dict) and t.get("type") == "mcp"
+        else t
+        for t in tools
+    ]
+    return {**body, "tools": clean}
+
+
 def answered(items: Iterable[Any]) -> dict[str, bool]:
     """approval_request_id -> approve, for the ``mcp_approval_response`` items among ``items``."""
     out: dict[str, bool] = {}

@@ -113,20 +113,6 @@ def servers_of(request: web.Request, body: dict[str, Any]) -> list[McpServer]:
     return out
 
 
-def redacted(body: dict[str, Any]) -> dict[str, Any]:
-    """The request as the Response echoes it: no MCP headers or authorization."""
-    tools = body.get("tools")
-    if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools):
-        return body
-    clean = [
-        {k: v for k, v in t.items() if k not in ("headers", "authorization")}
-        if isinstance(t, dict) and t.get("type") == "mcp"
-        else t
-        for t in tools
-    ]
-    return {**body, "tools": clean}
-
-
 @contextlib.asynccontextmanager
 async def _client(server: McpServer, cfg: Mcp) -> AsyncIterator[Any]:
     """An ``mcp`` client session with the server. The package (and its HTTP client) is imported

@@ -33,6 +33,7 @@ from crossfeed.proxy.turns.exchange import SinkOpener, Summary, open_leg, reason
 from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.body import feed_completion
 from crossfeed.translators.forward.machine import ChatToResponsesStream, LegDriver
+from crossfeed.translators.forward.mcp_items import redacted
 from crossfeed.translators.forward.request import MappedRequest
 
 REFUSED = "Not run: this response has used all the tool calls it may make. Answer with what you have."
@@ -183,12 +184,10 @@ def next_body(
 def _machine(
     request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, loop: ToolLoop, framing: Any = False
 ) -> HostedLeg:
-    from crossfeed.proxy.turns.hosted.mcp import redacted  # the echo never carries an MCP server's headers
-
     app = request.app
     tools = dataclasses.replace(plan.tools, hosted=loop.names)
     main = ChatToResponsesStream(
-        redacted(body),
+        redacted(body),  # the echo never carries an MCP server's headers
         ids=app[IDS],
         now=app[CLOCK],
         tools=tools,
