@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config_errors import Sources, explain, misspelt_variables, source_of
-from crossfeed.proxy.state.store import StoreConfig
+from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.translators.options import BackendProfile
 
 MAX_WORKERS = 256

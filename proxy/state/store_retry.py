@@ -42,9 +42,9 @@ from typing import Any, TypeVar
 import structlog
 
 from crossfeed.proxy.runtime.observability import Metrics
+from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store import (
     ResponseStore,
-    StoreConfig,
     StoredResponse,
     StoreError,
     decode_record,

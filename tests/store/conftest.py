@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crossfeed.proxy.state.store import StoreConfig, open_store
+from crossfeed.proxy.runtime.store_config import StoreConfig
+from crossfeed.proxy.state.store import open_store
 
 REDIS_URL = os.environ.get("CROSSFEED_TEST_REDIS_URL")
 

@@ -17,15 +17,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from crossfeed.proxy.state.store import (
-    MEMORY_DEFAULT_MAX_COUNT,
-    THIRTY_DAYS,
-    StoreConfig,
-    StoredResponse,
-    StoreError,
-    encode_record,
-    open_store,
-)
+from crossfeed.proxy.runtime.store_config import THIRTY_DAYS, StoreConfig
+from crossfeed.proxy.state.store import MEMORY_DEFAULT_MAX_COUNT, StoredResponse, StoreError, encode_record, open_store
 from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
 from crossfeed.proxy.state.store.sqlite import FILENAME
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from crossfeed.proxy.state.store import StoreConfig, StoreError
+from crossfeed.proxy.runtime.store_config import StoreConfig
+from crossfeed.proxy.state.store import StoreError
 from crossfeed.proxy.state.store.sqlite import SQLiteStore, writability_problem
 from tests.test_cli_tools import ROOT, base_env, cli
 

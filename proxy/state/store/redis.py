@@ -54,10 +54,10 @@ import structlog
 from redis.commands.core import AsyncScript
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
+from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store import (
     Clock,
     ResponseStore,
-    StoreConfig,
     StoredResponse,
     StoreError,
     StoreStats,

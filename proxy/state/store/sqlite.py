@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store import (
     Clock,
     ResponseStore,
-    StoreConfig,
     StoredResponse,
     StoreError,
     StoreStats,
