@@ -105,7 +105,7 @@ from crossfeed.proxy.upstream import encode_body, new_session, read_json, send
 from crossfeed.translators.errors import TranslationError
 from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.ids import IdFactory
-from crossfeed.translators.reverse.body import error_status
+from crossfeed.translators.responses.fields import error_status
 from crossfeed.translators.sse import render_responses
 
 log = structlog.get_logger("crossfeed")

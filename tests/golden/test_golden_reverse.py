@@ -24,7 +24,8 @@ import pytest
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
-from crossfeed.translators.reverse.body import ResponseFailed, response_to_chat_completion
+from crossfeed.translators.responses.fields import ResponseFailed
+from crossfeed.translators.reverse.body import response_to_chat_completion
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.request import chat_request_to_responses, include_usage
 from crossfeed.translators.sse import SSEDecoder, render_chat

@@ -74,23 +74,17 @@ from typing import Any, cast
 
 import orjson
 
-from crossfeed.translators.errors import UpstreamProtocolError
+from crossfeed.translators.errors import UpstreamProtocolError, json_kind
 from crossfeed.translators.ids import CALL, CHAT_COMPLETION, IdFactory
 from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.responses.fields import bad_field, error_body, up_dict, up_items, up_list, up_str
 from crossfeed.translators.reverse.body import (
     SEPARATOR,
-    bad_field,
     chat_annotations,
     chat_logprobs,
     chat_usage,
-    error_body,
     incomplete_finish_reason,
-    json_kind,
     output_tokens_of,
-    up_dict,
-    up_items,
-    up_list,
-    up_str,
 )
 from crossfeed.translators.reverse.stop_sequences import StopMatcher
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
