@@ -46,9 +46,10 @@ from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import UpstreamProtocolError
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.responses.fields import error_body
-from crossfeed.translators.responses.numbering import TERMINAL, Event, NumberedStream
-from crossfeed.translators.responses.response_object import fill_usage, new_response
+from crossfeed.translators.responses.response_object import new_response
 
+Event = dict[str, Any]
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
 _REASONS = frozenset({"max_output_tokens", "content_filter", "max_messages", "steered"})
 # Part type -> (text event prefix, text field, part event prefix, index key, owning item type).
@@ -142,7 +143,7 @@ class _Item:
         self.final: dict[str, Any] | None = None
 
 
-class NormalizeResponses(NumberedStream):
+class NormalizeResponses:
     """One upstream Responses stream -> one strict Responses stream (see the module docstring)."""
 
     def __init__(
@@ -155,10 +156,11 @@ class NormalizeResponses(NumberedStream):
     ) -> None:
         """``now``, ``model``: for a Response the upstream never described (``created_at`` 0 without
         a clock). ``max_output_tokens``: the request's budget, for the max-tokens heuristic."""
-        super().__init__()  # diagnostics: what was repaired or dropped, for the driver's log
-        self.done = False
+        self.done, self._seq = False, 0
         self.final_response: dict[str, Any] | None = None
+        self.diagnostics: dict[str, int] = {}  # what was repaired or dropped, for the driver's log
         self._ids, self._now, self._model, self._max = ids, now, model or "", max_output_tokens
+        self._out: list[Event] = []
         self._resp: dict[str, Any] | None = None
         self._items: list[_Item] = []
         self._output: list[dict[str, Any]] = []  # the done items
@@ -196,7 +198,7 @@ class NormalizeResponses(NumberedStream):
                 self._failed(err["code"], err["message"], error_type=err["type"])
                 return out
             self._start(event.get("response"))
-            if kind in TERMINAL:
+            if kind in _TERMINAL:
                 self._terminal(kind, event.get("response"))
             elif kind == "response.output_item.added" or kind == "response.output_item.done":
                 self._on_item(event, kind[-4:] == "done")
@@ -252,7 +254,7 @@ class NormalizeResponses(NumberedStream):
         if kind == "response.failed":
             err = error_body(up.get("error"), code="upstream_error", message="the upstream response failed")
             return self._failed(err["error"]["code"], err["error"]["message"], up, event=False)
-        usage = fill_usage(up.get("usage"))
+        usage = _usage(up.get("usage"))
         reason = None
         if kind == "response.incomplete":
             details = up.get("incomplete_details")
@@ -280,12 +282,20 @@ class NormalizeResponses(NumberedStream):
         up = up or {}
         final = self._final(up, "failed")
         final.update(
-            usage=fill_usage(up["usage"]) if isinstance(up.get("usage"), dict) else None,
+            usage=_usage(up["usage"]) if isinstance(up.get("usage"), dict) else None,
             error={"code": code, "message": message},
             incomplete_details=None,
         )
         if event:
-            self._emit_error(code, message, error_type)
+            self._emit(
+                {
+                    "type": "error",
+                    "code": code,
+                    "message": message,
+                    "param": None,
+                    "error": {"type": error_type, "code": code, "message": message, "param": None},
+                }
+            )
         self._end("response.failed", final)
 
     def _final(self, up: dict[str, Any], status: str) -> dict[str, Any]:
@@ -590,3 +600,30 @@ class NormalizeResponses(NumberedStream):
             annotation=ann,
         )
         self._emit(event)
+
+    def _emit(self, event: Event) -> None:
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        self._out.append(event)
+
+    def _note(self, kind: str) -> None:
+        self.diagnostics[kind] = self.diagnostics.get(kind, 0) + 1
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    """A Responses usage with every field a strict client reads (0 when unknown)."""
+    u: dict[str, Any] = usage if isinstance(usage, dict) else {}
+    ind, outd = (u[k] if isinstance(u.get(k), dict) else {} for k in ("input_tokens_details", "output_tokens_details"))
+    inp, out = _count(u.get("input_tokens")), _count(u.get("output_tokens"))
+    return {
+        **u,
+        "input_tokens": inp,
+        "output_tokens": out,
+        "total_tokens": _count(u.get("total_tokens")) or inp + out,
+        "input_tokens_details": {**ind, "cached_tokens": _count(ind.get("cached_tokens"))},
+        "output_tokens_details": {**outd, "reasoning_tokens": _count(outd.get("reasoning_tokens"))},
+    }
+
+
+def _count(value: Any) -> int:
+    return value if value.__class__ is int and value >= 0 else 0
