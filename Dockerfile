@@ -32,6 +32,7 @@ RUN python3 -m venv /opt/crossfeed
 ENV PATH=/opt/crossfeed/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY crossfeed ./crossfeed
 COPY proxy ./proxy
 COPY translators ./translators
 # The same install command as the README. Then the venv loses what only installing needs (pip,
