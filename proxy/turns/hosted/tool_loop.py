@@ -30,6 +30,7 @@ from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.state.history import final_saver, save_before_final
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.exchange import SinkOpener, Summary, open_leg, reasoning_sealer, stream_turn
+from crossfeed.proxy.turns.hosted.control import Budget, LegEnd, Step, next_step
 from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.body import feed_completion
 from crossfeed.translators.forward.machine import ChatToResponsesStream, LegDriver
@@ -94,6 +95,15 @@ class ToolLoop:
                 self.results.update(await runner.run(request, main, allowed, sink))
         return not any(r.stop for r in self.runners)
 
+    async def step(self, request: web.Request, main: ChatToResponsesStream, sink: Sink | None, deadline: float) -> Step:
+        """Run the round of the leg that just ended, then say what comes next (control.next_step)."""
+        stopped = not await self.round(request, main, sink)
+        leg = main.leg
+        end = LegEnd(
+            hosted=bool(leg and leg.hosted), client=bool(leg and leg.calls), final=self.final, ran=True, stopped=stopped
+        )
+        return next_step(end, Budget(spent=self.spent(), overdue=time.monotonic() > deadline))
+
 
 class HostedLeg(LegDriver):
     """One leg of a Response with hosted tools, as the relay drives it: the forward machine, except
@@ -120,10 +130,9 @@ class HostedLeg(LegDriver):
             return out
         leg = main.leg
         assert leg is not None
-        if not leg.hosted:
-            return out + main.end_response()  # an answer, or calls the client runs
-        if self.loop.final and not leg.calls:  # told the calls were spent, and calling again
-            return out + main.end_response(incomplete="max_messages")
+        step = next_step(LegEnd(hosted=bool(leg.hosted), client=bool(leg.calls), final=self.loop.final), Budget())
+        if step.go == "end":  # an answer, calls the client runs, or hosted calls once they were spent
+            return out + main.end_response(incomplete=step.incomplete)
         return out  # the round runs the hosted calls (then ends when the client has calls to run)
 
 
@@ -141,11 +150,11 @@ def first_body(plan: MappedRequest, loop: ToolLoop) -> dict[str, Any]:
 
 
 def next_body(
-    body: dict[str, Any], main: ChatToResponsesStream, loop: ToolLoop, leg_start: int, reasoning_field: str
+    body: dict[str, Any], main: ChatToResponsesStream, loop: ToolLoop, leg_start: int, reasoning_field: str, final: bool
 ) -> dict[str, Any]:
     """The chat body of the leg after a round: the leg's assistant turn (its text, reasoning and
     hosted calls), the results as tool messages; nothing forced any more, and once the calls are
-    spent, ``tool_choice: "none"`` for a last leg that must answer."""
+    spent (``final``), ``tool_choice: "none"`` for a last leg that must answer."""
     leg = main.leg
     assert leg is not None
     text, reasoning = [], []
@@ -175,7 +184,7 @@ def next_body(
     out = {**body, "messages": messages}
     if any(r.forced for r in loop.runners):
         out["tool_choice"] = "auto"
-    if loop.spent():
+    if final:
         out["tool_choice"] = "none"
         loop.final = True
     return out
@@ -218,13 +227,13 @@ async def hosted_turn(
         main = leg.main
         if main.done:
             return None
-        go_on = await loop.round(request, main, sink) and not (main.leg and main.leg.calls)
-        if not go_on or time.monotonic() > deadline:
-            events = main.end_response() if not go_on else main.end_response(incomplete="max_messages")
+        step = await loop.step(request, main, sink, deadline)
+        if step.go == "end":
+            events = main.end_response(incomplete=step.incomplete)
             await save(leg)  # saved before the terminal event goes out
             await write(sink, events)
             return None
-        state["body"] = next_body(state["body"], main, loop, state["start"], up.profile.reasoning_field)
+        state["body"] = next_body(state["body"], main, loop, state["start"], up.profile.reasoning_field, step.final)
         main.next_leg()
         state["start"] = main.output_count
         return state["body"], leg
@@ -270,11 +279,11 @@ async def hosted_now(
         feed_completion(leg, await read_json(upstream, up, MAX_NONSTREAM_BODY))
         if main.done:
             break
-        go_on = await loop.round(request, main, None) and not (main.leg and main.leg.calls)
-        if not go_on or time.monotonic() > deadline:
-            main.end_response() if not go_on else main.end_response(incomplete="max_messages")
+        step = await loop.step(request, main, None, deadline)
+        if step.go == "end":
+            main.end_response(incomplete=step.incomplete)
             break
-        chat = next_body(chat, main, loop, start, up.profile.reasoning_field)
+        chat = next_body(chat, main, loop, start, up.profile.reasoning_field, step.final)
         main.next_leg()
         start = main.output_count
     final = main.final_response
