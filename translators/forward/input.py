@@ -193,7 +193,8 @@ class InputMessages:
         self.search_function = search_function
         self.mcp_results: Mapping[str, str] | None = None  # approval_request_id -> what came of it
         self.client_functions: frozenset[Any] = frozenset()
-        self.approvals: dict[str, dict[str, Any]] = {}  # approval requests seen, by id
+        self.answers: dict[str, bool] = {}  # approval_request_id -> approve, for the input's responses
+        self.answered_at: dict[str, str] = {}  # approval_request_id -> the param of its first response
         self.ignored = ignored
         self.out: list[dict[str, Any]] = []
         self.turn: dict[str, Any] | None = None  # the open assistant message
@@ -412,6 +413,11 @@ class InputMessages:
 
     def _mcp(self, kind: str, item: dict[str, Any], p: str) -> None:
         """MCP items of earlier turns, as the tool exchanges they were (mcp_items.py)."""
+        if kind == "mcp_approval_response" and self.check_outputs:  # the input answers it (mcp_items.answered)
+            rid = item.get("approval_request_id")
+            if isinstance(rid, str):
+                self.answers[rid] = item.get("approve") is True
+                self.answered_at.setdefault(rid, f"{p}.approval_request_id")
         label, tool = item.get("server_label"), item.get("name")
         name = mcp.function_name(str(label), str(tool), self.client_functions) if label and tool else ""
         if kind == "mcp_call" and name:

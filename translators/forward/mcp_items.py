@@ -106,6 +106,11 @@ def answered(items: Iterable[Any]) -> dict[str, bool]:
     return out
 
 
+def requests(items: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """id -> the ``mcp_approval_request`` items among ``items`` (the last of an id)."""
+    return {str(i.get("id")): i for i in items if isinstance(i, dict) and i.get("type") == "mcp_approval_request"}
+
+
 def listed(items: Iterable[Any]) -> Mapping[str, list[dict[str, Any]]]:
     """server_label -> the tools of the last successful ``mcp_list_tools`` item for it."""
     out: dict[str, list[dict[str, Any]]] = {}

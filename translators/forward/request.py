@@ -4,10 +4,57 @@
 type), maps every field it knows, rejects the ones whose meaning cannot be kept, and reports
 the ones it accepts but does not send in ``MappedRequest.ignored``. The full table, with the
 reason for each choice, is ``docs/request-mapping.md``.
+
+The request is read here once: what the proxy needs of it later (``stream``, ``store``,
+``max_output_tokens``, ``max_tool_calls``, the ``include`` flags, and for the tools crossfeed runs
+itself the hosted search options, the MCP tools, the approvals the input answers and the
+conversation's listings and approval requests: ``HostedTools``) is on the ``MappedRequest``; no
+proxy code reads the body for it after the mapping. The approvals' results are the proxy's (it
+makes the calls): ``with_mcp_results`` puts them in the messages mapped for them.
+
+Rules:
+  body not an object           -> 400 param None; model missing -> 400 param "model"
+  instructions                 -> first message, role options.system_role ("" is skipped)
+  history (previous_response_id, resolved by the proxy) + input -> messages (see input_messages.InputMessages)
+  a function_call_output / custom_tool_call_output of the input answering no call of the
+      history or of the input before it -> 400 input[i].call_id (tool_call_not_found)
+  item_reference items        -> replaced by the proxy with the stored items they name before
+      this mapping (input_messages.resolve_references); one still here -> 400 input[i]
+  input string                 -> one user message; no messages at all -> 400 "input"
+  tools / tool_choice          -> tools_mapping.map_tools / map_tool_choice
+  parallel_tool_calls          -> same (only when tools are sent)
+  max_output_tokens (int >= 1) -> max_tokens and/or max_completion_tokens (options)
+  temperature (0..2), top_p (0..1), user -> same names
+  text.format json_schema      -> response_format {type:json_schema, json_schema:{...}}
+  text.format json_object      -> response_format {type:json_object}; text -> nothing
+  text.verbosity               -> verbosity
+  reasoning.effort             -> reasoning_effort; reasoning.summary: the reasoning streams as a
+                                  summary part (chat_to_responses); others -> ignored
+  include logprobs / top_logprobs -> logprobs:true (+ top_logprobs)
+  include reasoning.encrypted_content -> honoured by crossfeed (not sent); others -> ignored
+  stream:true                  -> stream:true + stream_options {include_usage:true}
+  stream false/absent          -> stream:false, no stream_options
+  store, previous_response_id, metadata -> not sent (proxy state / echoed on the Response)
+  input ending with compaction_trigger -> compact "trigger": chat asks for a summary
+      (compaction.summary_request); a trigger anywhere else, or two -> 400 input[i]
+  compaction item              -> the summary it seals, as a user message (compaction.py);
+      a token that does not open -> 400 input[i].encrypted_content invalid_encrypted_content
+  context_management compaction compact_threshold -> threshold (the proxy counts and compacts)
+  system/developer messages    -> placed per options.system_placement (compaction.place_system)
+  mcp_call items -> the tool exchange they were; an mcp_approval_request answered by an
+      mcp_approval_response (mcp_results: what came of it) -> the call and its result;
+      unanswered requests, mcp_list_tools -> nothing (mcp_items.py)
+  web_search_call items, with search_function (crossfeed runs web search) -> the tool
+      exchange they were (web_search_items.replayed); without it -> dropped, ignored
+  conversation, prompt, background:true -> 400 naming the param
+  truncation:"auto", service_tier, prompt_cache_key, safety_identifier, max_tool_calls,
+  stream_options, unknown fields (client_metadata...) -> not sent, listed in ignored; the
+  documented ones are still type-checked (_check_ignored): a wrong type -> 400 naming it
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +72,10 @@ from crossfeed.translators.checks import (
 )
 from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.forward import compaction as cmp
+from crossfeed.translators.forward import mcp_items
 from crossfeed.translators.forward.input import InputMessages, OpenSummary, Reveal
-from crossfeed.translators.forward.tools import map_text, map_tool_choice, map_tools
+from crossfeed.translators.forward.tools import ToolTable, map_text, map_tool_choice, map_tools
+from crossfeed.translators.forward.web_search_items import WebSearchRequest, search_request
 from crossfeed.translators.options import CUSTOM_ARG, BackendProfile, ToolContext
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.
@@ -90,6 +139,25 @@ _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _HANDLED_INCLUDES = frozenset({_LOGPROBS_INCLUDE, "reasoning.encrypted_content"})
 
 
+# The content of the tool message of an answered MCP approval in ``HostedTools.approved``, until
+# the proxy knows what came of it (``with_mcp_results``).
+PENDING = "\x00crossfeed: the result of an MCP approval\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class HostedTools:
+    """What a request asks of the tools crossfeed runs itself (proxy/turns/hosted/)."""
+
+    search: WebSearchRequest | None  # a hosted web_search tool (the proxy runs it with a search backend)
+    mcp: tuple[tuple[int, dict[str, Any]], ...]  # (i, tools[i]) of each mcp tool (the proxy checks them)
+    answers: Mapping[str, bool]  # approval_request_id -> approve, for the input's mcp_approval_response
+    answered_at: Mapping[str, str]  # approval_request_id -> the param of the response answering it
+    requests: Mapping[str, dict[str, Any]]  # the conversation's mcp_approval_request items, by id
+    listed: Mapping[str, list[dict[str, Any]]]  # server_label -> the tools the conversation listed
+    client_functions: frozenset[Any]  # the names of the client's own functions
+    approved: list[dict[str, Any]] | None = None  # the messages with the answered approvals (PENDING)
+
+
 @dataclass(frozen=True, slots=True)
 class MappedRequest:
     chat: dict  # the body to POST to the upstream /chat/completions
@@ -100,6 +168,12 @@ class MappedRequest:
     compact: str | None = None
     # context_management's compact_threshold: compact first when the input counts more tokens.
     threshold: int | None = None
+    stream: bool = False
+    store: bool | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    include: frozenset[str] = frozenset()
+    hosted: HostedTools | None = None  # None: no hosted tool, no MCP approval answered
 
 
 def responses_request_to_chat(
@@ -112,47 +186,7 @@ def responses_request_to_chat(
     search_function: str | None = None,
     mcp_results: Mapping[str, str] | None = None,
 ) -> MappedRequest:
-    """Map a Responses create request onto a Chat Completions request.
-
-    Rules:
-      body not an object           -> 400 param None; model missing -> 400 param "model"
-      instructions                 -> first message, role options.system_role ("" is skipped)
-      history (previous_response_id, resolved by the proxy) + input -> messages (see input_messages.InputMessages)
-      a function_call_output / custom_tool_call_output of the input answering no call of the
-          history or of the input before it -> 400 input[i].call_id (tool_call_not_found)
-      item_reference items        -> replaced by the proxy with the stored items they name before
-          this mapping (input_messages.resolve_references); one still here -> 400 input[i]
-      input string                 -> one user message; no messages at all -> 400 "input"
-      tools / tool_choice          -> tools_mapping.map_tools / map_tool_choice
-      parallel_tool_calls          -> same (only when tools are sent)
-      max_output_tokens (int >= 1) -> max_tokens and/or max_completion_tokens (options)
-      temperature (0..2), top_p (0..1), user -> same names
-      text.format json_schema      -> response_format {type:json_schema, json_schema:{...}}
-      text.format json_object      -> response_format {type:json_object}; text -> nothing
-      text.verbosity               -> verbosity
-      reasoning.effort             -> reasoning_effort; reasoning.summary: the reasoning streams as a
-                                      summary part (chat_to_responses); others -> ignored
-      include logprobs / top_logprobs -> logprobs:true (+ top_logprobs)
-      include reasoning.encrypted_content -> honoured by crossfeed (not sent); others -> ignored
-      stream:true                  -> stream:true + stream_options {include_usage:true}
-      stream false/absent          -> stream:false, no stream_options
-      store, previous_response_id, metadata -> not sent (proxy state / echoed on the Response)
-      input ending with compaction_trigger -> compact "trigger": chat asks for a summary
-          (compaction.summary_request); a trigger anywhere else, or two -> 400 input[i]
-      compaction item              -> the summary it seals, as a user message (compaction.py);
-          a token that does not open -> 400 input[i].encrypted_content invalid_encrypted_content
-      context_management compaction compact_threshold -> threshold (the proxy counts and compacts)
-      system/developer messages    -> placed per options.system_placement (compaction.place_system)
-      mcp_call items -> the tool exchange they were; an mcp_approval_request answered by an
-          mcp_approval_response (mcp_results: what came of it) -> the call and its result;
-          unanswered requests, mcp_list_tools -> nothing (mcp_items.py)
-      web_search_call items, with search_function (crossfeed runs web search) -> the tool
-          exchange they were (web_search_items.replayed); without it -> dropped, ignored
-      conversation, prompt, background:true -> 400 naming the param
-      truncation:"auto", service_tier, prompt_cache_key, safety_identifier, max_tool_calls,
-      stream_options, unknown fields (client_metadata...) -> not sent, listed in ignored; the
-      documented ones are still type-checked (_check_ignored): a wrong type -> 400 naming it
-    """
+    """Map a Responses create request onto a Chat Completions request (the rules: the module's docstring)."""
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
     model = body.get("model")
@@ -168,10 +202,66 @@ def responses_request_to_chat(
 
     trigger = cmp.trigger_in(body.get("input"))
     msgs = InputMessages(options, reveal_reasoning, ignored, open_summary, search_function)
-    msgs.mcp_results = mcp_results
     msgs.client_functions = frozenset(
         t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
     )
+    chat["messages"] = _messages(body, history, msgs, mcp_results)
+    if not chat["messages"]:
+        raise missing("input")
+
+    table = _map_tool_fields(body, chat, ignored, msgs.extra_tools)
+    tokens = _map_sampling(body, options, chat) if not keys.isdisjoint(_SAMPLING_KEYS) else None
+    map_text(body.get("text"), chat, ignored)
+    _map_reasoning(body.get("reasoning"), chat, ignored)
+    include = _map_include(body, chat, ignored) if not keys.isdisjoint(_INCLUDE_KEYS) else frozenset()
+    store, max_tool_calls = _map_misc(body, chat, ignored)
+    stream = chat["stream"]
+    threshold = cmp.compact_threshold(body)
+    if trigger:
+        chat = cmp.summary_request(chat, options.compaction_prompt or cmp.COMPACTION_PROMPT)
+    hosted = _hosted(body, history, msgs, include) if body.get("tools") or msgs.answers else None
+    if hosted is not None and msgs.answers and mcp_results is None and not trigger:
+        again = InputMessages(options, reveal_reasoning, [], open_summary, search_function)
+        again.client_functions = msgs.client_functions
+        approved = _messages(body, history, again, dict.fromkeys(msgs.answers, PENDING))
+        hosted = dataclasses.replace(hosted, approved=approved)
+    return MappedRequest(
+        chat=chat,
+        tools=table.context(CUSTOM_ARG),
+        ignored=tuple(ignored),
+        model=model,
+        compact="trigger" if trigger else None,
+        threshold=None if trigger else threshold,
+        stream=stream,
+        store=store,
+        max_output_tokens=tokens,
+        max_tool_calls=max_tool_calls,
+        include=include,
+        hosted=hosted,
+    )
+
+
+def with_mcp_results(mapped: MappedRequest, results: Mapping[str, str]) -> MappedRequest:
+    """The request with what came of the MCP approvals its input answers (the proxy made the
+    calls, or says why not): the approved calls and their results in the messages."""
+    approved = mapped.hosted.approved if mapped.hosted is not None else None
+    if approved is None:
+        return mapped
+    messages = [
+        {**m, "content": results.get(m["tool_call_id"], "")}
+        if m.get("role") == "tool" and m.get("content") == PENDING
+        else m
+        for m in approved
+    ]
+    return dataclasses.replace(mapped, chat={**mapped.chat, "messages": messages})
+
+
+def _messages(
+    body: dict[str, Any], history: list[dict] | None, msgs: InputMessages, mcp_results: Mapping[str, str] | None
+) -> list[dict[str, Any]]:
+    """The instructions, the stored history and the input as chat messages (input.InputMessages)."""
+    options = msgs.options
+    msgs.mcp_results = mcp_results
     instructions = opt_str(body, "instructions", "")
     if instructions:
         msgs.out.append({"role": options.system_role, "content": instructions})
@@ -187,12 +277,14 @@ def responses_request_to_chat(
     elif inp is not None:
         for i, item in enumerate(expect_list(inp, "input")):
             msgs.add_item(item, f"input[{i}]")
-    chat["messages"] = cmp.place_system(msgs.finish(), options.system_placement, options.system_role)
-    if not chat["messages"]:
-        raise missing("input")
+    return cmp.place_system(msgs.finish(), options.system_placement, options.system_role)
 
-    arg = CUSTOM_ARG
-    table = map_tools(body.get("tools"), ignored, arg, msgs.extra_tools)
+
+def _map_tool_fields(
+    body: dict[str, Any], chat: dict[str, Any], ignored: list[str], extra: list[tuple[str, Any]]
+) -> ToolTable:
+    """tools, tool_choice and parallel_tool_calls (tools.map_tools / map_tool_choice)."""
+    table = map_tools(body.get("tools"), ignored, CUSTOM_ARG, extra)
     choice, allowed = map_tool_choice(body.get("tool_choice"), table, ignored)
     tools = [t for t in table.chat if allowed is None or t["function"]["name"] in allowed]
     parallel = opt_bool(body, "parallel_tool_calls", "")
@@ -204,24 +296,32 @@ def responses_request_to_chat(
             chat["parallel_tool_calls"] = parallel
     elif choice not in (None, "none", "auto"):
         ignored.append(f"tool_choice {choice} (no function tools to call)")
+    return table
 
-    if not keys.isdisjoint(_SAMPLING_KEYS):
-        _map_sampling(body, options, chat)
-    map_text(body.get("text"), chat, ignored)
-    _map_reasoning(body.get("reasoning"), chat, ignored)
-    if not keys.isdisjoint(_INCLUDE_KEYS):
-        _map_include(body, chat, ignored)
-    _map_misc(body, chat, ignored)
-    threshold = cmp.compact_threshold(body)
-    if trigger:
-        chat = cmp.summary_request(chat, options.compaction_prompt or cmp.COMPACTION_PROMPT)
-    return MappedRequest(
-        chat=chat,
-        tools=table.context(arg),
-        ignored=tuple(ignored),
-        model=model,
-        compact="trigger" if trigger else None,
-        threshold=None if trigger else threshold,
+
+def _hosted(
+    body: dict[str, Any], history: list[dict] | None, msgs: InputMessages, include: frozenset[str]
+) -> HostedTools | None:
+    """The request's hosted search and MCP tools, and the MCP approvals its input answers."""
+    tools = body.get("tools")
+    search = search_request(tools, body.get("tool_choice"), include)
+    servers = (
+        tuple((i, t) for i, t in enumerate(tools) if isinstance(t, dict) and t.get("type") == "mcp")
+        if isinstance(tools, list)
+        else ()
+    )
+    if search is None and not servers and not msgs.answers:
+        return None
+    inp = body.get("input")
+    earlier = [*(history or ()), *(inp if isinstance(inp, list) else ())] if servers or msgs.answers else []
+    return HostedTools(
+        search=search,
+        mcp=servers,
+        answers=msgs.answers,
+        answered_at=msgs.answered_at,
+        requests=mcp_items.requests(earlier),
+        listed=mcp_items.listed(earlier),
+        client_functions=msgs.client_functions,
     )
 
 
@@ -247,7 +347,8 @@ def _reject_unsupported(body: dict[str, Any]) -> None:
         )
 
 
-def _map_sampling(body: dict[str, Any], options: BackendProfile, chat: dict[str, Any]) -> None:
+def _map_sampling(body: dict[str, Any], options: BackendProfile, chat: dict[str, Any]) -> int | None:
+    """The sampling fields; returns max_output_tokens."""
     tokens = opt_number(body, "max_output_tokens", integer=True, low=1)
     if tokens is not None:
         if options.max_tokens_field in ("max_tokens", "both"):
@@ -262,6 +363,7 @@ def _map_sampling(body: dict[str, Any], options: BackendProfile, chat: dict[str,
         value = opt_number(body, key, low=-2, high=2)
         if value:
             chat[key] = value
+    return tokens
 
 
 def _map_reasoning(reasoning: Any, chat: dict[str, Any], ignored: list[str]) -> None:
@@ -280,23 +382,25 @@ def _map_reasoning(reasoning: Any, chat: dict[str, Any], ignored: list[str]) -> 
     )
 
 
-def _map_include(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) -> None:
+def _map_include(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) -> frozenset[str]:
+    """include and top_logprobs; returns the include values (the proxy honours some of them)."""
     include = body.get("include")
-    wanted = False
-    for i, value in enumerate(expect_list(include, "include") if include is not None else ()):
+    values = expect_list(include, "include") if include is not None else []
+    for i, value in enumerate(values):
         if not isinstance(value, str):
             raise type_error(f"include[{i}]", "a string", value)
-        wanted = wanted or value == _LOGPROBS_INCLUDE
         if value not in _HANDLED_INCLUDES:
             ignored.append(f"include {value}")
     top = opt_number(body, "top_logprobs", integer=True, low=0, high=20)
-    if wanted or top:
+    if _LOGPROBS_INCLUDE in values or top:
         chat["logprobs"] = True
         if top:
             chat["top_logprobs"] = top
+    return frozenset(values)
 
 
-def _map_misc(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) -> None:
+def _map_misc(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) -> tuple[bool | None, int | None]:
+    """The other fields; returns (store, max_tool_calls)."""
     user = opt_str(body, "user", "")
     if user is not None:
         chat["user"] = user
@@ -305,7 +409,7 @@ def _map_misc(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) ->
     if stream:
         chat["stream_options"] = {"include_usage": True}
     opt_str(body, "previous_response_id", "")
-    opt_bool(body, "store", "")
+    store = opt_bool(body, "store", "")
     metadata = body.get("metadata")
     if metadata is not None:
         for key, value in expect_dict(metadata, "metadata").items():
@@ -316,18 +420,19 @@ def _map_misc(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) ->
         raise value_error("truncation", f"expected 'auto' or 'disabled', got {truncation!r}.")
     if truncation == "auto":
         ignored.append("truncation auto")
-    if not body.keys().isdisjoint(_CHECKED_IGNORED_KEYS):
-        _check_ignored(body)
+    max_tool_calls = _check_ignored(body) if not body.keys().isdisjoint(_CHECKED_IGNORED_KEYS) else None
     if body.get("service_tier") not in (None, "auto", "default"):
         ignored.append(f"service_tier {body['service_tier']}")
     ignored.extend(key for key in _IGNORED_FIELDS if body.get(key) is not None)
     ignored.extend(key for key in body if key not in _HANDLED_FIELDS and key not in _IGNORED_FIELDS)
+    return store, max_tool_calls
 
 
-def _check_ignored(body: dict[str, Any]) -> None:
+def _check_ignored(body: dict[str, Any]) -> int | None:
     """Accepted-and-not-sent fields still have to be of the type the Responses API documents:
-    a client that sends ``max_tool_calls: "x"`` gets the 400 OpenAI would give, not a 200."""
-    opt_number(body, "max_tool_calls", integer=True, low=1)
+    a client that sends ``max_tool_calls: "x"`` gets the 400 OpenAI would give, not a 200.
+    Returns max_tool_calls (the proxy's tool loop honours it)."""
+    max_tool_calls = opt_number(body, "max_tool_calls", integer=True, low=1)
     for key in ("service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier"):
         opt_str(body, key, "")
     options = body.get("stream_options")
@@ -344,3 +449,4 @@ def _check_ignored(body: dict[str, Any]) -> None:
             threshold = entry.get("compact_threshold")
             if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int)):
                 raise type_error(f"context_management[{i}].compact_threshold", "an integer", threshold)
+    return max_tool_calls

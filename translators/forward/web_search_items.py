@@ -7,10 +7,16 @@ a stored response holds them) becomes the tool exchange it was: an assistant ``t
 entry calling the function with its query, and a tool message with what is known of its
 results: the sources when the item carries them (``include: ["web_search_call.action.sources"]``),
 else a line saying the results were not kept (the answer that used them follows in the history).
+
+``search_request``: what a request asks of the hosted search (the tool's options, a
+``tool_choice`` naming it, the sources ``include``), read once by the request mapping for the
+proxy's search runner (proxy/turns/hosted/search_runner.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -18,6 +24,20 @@ import orjson
 SEARCH_FUNCTION = "web_search"
 CLASH_NAME = "crossfeed_web_search"
 HOSTED_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
+SOURCES_INCLUDE = "web_search_call.action.sources"
+
+
+@dataclass(frozen=True, slots=True)
+class WebSearchRequest:
+    """The request's hosted search tool, as the proxy runs it."""
+
+    function: str  # the chat function offered for it (search_function_name)
+    context_size: Any  # search_context_size as sent (the proxy's settings say how many results)
+    domains: tuple[str, ...]  # filters.allowed_domains, bare host names
+    country: str | None  # user_location.country
+    live: bool  # external_web_access is not false
+    forced: bool  # tool_choice names the hosted tool: the first leg must search
+    sources: bool  # include web_search_call.action.sources
 
 
 def search_function_name(tools: Any) -> str:
@@ -25,6 +45,36 @@ def search_function_name(tools: Any) -> str:
         isinstance(t, dict) and t.get("type") == "function" and t.get("name") == SEARCH_FUNCTION for t in tools
     )
     return CLASH_NAME if clash else SEARCH_FUNCTION
+
+
+def search_request(tools: Any, tool_choice: Any, include: Collection[str]) -> WebSearchRequest | None:
+    """The first hosted search tool of ``tools``, or None."""
+    hosted = (
+        next((t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TYPES), None)
+        if isinstance(tools, list)
+        else None
+    )
+    if hosted is None:
+        return None
+    raw_filters = hosted.get("filters")
+    filters: dict[str, Any] = raw_filters if isinstance(raw_filters, dict) else {}
+    domains = tuple(
+        str(d).lower().removeprefix("https://").removeprefix("http://").strip("/")
+        for d in (filters.get("allowed_domains") or ())
+        if isinstance(d, str) and d
+    )
+    raw_location = hosted.get("user_location")
+    location: dict[str, Any] = raw_location if isinstance(raw_location, dict) else {}
+    country = location.get("country")
+    return WebSearchRequest(
+        function=search_function_name(tools),
+        context_size=hosted.get("search_context_size"),
+        domains=domains,
+        country=country if isinstance(country, str) else None,
+        live=hosted.get("external_web_access") is not False,
+        forced=isinstance(tool_choice, dict) and tool_choice.get("type") in HOSTED_TYPES,
+        sources=SOURCES_INCLUDE in include,
+    )
 
 
 def replayed(item: dict[str, Any], name: str, call_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
