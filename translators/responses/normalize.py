@@ -23,7 +23,7 @@ with the same events. Repaired:
   ``function_call_arguments.done``, ``output_item.done``). Later events for it are dropped.
 - One terminal event, ``output`` the items as done, ``usage`` complete; nothing after it. Without
   any item event the terminal ``output`` is replayed as items.
-- Failures end as in ``chat_to_responses``: open items ``incomplete``, ``error``, ``response.failed``.
+- Failures end as in the forward machine's: open items ``incomplete``, ``error``, ``response.failed``.
   An upstream ``error`` keeps its code, message and type, a ``response.failed`` its ``error``; an end
   without terminal is ``upstream_truncated``, an event of the wrong shape ``upstream_protocol_error``.
 - Unknown event types pass through renumbered, their ids filled when they name an item.
@@ -46,10 +46,9 @@ from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import UpstreamProtocolError
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.responses.fields import error_body
-from crossfeed.translators.responses.response_object import new_response
+from crossfeed.translators.responses.numbering import TERMINAL, Event, NumberedStream
+from crossfeed.translators.responses.response_object import fill_usage, new_response
 
-Event = dict[str, Any]
-_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
 _REASONS = frozenset({"max_output_tokens", "content_filter", "max_messages", "steered"})
 # Part type -> (text event prefix, text field, part event prefix, index key, owning item type).
@@ -143,7 +142,7 @@ class _Item:
         self.final: dict[str, Any] | None = None
 
 
-class NormalizeResponses:
+class NormalizeResponses(NumberedStream):
     """One upstream Responses stream -> one strict Responses stream (see the module docstring)."""
 
     def __init__(
@@ -156,11 +155,10 @@ class NormalizeResponses:
     ) -> None:
         """``now``, ``model``: for a Response the upstream never described (``created_at`` 0 without
         a clock). ``max_output_tokens``: the request's budget, for the max-tokens heuristic."""
-        self.done, self._seq = False, 0
+        super().__init__()  # diagnostics: what was repaired or dropped, for the driver's log
+        self.done = False
         self.final_response: dict[str, Any] | None = None
-        self.diagnostics: dict[str, int] = {}  # what was repaired or dropped, for the driver's log
         self._ids, self._now, self._model, self._max = ids, now, model or "", max_output_tokens
-        self._out: list[Event] = []
         self._resp: dict[str, Any] | None = None
         self._items: list[_Item] = []
         self._output: list[dict[str, Any]] = []  # the done items
@@ -198,7 +196,7 @@ class NormalizeResponses:
                 self._failed(err["code"], err["message"], error_type=err["type"])
                 return out
             self._start(event.get("response"))
-            if kind in _TERMINAL:
+            if kind in TERMINAL:
                 self._terminal(kind, event.get("response"))
             elif kind == "response.output_item.added" or kind == "response.output_item.done":
                 self._on_item(event, kind[-4:] == "done")
@@ -254,7 +252,7 @@ class NormalizeResponses:
         if kind == "response.failed":
             err = error_body(up.get("error"), code="upstream_error", message="the upstream response failed")
             return self._failed(err["error"]["code"], err["error"]["message"], up, event=False)
-        usage = _usage(up.get("usage"))
+        usage = fill_usage(up.get("usage"))
         reason = None
         if kind == "response.incomplete":
             details = up.get("incomplete_details")
@@ -282,20 +280,12 @@ class NormalizeResponses:
         up = up or {}
         final = self._final(up, "failed")
         final.update(
-            usage=_usage(up["usage"]) if isinstance(up.get("usage"), dict) else None,
+            usage=fill_usage(up["usage"]) if isinstance(up.get("usage"), dict) else None,
             error={"code": code, "message": message},
             incomplete_details=None,
         )
         if event:
-            self._emit(
-                {
-                    "type": "error",
-                    "code": code,
-                    "message": message,
-                    "param": None,
-                    "error": {"type": error_type, "code": code, "message": message, "param": None},
-                }
-            )
+            self._emit_error(code, message, error_type)
         self._end("response.failed", final)
 
     def _final(self, up: dict[str, Any], status: str) -> dict[str, Any]:
@@ -600,30 +590,3 @@ class NormalizeResponses:
             annotation=ann,
         )
         self._emit(event)
-
-    def _emit(self, event: Event) -> None:
-        event["sequence_number"] = self._seq
-        self._seq += 1
-        self._out.append(event)
-
-    def _note(self, kind: str) -> None:
-        self.diagnostics[kind] = self.diagnostics.get(kind, 0) + 1
-
-
-def _usage(usage: Any) -> dict[str, Any]:
-    """A Responses usage with every field a strict client reads (0 when unknown)."""
-    u: dict[str, Any] = usage if isinstance(usage, dict) else {}
-    ind, outd = (u[k] if isinstance(u.get(k), dict) else {} for k in ("input_tokens_details", "output_tokens_details"))
-    inp, out = _count(u.get("input_tokens")), _count(u.get("output_tokens"))
-    return {
-        **u,
-        "input_tokens": inp,
-        "output_tokens": out,
-        "total_tokens": _count(u.get("total_tokens")) or inp + out,
-        "input_tokens_details": {**ind, "cached_tokens": _count(ind.get("cached_tokens"))},
-        "output_tokens_details": {**outd, "reasoning_tokens": _count(outd.get("reasoning_tokens"))},
-    }
-
-
-def _count(value: Any) -> int:
-    return value if value.__class__ is int and value >= 0 else 0

@@ -2,9 +2,10 @@
 
 Used where crossfeed carries a Responses upstream's stream to a client on another transport
 (WebSocket mode: the upstream is called over HTTP/SSE). Events pass through unchanged except
-``sequence_number``, which is stamped here (from 0, one apart), so the client's numbering holds
-whatever the upstream sent. The first terminal event (``response.completed``, ``.incomplete``,
-``.failed``) ends the stream and is the final Response; after it nothing is relayed.
+``sequence_number``, which is stamped here (from 0, one apart: numbering.py, the core the three
+machines share), so the client's numbering holds whatever the upstream sent. The first terminal
+event (``response.completed``, ``.incomplete``, ``.failed``) ends the stream and is the final
+Response; after it nothing is relayed.
 
   feed(event)        -> [event]                     every upstream event
   finish(clean)      -> [error, response.failed]    the upstream ended without a terminal event
@@ -22,22 +23,19 @@ from typing import Any
 from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.ids import IdFactory
+from crossfeed.translators.responses.numbering import TERMINAL, Event, NumberedStream
 from crossfeed.translators.responses.response_object import fill_response, map_usage, new_response
 
-Event = dict[str, Any]
-TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
-
-class ResponsesEventRelay:
-    __slots__ = ("done", "final_response", "diagnostics", "_seq", "_resp", "_request", "_ids", "_now", "_model")
+class ResponsesEventRelay(NumberedStream):
+    __slots__ = ("done", "final_response", "_resp", "_request", "_ids", "_now", "_model")
 
     def __init__(
         self, *, model: str, ids: IdFactory, now: Callable[[], int], request: dict[str, Any] | None = None
     ) -> None:
+        super().__init__()  # diagnostics stay empty: nothing to absorb, the events pass through
         self.done = False
         self.final_response: dict[str, Any] | None = None
-        self.diagnostics: dict[str, int] = {}  # nothing to absorb: the events pass through
-        self._seq = 0
         self._resp: dict[str, Any] | None = None  # the latest Response snapshot the upstream sent
         self._request = request or {}
         self._ids = ids
@@ -56,9 +54,9 @@ class ResponsesEventRelay:
         if kind in TERMINAL:
             self.done = True
             self.final_response = resp if isinstance(resp, dict) else self._snapshot()
-        event["sequence_number"] = self._seq
-        self._seq += 1
-        return [event]
+        out = self._out = []
+        self._emit(event)
+        return out
 
     def finish(self, *, clean: bool = True) -> list[Event]:
         if self.done:
@@ -68,23 +66,13 @@ class ResponsesEventRelay:
     def fail(self, code: str, message: str) -> list[Event]:
         if self.done:
             raise StreamStateError("fail() after the terminal event")
-        out: list[Event] = []
+        out = self._out = []
         if self._resp is None:
             self._resp = self._snapshot()
-            out.append(self._stamp({"type": "response.created", "response": dict(self._resp)}))
+            self._emit({"type": "response.created", "response": dict(self._resp)})
         resp = {**self._resp, "status": "failed", "error": {"code": code, "message": message}}
-        out.append(
-            self._stamp(
-                {
-                    "type": "error",
-                    "code": code,
-                    "message": message,
-                    "param": None,
-                    "error": {"type": "server_error", "code": code, "message": message, "param": None},
-                }
-            )
-        )
-        out.append(self._stamp({"type": "response.failed", "response": resp}))
+        self._emit_error(code, message)
+        self._emit({"type": "response.failed", "response": resp})
         self.done = True
         self.final_response = resp
         return out
@@ -93,11 +81,6 @@ class ResponsesEventRelay:
         return new_response(
             self._request, response_id=self._ids.new(idp.RESPONSE), created_at=self._now(), model=self._model
         )
-
-    def _stamp(self, event: Event) -> Event:
-        event["sequence_number"] = self._seq
-        self._seq += 1
-        return event
 
 
 def primed_response_events(request: dict[str, Any], *, ids: IdFactory, now: Callable[[], int]) -> list[Event]:

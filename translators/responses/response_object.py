@@ -113,6 +113,22 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def fill_usage(usage: Any) -> dict[str, Any]:
+    """A Responses usage from a Responses backend with every field a strict client reads (0 when
+    unknown); what else it sent is kept."""
+    u: dict[str, Any] = usage if isinstance(usage, dict) else {}
+    ind, outd = (u[k] if isinstance(u.get(k), dict) else {} for k in ("input_tokens_details", "output_tokens_details"))
+    inp, out = _count(u.get("input_tokens")), _count(u.get("output_tokens"))
+    return {
+        **u,
+        "input_tokens": inp,
+        "output_tokens": out,
+        "total_tokens": _count(u.get("total_tokens")) or inp + out,
+        "input_tokens_details": {**ind, "cached_tokens": _count(ind.get("cached_tokens"))},
+        "output_tokens_details": {**outd, "reasoning_tokens": _count(outd.get("reasoning_tokens"))},
+    }
+
+
 def _count(value: Any) -> int:
     """A token count; anything that is not a non-negative integer counts as unknown (0)."""
     return value if value.__class__ is int and value >= 0 else 0

@@ -1,0 +1,57 @@
+"""The numbering core of the machines that produce Responses events.
+
+Three machines produce a Responses stream: the forward machine (chat chunks -> events; its
+Response assembler, ``translators/forward/assembler.py``, extends this base), the relay of a
+Responses upstream (``relay.py``) and the normaliser of a sloppy one (``normalize.py``). Each
+numbers its own stream, from 0 and one apart, whatever the upstream sent, with this base:
+
+- ``_seq`` is the one counter of ``sequence_number``; ``_emit`` stamps it on a dict event and
+  appends the event to ``_out``, the events of the call in progress (a machine sets ``_out`` to
+  a fresh list at the start of each public call and returns it);
+- ``_emit_error`` is the ``error`` event every failure sends before ``response.failed``, in
+  one shape for the three;
+- ``_note`` counts what a machine repaired or dropped in ``diagnostics``, for the driver's log.
+
+Nothing else stamps, but the forward machine's per-token paths, which take their number from
+the same counter inline (``_more_text``, and ``_frame`` in wire mode; also ``start()``'s two
+frames): a method call per token would cost more than the rest of their work. The counter is a
+slot, also in the forward machine's instances, which keep their other attributes in a dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Event = dict[str, Any]
+TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class NumberedStream:
+    """Base of a machine whose events carry ``sequence_number``: the counter and its stamping."""
+
+    __slots__ = ("_seq", "_out", "diagnostics")
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._out: list[Any] = []  # dict events (the forward machine's wire mode: finished frames too)
+        self.diagnostics: dict[str, int] = {}
+
+    def _emit(self, event: Event) -> None:
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        self._out.append(event)
+
+    def _emit_error(self, code: str, message: str, error_type: str = "server_error") -> None:
+        """The ``error`` event of a failing stream (then ``response.failed``), as OpenAI sends it."""
+        self._emit(
+            {
+                "type": "error",
+                "code": code,
+                "message": message,
+                "param": None,
+                "error": {"type": error_type, "code": code, "message": message, "param": None},
+            }
+        )
+
+    def _note(self, kind: str) -> None:
+        self.diagnostics[kind] = self.diagnostics.get(kind, 0) + 1
