@@ -146,7 +146,11 @@ class ResponseAssembler(NumberedStream):
         seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
         wire: bool | Framing = False,
     ) -> None:
-        """Args: as ``ChatToResponsesStream``'s (machine.py), but the backend's profile."""
+        """Args: as ``ChatToResponsesStream``'s (machine.py), but the backend's profile.
+
+        The machine's instance keeps at most 29 attributes in its dict (the numbering core's are
+        slots): CPython 3.11 reads and writes every attribute of an instance with a 30th on a
+        slower path, the per-token ones too (tests/translators/forward/test_machine_layers.py)."""
         super().__init__()
         self._ids = ids
         self._now = now
