@@ -112,24 +112,62 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     """Human-readable summary of a resolved config. Never prints a secret, only variable names.
     A setting from no file, variable or flag is marked ``(built-in default)``, one from a variable
     or flag names it; the rest came from the file."""
-    from crossfeed.proxy.cli.startup import DEFAULTED, store_location
+    from crossfeed.proxy.cli.startup import store_location
     from crossfeed.proxy.runtime import config as config_module
 
     src = config.origin_note
-
     lines = [f"{path}: valid" if path else "configuration: valid"]
     env_keys = getattr(config_module, "_ENV_KEYS", {})
     applied = sorted(k for k in [*env_keys, config_module.INBOUND_KEYS_VAR] if environ.get(k))
     if applied:
         lines.append("environment overrides applied: " + ", ".join(applied))
-    s = config.server
     lines.append("")
+    lines += _server_lines(config, environ)
+    lg = config.logging
+    lines.append(f"logging: level {lg.level}{src('logging', 'level')}, format {lg.format}{src('logging', 'format')}")
+    if lg.record_dir:
+        lines.append(
+            f"  recording every streamed turn to {lg.record_dir}{src('logging', 'record_dir')} "
+            "(a debugging switch: every turn is written, not for production)"
+        )
+    lines.append(f"response store: {store_location(config, environ)}")
+    lines.append("")
+    lines += _upstream_lines(config, environ)
+    lines.append("")
+    lines += _hosted_tool_lines(config, environ)
+    from crossfeed.proxy.cli.startup import startup_warnings
+
+    warnings = startup_warnings(config)
+    if warnings:
+        lines.append("")
+        lines.append("serve would warn:")
+        lines += [f"  - {w}" for w in warnings]
+    default = next((u for u in config.upstreams if u.default), None)
+    star = next((u for u in config.upstreams if "*" in u.models), None)
+    lines.append("")
+    lines.append(
+        "unknown models: "
+        + (
+            f"-> {default.name} (default)"
+            if default
+            else f"-> {star.name} (lists *)"
+            if star
+            else "404 model_not_found (no upstream is marked default or lists *)"
+        )
+    )
+    return lines
+
+
+def _server_lines(config: Config, environ: Mapping[str, str]) -> list[str]:
+    """The listening line, then the server's limits, its inbound auth and where /metrics is."""
+    src = config.origin_note
+    s = config.server
     workers = getattr(s, "workers", 1)
     count = f", {s.worker_count} worker processes" + (" (auto: one per core)" if workers == "auto" else "")
     listen = f"server: listen {s.host}:{s.port}"
     said = [f"{name} {src('server', name).strip(' ()')}" for name in ("host", "port") if src("server", name)]
     listen += f" ({'; '.join(said)})" if said else ""
-    lines.append(listen + (count if workers != 1 else ""))
+    lines = [listen + (count if workers != 1 else "")]
     details = [
         f"max body {getattr(s, 'max_body_bytes', '?')} bytes",
         f"drain {_secs(getattr(s, 'drain_seconds', '?'))}",
@@ -141,32 +179,7 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     else:
         details.append("WebSocket mode off (the upgrade gets 426)")
     lines.append("  " + ", ".join(details))
-    keys_env = getattr(s, "inbound_keys_env", None)
-    named = getattr(s, "inbound_keys", ())
-    if not keys_env and not named:
-        auth = f"off (every request is accepted){src('server', 'inbound_keys_env')}"
-        if not s.loopback_only:
-            auth += (
-                "; this port is not loopback: allowed by [server] allow_unauthenticated"
-                if s.allow_unauthenticated
-                else "; this port is not loopback: serve warns"
-            )
-    else:
-        parts = [f"{k.name} from {_env_state(k.key_env, environ)}" for k in named]
-        if keys_env:
-            parts.append(
-                f"key-1, key-2... from ${keys_env} (set)"
-                if environ.get(keys_env)
-                else f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them"
-            )
-        auth = "; ".join(parts) + "; stored responses belong to the key that made them"
-        caps = {k.name: k.max_concurrent_streams for k in named if k.max_concurrent_streams is not None}
-        per_key = getattr(s, "max_streams_per_key", 0)
-        if per_key or any(caps.values()):
-            auth += "; open streams per key at most " + ", ".join(
-                [*(f"{n} {c or 'unlimited'}" for n, c in caps.items()), f"others {per_key or 'unlimited'}"]
-            )
-    lines.append(f"  inbound auth: {auth}")
+    lines.append(f"  inbound auth: {_inbound_auth(config, environ)}")
     if s.metrics_port is not None:
         metrics = f"on its own port {s.metrics_host or s.host}:{s.metrics_port} (not on the main port)"
     else:
@@ -176,19 +189,50 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     else:
         metrics += ", no key"
     lines.append(f"  GET /metrics: {metrics}")
-    lg = config.logging
-    lines.append(f"logging: level {lg.level}{src('logging', 'level')}, format {lg.format}{src('logging', 'format')}")
-    if lg.record_dir:
-        lines.append(
-            f"  recording every streamed turn to {lg.record_dir}{src('logging', 'record_dir')} "
-            "(a debugging switch: every turn is written, not for production)"
+    return lines
+
+
+def _inbound_auth(config: Config, environ: Mapping[str, str]) -> str:
+    """Who may call: no keys (and what that means on this port), or each key's variable and caps."""
+    s = config.server
+    keys_env = getattr(s, "inbound_keys_env", None)
+    named = getattr(s, "inbound_keys", ())
+    if not keys_env and not named:
+        auth = f"off (every request is accepted){config.origin_note('server', 'inbound_keys_env')}"
+        if not s.loopback_only:
+            auth += (
+                "; this port is not loopback: allowed by [server] allow_unauthenticated"
+                if s.allow_unauthenticated
+                else "; this port is not loopback: serve warns"
+            )
+        return auth
+    parts = [f"{k.name} from {_env_state(k.key_env, environ)}" for k in named]
+    if keys_env:
+        parts.append(
+            f"key-1, key-2... from ${keys_env} (set)"
+            if environ.get(keys_env)
+            else f"keys from ${keys_env}, NOT SET in this environment: serve refuses to start without them"
         )
-    lines.append(f"response store: {store_location(config, environ)}")
-    lines.append("")
-    lines.append(
+    auth = "; ".join(parts) + "; stored responses belong to the key that made them"
+    caps = {k.name: k.max_concurrent_streams for k in named if k.max_concurrent_streams is not None}
+    per_key = getattr(s, "max_streams_per_key", 0)
+    if per_key or any(caps.values()):
+        auth += "; open streams per key at most " + ", ".join(
+            [*(f"{n} {c or 'unlimited'}" for n, c in caps.items()), f"others {per_key or 'unlimited'}"]
+        )
+    return auth
+
+
+def _upstream_lines(config: Config, environ: Mapping[str, str]) -> list[str]:
+    """How a model finds its upstream, then each upstream: api, URL, models, key, timeouts, the rest."""
+    from crossfeed.proxy.cli.startup import DEFAULTED
+
+    src = config.origin_note
+    keys_env = getattr(config.server, "inbound_keys_env", None)
+    lines = [
         "upstreams (a model goes to the first upstream listing its exact name, else the first with a "
         "matching pattern, else the default, else the first listing *):"
-    )
+    ]
     if config.upstreams_defaulted:
         lines.append(
             f"  none configured: the {DEFAULTED} below is used (set [[upstreams]] base_url, --upstream or "
@@ -231,9 +275,14 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
         if getattr(u, "headers", None):
             extras.append("extra headers " + ", ".join(sorted(u.headers)))  # names only: values may be secret
         lines.append(f"       other     {'; '.join(extras)}")
+    return lines
+
+
+def _hosted_tool_lines(config: Config, environ: Mapping[str, str]) -> list[str]:
+    """Web search's backend and remote MCP's allowed servers, or that they are off."""
     ws = config.web_search
-    lines.append("")
-    lines.append(
+    mcp = config.mcp
+    return [
         "web search: "
         + (
             "off (hosted web_search tools are dropped and logged)"
@@ -241,10 +290,7 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             else f"{ws.backend} at {ws.endpoint}"
             + (f", key {_env_state(ws.api_key_env, environ)}" if ws.api_key_env else "")
             + f"; {ws.max_results} results, {ws.max_searches} searches a response"
-        )
-    )
-    mcp = config.mcp
-    lines.append(
+        ),
         "remote MCP: "
         + (
             "off (no allowed_servers: an mcp tool in a request is a 400)"
@@ -252,26 +298,5 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
             else "servers matching "
             + ", ".join(mcp.allowed_servers)
             + f"; calls time out after {_secs(mcp.call_timeout_seconds)}, {mcp.max_calls} a response"
-        )
-    )
-    from crossfeed.proxy.cli.startup import startup_warnings
-
-    warnings = startup_warnings(config)
-    if warnings:
-        lines.append("")
-        lines.append("serve would warn:")
-        lines += [f"  - {w}" for w in warnings]
-    default = next((u for u in config.upstreams if u.default), None)
-    star = next((u for u in config.upstreams if "*" in u.models), None)
-    lines.append("")
-    lines.append(
-        "unknown models: "
-        + (
-            f"-> {default.name} (default)"
-            if default
-            else f"-> {star.name} (lists *)"
-            if star
-            else "404 model_not_found (no upstream is marked default or lists *)"
-        )
-    )
-    return lines
+        ),
+    ]

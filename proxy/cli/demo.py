@@ -22,6 +22,7 @@ import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -117,85 +118,98 @@ class DemoBackend:
         self.requests.append(body)
         self._n += 1
         reasoning, text, call = self._script(body)
-        cid = f"chatcmpl-demo{self._n}"
-        created = int(time.time())
+        reply = _Reply(f"chatcmpl-demo{self._n}", int(time.time()), reasoning, text, call)
         prompt_tokens = sum(len(str(m.get("content") or "")) // 4 + 4 for m in body.get("messages") or ())
-        r_pieces, t_pieces = _pieces(reasoning), _pieces(text)
-        completion_tokens = len(r_pieces) + len(t_pieces) + (8 if call else 0)
-        usage = {
+        usage = reply.usage(prompt_tokens)
+        if not body.get("stream"):
+            return web.json_response(reply.completion(usage))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        for frame in reply.frames(usage):
+            await resp.write(frame)
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        await resp.write_eof()
+        return resp
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """One scripted answer, as a chat.completion body or as the chunks a streaming server sends."""
+
+    cid: str
+    created: int
+    reasoning: str
+    text: str
+    call: dict[str, Any] | None
+
+    @property
+    def finish(self) -> str:
+        return "tool_calls" if self.call else "stop"
+
+    def usage(self, prompt_tokens: int) -> dict[str, Any]:
+        r_pieces, t_pieces = _pieces(self.reasoning), _pieces(self.text)
+        completion_tokens = len(r_pieces) + len(t_pieces) + (8 if self.call else 0)
+        return {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": len(r_pieces)},
         }
-        finish = "tool_calls" if call else "stop"
-        if not body.get("stream"):
-            message: dict[str, Any] = {"role": "assistant", "content": text or None, "reasoning_content": reasoning}
-            if call:
-                message["tool_calls"] = [{"id": "call_demo_weather", "type": "function", "function": call}]
-            return web.json_response(
-                {
-                    "id": cid,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": MODEL,
-                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                    "usage": usage,
-                }
-            )
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-            obj = {
-                "id": cid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": MODEL,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-            }
-            return b"data: " + orjson.dumps(obj) + b"\n\n"
+    def completion(self, usage: dict[str, Any]) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": self.text or None,
+            "reasoning_content": self.reasoning,
+        }
+        if self.call:
+            message["tool_calls"] = [{"id": "call_demo_weather", "type": "function", "function": self.call}]
+        return {
+            "id": self.cid,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": MODEL,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
+            "usage": usage,
+        }
 
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        obj = {
+            "id": self.cid,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+        return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+    def frames(self, usage: dict[str, Any]) -> list[bytes]:
+        chunk = self.chunk
         frames = [chunk({"role": "assistant", "content": ""})]
-        frames += [chunk({"reasoning_content": p}) for p in r_pieces]
-        frames += [chunk({"content": p}) for p in t_pieces]
-        if call:
+        frames += [chunk({"reasoning_content": p}) for p in _pieces(self.reasoning)]
+        frames += [chunk({"content": p}) for p in _pieces(self.text)]
+        if self.call:
+            opening = {"index": 0, "id": "call_demo_weather", "type": "function"}
             frames.append(
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": "call_demo_weather",
-                                "type": "function",
-                                "function": {"name": call["name"], "arguments": ""},
-                            }
-                        ]
-                    }
-                )
+                chunk({"tool_calls": [{**opening, "function": {"name": self.call["name"], "arguments": ""}}]})
             )
-            args = call["arguments"]
+            args = self.call["arguments"]
             for piece in (args[:8], args[8:13], args[13:]):
                 frames.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
-        frames.append(chunk({}, finish))
+        frames.append(chunk({}, self.finish))
         usage_chunk = {
-            "id": cid,
+            "id": self.cid,
             "object": "chat.completion.chunk",
-            "created": created,
+            "created": self.created,
             "model": MODEL,
             "choices": [],
             "usage": usage,
         }
         frames.append(b"data: " + orjson.dumps(usage_chunk) + b"\n\n")
         frames.append(b"data: [DONE]\n\n")
-
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        for frame in frames:
-            await resp.write(frame)
-            if self.delay:
-                await asyncio.sleep(self.delay)
-        await resp.write_eof()
-        return resp
+        return frames
 
 
 # -- clients: both yield plain event dicts --------------------------------------------------------
@@ -279,22 +293,27 @@ def output_text(response: dict[str, Any]) -> str:
 # -- the demo -------------------------------------------------------------------------------------
 
 
-async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str], None] | None = None) -> int:
-    say = write or (lambda line: print(line, flush=True))
-    events_of = _aiohttp_events
-    client_name = "aiohttp (plain HTTP, no SDK)"
+EventSource = Callable[[str, dict[str, Any]], AsyncIterator[dict[str, Any]]]
+
+
+def _client(use_sdk: bool, say: Callable[[str], None]) -> tuple[EventSource, str]:
+    """The openai SDK when asked for and installed, else a plain aiohttp client; and its name."""
     if use_sdk:
         try:
             import openai
 
-            events_of = _sdk_events
-            client_name = f"the openai SDK {openai.__version__}"
+            return _sdk_events, f"the openai SDK {openai.__version__}"
         except ImportError:
             say(
                 "the openai package is not installed (pip install openai, or pip install -e '.[test]' "
                 "in the crossfeed checkout): using a plain aiohttp client instead"
             )
+    return _aiohttp_events, "aiohttp (plain HTTP, no SDK)"
 
+
+async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str], None] | None = None) -> int:
+    say = write or (lambda line: print(line, flush=True))
+    events_of, client_name = _client(use_sdk, say)
     backend = DemoBackend(delay)
     await backend.start()
     say(f"starting demo backend on {backend.base_url} (a scripted chat completions server, model {MODEL!r})")
@@ -318,45 +337,9 @@ async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str
         port = runner.addresses[0][1]  # the one site's one socket
         base_url = f"http://127.0.0.1:{port}/v1"
         say(f"crossfeed on {base_url} -> {backend.base_url} (chat): Responses in front, Chat Completions behind")
-
-        conversation: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
-        final: dict[str, Any] | None = None
-        for turn in (1, 2):
-            request = {"model": MODEL, "input": conversation, "tools": [WEATHER_TOOL], "stream": True}
-            say("")
-            what = "the question" if turn == 1 else "the tool's result"
-            say(f"sending {what}: POST {base_url}/responses (stream=true) with {client_name}")
-            final = None
-            async for event in events_of(base_url, request):
-                say(describe(event))
-                if event.get("type") in ("response.completed", "response.incomplete", "response.failed"):
-                    final = event["response"]
-            if final is None:
-                say("demo failed: the stream ended without a terminal event")
-                return 1
-            if final.get("status") != "completed":
-                say(f"demo failed: the response ended {final.get('status')}: {final.get('error')}")
-                return 1
-            calls = [i for i in final.get("output") or () if i.get("type") == "function_call"]
-            if turn == 1:
-                if not calls:
-                    say("demo failed: the model did not call get_weather")
-                    return 1
-                call = calls[0]
-                say(
-                    f"-> the model called {call['name']}({call['arguments']}); "
-                    f"the demo runs the tool and sends back {TOOL_RESULT}"
-                )
-                conversation += [
-                    {
-                        "type": "function_call",
-                        "call_id": call["call_id"],
-                        "name": call["name"],
-                        "arguments": call["arguments"],
-                    },
-                    {"type": "function_call_output", "call_id": call["call_id"], "output": TOOL_RESULT},
-                ]
-        assert final is not None
+        final = await _conversation(base_url, events_of, client_name, say)
+        if final is None:
+            return 1
         usage = final.get("usage") or {}
         reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
         say("")
@@ -373,6 +356,51 @@ async def run(*, use_sdk: bool = True, delay: float = 0.02, write: Callable[[str
     finally:
         await runner.cleanup()
         await backend.close()
+
+
+async def _conversation(
+    base_url: str, events_of: EventSource, client_name: str, say: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """The two turns (the question, then the tool's result), each event printed as it arrives.
+    The last turn's final response, or None (the reason said) when a turn did not go as scripted."""
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    final: dict[str, Any] | None = None
+    for turn in (1, 2):
+        request = {"model": MODEL, "input": conversation, "tools": [WEATHER_TOOL], "stream": True}
+        say("")
+        what = "the question" if turn == 1 else "the tool's result"
+        say(f"sending {what}: POST {base_url}/responses (stream=true) with {client_name}")
+        final = None
+        async for event in events_of(base_url, request):
+            say(describe(event))
+            if event.get("type") in ("response.completed", "response.incomplete", "response.failed"):
+                final = event["response"]
+        if final is None:
+            say("demo failed: the stream ended without a terminal event")
+            return None
+        if final.get("status") != "completed":
+            say(f"demo failed: the response ended {final.get('status')}: {final.get('error')}")
+            return None
+        calls = [i for i in final.get("output") or () if i.get("type") == "function_call"]
+        if turn == 1:
+            if not calls:
+                say("demo failed: the model did not call get_weather")
+                return None
+            call = calls[0]
+            say(
+                f"-> the model called {call['name']}({call['arguments']}); "
+                f"the demo runs the tool and sends back {TOOL_RESULT}"
+            )
+            conversation += [
+                {
+                    "type": "function_call",
+                    "call_id": call["call_id"],
+                    "name": call["name"],
+                    "arguments": call["arguments"],
+                },
+                {"type": "function_call_output", "call_id": call["call_id"], "output": TOOL_RESULT},
+            ]
+    return final
 
 
 def main(*, use_sdk: bool = True, delay: float = 0.02) -> int:

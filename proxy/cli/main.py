@@ -55,6 +55,8 @@ _EXAMPLES = {
     "  crossfeed translate --from chat --to responses --request body.json stream.sse",
 }
 
+Subcommands = argparse._SubParsersAction  # what add_subparsers returns
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -65,7 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"crossfeed {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_serve(sub)
+    _add_check_config(sub)
+    _add_demo(sub)
+    _add_translate(sub)
+    return parser
 
+
+def _add_serve(sub: Subcommands) -> None:
+    """``crossfeed serve``: the proxy, its flags over the config file, and the hidden ones of a worker."""
     serve = sub.add_parser(
         "serve", help="run the proxy", epilog=_EXAMPLES["serve"], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -104,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     for hidden in ("--worker-index", "--ready-fd", "--parent-fd", "--listen-fd"):
         serve.add_argument(hidden, type=int, help=argparse.SUPPRESS)
 
+
+def _add_check_config(sub: Subcommands) -> None:
+    """``crossfeed check-config FILE``."""
     check = sub.add_parser(
         "check-config",
         help="validate a config file and print the resolved routing table",
@@ -117,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("file", type=Path, metavar="FILE")
 
+
+def _add_demo(sub: Subcommands) -> None:
+    """``crossfeed demo``."""
     demo = sub.add_parser(
         "demo",
         help="see crossfeed work: a scripted chat backend, crossfeed in front of it, "
@@ -133,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--delay", type=float, default=0.02, metavar="SECONDS", help="pause between the backend's chunks (default 0.02)"
     )
 
+
+def _add_translate(sub: Subcommands) -> None:
+    """``crossfeed translate``: a captured stream, translated offline."""
     tr = sub.add_parser(
         "translate",
         help="translate a captured SSE stream offline",
@@ -163,7 +182,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="chat output: the delta field that carries reasoning (default reasoning_content)",
     )
-    return parser
 
 
 def _version() -> str:
