@@ -389,13 +389,13 @@ def install_hooks(marker: Any) -> None:
     lifecycle.PROBE_INTERVAL = 3600.0  # one probe at start-up, none while measuring
     h = HOOKS
     h.add(app_mod, "read_body", lambda f: async_phase(f, "read"))
-    h.add(app_mod, "pick_upstream", lambda f: sync_phase(f, "route"))
-    h.add(app_mod, "load_history", lambda f: async_phase(f, "history"))
-    h.add(app_mod, "map_forward", lambda f: sync_phase(f, "mapping"))
+    h.add(app_mod, "route", lambda f: sync_phase(f, "route"))
+    h.add(forward, "load_history", lambda f: async_phase(f, "history"))
     h.add(forward, "map_forward", lambda f: sync_phase(f, "mapping"))
-    h.add(app_mod, "forward_streamed", lambda f: async_phase(f, "features"))
+    h.add(forward, "forward_streamed", lambda f: async_phase(f, "features"))
     h.add(forward, "forward_turn", lambda f: async_phase(f, "exchange"))
-    h.add(app_mod, "reverse_chat", lambda f: async_phase(f, "exchange"))
+    h.add(app_mod, "reverse_streamed", lambda f: async_phase(f, "exchange"))
+    h.add(app_mod, "reverse_now", lambda f: async_phase(f, "exchange"))
     h.add(reverse, "chat_request_to_responses", lambda f: sync_phase(f, "mapping"))
     h.add(exchange, "open_leg", lambda f: async_phase(f, "upstream"))
     h.add(exchange, "relay", _relay_hook)
@@ -431,7 +431,6 @@ def install_hooks(marker: Any) -> None:
         return hooked
 
     h.add(app_mod, "sse_opener", opener)
-    h.add(reverse, "sse_opener", opener)
     for cls in (ChatToResponsesStream, ResponsesToChatStream):
         h.add(cls, "__init__", lambda f: sync_phase(f, "lifecycle"))
     h.add(ChatToResponsesStream, "start", lambda f: sync_phase(f, "lifecycle"))

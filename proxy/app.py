@@ -43,7 +43,7 @@ from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
 from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
 from crossfeed.proxy.http.standalone_search import alpha_search
 from crossfeed.proxy.http.websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
-from crossfeed.proxy.keys import CLOCK, CONFIG, ENV, IDS, MAX_NONSTREAM_BODY, SEAL, SESSION
+from crossfeed.proxy.keys import CLOCK, CONFIG, ENV, IDS, SEAL, SESSION
 from crossfeed.proxy.runtime import turn_trace
 from crossfeed.proxy.runtime.config import Config, Upstream
 from crossfeed.proxy.runtime.guard import (
@@ -80,8 +80,6 @@ from crossfeed.proxy.state.history import (
     drain_saves,
     get_response,
     list_input_items,
-    load_history,
-    save_before_final,
 )
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.proxy.state.store import open_store
@@ -90,23 +88,16 @@ from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from crossfeed.proxy.streaming.sinks import sse_opener
 from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
-from crossfeed.proxy.turns.compaction import compact_response, input_tokens_response
-from crossfeed.proxy.turns.exchange import (
-    map_forward,
-    open_leg,
-    pick_upstream,
-    reasoning_sealer,
-    relay_turn,
-    stream_flag,
-)
-from crossfeed.proxy.turns.forward import forward_now, forward_streamed
-from crossfeed.proxy.turns.reverse import reverse_chat
-from crossfeed.proxy.upstream import encode_body, new_session, read_json, send
+from crossfeed.proxy.turns.compaction import compact, input_tokens
+from crossfeed.proxy.turns.exchange import relay_turn, stream_flag
+from crossfeed.proxy.turns.forward import respond
+from crossfeed.proxy.turns.reverse import chat_call, reverse_now, reverse_streamed
+from crossfeed.proxy.turns.turn import Turn, new_turn, route
+from crossfeed.proxy.upstream import encode_body, new_session, send
 from crossfeed.translators.errors import TranslationError
-from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.responses.fields import error_status
-from crossfeed.translators.sse import render_responses
+from crossfeed.translators.sse import DONE_FRAME, render_chat, render_responses
 
 log = structlog.get_logger("crossfeed")
 
@@ -272,7 +263,13 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": status, "problems": problems, "store": store}, status=503 if problems else 200)
 
 
-ChatHandler = Callable[[web.Request, dict[str, Any], Upstream], Awaitable[web.StreamResponse]]
+ChatHandler = Callable[[web.Request, dict[str, Any], Turn], Awaitable[web.StreamResponse]]
+
+
+def _turn(request: web.Request, body: dict[str, Any]) -> Turn:
+    """The turn of an HTTP request: the upstream its body's model routes to, the request's log record."""
+    log_record = request[SUMMARY]
+    return new_turn(request.app, request.headers, route(request.app[CONFIG], body, log_record), log_record)
 
 
 def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -281,12 +278,13 @@ def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[
 
     async def endpoint(request: web.Request) -> web.StreamResponse:
         body = await read_body(request)
-        up = pick_upstream(request, body)
-        if up.api == "responses":
-            if up.normalize_stream and stream_flag(body):
-                return await normalized_stream(request, body, up)
-            return await passthrough(request, body=body, upstream=up)
-        return await on_chat(request, body, up)
+        turn = _turn(request, body)
+        backend = turn.upstream
+        if backend.api == "responses":
+            if backend.normalize_stream and stream_flag(body):
+                return await normalized_stream(request, body, turn)
+            return await passthrough(request, body=body, upstream=backend)
+        return await on_chat(request, body, turn)
 
     return endpoint
 
@@ -296,63 +294,63 @@ async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
     given = body.get("model") is not None
     if given:
-        up = pick_upstream(request, body)
+        turn = _turn(request, body)
     else:
-        up = _default_upstream(request.app[CONFIG])
-        request[SUMMARY].update(upstream=up.name)
-    if up.api == "responses":
-        return await passthrough(request, body=body, upstream=up)
-    return await input_tokens_response(request, body if given else {**body, "model": up.name}, up, model_given=given)
+        backend = _default_upstream(request.app[CONFIG])
+        request[SUMMARY].update(upstream=backend.name)
+        turn = new_turn(request.app, request.headers, backend, request[SUMMARY])
+    if turn.upstream.api == "responses":
+        return await passthrough(request, body=body, upstream=turn.upstream)
+    count, how = await input_tokens(turn, body if given else {**body, "model": turn.upstream.name}, model_given=given)
+    return web.Response(
+        body=orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
+        content_type="application/json",
+        headers={"x-crossfeed-token-count": how},
+    )
 
 
 async def chat_endpoint(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
-    up = pick_upstream(request, body)
-    if up.api == "chat":
-        return await passthrough(request, body=body, upstream=up)
-    return await reverse_chat(request, body, up)
+    turn = _turn(request, body)
+    if turn.upstream.api == "chat":
+        return await passthrough(request, body=body, upstream=turn.upstream)
+    call = chat_call(turn, body)
+    if not call.stream:
+        completion = await reverse_now(turn, call)
+        return web.Response(body=orjson.dumps(completion), content_type="application/json")
+    response, open_sink = sse_opener(request, render_chat, done_frame=DONE_FRAME)
+    await reverse_streamed(turn, call, open_sink)
+    return response
 
 
-async def forward_response(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
-    app = request.app
-    stream = stream_flag(body)
-    history = await load_history(app, body)
-    mapped = map_forward(request, body, up, history)
-    summary = request[SUMMARY]
-    summary["stream"] = stream
-    if not stream:
-        result = await forward_now(request, body, up, mapped, history, summary=summary)
-        if result is None:
-            upstream = await open_leg(request, up, "/chat/completions", mapped.chat, summary)
-            completion = await read_json(upstream, up, MAX_NONSTREAM_BODY)
-            result = chat_completion_to_response(
-                completion,
-                body,
-                ids=app[IDS],
-                now=app[CLOCK],
-                tools=mapped.tools,
-                seal_reasoning=reasoning_sealer(request, body),
-                profile=up.profile,
-            )
-            await save_before_final(app, body, result, history, app[IDS])
-        summary.update(terminal=result.get("status"), usage=usage_summary(result))
+async def forward_response(request: web.Request, body: dict[str, Any], turn: Turn) -> web.StreamResponse:
+    """``POST /v1/responses`` on a chat upstream: the create decision (proxy/turns/forward.py),
+    streamed as SSE or answered whole."""
+    if not stream_flag(body):
+        result, _ = await respond(turn, body, None)
+        assert result is not None
+        turn.log.update(terminal=result.get("status"), usage=usage_summary(result))
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
             err = result.get("error") or {}
             code = str(err.get("code") or "upstream_error")
             raise UpstreamError(str(err.get("message") or "the upstream failed"), code=code, status=error_status(code))
         return web.Response(body=orjson.dumps(result), content_type="application/json")
     response, open_sink = sse_opener(request, render_responses)
-    await forward_streamed(request, body, up, open_sink, mapped, history, summary=summary)
+    await respond(turn, body, open_sink)
     return response
 
 
-async def normalized_stream(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
+async def compact_response(request: web.Request, body: dict[str, Any], turn: Turn) -> web.StreamResponse:
+    """``POST /v1/responses/compact`` on a chat upstream (proxy/turns/compaction.py)."""
+    return web.Response(body=orjson.dumps(await compact(turn, body)), content_type="application/json")
+
+
+async def normalized_stream(request: web.Request, body: dict[str, Any], turn: Turn) -> web.StreamResponse:
     """A streamed create on a Responses upstream whose profile says ``normalize_stream``: its
     events re-emitted as a strict stream (translators/responses/normalize.py)."""
-    summary: dict[str, Any] = request[SUMMARY]
-    summary["stream"] = True
+    turn.log["stream"] = True
     response, open_sink = sse_opener(request, render_responses)
-    await relay_turn(request, body, up, open_sink, summary=summary)
+    await relay_turn(turn, body, open_sink)
     return response
 
 

@@ -46,15 +46,16 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError, error_code, error_parts
-from crossfeed.proxy.keys import CLOCK, CONFIG, IDS
+from crossfeed.proxy.keys import CONFIG, IDS
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.logs import REQUEST_FIELDS
-from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, note_upstream_error, record_request
-from crossfeed.proxy.state.history import load_history, resolve_item_references, save_before_final
+from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, TurnLog, note_upstream_error, record_request
+from crossfeed.proxy.state.history import save_before_final
 from crossfeed.proxy.streaming.relay import Draining
 from crossfeed.proxy.streaming.sinks import WebSocketSink
-from crossfeed.proxy.turns.exchange import map_forward, pick_upstream, relay_turn
-from crossfeed.proxy.turns.forward import forward_streamed
+from crossfeed.proxy.turns.exchange import relay_turn
+from crossfeed.proxy.turns.forward import conversation, respond
+from crossfeed.proxy.turns.turn import Turn, new_turn, route
 from crossfeed.translators.errors import TranslationError
 from crossfeed.translators.responses.input_items import continued_history, normalize_input
 from crossfeed.translators.responses.relay import primed_response_events
@@ -112,6 +113,29 @@ async def close_sockets(app: web.Application) -> None:
     """on_shutdown, after the drain: every socket closed with 1001 (going away)."""
     conns: set[Connection] = app[SOCKETS]
     await asyncio.gather(*(c.shut_down() for c in list(conns)), return_exceptions=True)
+
+
+def _create_flags(body: dict[str, Any]) -> bool:
+    """Check (and take out) what a ``response.create`` frame says of streaming; its ``generate``."""
+    # Codex sends `stream: true` in every frame: true (or null) says what is so anyway.
+    if body.pop("stream", None) not in (True, None):
+        raise ClientRequestError(
+            "`stream` cannot be false in a WebSocket response.create: every response is streamed as frames",
+            param="stream",
+            code="unsupported_parameter",
+        )
+    for key in _NOT_IN_CREATE:
+        if key in body:
+            raise ClientRequestError(
+                f"`{key}` is not allowed in a WebSocket response.create: every response is streamed as frames",
+                param=key,
+                code="unsupported_parameter",
+            )
+    generate = body.pop("generate", True)
+    if not isinstance(generate, bool):
+        raise ClientRequestError("`generate` must be a boolean", param="generate", code="invalid_type")
+    body["stream"] = True  # every turn is streamed (as frames): the chat upstream is asked to stream too
+    return generate
 
 
 class _Remembered:
@@ -246,7 +270,7 @@ class Connection:
         self.turn = asyncio.get_running_loop().create_task(self._turn(body, self.turns))
 
     async def _turn(self, body: dict[str, Any], n: int) -> None:
-        summary: dict[str, Any] = {"transport": "websocket"}
+        summary: TurnLog = {"transport": "websocket"}
         if KEY_NAME.get() is not None:
             summary["key"] = KEY_NAME.get()
         token = REQUEST_FIELDS.set(
@@ -279,26 +303,9 @@ class Connection:
             record_request(self.app, ROUTE, summary, status, time.monotonic() - start)
             REQUEST_FIELDS.reset(token)
 
-    async def _create(self, body: dict[str, Any], summary: dict[str, Any]) -> None:
-        # Codex sends `stream: true` in every frame: true (or null) says what is so anyway.
-        if body.pop("stream", None) not in (True, None):
-            raise ClientRequestError(
-                "`stream` cannot be false in a WebSocket response.create: every response is streamed as frames",
-                param="stream",
-                code="unsupported_parameter",
-            )
-        for key in _NOT_IN_CREATE:
-            if key in body:
-                raise ClientRequestError(
-                    f"`{key}` is not allowed in a WebSocket response.create: every response is streamed as frames",
-                    param=key,
-                    code="unsupported_parameter",
-                )
-        generate = body.pop("generate", True)
-        if not isinstance(generate, bool):
-            raise ClientRequestError("`generate` must be a boolean", param="generate", code="invalid_type")
-        body["stream"] = True  # every turn is streamed (as frames): the chat upstream is asked to stream too
-        up = pick_upstream(self.request, body, summary)
+    async def _create(self, body: dict[str, Any], summary: TurnLog) -> None:
+        generate = _create_flags(body)
+        turn = new_turn(self.app, self.request.headers, route(self.app[CONFIG], body, summary), summary)
         summary["stream"] = True
         prev = body.get("previous_response_id")
         remembered = self.last if self.last is not None and prev is not None and self.last.id == prev else None
@@ -306,36 +313,21 @@ class Connection:
             for key in _INHERITED:
                 if body.get(key) is None and key in remembered.settings:
                     body[key] = remembered.settings[key]
-        ids = self.app[IDS]
+        earlier = continued_history(remembered.items, remembered.response) if remembered is not None else None
         if not generate:
-            history = await self._history(body, remembered)
-            events = primed_response_events(body, ids=ids, now=self.app[CLOCK])
-            final = events[-1]["response"]
-            await save_before_final(self.app, body, final, history, ids)  # before its terminal event
-            try:
-                await self.sink.write(self.sink.render(events))
-            except ConnectionResetError:
-                summary["terminal"] = "client_disconnected"
-                return
-            summary.update(terminal="completed", primed=True)
-            self._remember(body, history, final, primed=True)
+            await self._prime(turn, body, earlier)
             return
-        if up.api == "chat":
-            history = await self._history(body, remembered)
-            mapped = map_forward(self.request, body, up, history)
-            final = await forward_streamed(self.request, body, up, self._open_sink, mapped, history, summary=summary)
+        if turn.upstream.api == "chat":
+            final, history = await respond(turn, body, self._open_sink, earlier=earlier)
         else:
             # The upstream never saw a remembered response: the whole conversation goes to it.
             # A turn that continued from the upstream's own store is not remembered (its history
             # is the upstream's), so a later turn continues from the upstream too.
-            complete = prev is None or remembered is not None
-            if remembered is not None:
+            if earlier is not None:
                 body = {k: v for k, v in body.items() if k != "previous_response_id"}
-                body["input"] = continued_history(remembered.items, remembered.response) + normalize_input(
-                    body.get("input"), ids
-                )
-            final = await relay_turn(self.request, body, up, self._open_sink, summary=summary)
-            if not complete:
+                body["input"] = earlier + normalize_input(body.get("input"), turn.ids)
+            final = await relay_turn(turn, body, self._open_sink)
+            if prev is not None and earlier is None:
                 self.last = None
                 return
             history = None
@@ -344,11 +336,19 @@ class Connection:
         else:
             self._remember(body, history, final)
 
-    async def _history(self, body: dict[str, Any], remembered: _Remembered | None) -> list[dict[str, Any]] | None:
-        if remembered is not None:
-            await resolve_item_references(self.app, body)  # (load_history does it on the other path)
-            return continued_history(remembered.items, remembered.response)
-        return await load_history(self.app, body)
+    async def _prime(self, turn: Turn, body: dict[str, Any], earlier: list[dict[str, Any]] | None) -> None:
+        """``generate: false``: a completed Response with no output, saved and remembered; no upstream call."""
+        history = await conversation(turn, body, earlier)
+        events = primed_response_events(body, ids=turn.ids, now=turn.clock)
+        final = events[-1]["response"]
+        await save_before_final(self.app, body, final, history, turn.ids)  # before its terminal event
+        try:
+            await self.sink.write(self.sink.render(events))
+        except ConnectionResetError:
+            turn.log["terminal"] = "client_disconnected"
+            return
+        turn.log.update(terminal="completed", primed=True)
+        self._remember(body, history, final, primed=True)
 
     def _remember(
         self,

@@ -33,6 +33,8 @@ from crossfeed.proxy.runtime.logs import REQUEST_FIELDS
 # and far cheaper than a uuid per request.
 _ID_PREFIX = "req_" + os.urandom(6).hex()
 _ID_COUNTER = itertools.count(1)
+# A request's (or WebSocket turn's) fields on its summary line (``request.completed``).
+TurnLog = dict[str, Any]
 SUMMARY = web.RequestKey("crossfeed_summary", dict)
 REQUEST_ID = web.RequestKey("request_id", str)
 SENT_STATUS = web.RequestKey("sent_status", int)  # the status of a response whose headers went out

@@ -203,7 +203,8 @@ def log_response(up: Upstream, url: str, status: int, headers: Mapping[str, str]
 
 
 def open_trace(
-    request: web.Request,
+    app: web.Application,
+    client_headers: Mapping[str, str],
     up: Upstream,
     path: str,
     upstream_body: dict[str, Any],
@@ -212,11 +213,11 @@ def open_trace(
 ) -> Trace | None:
     """The turn's trace, or None when this application neither logs at debug nor records.
     ``hidden``: secret values cut out of whatever is logged or written (the backend key)."""
-    record = request.app.get(RECORD_DIR)
+    record = app.get(RECORD_DIR)
     if not TRACE.debug and record is None:
         return None
     fields = REQUEST_FIELDS.get() or {}
-    hidden = (*hidden, *header_secrets(request.headers))  # the backend key; the client's own
+    hidden = (*hidden, *header_secrets(client_headers))  # the backend key; the client's own
     return Trace(up, path, upstream_body, client_body, hidden, record, str(fields.get("request_id") or "turn"))
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -18,31 +19,41 @@ from crossfeed.proxy.upstream import upstream_headers
 log = structlog.get_logger("crossfeed")
 
 
-def api_key(request: web.Request, up: Upstream) -> str | None:
-    return request.app[ENV].get(up.api_key_env) if up.api_key_env else None
+class Caller(Protocol):
+    """What an upstream call's headers are made from: the application (its environment, its
+    config) and the client's headers. A ``web.Request`` is one; so is a ``Turn``."""
+
+    @property
+    def app(self) -> web.Application: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
 
 
-def outbound_headers(request: web.Request, up: Upstream) -> dict[str, str]:
+def api_key(caller: Caller, up: Upstream) -> str | None:
+    return caller.app[ENV].get(up.api_key_env) if up.api_key_env else None
+
+
+def outbound_headers(caller: Caller, up: Upstream) -> dict[str, str]:
     """The upstream request's headers for this client request. With inbound keys configured,
     the client's key is crossfeed's own: it is checked here and never passed to a backend."""
     return upstream_headers(
-        up, request.headers, api_key(request, up), client_key_is_ours=bool(request.app[CONFIG].server.inbound_keys_env)
+        up, caller.headers, api_key(caller, up), client_key_is_ours=bool(caller.app[CONFIG].server.inbound_keys_env)
     )
 
 
-def secrets(request: web.Request, up: Upstream) -> tuple[str, ...]:
+def secrets(caller: Caller, up: Upstream) -> tuple[str, ...]:
     """Values that must never reach a client: the configured upstream key."""
-    key = api_key(request, up)
+    key = api_key(caller, up)
     return (key,) if key else ()
 
 
-def note_anomalies(request: web.Request, diagnostics: dict[str, int]) -> None:
+def note_anomalies(app: web.Application, diagnostics: dict[str, int]) -> None:
     """Translation anomalies: one log line per stream, counted in metrics."""
     if not diagnostics:
         return
     log.info("translation.anomaly", **diagnostics)
     for kind, n in diagnostics.items():
-        request.app[METRICS].anomalies.labels(kind).inc(n)
+        app[METRICS].anomalies.labels(kind).inc(n)
 
 
 async def read_body(request: web.Request) -> dict[str, Any]:

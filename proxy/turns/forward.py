@@ -1,4 +1,7 @@
-"""Which plan a Responses create on a chat upstream follows (both transports).
+"""The create decision: which plan a Responses create on a chat upstream follows (both transports).
+
+``respond`` is called by the HTTP handler and by the WebSocket connection alike: it resolves the
+conversation before the input (history), maps the request, and picks the plan:
 
 input ending with compaction_trigger         -> compaction.compaction_turn / compact_now
 context_management over its threshold        -> compaction.compacting_turn / compact_now
@@ -8,78 +11,109 @@ anything else                                -> exchange.forward_turn / one comp
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, NamedTuple
 
-from aiohttp import web
-
-from crossfeed.proxy.runtime.config import Upstream
+from crossfeed.proxy.keys import MAX_NONSTREAM_BODY
+from crossfeed.proxy.state.history import load_history, resolve_item_references, save_before_final
 from crossfeed.proxy.turns.compaction import compact_now, compacting_turn, compaction_turn, over_threshold
-from crossfeed.proxy.turns.exchange import SinkOpener, Summary, forward_turn, map_forward
+from crossfeed.proxy.turns.exchange import SinkOpener, forward_turn, map_forward, open_leg, reasoning_sealer
 from crossfeed.proxy.turns.hosted.mcp import plan_mcp
 from crossfeed.proxy.turns.hosted.search_runner import search_plan
 from crossfeed.proxy.turns.hosted.tool_loop import ToolLoop, hosted_now, hosted_turn
+from crossfeed.proxy.turns.turn import Create, Turn
+from crossfeed.proxy.upstream import read_json
+from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.forward.mcp_items import answered
-from crossfeed.translators.forward.request import MappedRequest
 
 
-async def forward_streamed(
-    request: web.Request,
-    body: dict[str, Any],
-    up: Upstream,
-    open_sink: SinkOpener,
-    plan: MappedRequest,
-    history: list[dict[str, Any]] | None,
-    *,
-    summary: Summary,
-) -> dict[str, Any] | None:
+class Created(NamedTuple):
+    """What a create came to: its final Response (None when the client left before the stream
+    began) and the conversation before its input (what a WebSocket remembers with it)."""
+
+    response: dict[str, Any] | None
+    history: list[dict[str, Any]] | None
+
+
+async def respond(
+    turn: Turn, body: dict[str, Any], open_sink: SinkOpener | None, *, earlier: list[dict[str, Any]] | None = None
+) -> Created:
+    """A create on a chat upstream, streamed into ``open_sink``'s sink, or (None) answered whole.
+    ``earlier``: the conversation the transport already holds (a WebSocket's remembered response,
+    which ``previous_response_id`` names), else the store's is loaded."""
+    history = await conversation(turn, body, earlier)
+    create = Create(body, map_forward(turn, body, history), history)
+    turn.log.setdefault("stream", open_sink is not None)  # (a WebSocket turn has it from the start)
+    if open_sink is None:
+        return Created(await forward_now(turn, create), history)
+    return Created(await forward_streamed(turn, create, open_sink), history)
+
+
+async def conversation(
+    turn: Turn, body: dict[str, Any], earlier: list[dict[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """The conversation before the body's input: ``earlier`` when the transport holds it (the
+    input's item references are resolved all the same), else the stored one (or None)."""
+    if earlier is not None:
+        await resolve_item_references(turn.app, body)  # (load_history does it on the other path)
+        return earlier
+    return await load_history(turn.app, body)
+
+
+async def forward_streamed(turn: Turn, create: Create, open_sink: SinkOpener) -> dict[str, Any] | None:
     """A streamed create; the final Response (None when the client left before the stream)."""
-    if plan.compact == "trigger":
-        return await compaction_turn(request, body, up, open_sink, plan, summary=summary)
-    if plan.threshold is not None and await over_threshold(request, up, plan):
-        return await compacting_turn(request, body, up, open_sink, plan, history, summary=summary)
-    loop, plan = await tool_loop(request, body, up, plan, history)
+    mapped = create.mapped
+    if mapped.compact == "trigger":
+        return await compaction_turn(turn, create, open_sink)
+    if mapped.threshold is not None and await over_threshold(turn, mapped):
+        return await compacting_turn(turn, create, open_sink)
+    loop, create = await tool_loop(turn, create)
     if loop is not None:
-        return await hosted_turn(request, body, up, open_sink, plan, loop, history, summary=summary)
-    return await forward_turn(request, body, up, open_sink, history=history, summary=summary, mapped=plan)
+        return await hosted_turn(turn, create, loop, open_sink)
+    return await forward_turn(turn, create, open_sink)
 
 
-async def forward_now(
-    request: web.Request,
-    body: dict[str, Any],
-    up: Upstream,
-    plan: MappedRequest,
-    history: list[dict[str, Any]] | None,
-    *,
-    summary: Summary,
-) -> dict[str, Any] | None:
-    """A create with ``stream`` false that is not one plain completion: its Response, else None."""
-    compacted = await compact_now(request, body, up, plan, history, summary=summary)
+async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
+    """A create with ``stream`` false: its Response (saved before it is returned)."""
+    compacted = await compact_now(turn, create)
     if compacted is not None:
         return compacted
-    loop, plan = await tool_loop(request, body, up, plan, history)
+    loop, create = await tool_loop(turn, create)
     if loop is not None:
-        return await hosted_now(request, body, up, plan, loop, history, summary=summary)
-    return None
+        return await hosted_now(turn, create, loop)
+    body, mapped = create.body, create.mapped
+    response = await open_leg(turn, "/chat/completions", mapped.chat)
+    completion = await read_json(response, turn.upstream, MAX_NONSTREAM_BODY)
+    result = chat_completion_to_response(
+        completion,
+        body,
+        ids=turn.ids,
+        now=turn.clock,
+        tools=mapped.tools,
+        seal_reasoning=reasoning_sealer(turn, body),
+        profile=turn.upstream.profile,
+    )
+    await save_before_final(turn.app, body, result, create.history, turn.ids)
+    return result
 
 
-async def tool_loop(
-    request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, history: list[dict[str, Any]] | None
-) -> tuple[ToolLoop | None, MappedRequest]:
+async def tool_loop(turn: Turn, create: Create) -> tuple[ToolLoop | None, Create]:
     """The hosted tools a create asks for that crossfeed runs (web search, remote MCP), if any;
-    and the plan, mapped again when this input answers MCP approvals (the calls were made)."""
-    if plan.compact:
-        return None, plan
+    and the create, mapped again when this input answers MCP approvals (the calls were made)."""
+    body, mapped, history = create.body, create.mapped, create.history
+    if mapped.compact:
+        return None, create
     if not body.get("tools"):  # no hosted tool to run; only an MCP approval answered here remaps the input
         raw_input = body.get("input")
         if not isinstance(raw_input, list) or not answered(raw_input):
-            return None, plan
-    runners: list[Any] = [r for r in (search_plan(request, body, plan),) if r is not None]
-    mcp, results = await plan_mcp(request, body, history)
+            return None, create
+    runners: list[Any] = [r for r in (search_plan(turn, body, mapped),) if r is not None]
+    mcp, results = await plan_mcp(turn, body, history)
     if results is not None:
-        plan = map_forward(request, body, up, history, mcp_results=results)
+        create = dataclasses.replace(create, mapped=map_forward(turn, body, history, mcp_results=results))
     if mcp is not None:
         runners.append(mcp)
     if not runners:
-        return None, plan
+        return None, create
     limit = body.get("max_tool_calls")
-    return ToolLoop(runners, limit if isinstance(limit, int) and not isinstance(limit, bool) else None), plan
+    return ToolLoop(runners, limit if isinstance(limit, int) and not isinstance(limit, bool) else None), create

@@ -23,27 +23,40 @@ A request with neither (n = 1, no stop), the hot path, runs ``reverse_turn`` exa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from aiohttp import web
-
-from crossfeed.proxy.keys import CLOCK, IDS, MAX_NONSTREAM_BODY
-from crossfeed.proxy.runtime.config import Upstream
-from crossfeed.proxy.runtime.observability import SUMMARY, usage_counts, usage_summary
-from crossfeed.proxy.streaming.sinks import KEEPALIVE_FRAME, SSEOpener, SSESink, sse_opener
+from crossfeed.proxy.keys import MAX_NONSTREAM_BODY
+from crossfeed.proxy.runtime.observability import TurnLog, usage_counts, usage_summary
+from crossfeed.proxy.streaming.sinks import KEEPALIVE_FRAME, SSEOpener, SSESink
 from crossfeed.proxy.turns.common import log
-from crossfeed.proxy.turns.exchange import SinkOpener, Summary, open_leg, reverse_turn, stream_flag, stream_turn
+from crossfeed.proxy.turns.exchange import SinkOpener, chat_ended, open_leg, reverse_turn, stream_flag, stream_turn
+from crossfeed.proxy.turns.turn import Turn
 from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.compaction import estimate_tokens
 from crossfeed.translators.reverse.body import response_to_chat_completion
 from crossfeed.translators.reverse.machine import ResponsesToChatStream, StoppingChatStream
 from crossfeed.translators.reverse.request import chat_request_to_responses, choice_count, include_usage, stop_sequences
-from crossfeed.translators.sse import DONE_FRAME, SSE_FRAMING, Framing, render_chat
+from crossfeed.translators.sse import SSE_FRAMING, Framing, render_chat
 
 
-async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream) -> web.StreamResponse:
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """A chat request as the reverse mapping made it: the client's body, the Responses body for
+    the backend, and the two chat parameters run here (``n`` choices, ``stop`` sequences)."""
+
+    body: dict[str, Any]
+    rbody: dict[str, Any]
+    stream: bool
+    n: int
+    stop: tuple[str, ...]
+
+
+def chat_call(turn: Turn, body: dict[str, Any]) -> ChatCall:
+    """Map a chat request for the turn's Responses upstream (the fields it ignores are logged)."""
+    up = turn.upstream
     stream = stream_flag(body)
     ignored: list[str] = []
     profile = up.profile
@@ -58,84 +71,64 @@ async def reverse_chat(request: web.Request, body: dict[str, Any], up: Upstream)
             log.info("request.ignored_fields", ignored=ignored)
     n = choice_count(body, profile)
     stop = stop_sequences(body, profile)
-    summary = request[SUMMARY]
-    summary["stream"] = stream
+    turn.log["stream"] = stream
     if n > 1:
-        summary["choices"] = n
-    if not stream:
-        limit = rbody.get("max_output_tokens")
-        limit = limit if isinstance(limit, int) else None
-        if n == 1:
-            completion = await _completion(request, up, rbody, summary, limit, stop)
-        else:
-            completion = _merge_completions(
-                await _all([_completion(request, up, rbody, summary, limit, stop) for _ in range(n)])
-            )
-        summary.update(terminal=completion["choices"][0]["finish_reason"], usage=usage_summary(completion))
-        return web.Response(body=orjson.dumps(completion), content_type="application/json")
-    response, open_sink = sse_opener(request, render_chat, done_frame=DONE_FRAME)
-    if n == 1 and not stop:
-        await reverse_turn(request, body, rbody, up, open_sink, summary=summary)
-    elif n == 1:
-        ran = await stream_turn(
-            request,
-            up,
-            "/responses",
-            rbody,
-            _machines(request, body, rbody, up, stop, wire=True),
-            open_sink,
-            summary,
-            client=body,
-        )
-        if ran is not None:
-            m, stats = ran
-            summary.update(
-                terminal=m.finish_reason or ("error" if m.error else stats.ending), usage=usage_counts(m.usage)
-            )
+        turn.log["choices"] = n
+    return ChatCall(body, rbody, stream, n, stop)
+
+
+async def reverse_now(turn: Turn, call: ChatCall) -> dict[str, Any]:
+    """A chat request with ``stream`` false: its chat.completion (n calls' choices merged)."""
+    limit = call.rbody.get("max_output_tokens")
+    limit = limit if isinstance(limit, int) else None
+    if call.n == 1:
+        completion = await _completion(turn, call.rbody, limit, call.stop)
     else:
-        await _stream_choices(
-            request, body, rbody, up, open_sink, summary, n, _machines(request, body, rbody, up, stop, wire=False)
+        completion = _merge_completions(
+            await _all([_completion(turn, call.rbody, limit, call.stop) for _ in range(call.n)])
         )
-    return response
+    turn.log.update(terminal=completion["choices"][0]["finish_reason"], usage=usage_summary(completion))
+    return completion
 
 
-async def _completion(
-    request: web.Request,
-    up: Upstream,
-    rbody: dict[str, Any],
-    summary: Summary,
-    limit: int | None,
-    stop: tuple[str, ...],
-) -> dict[str, Any]:
+async def reverse_streamed(turn: Turn, call: ChatCall, open_sink: SSEOpener) -> None:
+    """A streamed chat request: one Responses stream (cut at a stop sequence), or n merged."""
+    body, rbody = call.body, call.rbody
+    if call.n == 1 and not call.stop:
+        await reverse_turn(turn, body, rbody, open_sink)
+    elif call.n == 1:
+        machines = _machines(turn, body, rbody, call.stop, wire=True)
+        ran = await stream_turn(turn, "/responses", rbody, machines, open_sink, client=body)
+        if ran is not None:
+            chat_ended(turn, *ran)
+    else:
+        machines = _machines(turn, body, rbody, call.stop, wire=False)
+        await _stream_choices(turn, body, rbody, open_sink, call.n, machines)
+
+
+async def _completion(turn: Turn, rbody: dict[str, Any], limit: int | None, stop: tuple[str, ...]) -> dict[str, Any]:
     """One non-streamed Responses call, as a chat.completion."""
-    app = request.app
-    upstream = await open_leg(request, up, "/responses", rbody, summary)
-    result = await read_json(upstream, up, MAX_NONSTREAM_BODY)
+    up = turn.upstream
+    response = await open_leg(turn, "/responses", rbody)
+    result = await read_json(response, up, MAX_NONSTREAM_BODY)
     if not isinstance(result, dict):
         result = {}
     return response_to_chat_completion(
-        result, options=up.profile, ids=app[IDS], now=app[CLOCK], max_output_tokens=limit, stop=stop
+        result, options=up.profile, ids=turn.ids, now=turn.clock, max_output_tokens=limit, stop=stop
     )
 
 
 def _machines(
-    request: web.Request,
-    body: dict[str, Any],
-    rbody: dict[str, Any],
-    up: Upstream,
-    stop: tuple[str, ...],
-    *,
-    wire: bool,
+    turn: Turn, body: dict[str, Any], rbody: dict[str, Any], stop: tuple[str, ...], *, wire: bool
 ) -> Callable[[Framing], ResponsesToChatStream]:
     """The stream machine of one choice. ``wire``: frames rendered by the machine where it can
     (one client stream per machine); the n-choice writer needs every chunk as a dict."""
-    app = request.app
     limit = rbody.get("max_output_tokens")
     kw: dict[str, Any] = dict(
         include_usage=include_usage(body),
-        options=up.profile,
-        ids=app[IDS],
-        now=app[CLOCK],
+        options=turn.upstream.profile,
+        ids=turn.ids,
+        now=turn.clock,
         model=str(body.get("model")),
         max_output_tokens=limit if isinstance(limit, int) else None,
     )
@@ -204,22 +197,28 @@ def _merge_completions(completions: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _stream_choices(
-    request: web.Request,
+    turn: Turn,
     body: dict[str, Any],
     rbody: dict[str, Any],
-    up: Upstream,
     open_sink: SSEOpener,
-    summary: Summary,
     n: int,
     make_machine: Callable[[Framing], ResponsesToChatStream],
 ) -> None:
     """n streamed Responses calls, one chat stream: each call is a turn of its own (admission,
-    upstream request, machine, relay) whose sink is its choice's door into ``_Choices``."""
+    upstream request, machine, relay, its own log record) whose sink is its choice's door into
+    ``_Choices``; the n records are merged into the turn's."""
     mux = _Choices(n, open_sink, include_usage(body))
-    summaries: list[dict[str, Any]] = [{} for _ in range(n)]
+    summaries: list[TurnLog] = [{} for _ in range(n)]
     mux.tasks = [
         asyncio.ensure_future(
-            stream_turn(request, up, "/responses", rbody, make_machine, mux.opener(i), summaries[i], client=body)
+            stream_turn(
+                dataclasses.replace(turn, log=summaries[i]),
+                "/responses",
+                rbody,
+                make_machine,
+                mux.opener(i),
+                client=body,
+            )
         )
         for i in range(n)
     ]
@@ -239,10 +238,10 @@ async def _stream_choices(
         await mux.end_with_error("internal_error", "crossfeed failed while merging the choices")
     ran = [t.result() for t in mux.tasks if not t.cancelled() and t.exception() is None]
     machines = [r[0] for r in ran if r is not None]
-    _merge_summaries(summary, summaries, machines, mux)
+    _merge_summaries(turn.log, summaries, machines, mux)
 
 
-def _merge_summaries(summary: Summary, summaries: list[dict[str, Any]], machines: list[Any], mux: _Choices) -> None:
+def _merge_summaries(summary: TurnLog, summaries: list[TurnLog], machines: list[Any], mux: _Choices) -> None:
     for key in ("events_in", "events_out"):
         values = [s[key] for s in summaries if key in s]
         if values:

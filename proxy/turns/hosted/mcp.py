@@ -35,13 +35,12 @@ from typing import Any
 
 import orjson
 import structlog
-from aiohttp import web
 
 from crossfeed.proxy.errors import ClientRequestError
-from crossfeed.proxy.keys import CONFIG, IDS
 from crossfeed.proxy.runtime.config import Mcp
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.hosted.tool_loop import write
+from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward import mcp_items
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 
@@ -62,9 +61,9 @@ class McpServer:
     functions: dict[str, str] = field(default_factory=dict)  # chat function name -> tool name
 
 
-def servers_of(request: web.Request, body: dict[str, Any]) -> list[McpServer]:
+def servers_of(turn: Turn, body: dict[str, Any]) -> list[McpServer]:
     """The request's ``mcp`` tools, checked (a 400 naming the field otherwise)."""
-    cfg: Mcp = request.app[CONFIG].mcp
+    cfg: Mcp = turn.config.mcp
     out: list[McpServer] = []
     for i, tool in enumerate(body.get("tools") or ()):
         if not isinstance(tool, dict) or tool.get("type") != "mcp":
@@ -259,7 +258,7 @@ class McpRunner:
         return main.item_event(f"response.mcp_call.{kind}", index, item["id"]) + main.finish_item(index, item)
 
     async def run(
-        self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
+        self, turn: Turn, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
     ) -> dict[str, str]:
         results: dict[str, str] = {}
         out: list[Any] = []
@@ -306,19 +305,19 @@ class McpRunner:
 
 
 async def plan_mcp(
-    request: web.Request, body: dict[str, Any], history: list[dict[str, Any]] | None
+    turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] | None
 ) -> tuple[McpRunner | None, dict[str, str] | None]:
     """The runner of a request with ``mcp`` tools (listings made or reused, approvals answered
     in this input acted on), and what came of each approval for the request mapping."""
-    servers = servers_of(request, body)
+    servers = servers_of(turn, body)
     raw_input = body.get("input")
     inp: list[Any] = raw_input if isinstance(raw_input, list) else []
     answers = mcp_items.answered(inp)
     if not servers:
         return None, ({rid: REFUSED for rid in answers} if answers else None)
     earlier = [*(history or []), *inp]  # only for a request with mcp tools: most creates stop above
-    cfg: Mcp = request.app[CONFIG].mcp
-    ids = request.app[IDS]
+    cfg: Mcp = turn.config.mcp
+    ids = turn.ids
     reuse = mcp_items.listed(earlier)
     fresh = [s for s in servers if s.label not in reuse]
     listed = await asyncio.gather(*(list_tools(s, cfg) for s in fresh))

@@ -18,12 +18,12 @@ from typing import Any
 
 import orjson
 import structlog
-from aiohttp import web
 
-from crossfeed.proxy.keys import CONFIG, ENV, IDS, SESSION
+from crossfeed.proxy.keys import ENV
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.hosted.search_backends import Result, SearchFailed, result_count, results_text, search
 from crossfeed.proxy.turns.hosted.tool_loop import write
+from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.forward.request import MappedRequest
 from crossfeed.translators.forward.web_search_items import HOSTED_TYPES, search_function_name
@@ -69,14 +69,14 @@ class SearchPlan:
         return []
 
     async def run(
-        self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
+        self, turn: Turn, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
     ) -> dict[str, str]:
-        return await _search_calls(request, main, self, calls, sink)
+        return await _search_calls(turn, main, self, calls, sink)
 
 
-def search_plan(request: web.Request, body: dict[str, Any], mapped: MappedRequest) -> SearchPlan | None:
+def search_plan(turn: Turn, body: dict[str, Any], mapped: MappedRequest) -> SearchPlan | None:
     """The plan of a request that asks for hosted search on a crossfeed with a search backend."""
-    cfg = request.app[CONFIG].web_search
+    cfg = turn.config.web_search
     tools = body.get("tools")
     hosted = (
         next((t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TYPES), None)
@@ -136,15 +136,15 @@ def _query(call: dict[str, str]) -> str | None:
     return query.strip()[:500] if isinstance(query, str) and query.strip() else None
 
 
-async def _run(request: web.Request, sp: SearchPlan, query: str | None) -> list[Result] | str:
+async def _run(turn: Turn, sp: SearchPlan, query: str | None) -> list[Result] | str:
     """The results, or why there are none."""
     if query is None:
         return 'the search call needs its arguments as {"query": "..."}'
-    app = request.app
+    app = turn.app
     try:
         return await search(
-            app[SESSION],
-            app[CONFIG].web_search,
+            turn.session,
+            turn.config.web_search,
             app[ENV],
             query,
             count=sp.count,
@@ -152,12 +152,12 @@ async def _run(request: web.Request, sp: SearchPlan, query: str | None) -> list[
             country=sp.country,
         )
     except SearchFailed as exc:
-        log.warning("web_search.failed", backend=app[CONFIG].web_search.backend, error=exc.message)
+        log.warning("web_search.failed", backend=turn.config.web_search.backend, error=exc.message)
         return exc.message
 
 
 async def _search_calls(
-    request: web.Request, main: ChatToResponsesStream, sp: SearchPlan, calls: list[dict[str, str]], sink: Sink | None
+    turn: Turn, main: ChatToResponsesStream, sp: SearchPlan, calls: list[dict[str, str]], sink: Sink | None
 ) -> dict[str, str]:
     """The searches of one round, as ``web_search_call`` items between the legs."""
     results: dict[str, str] = {}
@@ -165,7 +165,7 @@ async def _search_calls(
     opened = []
     out: list[Any] = []
     for query in queries:
-        item_id = request.app[IDS].new("ws_")
+        item_id = turn.ids.new("ws_")
         events, index = main.begin_item(
             {
                 "id": item_id,
@@ -178,7 +178,7 @@ async def _search_calls(
         out += events + main.item_event("response.web_search_call.searching", index, item_id)
         opened.append((item_id, index))
     await write(sink, out)
-    ran = await asyncio.gather(*(_run(request, sp, q) for q in queries))
+    ran = await asyncio.gather(*(_run(turn, sp, q) for q in queries))
     out = []
     for call, (item_id, index), query, found in zip(calls, opened, queries, ran, strict=True):
         action: dict[str, Any] = {"type": "search", "query": query or ""}

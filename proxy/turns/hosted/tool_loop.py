@@ -23,19 +23,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aiohttp import web
-
-from crossfeed.proxy.keys import CLOCK, IDS, MAX_NONSTREAM_BODY
-from crossfeed.proxy.runtime.config import Upstream
+from crossfeed.proxy.keys import MAX_NONSTREAM_BODY
 from crossfeed.proxy.state.history import final_saver, save_before_final
 from crossfeed.proxy.streaming.sinks import Sink
-from crossfeed.proxy.turns.exchange import SinkOpener, Summary, open_leg, reasoning_sealer, stream_turn
+from crossfeed.proxy.turns.exchange import SinkOpener, forward_machine, open_leg, stream_turn
 from crossfeed.proxy.turns.hosted.control import Budget, LegEnd, Step, next_step
+from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.body import feed_completion
 from crossfeed.translators.forward.machine import ChatToResponsesStream, LegDriver
 from crossfeed.translators.forward.mcp_items import redacted
 from crossfeed.translators.forward.request import MappedRequest
+from crossfeed.translators.sse import Framing
 
 REFUSED = "Not run: this response has used all the tool calls it may make. Answer with what you have."
 
@@ -53,7 +52,7 @@ class Runner(Protocol):
         ...
 
     async def run(
-        self, request: web.Request, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
+        self, turn: Turn, main: ChatToResponsesStream, calls: list[dict[str, str]], sink: Sink | None
     ) -> dict[str, str]:
         """Make ``calls`` (their items streamed into ``sink``); call_id -> the tool result text."""
         ...
@@ -74,7 +73,7 @@ class ToolLoop:
     def spent(self) -> bool:
         return all(r.used >= r.budget for r in self.runners) or (self.limit is not None and self.used >= self.limit)
 
-    async def round(self, request: web.Request, main: ChatToResponsesStream, sink: Sink | None) -> bool:
+    async def round(self, turn: Turn, main: ChatToResponsesStream, sink: Sink | None) -> bool:
         """Make the calls the last leg asked for; False when a runner stopped the Response."""
         calls = main.leg.hosted if main.leg else []
         plan: list[tuple[Runner, list[dict[str, str]]]] = []
@@ -92,12 +91,12 @@ class ToolLoop:
                 self.results[call["call_id"]] = REFUSED
         for runner, allowed in plan:
             if allowed:
-                self.results.update(await runner.run(request, main, allowed, sink))
+                self.results.update(await runner.run(turn, main, allowed, sink))
         return not any(r.stop for r in self.runners)
 
-    async def step(self, request: web.Request, main: ChatToResponsesStream, sink: Sink | None, deadline: float) -> Step:
+    async def step(self, turn: Turn, main: ChatToResponsesStream, sink: Sink | None, deadline: float) -> Step:
         """Run the round of the leg that just ended, then say what comes next (control.next_step)."""
-        stopped = not await self.round(request, main, sink)
+        stopped = not await self.round(turn, main, sink)
         leg = main.leg
         end = LegEnd(
             hosted=bool(leg and leg.hosted), client=bool(leg and leg.calls), final=self.final, ran=True, stopped=stopped
@@ -190,44 +189,25 @@ def next_body(
     return out
 
 
-def _machine(
-    request: web.Request, body: dict[str, Any], up: Upstream, plan: MappedRequest, loop: ToolLoop, framing: Any = False
-) -> HostedLeg:
-    app = request.app
-    tools = dataclasses.replace(plan.tools, hosted=loop.names)
-    main = ChatToResponsesStream(
-        redacted(body),  # the echo never carries an MCP server's headers
-        ids=app[IDS],
-        now=app[CLOCK],
-        tools=tools,
-        seal_reasoning=reasoning_sealer(request, body),
-        profile=up.profile,
-        wire=framing,
-    )
+def _machine(turn: Turn, create: Create, loop: ToolLoop, framing: Framing | bool = False) -> HostedLeg:
+    tools = dataclasses.replace(create.mapped.tools, hosted=loop.names)
+    # the echo never carries an MCP server's headers
+    main = forward_machine(turn, redacted(create.body), tools, framing)
     return HostedLeg(main, loop)
 
 
-async def hosted_turn(
-    request: web.Request,
-    body: dict[str, Any],
-    up: Upstream,
-    open_sink: SinkOpener,
-    plan: MappedRequest,
-    loop: ToolLoop,
-    history: list[dict[str, Any]] | None,
-    *,
-    summary: Summary,
-) -> dict[str, Any] | None:
+async def hosted_turn(turn: Turn, create: Create, loop: ToolLoop, open_sink: SinkOpener) -> dict[str, Any] | None:
     """Streamed (SSE or WebSocket): legs and rounds until the model answers."""
+    body, plan, history, up = create.body, create.mapped, create.history, turn.upstream
     deadline = time.monotonic() + up.timeouts.total
     state: dict[str, Any] = {"body": first_body(plan, loop), "start": 0}
-    save = final_saver(request.app, body, history)
+    save = final_saver(turn.app, body, history)
 
     async def then(leg: Any, sink: Sink) -> tuple[dict[str, Any], Any] | None:
         main = leg.main
         if main.done:
             return None
-        step = await loop.step(request, main, sink, deadline)
+        step = await loop.step(turn, main, sink, deadline)
         if step.go == "end":
             events = main.end_response(incomplete=step.incomplete)
             await save(leg)  # saved before the terminal event goes out
@@ -239,13 +219,11 @@ async def hosted_turn(
         return state["body"], leg
 
     ran = await stream_turn(
-        request,
-        up,
+        turn,
         "/chat/completions",
         state["body"],
-        lambda framing: _machine(request, body, up, plan, loop, framing),
+        lambda framing: _machine(turn, create, loop, framing),
         open_sink,
-        summary,
         then=then,
         before_end=save,
         client=body,
@@ -253,33 +231,25 @@ async def hosted_turn(
     if ran is None:
         return None
     final = ran[0].final_response
-    summary.update(terminal=final.get("status") if final else ran[1].ending, hosted_calls=loop.used)
+    turn.log.update(terminal=final.get("status") if final else ran[1].ending, hosted_calls=loop.used)
     return final
 
 
-async def hosted_now(
-    request: web.Request,
-    body: dict[str, Any],
-    up: Upstream,
-    plan: MappedRequest,
-    loop: ToolLoop,
-    history: list[dict[str, Any]] | None,
-    *,
-    summary: Summary,
-) -> dict[str, Any]:
+async def hosted_now(turn: Turn, create: Create, loop: ToolLoop) -> dict[str, Any]:
     """Not streamed: the same legs, each a whole completion."""
+    body, plan, history, up = create.body, create.mapped, create.history, turn.upstream
     deadline = time.monotonic() + up.timeouts.total
-    leg = _machine(request, body, up, plan, loop)
+    leg = _machine(turn, create, loop)
     main = leg.main
     leg.start()
     chat = {k: v for k, v in first_body(plan, loop).items() if k != "stream_options"}
     start = 0
     while True:
-        upstream = await open_leg(request, up, "/chat/completions", {**chat, "stream": False}, summary)
-        feed_completion(leg, await read_json(upstream, up, MAX_NONSTREAM_BODY))
+        response = await open_leg(turn, "/chat/completions", {**chat, "stream": False})
+        feed_completion(leg, await read_json(response, up, MAX_NONSTREAM_BODY))
         if main.done:
             break
-        step = await loop.step(request, main, None, deadline)
+        step = await loop.step(turn, main, None, deadline)
         if step.go == "end":
             main.end_response(incomplete=step.incomplete)
             break
@@ -288,8 +258,8 @@ async def hosted_now(
         start = main.output_count
     final = main.final_response
     assert final is not None
-    await save_before_final(request.app, body, final, history, request.app[IDS])
-    summary.update(hosted_calls=loop.used)
+    await save_before_final(turn.app, body, final, history, turn.ids)
+    turn.log["hosted_calls"] = loop.used
     return final
 
 
