@@ -614,7 +614,7 @@ def test_pip_install_ships_every_package() -> None:
     if not isinstance(listed, list):
         return  # packages.find (automatic discovery) picks up subpackages by itself
     found = sorted(
-        ".".join(p.parent.relative_to(ROOT).parts)
+        "crossfeed." + ".".join(p.parent.relative_to(ROOT).parts)
         for top in ("proxy", "translators")
         for p in (ROOT / top).rglob("__init__.py")
         if "__pycache__" not in p.parts
