@@ -29,7 +29,7 @@ import aiohttp
 
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.sinks import EventStreamResponse, FrameSink, P
-from crossfeed.translators.pump import Out, Pump
+from crossfeed.translators.pump import Machine, Out, Pump
 
 __all__ = ["Draining", "EventStreamResponse", "OpenStream", "RelayStats", "relay"]
 
@@ -86,7 +86,7 @@ async def relay(
     stats: RelayStats | None = None,
     registry: set[OpenStream] | None = None,
     close: bool = True,
-    before_end: Callable[[Any], Awaitable[None]] | None = None,
+    before_end: Callable[[Machine], Awaitable[None]] | None = None,
 ) -> RelayStats:
     """Pump one upstream stream into ``sink`` (open, nothing written yet).
 
