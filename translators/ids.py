@@ -29,7 +29,7 @@ class SequentialIds:
         return f"{prefix}{self._n:04d}"
 
 
-# Prefixes used on the wire (wire-spec 1.10). Clients treat ids as opaque.
+# Prefixes used on the wire (docs/wire-facts.md, Ids). Clients treat ids as opaque.
 RESPONSE = "resp_"
 MESSAGE = "msg_"
 REASONING = "rs_"

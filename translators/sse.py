@@ -181,7 +181,7 @@ def responses_head(event_type: str) -> bytes:
 
 def render_responses(events: list[Any]) -> bytes:
     """A machine's outputs as Responses frames: ``event: <type>`` + ``data: <json>`` for each
-    event dict (wire-spec 1.1). An output that is ``bytes`` is a frame the machine rendered
+    event dict (docs/wire-facts.md, Responses framing). An output that is ``bytes`` is a frame the machine rendered
     itself (its wire mode) and goes out as it is."""
     dumps = orjson.dumps
     if len(events) == 1:  # the common case on the per-chunk path
@@ -207,7 +207,7 @@ def render_responses(events: list[Any]) -> bytes:
 
 
 def render_chat(chunks: list[Any]) -> bytes:
-    """A machine's outputs as Chat Completions frames: ``data: <json>`` only (wire-spec 2.1);
+    """A machine's outputs as Chat Completions frames: ``data: <json>`` only (docs/wire-facts.md, Chat framing);
     ``bytes`` outputs are frames already rendered (wire mode)."""
     dumps = orjson.dumps
     return b"".join([c if c.__class__ is bytes else b"data: " + dumps(c) + b"\n\n" for c in chunks])

@@ -1,4 +1,4 @@
-"""Codex's unusual request shapes through crossfeed (pitfalls.md item 14), with the official SDK.
+"""Codex's unusual request shapes through crossfeed (docs/wire-facts.md, "Codex's request shapes"), with the official SDK.
 
 Codex (docs/codex.md, recorded requests in tests/fixtures/codex/) sends request shapes that
 chat backends reject when they are passed on as they are: hosted tools (`web_search`,
@@ -35,7 +35,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 RECORDED = sorted(p.name for p in FIXTURES.glob("*.request.json"))
 REASONING_FIELD = "reasoning_content"  # the default upstream reasoning_field
 
-# Chat Completions create parameters, the Chat column of wire-spec sections 3.1 and 3.3: a strict
+# Chat Completions create parameters, as docs/wire-facts.md, Requests, maps them: a strict
 # chat backend (OpenAI itself: "Unrecognized request argument") rejects any other top-level key.
 CHAT_KEYS = frozenset(
     {
@@ -76,7 +76,7 @@ CHAT_KEYS = frozenset(
         "web_search_options",
     }
 )
-# Keys each chat message role takes (wire-spec 2.3, 3.2); the reasoning field is the one
+# Keys each chat message role takes (docs/wire-facts.md, Deltas and Requests); the reasoning field is the one
 # non-standard key, sent back on assistant messages because DeepSeek-style backends require it.
 MESSAGE_KEYS = {
     "system": {"role", "content", "name"},

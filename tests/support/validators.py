@@ -1,9 +1,10 @@
 """Strict-client validators for every stream crossfeed emits.
 
 They describe what crossfeed must OUTPUT, so they are stricter than any single client: each rule
-is one that openai-python 3.x or openai-node 7.x enforces (wire-spec 1.7, 2.4), or a lifecycle
-fact of real OpenAI streams whose absence has broken clients (wire-spec 1.4-1.6, 2.x, 6). A broken
-rule raises ``StreamViolation`` naming the event/chunk position and the rule.
+is one that openai-python 3.x or openai-node 7.x enforces (docs/wire-facts.md, "What the SDK
+accumulators check" and "Deltas"), or a lifecycle fact of real OpenAI streams whose absence has
+broken clients (the rest of its sections 1 and 2). A broken rule raises ``StreamViolation``
+naming the event/chunk position and the rule.
 
 Public interface::
 
@@ -135,9 +136,9 @@ _REQUIRED_ITEM_TEXT = {
     "custom_tool_call": "response.custom_tool_call_input",
 }
 _CALL_ID_TYPES = {"function_call", "custom_tool_call", "shell_call", "shell_call_output"}
-# Item `status` (wire-spec 1.4, 1.9; pitfalls.md: a missing item status breaks strict clients).
+# Item `status` (docs/wire-facts.md, Output items: a missing item status breaks strict clients).
 # Required on these types in output_item.added / .done and in the terminal response.output;
-# real OpenAI reasoning items carry none, so there it is optional (O in wire-spec 1.9) but, when
+# real OpenAI reasoning items carry none, so there it is optional but, when
 # present, held to the same values. Added items are always in_progress.
 _STATUS_REQUIRED = frozenset({"message", "function_call", "custom_tool_call", "web_search_call"})
 _DONE_STATUSES = {

@@ -1,4 +1,4 @@
-"""Responses API create request -> Chat Completions request (pure; wire-spec section 3).
+"""Responses API create request -> Chat Completions request (pure; docs/wire-facts.md, Requests).
 
 ``responses_request_to_chat`` validates the client's JSON (400 naming the ``param`` on a wrong
 type), maps every field it knows, rejects the ones whose meaning cannot be kept, and reports

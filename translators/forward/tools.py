@@ -1,5 +1,5 @@
 """The flat-to-nested shapes of a Responses request (pure): ``tools``, ``tool_choice`` and
-``text`` (``text.format`` -> ``response_format``), wire-spec pitfall 7.
+``text`` (``text.format`` -> ``response_format``): docs/wire-facts.md, "Responses to Chat Completions".
 
 The field checks it uses are translators/checks.py's.
 """
@@ -133,7 +133,7 @@ def _function(name: str, tool: dict[str, Any], param: str) -> dict[str, Any]:
     if params is not None:
         expect_dict(params, f"{param}.parameters")
     strict = opt_bool(tool, "strict", param)
-    if strict is None:  # Responses: omitted means strict (wire-spec 3.1)
+    if strict is None:  # Responses: omitted means strict (docs/wire-facts.md)
         strict = params is not None and strict_conformant(params)
     fn: dict[str, Any] = {"name": name}
     description = opt_str(tool, "description", param)

@@ -1,7 +1,7 @@
 """A finished Response -> the event stream that would have produced it.
 
 Used by ``GET /v1/responses/{id}?stream=true`` to replay a stored response. The events follow the
-same lifecycle rules as a live stream (wire-spec 1.4): created, in_progress, then per item
+same lifecycle rules as a live stream (docs/wire-facts.md, Lifecycle order): created, in_progress, then per item
 ``output_item.added``, its part events with the whole text as one delta, ``output_item.done``, then
 the terminal event matching the stored status.
 """

@@ -1,7 +1,7 @@
 """The Responses API ``Response`` object: a skeleton echoing the request, and usage mapping.
 
 Used by the forward stream machine (lifecycle and terminal events) and by the non-streaming
-path, so both produce the same object (wire-spec 1.8).
+path, so both produce the same object (docs/wire-facts.md, The Response object).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Chat Completions create request -> Responses create request (reverse direction, issue 4).
+"""Chat Completions create request -> Responses create request (the reverse direction:
+a chat client in front of a Responses backend).
 
 ``chat_request_to_responses`` validates the chat client's JSON (``InvalidRequest`` /
 ``UnsupportedFeature`` naming the ``param`` OpenAI-style: ``messages[2].content[0].type``,
-``temperature``), maps every field it knows (wire-spec 3.3), and rejects the fields whose effect a
+``temperature``), maps every field it knows (docs/wire-facts.md, "Chat Completions to Responses"), and rejects the fields whose effect a
 Responses backend cannot reproduce, unless the upstream's ``drop_params`` names them. ``n`` and
 ``stop`` are not sent: the proxy runs them (``choice_count``, ``stop_sequences``). The table with
 the reason for each choice is ``docs/reverse-mapping.md``.
