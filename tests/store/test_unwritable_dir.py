@@ -20,7 +20,7 @@ import pytest
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store import StoreError
 from crossfeed.proxy.state.store.sqlite import SQLiteStore, writability_problem
-from tests.test_cli_tools import ROOT, base_env, cli
+from tests.proxy.cli.test_cli_tools import ROOT, base_env, cli
 
 FIXES = ("mount a writable volume at", "CROSSFEED_DATA_DIR", "[store] data_dir", 'backend = "memory"', '"redis"')
 

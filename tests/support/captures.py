@@ -2,7 +2,7 @@
 
 They are a byte-for-byte copy of the project's shared captures (``../shared/captures``, whose
 README, copied with them, says what each stream shows and where it came from), so a fresh clone
-runs every test. The copy is never edited: ``tests/unit/test_captures_copy.py`` compares it with
+runs every test. The copy is never edited: ``tests/golden/test_captures_copy.py`` compares it with
 the shared directory whenever that is beside the repository. A file missing from the directory
 is always a failure (a broken reference).
 

@@ -171,7 +171,7 @@ class ChatToResponsesStream(ContentWriter):
         Any other chunk goes to ``feed`` itself, as dicts. Returns None when the bytes do not
         decode into that shape (not JSON, not an object, a container of the wrong type): the
         caller then parses them as plain JSON for ``feed``, which reports the problem as it
-        always has. tests/unit/test_chunk_frames.py checks both paths give the same events.
+        always has. tests/translators/forward/test_chunk_frames.py checks both paths give the same events.
         """
         try:
             chunk = decode_chunk(data)

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import require_service
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
 KEY_MESSAGE = "set CROSSFEED_INBOUND_KEYS to the comma-separated client keys"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_tools import ROOT, SECRET, Server, base_env, cli, write
+from tests.proxy.cli.test_cli_tools import ROOT, SECRET, Server, base_env, cli, write
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,7 @@ from crossfeed.translators.options import BackendProfile
 from tests.support.captures import CAPTURES, capture_files, capture_path
 
 OPTS = BackendProfile()
-CODEX_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
+CODEX_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "codex"
 USER = {"role": "user", "content": "hi"}
 
 

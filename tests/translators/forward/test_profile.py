@@ -20,7 +20,7 @@ from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.translators.forward.chunk_frames import Choice, Chunk, Delta
 from crossfeed.translators.options import BackendProfile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NON_DEFAULT = {
     "reasoning_field": "reasoning",
     "max_tokens_field": "max_tokens",

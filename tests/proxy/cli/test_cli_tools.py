@@ -35,7 +35,7 @@ from tests.conftest import require_service
 from tests.support.captures import capture_path
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = "sk-this-value-must-never-be-printed"
 
 
