@@ -24,7 +24,7 @@ from crossfeed.proxy.turns.hosted.tool_loop import ToolLoop, hosted_now, hosted_
 from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.body import chat_completion_to_response
-from crossfeed.translators.forward.mcp_items import answered
+from crossfeed.translators.forward.request import with_mcp_results
 
 
 class Created(NamedTuple):
@@ -99,21 +99,17 @@ async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
 
 async def tool_loop(turn: Turn, create: Create) -> tuple[ToolLoop | None, Create]:
     """The hosted tools a create asks for that crossfeed runs (web search, remote MCP), if any;
-    and the create, mapped again when this input answers MCP approvals (the calls were made)."""
-    body, mapped, history = create.body, create.mapped, create.history
-    if mapped.compact:
+    and the create, with what came of the MCP approvals this input answers (the calls were made)
+    in its chat request. What the request asks is the mapping's (``MappedRequest.hosted``)."""
+    mapped = create.mapped
+    if mapped.compact or mapped.hosted is None:  # no hosted tool, no MCP approval answered
         return None, create
-    if not body.get("tools"):  # no hosted tool to run; only an MCP approval answered here remaps the input
-        raw_input = body.get("input")
-        if not isinstance(raw_input, list) or not answered(raw_input):
-            return None, create
-    runners: list[Any] = [r for r in (search_plan(turn, body, mapped),) if r is not None]
-    mcp, results = await plan_mcp(turn, body, history)
+    runners: list[Any] = [r for r in (search_plan(turn, mapped),) if r is not None]
+    mcp, results = await plan_mcp(turn, mapped.hosted)
     if results is not None:
-        create = dataclasses.replace(create, mapped=map_forward(turn, body, history, mcp_results=results))
+        create = dataclasses.replace(create, mapped=with_mcp_results(mapped, results))
     if mcp is not None:
         runners.append(mcp)
     if not runners:
         return None, create
-    limit = body.get("max_tool_calls")
-    return ToolLoop(runners, limit if isinstance(limit, int) and not isinstance(limit, bool) else None), create
+    return ToolLoop(runners, mapped.max_tool_calls), create

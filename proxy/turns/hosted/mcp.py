@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from crossfeed.proxy.turns.hosted.tool_loop import write
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward import mcp_items
 from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.forward.request import HostedTools
 
 log = structlog.get_logger("crossfeed")
 
@@ -61,13 +62,12 @@ class McpServer:
     functions: dict[str, str] = field(default_factory=dict)  # chat function name -> tool name
 
 
-def servers_of(turn: Turn, body: dict[str, Any]) -> list[McpServer]:
-    """The request's ``mcp`` tools, checked (a 400 naming the field otherwise)."""
+def servers_of(turn: Turn, tools: Iterable[tuple[int, dict[str, Any]]]) -> list[McpServer]:
+    """The request's ``mcp`` tools (``(i, tools[i])``: the request mapping's ``HostedTools.mcp``),
+    checked (a 400 naming the field otherwise)."""
     cfg: Mcp = turn.config.mcp
     out: list[McpServer] = []
-    for i, tool in enumerate(body.get("tools") or ()):
-        if not isinstance(tool, dict) or tool.get("type") != "mcp":
-            continue
+    for i, tool in tools:
         p = f"tools[{i}]"
         label = tool.get("server_label")
         if not isinstance(label, str) or not label:
@@ -304,21 +304,24 @@ class McpRunner:
         return results
 
 
-async def plan_mcp(
-    turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] | None
-) -> tuple[McpRunner | None, dict[str, str] | None]:
+async def plan_mcp(turn: Turn, hosted: HostedTools) -> tuple[McpRunner | None, dict[str, str] | None]:
     """The runner of a request with ``mcp`` tools (listings made or reused, approvals answered
-    in this input acted on), and what came of each approval for the request mapping."""
-    servers = servers_of(turn, body)
-    raw_input = body.get("input")
-    inp: list[Any] = raw_input if isinstance(raw_input, list) else []
-    answers = mcp_items.answered(inp)
+    in this input acted on), and what came of each approval (request.with_mcp_results)."""
+    servers = servers_of(turn, hosted.mcp)
     if not servers:
-        return None, ({rid: REFUSED for rid in answers} if answers else None)
-    earlier = [*(history or []), *inp]  # only for a request with mcp tools: most creates stop above
+        return None, ({rid: REFUSED for rid in hosted.answers} if hosted.answers else None)
     cfg: Mcp = turn.config.mcp
-    ids = turn.ids
-    reuse = mcp_items.listed(earlier)
+    await _list(servers, hosted.listed, cfg, turn.ids)
+    runner = McpRunner(servers, cfg, turn.ids, hosted.client_functions)
+    results: dict[str, str] = {}
+    for rid, approve in hosted.answers.items():
+        results[rid] = await _answer(runner, hosted, rid, approve)
+    return runner, results
+
+
+async def _list(servers: list[McpServer], reuse: Mapping[str, list[dict[str, Any]]], cfg: Mcp, ids: Any) -> None:
+    """Each server's tools: its listing in the conversation reused, else listed now (concurrently),
+    each new listing an ``mcp_list_tools`` item for the Response's prelude."""
     fresh = [s for s in servers if s.label not in reuse]
     listed = await asyncio.gather(*(list_tools(s, cfg) for s in fresh))
     for server in servers:
@@ -342,49 +345,38 @@ async def plan_mcp(
             ]
             item["tools"] = [{k: v for k, v in t.items() if v is not None} for t in server.tools]
         server.listing = item
-    taken = frozenset(
-        t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
-    )
-    runner = McpRunner(servers, cfg, ids, taken)
-    results: dict[str, str] = {}
-    requests = {str(i.get("id")): i for i in earlier if isinstance(i, dict) and i.get("type") == "mcp_approval_request"}
-    for rid in answers:
-        asked = requests.get(rid)
-        if asked is None:
-            at = next(
-                i
-                for i, item in enumerate(inp)
-                if isinstance(item, dict)
-                and item.get("type") == "mcp_approval_response"
-                and item.get("approval_request_id") == rid
-            )
-            raise ClientRequestError(
-                f"no mcp_approval_request with id {rid!r} in this conversation: answer the "
-                "approval requests of the response it continues",
-                param=f"input[{at}].approval_request_id",
-                code="invalid_value",
-            )
-        if not answers[rid]:
-            results[rid] = REFUSED
-            continue
-        target = next((s for s in servers if s.label == asked.get("server_label")), None)
-        if target is None:
-            results[rid] = "The MCP server of this call is not in this request's tools; the call was not made."
-            continue
-        output, error = await call_tool(target, str(asked.get("name")), str(asked.get("arguments") or "{}"), cfg)
-        runner.used += 1
-        runner.done_first.append(
-            {
-                "id": ids.new("mcp_"),
-                "type": "mcp_call",
-                "server_label": target.label,
-                "name": asked.get("name"),
-                "arguments": str(asked.get("arguments") or "{}"),
-                "approval_request_id": rid,
-                "status": "failed" if error else "completed",
-                "output": output,
-                "error": error,
-            }
+
+
+async def _answer(runner: McpRunner, hosted: HostedTools, rid: str, approve: bool) -> str:
+    """What came of one approval this input answers: the call made (its ``mcp_call`` item opens
+    the Response), the user's refusal, or why it could not be made."""
+    asked = hosted.requests.get(rid)
+    if asked is None:
+        raise ClientRequestError(
+            f"no mcp_approval_request with id {rid!r} in this conversation: answer the "
+            "approval requests of the response it continues",
+            param=hosted.answered_at[rid],
+            code="invalid_value",
         )
-        results[rid] = f"Error: {error}" if error else output or ""
-    return runner, results
+    if not approve:
+        return REFUSED
+    target = next((s for s in runner.servers if s.label == asked.get("server_label")), None)
+    if target is None:
+        return "The MCP server of this call is not in this request's tools; the call was not made."
+    arguments = str(asked.get("arguments") or "{}")
+    output, error = await call_tool(target, str(asked.get("name")), arguments, runner.cfg)
+    runner.used += 1
+    runner.done_first.append(
+        {
+            "id": runner.ids.new("mcp_"),
+            "type": "mcp_call",
+            "server_label": target.label,
+            "name": asked.get("name"),
+            "arguments": arguments,
+            "approval_request_id": rid,
+            "status": "failed" if error else "completed",
+            "output": output,
+            "error": error,
+        }
+    )
+    return f"Error: {error}" if error else output or ""

@@ -26,11 +26,8 @@ from crossfeed.proxy.turns.hosted.tool_loop import write
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.forward.request import MappedRequest
-from crossfeed.translators.forward.web_search_items import HOSTED_TYPES, search_function_name
 
 log = structlog.get_logger("crossfeed")
-
-SOURCES_INCLUDE = "web_search_call.action.sources"
 
 
 def _description(live: bool) -> str:
@@ -74,39 +71,18 @@ class SearchPlan:
         return await _search_calls(turn, main, self, calls, sink)
 
 
-def search_plan(turn: Turn, body: dict[str, Any], mapped: MappedRequest) -> SearchPlan | None:
-    """The plan of a request that asks for hosted search on a crossfeed with a search backend."""
+def search_plan(turn: Turn, mapped: MappedRequest) -> SearchPlan | None:
+    """The plan of a request that asks for hosted search on a crossfeed with a search backend
+    (what it asks: the request mapping's ``HostedTools.search``)."""
     cfg = turn.config.web_search
-    tools = body.get("tools")
-    hosted = (
-        next((t for t in tools if isinstance(t, dict) and t.get("type") in HOSTED_TYPES), None)
-        if cfg.backend and isinstance(tools, list)
-        else None
-    )
-    if hosted is None or mapped.compact:
+    asked = mapped.hosted.search if mapped.hosted is not None else None
+    if not cfg.backend or asked is None or mapped.compact:
         return None
-    fn = search_function_name(tools)
-    raw_filters = hosted.get("filters")
-    filters: dict[str, Any] = raw_filters if isinstance(raw_filters, dict) else {}
-    domains = tuple(
-        str(d).lower().removeprefix("https://").removeprefix("http://").strip("/")
-        for d in (filters.get("allowed_domains") or ())
-        if isinstance(d, str) and d
-    )
-    raw_location = hosted.get("user_location")
-    location: dict[str, Any] = raw_location if isinstance(raw_location, dict) else {}
-    country = location.get("country")
-    country = country if isinstance(country, str) else None
-    budget = cfg.max_searches
-    choice = body.get("tool_choice")
-    raw_include = body.get("include")
-    include: list[Any] = raw_include if isinstance(raw_include, list) else []
-    live = hosted.get("external_web_access") is not False
     tool = {
         "type": "function",
         "function": {
-            "name": fn,
-            "description": _description(live),
+            "name": asked.function,
+            "description": _description(asked.live),
             "parameters": {
                 "type": "object",
                 "properties": {"query": {"type": "string", "description": "what to search for"}},
@@ -115,14 +91,14 @@ def search_plan(turn: Turn, body: dict[str, Any], mapped: MappedRequest) -> Sear
         },
     }
     return SearchPlan(
-        fn=fn,
-        count=result_count(cfg, hosted.get("search_context_size")),
-        domains=domains,
-        country=country,
-        sources=SOURCES_INCLUDE in include,
-        budget=budget,
+        fn=asked.function,
+        count=result_count(cfg, asked.context_size),
+        domains=asked.domains,
+        country=asked.country,
+        sources=asked.sources,
+        budget=cfg.max_searches,
         tool=tool,
-        forced=fn if isinstance(choice, dict) and choice.get("type") in HOSTED_TYPES else None,
+        forced=asked.function if asked.forced else None,
     )
 
 
