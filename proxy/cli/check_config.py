@@ -17,7 +17,7 @@ from typing import Any
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config import Config, load_config
-from crossfeed.proxy.state.store import StoreError
+from crossfeed.proxy.state.store.base import StoreError
 
 
 def check_config(path: Path, environ: Mapping[str, str], out: Any = None) -> int:

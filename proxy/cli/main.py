@@ -27,7 +27,7 @@ from typing import Any
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config import Config, load_config
 from crossfeed.proxy.runtime.logs import FLUSH_BYTES, configure_logging, flush_logs, log
-from crossfeed.proxy.state.store import StoreError
+from crossfeed.proxy.state.store.base import StoreError
 
 CONFIG_ENV = "CROSSFEED_CONFIG"  # default for --config (the container mounts its file there)
 

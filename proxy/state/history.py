@@ -43,7 +43,7 @@ from crossfeed.proxy.errors import ClientRequestError, ProxyError
 from crossfeed.proxy.keys import CONFIG, IDS
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import METRICS
-from crossfeed.proxy.state.store import ResponseStore, StoredResponse, StoreError, stored_item
+from crossfeed.proxy.state.store.base import ResponseStore, StoredResponse, StoreError, stored_item
 from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
 from crossfeed.proxy.state.store_health import short_reason
 from crossfeed.proxy.state.store_retry import SaveKeeper

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from crossfeed.proxy.state.store import StoreError
+from crossfeed.proxy.state.store.base import StoreError
 
 RECOVERY_HINT_SECONDS = 30.0  # a miss still gets the 503 naming the failed saves this long after they recover
 FRESH_SECONDS = 5.0  # a save outcome older than this is asked again (probe_write) before a miss is explained

@@ -43,7 +43,7 @@ import structlog
 
 from crossfeed.proxy.runtime.observability import Metrics
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.proxy.state.store import (
+from crossfeed.proxy.state.store.base import (
     ResponseStore,
     StoredResponse,
     StoreError,

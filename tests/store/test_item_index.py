@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.proxy.state.store import StoredResponse, item_ids, open_store, owner_tag, stored_item
+from crossfeed.proxy.state.store import open_store
+from crossfeed.proxy.state.store.base import StoredResponse, item_ids, owner_tag, stored_item
 from crossfeed.proxy.state.store.sqlite import FILENAME
 from tests.store.test_store import rec
 

@@ -31,7 +31,7 @@ from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.state import store_health
 from crossfeed.proxy.state.history import KEEPER, STORE
-from crossfeed.proxy.state.store import StoreError
+from crossfeed.proxy.state.store.base import StoreError
 from tests.conftest import Captured, ProxyHandle, sdk_client, start_proxy
 from tests.fakes.upstream import FakeUpstream, Recorded
 from tests.integration.test_stateful import json_text, text_reply

@@ -18,7 +18,9 @@ import pydantic
 import pytest
 
 from crossfeed.proxy.runtime.store_config import THIRTY_DAYS, StoreConfig
-from crossfeed.proxy.state.store import MEMORY_DEFAULT_MAX_COUNT, StoredResponse, StoreError, encode_record, open_store
+from crossfeed.proxy.state.store import open_store
+from crossfeed.proxy.state.store.base import StoredResponse, StoreError, encode_record
+from crossfeed.proxy.state.store.memory import MEMORY_DEFAULT_MAX_COUNT
 from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
 from crossfeed.proxy.state.store.sqlite import FILENAME
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.proxy.state.store import StoreError
+from crossfeed.proxy.state.store.base import StoreError
 from crossfeed.proxy.state.store.sqlite import SQLiteStore, writability_problem
 from tests.proxy.cli.test_cli_tools import ROOT, base_env, cli
 

@@ -55,7 +55,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.proxy.state.store import (
+from crossfeed.proxy.state.store.base import (
     Clock,
     ResponseStore,
     StoredResponse,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.proxy.state.store import (
+from crossfeed.proxy.state.store.base import (
     Clock,
     ResponseStore,
     StoredResponse,

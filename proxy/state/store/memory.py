@@ -1,0 +1,144 @@
+"""The ``memory`` backend: per process, lost on restart, always bounded. For tests and
+throwaway single-process use; never the default.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+from crossfeed.proxy.runtime.store_config import StoreConfig
+from crossfeed.proxy.state.store.base import (
+    Clock,
+    ResponseStore,
+    StoredResponse,
+    StoreError,
+    StoreStats,
+    decode_record,
+    encode_record,
+    item_ids,
+    owner_tag,
+)
+
+MEMORY_DEFAULT_MAX_COUNT = 10_000
+
+
+class MemoryStore(ResponseStore):
+    """Bounded per-process store. Records are kept serialised, so callers never share objects."""
+
+    backend = "memory"
+    SWEEP_BATCH = 500
+
+    def __init__(self, config: StoreConfig, *, clock: Clock = time.time) -> None:
+        self._ttl = config.ttl_seconds
+        self._max_count = config.max_count or MEMORY_DEFAULT_MAX_COUNT
+        self._max_bytes = config.max_bytes
+        self._interval = config.sweep_interval_seconds
+        self._clock = clock
+        self._data: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # oldest saved first
+        # (owner tag, item id) -> the ids of the records holding it, oldest saved first; and
+        # each record's index keys, so that dropping a record drops its index entries.
+        self._holders: dict[tuple[str, str], dict[str, None]] = {}
+        self._keys_of: dict[str, list[tuple[str, str]]] = {}
+        self._bytes = 0
+        self._evicted = 0
+        self._expired = 0
+        self._next_sweep = 0.0
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("store is closed", backend=self.backend)
+
+    def _drop(self, response_id: str) -> tuple[float, bytes] | None:
+        entry = self._data.pop(response_id, None)
+        if entry is not None:
+            self._bytes -= len(entry[1])
+        for key in self._keys_of.pop(response_id, ()):
+            holders = self._holders.get(key)
+            if holders is not None:
+                holders.pop(response_id, None)
+                if not holders:
+                    del self._holders[key]
+        return entry
+
+    async def save(self, record: StoredResponse) -> None:
+        self._check_open()
+        blob = encode_record(record, self.backend)
+        if self._max_bytes is not None and len(blob) > self._max_bytes:
+            raise StoreError(
+                f"record {record.id} is {len(blob)} bytes, more than max_bytes", backend=self.backend, retryable=False
+            )
+        now = self._clock()
+        self._drop(record.id)
+        self._data[record.id] = (now + self._ttl, blob)
+        self._bytes += len(blob)
+        tag = owner_tag(record.owner)
+        keys = [(tag, item_id) for item_id in item_ids(record)]
+        self._keys_of[record.id] = keys
+        for key in keys:
+            self._holders.setdefault(key, {})[record.id] = None
+        while len(self._data) > self._max_count or (self._max_bytes is not None and self._bytes > self._max_bytes):
+            self._drop(next(iter(self._data)))
+            self._evicted += 1
+        if now >= self._next_sweep:
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> int:
+        # Same TTL for all records, so expiry order is save order: expired ones are at the front.
+        purged = 0
+        while self._data and purged < self.SWEEP_BATCH:
+            rid, (expires_at, _) = next(iter(self._data.items()))
+            if expires_at > now:
+                break
+            self._drop(rid)
+            purged += 1
+        self._expired += purged
+        self._next_sweep = now if purged >= self.SWEEP_BATCH else now + self._interval
+        return purged
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        self._check_open()
+        entry = self._data.get(response_id)
+        if entry is None:
+            return None
+        if entry[0] <= self._clock():
+            self._drop(response_id)
+            self._expired += 1
+            return None
+        return decode_record(entry[1], self.backend)
+
+    async def get_by_item(self, item_id: str, owner: str | None) -> StoredResponse | None:
+        self._check_open()
+        holders = self._holders.get((owner_tag(owner), item_id))
+        for rid in reversed(list(holders or ())):
+            record = await self.get(rid)  # an expired one is purged there, with its index entries
+            if record is not None:
+                return record
+        return None
+
+    async def delete(self, response_id: str) -> bool:
+        self._check_open()
+        entry = self._drop(response_id)
+        return entry is not None and entry[0] > self._clock()
+
+    async def sweep(self) -> int:
+        self._check_open()
+        return self._sweep(self._clock())
+
+    async def stats(self) -> StoreStats:
+        self._check_open()
+        return StoreStats(self.backend, len(self._data), self._bytes, self._evicted, self._expired)
+
+    async def ping(self) -> None:
+        self._check_open()
+
+    async def probe_write(self) -> None:
+        self._check_open()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._data.clear()
+        self._holders.clear()
+        self._keys_of.clear()
+        self._bytes = 0
