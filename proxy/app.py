@@ -224,8 +224,7 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         return await handler(request)
     except (ProxyError, TranslationError) as exc:
         if isinstance(exc, UpstreamError):
-            summary: dict[str, Any] = request[SUMMARY]
-            note_upstream_error(request.app, summary, exc.code)
+            note_upstream_error(request.app, request[SUMMARY], exc.code)
         return error_response(exc)
     except web.HTTPRequestEntityTooLarge:
         return error_response(
@@ -297,7 +296,7 @@ async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
         turn = _turn(request, body)
     else:
         backend = _default_upstream(request.app[CONFIG])
-        request[SUMMARY].update(upstream=backend.name)
+        request[SUMMARY].update({"upstream": backend.name})
         turn = new_turn(request.app, request.headers, backend, request[SUMMARY])
     if turn.upstream.api == "responses":
         return await passthrough(request, body=body, upstream=turn.upstream)
@@ -329,7 +328,7 @@ async def forward_response(request: web.Request, body: dict[str, Any], turn: Tur
     if not stream_flag(body):
         result, _ = await respond(turn, body, None)
         assert result is not None
-        turn.log.update(terminal=result.get("status"), usage=usage_summary(result))
+        turn.log.update({"terminal": result.get("status"), "usage": usage_summary(result)})
         if result.get("status") == "failed":  # an error in a 200 body: answer with an error status
             err = result.get("error") or {}
             code = str(err.get("code") or "upstream_error")

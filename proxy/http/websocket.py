@@ -347,7 +347,7 @@ class Connection:
         except ConnectionResetError:
             turn.log["terminal"] = "client_disconnected"
             return
-        turn.log.update(terminal="completed", primed=True)
+        turn.log.update({"terminal": "completed", "primed": True})
         self._remember(body, history, final, primed=True)
 
     def _remember(

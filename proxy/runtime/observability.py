@@ -3,7 +3,7 @@
 - Every request gets an id: the client's ``X-Request-ID`` when it sends a sane one, else a new
   one. It is bound to every log line of the request (``logs.REQUEST_FIELDS``) and returned in the
   ``X-Request-ID`` response header, streams included.
-- Handlers describe their work in ``request[SUMMARY]`` (a plain dict); the middleware adds
+- Handlers describe their work in ``request[SUMMARY]`` (a ``TurnLog``); the middleware adds
   status and timings and writes ``request.completed`` once, and feeds the Prometheus metrics.
 - Metrics live in a per-application registry (no global state), served at ``GET /metrics``.
 """
@@ -16,8 +16,8 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypedDict
 
 import structlog
 from aiohttp import web
@@ -33,9 +33,35 @@ from crossfeed.proxy.runtime.logs import REQUEST_FIELDS
 # and far cheaper than a uuid per request.
 _ID_PREFIX = "req_" + os.urandom(6).hex()
 _ID_COUNTER = itertools.count(1)
-# A request's (or WebSocket turn's) fields on its summary line (``request.completed``).
-TurnLog = dict[str, Any]
-SUMMARY = web.RequestKey("crossfeed_summary", dict)
+
+
+class TurnLog(TypedDict, total=False):
+    """A request's (or a WebSocket turn's) fields on its summary line (``request.completed``), in
+    the order they were set; ``record_request`` adds the status and the timings. A dict at run
+    time, written as it is: set fields with ``log[key] = value`` or ``log.update({...})``."""
+
+    transport: str  # "websocket": the socket's own line (websocket.closed), and each of its turns'
+    key: str | None  # the inbound key's name
+    model: str
+    upstream: str | None
+    stream: bool
+    choices: int  # n > 1 (reverse)
+    primed: bool  # a WebSocket generate: false
+    compacted: bool
+    ttfb: float  # seconds until the upstream answered: written as ttfb_ms
+    ttfb_ms: float
+    ending: str | None  # how the stream ended: ok, client_disconnected, upstream_idle_timeout, ...
+    events_in: int
+    events_out: int
+    error: str | None
+    terminal: str | None  # the Response's status, or the chat finish reason
+    usage: dict[str, int] | None  # tokens in and out
+    hosted_calls: int
+    turns: int  # a socket's turns
+    close_code: int
+
+
+SUMMARY = web.RequestKey[TurnLog]("crossfeed_summary")
 REQUEST_ID = web.RequestKey("request_id", str)
 SENT_STATUS = web.RequestKey("sent_status", int)  # the status of a response whose headers went out
 STOPPING = web.AppKey("stopping", asyncio.Event)  # set when the server starts to stop
@@ -250,7 +276,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
     incoming = request.headers.get("X-Request-ID", "")
     request_id = incoming if incoming and _REQUEST_ID_OK.match(incoming) else f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
     request[REQUEST_ID] = request_id
-    summary: dict[str, Any] = {}
+    summary: TurnLog = {}
     request[SUMMARY] = summary
     route = _route_of(request)
     token = REQUEST_FIELDS.set({"request_id": request_id, "route": route, "method": request.method})
@@ -287,7 +313,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
 CLIENT_CLOSED_REQUEST = 499
 
 
-def _cancelled_status(request: web.Request, summary: dict[str, Any]) -> int:
+def _cancelled_status(request: web.Request, summary: TurnLog) -> int:
     """The status logged for a cancelled handler, with how it ended on its line: ``101`` for a
     WebSocket (it was upgraded; the client left without a close frame, as Codex does), the
     status already sent for a response that had started (the stream was cut), else ``499``."""
@@ -305,13 +331,13 @@ async def mark_stopping(app: web.Application) -> None:
     app[STOPPING].set()
 
 
-def note_upstream_error(app: web.Application, summary: MutableMapping[str, Any], code: str | None) -> None:
+def note_upstream_error(app: web.Application, summary: TurnLog, code: str | None) -> None:
     """An upstream failure that became the request's error answer: counted, and on its line."""
     app[METRICS].upstream_errors.labels(summary.get("upstream") or "none", code or "error").inc()
     summary["error"] = code
 
 
-def record_request(app: web.Application, route: str, summary: dict[str, Any], status: int, duration: float) -> None:
+def record_request(app: web.Application, route: str, summary: TurnLog, status: int, duration: float) -> None:
     """One request's (or WebSocket turn's) metrics and its summary line."""
     metrics = app[METRICS]
     model = metrics.model_label(str(summary.get("model") or ""))

@@ -51,7 +51,7 @@ ITEM_PREFIX = "cmp_"
 
 def _leg(turn: Turn, create: Create, framing: Framing | bool = False, *, last: bool) -> SummaryLeg:
     """The summary leg before the create's own machine (which answers after it, unless ``last``)."""
-    main = forward_machine(turn, create.body, create.mapped, framing)
+    main = forward_machine(turn, create.body, create.mapped.tools, framing)
     seal, owner = turn.seal, turn.owner
     return SummaryLeg(
         main,
@@ -202,7 +202,7 @@ async def compact(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
         "output": cmp.compacted_output(conversation, item),
         "usage": map_usage(usage),
     }
-    turn.log.update(terminal="completed", compacted=True)
+    turn.log.update({"terminal": "completed", "compacted": True})
     return answer
 
 

@@ -90,9 +90,11 @@ def stream_flag(body: dict[str, Any]) -> bool:
     return bool(stream)
 
 
-def map_forward(turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] | None) -> MappedRequest:
-    """The chat request for a Responses request (the upstream's model name in it), and all the
-    plans need of the request: they read the mapping, not the body (request.MappedRequest)."""
+def map_forward(
+    turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] | None, *, mcp_results: dict[str, str] | None = None
+) -> MappedRequest:
+    """The chat request for a Responses request (the upstream's model name in it);
+    ``mcp_results``: what came of the MCP approvals this input answers (proxy/turns/hosted/mcp.py)."""
     seal = turn.seal
     owner = turn.owner
     searching = turn.config.web_search.backend is not None
@@ -103,6 +105,7 @@ def map_forward(turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] 
         reveal_reasoning=seal.open,
         open_summary=lambda token: seal.open_summary(token, owner),
         search_function=search_function_name(body.get("tools")) if searching else None,
+        mcp_results=mcp_results,
     )
     mapped.chat["model"] = turn.upstream.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:
@@ -110,27 +113,24 @@ def map_forward(turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] 
     return mapped
 
 
-def reasoning_sealer(turn: Turn, mapped: MappedRequest) -> Callable[[str, list[dict[str, Any]] | None], str] | None:
-    """The seal of the reasoning items' ``encrypted_content``, when the request's include asks for it."""
-    return turn.seal.seal if "reasoning.encrypted_content" in mapped.include else None
+def reasoning_sealer(turn: Turn, body: dict[str, Any]) -> Callable[[str, list[dict[str, Any]] | None], str] | None:
+    include = body.get("include") or ()
+    wanted = isinstance(include, list) and "reasoning.encrypted_content" in include
+    return turn.seal.seal if wanted else None
 
 
 def forward_machine(
-    turn: Turn,
-    body: dict[str, Any],
-    mapped: MappedRequest,
-    framing: Framing | bool = False,
-    tools: ToolContext | None = None,
+    turn: Turn, body: dict[str, Any], tools: ToolContext, framing: Framing | bool = False
 ) -> ChatToResponsesStream:
-    """The forward machine of a create: ``body`` is what its Response echoes, ``mapped`` its
-    request mapping; ``framing``: the sink's, for a streamed turn (False: a whole completion is
-    fed); ``tools``: the mapping's with the hosted functions, for the tool loop."""
+    """The forward machine of a create: ``body`` is what its Response echoes, ``tools`` the
+    request mapping's (with the hosted functions, for the tool loop); ``framing``: the sink's,
+    for a streamed turn (False: a whole completion is fed)."""
     return ChatToResponsesStream(
         body,
         ids=turn.ids,
         now=turn.clock,
-        tools=mapped.tools if tools is None else tools,
-        seal_reasoning=reasoning_sealer(turn, mapped),
+        tools=tools,
+        seal_reasoning=reasoning_sealer(turn, body),
         profile=turn.upstream.profile,
         wire=framing,
     )
@@ -191,7 +191,7 @@ async def run_leg(
         if sink.__class__ is TapSink:  # a traced turn ends here: its trace is written all the same
             sink.trace.close("cancelled")
         raise
-    turn_log.update(ending=stats.ending, events_in=stats.events_in, events_out=stats.events_out)
+    turn_log.update({"ending": stats.ending, "events_in": stats.events_in, "events_out": stats.events_out})
     if stats.error:
         turn_log["error"] = stats.error
         if stats.ending.startswith("upstream"):
@@ -321,7 +321,7 @@ def ended(turn: Turn, ran: tuple[ResponseMachine, RelayStats] | None) -> dict[st
     if ran is None:
         return None
     final = ran[0].final_response
-    turn.log.update(terminal=final.get("status") if final else ran[1].ending, usage=usage_summary(final))
+    turn.log.update({"terminal": final.get("status") if final else ran[1].ending, "usage": usage_summary(final)})
     return final
 
 
@@ -333,10 +333,10 @@ async def forward_turn(turn: Turn, create: Create, open_sink: SinkOpener) -> dic
         turn,
         "/chat/completions",
         mapped.chat,
-        lambda framing: forward_machine(turn, body, mapped, framing),
+        lambda framing: forward_machine(turn, body, mapped.tools, framing),
         open_sink,
         # a Response the client asked not to store has nothing to hand to the store
-        before_end=None if mapped.store is False else final_saver(turn.app, body, create.history),
+        before_end=None if body.get("store") is False else final_saver(turn.app, body, create.history),
         client=body,
     )
     return ended(turn, ran)
@@ -391,6 +391,8 @@ async def reverse_turn(turn: Turn, body: dict[str, Any], rbody: dict[str, Any], 
 def chat_ended(turn: Turn, machine: ResponsesToChatStream, stats: RelayStats) -> None:
     """A streamed chat answer's end on the turn's log: its finish reason (or how it ended), its usage."""
     turn.log.update(
-        terminal=machine.finish_reason or ("error" if machine.error else stats.ending),
-        usage=usage_counts(machine.usage),
+        {
+            "terminal": machine.finish_reason or ("error" if machine.error else stats.ending),
+            "usage": usage_counts(machine.usage),
+        }
     )

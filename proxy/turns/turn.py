@@ -68,7 +68,7 @@ def route(config: Config, body: dict[str, Any], log: TurnLog) -> Upstream:
             code="missing_required_parameter" if model is None else "invalid_type",
         )
     upstream = config.route(model)
-    log.update(model=model, upstream=upstream.name if upstream else None)
+    log.update({"model": model, "upstream": upstream.name if upstream else None})
     if upstream is None:
         raise ClientRequestError(
             f"the model `{model}` does not exist or is not served here",

@@ -192,7 +192,7 @@ def next_body(
 def _machine(turn: Turn, create: Create, loop: ToolLoop, framing: Framing | bool = False) -> HostedLeg:
     tools = dataclasses.replace(create.mapped.tools, hosted=loop.names)
     # the echo never carries an MCP server's headers
-    main = forward_machine(turn, redacted(create.body), create.mapped, framing, tools)
+    main = forward_machine(turn, redacted(create.body), tools, framing)
     return HostedLeg(main, loop)
 
 
@@ -231,7 +231,7 @@ async def hosted_turn(turn: Turn, create: Create, loop: ToolLoop, open_sink: Sin
     if ran is None:
         return None
     final = ran[0].final_response
-    turn.log.update(terminal=final.get("status") if final else ran[1].ending, hosted_calls=loop.used)
+    turn.log.update({"terminal": final.get("status") if final else ran[1].ending, "hosted_calls": loop.used})
     return final
 
 
