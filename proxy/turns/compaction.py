@@ -51,7 +51,7 @@ ITEM_PREFIX = "cmp_"
 
 def _leg(turn: Turn, create: Create, framing: Framing | bool = False, *, last: bool) -> SummaryLeg:
     """The summary leg before the create's own machine (which answers after it, unless ``last``)."""
-    main = forward_machine(turn, create.body, create.mapped.tools, framing)
+    main = forward_machine(turn, create.body, create.mapped, framing)
     seal, owner = turn.seal, turn.owner
     return SummaryLeg(
         main,

@@ -90,11 +90,9 @@ def stream_flag(body: dict[str, Any]) -> bool:
     return bool(stream)
 
 
-def map_forward(
-    turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] | None, *, mcp_results: dict[str, str] | None = None
-) -> MappedRequest:
-    """The chat request for a Responses request (the upstream's model name in it);
-    ``mcp_results``: what came of the MCP approvals this input answers (proxy/turns/hosted/mcp.py)."""
+def map_forward(turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] | None) -> MappedRequest:
+    """The chat request for a Responses request (the upstream's model name in it), and all the
+    plans need of the request: they read the mapping, not the body (request.MappedRequest)."""
     seal = turn.seal
     owner = turn.owner
     searching = turn.config.web_search.backend is not None
@@ -105,7 +103,6 @@ def map_forward(
         reveal_reasoning=seal.open,
         open_summary=lambda token: seal.open_summary(token, owner),
         search_function=search_function_name(body.get("tools")) if searching else None,
-        mcp_results=mcp_results,
     )
     mapped.chat["model"] = turn.upstream.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:
@@ -113,24 +110,27 @@ def map_forward(
     return mapped
 
 
-def reasoning_sealer(turn: Turn, body: dict[str, Any]) -> Callable[[str, list[dict[str, Any]] | None], str] | None:
-    include = body.get("include") or ()
-    wanted = isinstance(include, list) and "reasoning.encrypted_content" in include
-    return turn.seal.seal if wanted else None
+def reasoning_sealer(turn: Turn, mapped: MappedRequest) -> Callable[[str, list[dict[str, Any]] | None], str] | None:
+    """The seal of the reasoning items' ``encrypted_content``, when the request's include asks for it."""
+    return turn.seal.seal if "reasoning.encrypted_content" in mapped.include else None
 
 
 def forward_machine(
-    turn: Turn, body: dict[str, Any], tools: ToolContext, framing: Framing | bool = False
+    turn: Turn,
+    body: dict[str, Any],
+    mapped: MappedRequest,
+    framing: Framing | bool = False,
+    tools: ToolContext | None = None,
 ) -> ChatToResponsesStream:
-    """The forward machine of a create: ``body`` is what its Response echoes, ``tools`` the
-    request mapping's (with the hosted functions, for the tool loop); ``framing``: the sink's,
-    for a streamed turn (False: a whole completion is fed)."""
+    """The forward machine of a create: ``body`` is what its Response echoes, ``mapped`` its
+    request mapping; ``framing``: the sink's, for a streamed turn (False: a whole completion is
+    fed); ``tools``: the mapping's with the hosted functions, for the tool loop."""
     return ChatToResponsesStream(
         body,
         ids=turn.ids,
         now=turn.clock,
-        tools=tools,
-        seal_reasoning=reasoning_sealer(turn, body),
+        tools=mapped.tools if tools is None else tools,
+        seal_reasoning=reasoning_sealer(turn, mapped),
         profile=turn.upstream.profile,
         wire=framing,
     )
@@ -333,10 +333,10 @@ async def forward_turn(turn: Turn, create: Create, open_sink: SinkOpener) -> dic
         turn,
         "/chat/completions",
         mapped.chat,
-        lambda framing: forward_machine(turn, body, mapped.tools, framing),
+        lambda framing: forward_machine(turn, body, mapped, framing),
         open_sink,
         # a Response the client asked not to store has nothing to hand to the store
-        before_end=None if body.get("store") is False else final_saver(turn.app, body, create.history),
+        before_end=None if mapped.store is False else final_saver(turn.app, body, create.history),
         client=body,
     )
     return ended(turn, ran)

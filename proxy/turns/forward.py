@@ -90,7 +90,7 @@ async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
         ids=turn.ids,
         now=turn.clock,
         tools=mapped.tools,
-        seal_reasoning=reasoning_sealer(turn, body),
+        seal_reasoning=reasoning_sealer(turn, mapped),
         profile=turn.upstream.profile,
     )
     await save_before_final(turn.app, body, result, create.history, turn.ids)

@@ -37,8 +37,9 @@ from crossfeed.proxy.turns.turn import Turn
 from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.compaction import estimate_tokens
 from crossfeed.translators.reverse.body import response_to_chat_completion
-from crossfeed.translators.reverse.machine import ResponsesToChatStream, StoppingChatStream
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.request import chat_request_to_responses, choice_count, include_usage, stop_sequences
+from crossfeed.translators.reverse.stopping import StoppingChatStream
 from crossfeed.translators.sse import SSE_FRAMING, Framing, render_chat
 
 

@@ -20,7 +20,7 @@ from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.responses.normalize import NormalizeResponses
-from crossfeed.translators.reverse.machine import StoppingChatStream
+from crossfeed.translators.reverse.stopping import StoppingChatStream
 
 REQUEST: dict[str, Any] = {
     "model": "m",

@@ -1,7 +1,8 @@
-"""Responses results -> Chat Completions results (reverse direction, issue 4), non-streaming.
+"""Responses results -> Chat Completions results (the reverse direction: a chat client, a Responses
+backend), non-streaming.
 
 Also home of the small mappings the reverse stream machine shares with the non-streaming path
-(usage, logprobs, url citations, finish reason, error envelope), so both answer the same way.
+(usage, logprobs, url citations, finish reason), so both answer the same way.
 
 Failure contract (what the proxy does with a failed Response): ``response_to_chat_completion``
 raises ``ResponseFailed``, a ``TranslationError`` whose ``http_status`` comes from the upstream
@@ -196,7 +197,7 @@ def response_to_chat_completion(
       (segments separated by a blank line); encrypted content is dropped;
     - ``function_call`` -> ``{id: call_id, type:"function", function:{name, arguments}}``;
       ``custom_tool_call`` -> ``{id: call_id, type:"custom", custom:{name, input}}`` (the official
-      non-streaming shape; streams use a function-typed call instead, see responses_to_chat);
+      non-streaming shape; streams use a function-typed call instead: translators/reverse/machine.py);
     - hosted-tool items (web search...) are dropped;
     - ``finish_reason``: completed -> ``tool_calls`` when a call was made else ``stop``;
       incomplete -> ``length`` / ``content_filter``; completed having spent ``max_output_tokens``
@@ -215,112 +216,23 @@ def response_to_chat_completion(
         raise UpstreamProtocolError(f"the upstream Response is {json_kind(resp)}, expected an object")
     status = resp.get("status")
     if status not in ("completed", "incomplete"):
-        if status == "failed":
-            body = error_body(resp.get("error"))
-        else:
-            body = error_body(None, message=f"upstream response ended with status {status!r}")
-        raise ResponseFailed(body, error_status(body["error"]["code"]))
-    content: list[str] = []
-    refusal: list[str] = []
-    reasoning: list[str] = []
-    annotations: list[dict[str, Any]] = []
-    tool_calls: list[dict[str, Any]] = []
-    logprobs: list[dict[str, Any]] = []
-    offset = 0
-    stops = normalize(stop) if stop else ()
-    token_starts: list[int] = []  # with stops: where each logprob's token starts in the content
-    stopped = False
+        raise _failure(resp, status)
+    answer = _Answer(normalize(stop) if stop else ())
     for i, item in enumerate(up_items(up_list(resp, "output", "response"), "response.output")):
         where = f"response.output[{i}]"
         kind = up_str(item, "type", where)
         if kind == "message":
-            parts = up_items(up_list(item, "content", where), f"{where}.content")
-            texts = [
-                (up_str(p, "type", f"{where}.content[{j}]"), up_str(p, "text", f"{where}.content[{j}]") or "")
-                for j, p in enumerate(parts)
-            ]
-            item_text = "".join(text for ptype, text in texts if ptype == "output_text")
-            pos = offset + (len(SEPARATOR) if content and item_text else 0)
-            refusals: list[str] = []
-            for j, (part, (ptype, text)) in enumerate(zip(parts, texts, strict=True)):
-                pwhere = f"{where}.content[{j}]"
-                if ptype == "output_text":
-                    for ann in up_items(up_list(part, "annotations", pwhere), f"{pwhere}.annotations"):
-                        mapped = chat_annotation(ann, pos)
-                        if mapped is not None:
-                            annotations.append(mapped)
-                    lps = up_list(part, "logprobs", pwhere)
-                    if lps:
-                        entries = chat_logprobs(lps, f"{pwhere}.logprobs")
-                        logprobs.extend(entries)
-                        if stops:
-                            _token_starts(entries, pos, token_starts)
-                    pos += len(text)
-                elif ptype == "refusal":
-                    refusals.append(up_str(part, "refusal", pwhere) or "")
-            if item_text:
-                content.append(item_text)
-                offset = pos
-            _join_parts(refusals, refusal)
-            if stops and item_text:
-                joined = SEPARATOR.join(content)
-                at = find_stop(joined, stops)
-                if at is not None:  # the answer ends here: nothing after the stop sequence
-                    stopped = True
-                    content = [joined[:at]]
-                    annotations = [a for a in annotations if a["url_citation"]["start_index"] < at]
-                    for a in annotations:
-                        a["url_citation"]["end_index"] = min(a["url_citation"]["end_index"], at)
-                    logprobs = [lp for lp, start in zip(logprobs, token_starts, strict=True) if start < at]
-                    break
+            answer.message(item, where)
+            if answer.stopped:  # the answer ends here: nothing after the stop sequence
+                break
         elif kind == "reasoning":
-            for j, s in enumerate(up_items(up_list(item, "summary", where), f"{where}.summary")):
-                summary = up_str(s, "text", f"{where}.summary[{j}]")
-                if summary:
-                    reasoning.append(summary)
-            parts = up_items(up_list(item, "content", where), f"{where}.content")
-            _join_parts([up_str(c, "text", f"{where}.content[{j}]") or "" for j, c in enumerate(parts)], reasoning)
-        elif kind in ("function_call", "custom_tool_call"):
-            name = up_str(item, "name", where)
-            if not name:
-                raise UpstreamProtocolError(f"{where}: a {kind} item without a name")
-            call_id = up_str(item, "call_id", where) or up_str(item, "id", where)
-            if kind == "function_call":
-                tool_calls.append(
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": up_str(item, "arguments", where) or ""},
-                    }
-                )
-            else:
-                tool_calls.append(
-                    {
-                        "id": call_id,
-                        "type": "custom",
-                        "custom": {"name": name, "input": up_str(item, "input", where) or ""},
-                    }
-                )
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": SEPARATOR.join(content) if content else None,
-        "refusal": SEPARATOR.join(refusal) if refusal else None,
-    }
-    if reasoning:
-        message[options.reasoning_field] = SEPARATOR.join(reasoning)
-    if annotations:
-        message["annotations"] = annotations
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    if stopped:
-        finish = "stop"
-    elif status == "incomplete":
-        finish = incomplete_finish_reason(resp.get("incomplete_details"))
-    elif max_output_tokens is not None and output_tokens_of(resp) >= max_output_tokens:
-        finish = "length"
-    else:
-        finish = "tool_calls" if tool_calls else "stop"
+            answer.reasoning_item(item, where)
+        elif kind == "function_call" or kind == "custom_tool_call":
+            answer.call(item, where, kind)
+    message = answer.chat_message(options.reasoning_field)
+    finish = _finish_reason(resp, status, answer, max_output_tokens)
     created = up_number(resp, "created_at", "response")
+    logprobs = answer.logprobs
     result: dict[str, Any] = {
         "id": ids.new(CHAT_COMPLETION),
         "object": "chat.completion",
@@ -339,3 +251,133 @@ def response_to_chat_completion(
     if usage is not None:
         result["usage"] = chat_usage(usage, "response.usage")
     return result
+
+
+def _failure(resp: dict[str, Any], status: Any) -> ResponseFailed:
+    """A Response ended ``failed``, or in any status but ``completed``/``incomplete``."""
+    if status == "failed":
+        body = error_body(resp.get("error"))
+    else:
+        body = error_body(None, message=f"upstream response ended with status {status!r}")
+    return ResponseFailed(body, error_status(body["error"]["code"]))
+
+
+def _finish_reason(resp: dict[str, Any], status: str, answer: _Answer, max_output_tokens: int | None) -> str:
+    if answer.stopped:
+        return "stop"
+    if status == "incomplete":
+        return incomplete_finish_reason(resp.get("incomplete_details"))
+    if max_output_tokens is not None and output_tokens_of(resp) >= max_output_tokens:
+        return "length"
+    return "tool_calls" if answer.tool_calls else "stop"
+
+
+class _Answer:
+    """What the output items of a Response add up to, read in order (``response_to_chat_completion``)."""
+
+    __slots__ = (
+        "content",
+        "refusal",
+        "reasoning",
+        "annotations",
+        "tool_calls",
+        "logprobs",
+        "offset",
+        "stops",
+        "token_starts",
+        "stopped",
+    )
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.content: list[str] = []  # each message item's text
+        self.refusal: list[str] = []
+        self.reasoning: list[str] = []  # the segments
+        self.annotations: list[dict[str, Any]] = []
+        self.tool_calls: list[dict[str, Any]] = []
+        self.logprobs: list[dict[str, Any]] = []
+        self.offset = 0  # the length of the joined content so far
+        self.stops = stops
+        self.token_starts: list[int] = []  # with stops: where each logprob's token starts in the content
+        self.stopped = False  # the content was cut at a stop sequence
+
+    def message(self, item: dict[str, Any], where: str) -> None:
+        parts = up_items(up_list(item, "content", where), f"{where}.content")
+        texts = [
+            (up_str(p, "type", f"{where}.content[{j}]"), up_str(p, "text", f"{where}.content[{j}]") or "")
+            for j, p in enumerate(parts)
+        ]
+        item_text = "".join(text for ptype, text in texts if ptype == "output_text")
+        pos = self.offset + (len(SEPARATOR) if self.content and item_text else 0)
+        refusals: list[str] = []
+        for j, (part, (ptype, text)) in enumerate(zip(parts, texts, strict=True)):
+            pwhere = f"{where}.content[{j}]"
+            if ptype == "output_text":
+                self._text_part(part, pwhere, pos)
+                pos += len(text)
+            elif ptype == "refusal":
+                refusals.append(up_str(part, "refusal", pwhere) or "")
+        if item_text:
+            self.content.append(item_text)
+            self.offset = pos
+        _join_parts(refusals, self.refusal)
+        if self.stops and item_text:
+            self._cut_at_stop()
+
+    def _text_part(self, part: dict[str, Any], where: str, pos: int) -> None:
+        """An output_text part at ``pos`` in the content: its annotations and logprobs."""
+        for ann in up_items(up_list(part, "annotations", where), f"{where}.annotations"):
+            mapped = chat_annotation(ann, pos)
+            if mapped is not None:
+                self.annotations.append(mapped)
+        lps = up_list(part, "logprobs", where)
+        if lps:
+            entries = chat_logprobs(lps, f"{where}.logprobs")
+            self.logprobs.extend(entries)
+            if self.stops:
+                _token_starts(entries, pos, self.token_starts)
+
+    def _cut_at_stop(self) -> None:
+        joined = SEPARATOR.join(self.content)
+        at = find_stop(joined, self.stops)
+        if at is None:
+            return
+        self.stopped = True
+        self.content = [joined[:at]]
+        self.annotations = [a for a in self.annotations if a["url_citation"]["start_index"] < at]
+        for a in self.annotations:
+            a["url_citation"]["end_index"] = min(a["url_citation"]["end_index"], at)
+        self.logprobs = [lp for lp, start in zip(self.logprobs, self.token_starts, strict=True) if start < at]
+
+    def reasoning_item(self, item: dict[str, Any], where: str) -> None:
+        for j, s in enumerate(up_items(up_list(item, "summary", where), f"{where}.summary")):
+            summary = up_str(s, "text", f"{where}.summary[{j}]")
+            if summary:
+                self.reasoning.append(summary)
+        parts = up_items(up_list(item, "content", where), f"{where}.content")
+        _join_parts([up_str(c, "text", f"{where}.content[{j}]") or "" for j, c in enumerate(parts)], self.reasoning)
+
+    def call(self, item: dict[str, Any], where: str, kind: str) -> None:
+        name = up_str(item, "name", where)
+        if not name:
+            raise UpstreamProtocolError(f"{where}: a {kind} item without a name")
+        call_id = up_str(item, "call_id", where) or up_str(item, "id", where)
+        if kind == "function_call":
+            fields = {"name": name, "arguments": up_str(item, "arguments", where) or ""}
+            self.tool_calls.append({"id": call_id, "type": "function", "function": fields})
+        else:
+            fields = {"name": name, "input": up_str(item, "input", where) or ""}
+            self.tool_calls.append({"id": call_id, "type": "custom", "custom": fields})
+
+    def chat_message(self, reasoning_field: str) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": SEPARATOR.join(self.content) if self.content else None,
+            "refusal": SEPARATOR.join(self.refusal) if self.refusal else None,
+        }
+        if self.reasoning:
+            message[reasoning_field] = SEPARATOR.join(self.reasoning)
+        if self.annotations:
+            message["annotations"] = self.annotations
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        return message

@@ -1,4 +1,5 @@
-"""Responses stream events -> Chat Completions chunks (reverse direction, issue 4).
+"""Responses stream events -> Chat Completions chunks (the reverse direction: a chat client, a
+Responses backend).
 
 ``ResponsesToChatStream`` takes parsed Responses events (the driver decodes SSE, skips a
 ``data: [DONE]`` some backends send, and appends its own ``data: [DONE]``) and returns
@@ -64,33 +65,38 @@ Rules:
   ``null`` optional fields (a ``.done`` without its text, a terminal event without ``response``)
   mean "not given". The terminal Response is checked before anything of it is sent; ``usage`` is
   read (and checked) only when ``include_usage``. Unknown event types stay counted, never fatal.
+
+The machine is built in layers, one module each: ``ChunkWriter`` (translators/reverse/chunks.py:
+identity, chunks, frames, the role chunk), ``TextStream`` (text_parts.py: content, refusal,
+reasoning, annotations), ``CallStream`` (tool_calls.py), and ``ResponsesToChatStream`` here: the
+event loop (``feed``), items, the terminal event and the handler table. What it keeps of the
+stream is in stream_state.py; ``StoppingChatStream`` (stop sequences) is in stopping.py.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any, cast
-
-import orjson
+from collections.abc import Callable
+from typing import Any
 
 from crossfeed.translators.errors import UpstreamProtocolError, json_kind
-from crossfeed.translators.ids import CALL, CHAT_COMPLETION, IdFactory
+from crossfeed.translators.ids import CHAT_COMPLETION, IdFactory
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.responses.fields import bad_field, error_body, up_dict, up_items, up_list, up_str
-from crossfeed.translators.reverse.body import (
-    SEPARATOR,
-    chat_annotations,
-    chat_logprobs,
-    chat_usage,
-    incomplete_finish_reason,
-    output_tokens_of,
+from crossfeed.translators.reverse.body import chat_annotations, chat_usage, incomplete_finish_reason, output_tokens_of
+from crossfeed.translators.reverse.stream_state import (
+    CALL_TYPES,
+    OUTPUT_TEXT,
+    PART_FIELDS,
+    REASONING_TEXT,
+    SUMMARY_TEXT,
+    added_item_key,
+    event_item,
 )
-from crossfeed.translators.reverse.stop_sequences import StopMatcher
+from crossfeed.translators.reverse.tool_calls import CallStream
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
 
-_dumps = orjson.dumps
-_WAITING, _STREAMING, _DONE = "waiting", "streaming", "done"
+WAITING, STREAMING, DONE = "waiting", "streaming", "done"  # the phases of a stream
 _LIFECYCLE = frozenset(
     {"response.created", "response.queued", "response.in_progress", "response.completed", "response.incomplete"}
 )
@@ -110,131 +116,12 @@ _HOSTED_PREFIXES = (
 )
 # Last-resort net: a shape no explicit check caught still ends the stream as the upstream's fault.
 _MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError, OverflowError)
-_CALL_TYPES = {"function_call": False, "custom_tool_call": True}  # item type -> is custom
-# Final-text part types -> (part kind, field): t = output_text, r = refusal, x = reasoning_text.
-_DELTA_KINDS = {
-    "response.refusal.delta": "r",
-    "response.reasoning_summary_text.delta": "s",
-    "response.reasoning_text.delta": "x",
-}
-_PART_KINDS: dict[str | None, tuple[str, str]] = {
-    "output_text": ("t", "text"),
-    "refusal": ("r", "refusal"),
-    "reasoning_text": ("x", "text"),
-}
-_DONE_FIELDS = {
-    "response.output_text.done": ("t", "content_index", "text"),
-    "response.refusal.done": ("r", "content_index", "refusal"),
-    "response.reasoning_text.done": ("x", "content_index", "text"),
-    "response.reasoning_summary_text.done": ("s", "summary_index", "text"),
-}
 
 
-def _escape(text: str) -> str:
-    """JSON-escape a piece of a string literal (escaping is per character, so pieces concatenate)."""
-    return orjson.dumps(text)[1:-1].decode()
-
-
-def _oi(ev: dict[str, Any]) -> Any:
-    """The item an event belongs to: ``output_index`` (an integer), else ``item_id`` (a string)."""
-    oi = ev.get("output_index")
-    if type(oi) is int:
-        return oi
-    if oi is not None:
-        raise bad_field(ev["type"], "output_index", oi, "an integer")
-    item_id = ev.get("item_id")
-    if item_id is None or type(item_id) is str:
-        return item_id
-    raise bad_field(ev["type"], "item_id", item_id, "a string")
-
-
-def _item_oi(ev: dict[str, Any], item: dict[str, Any]) -> Any:
-    """``_oi`` of an item event; with neither index nor ``item_id`` (llama-server), the item's own
-    id, which its deltas name as ``item_id``."""
-    oi = _oi(ev)
-    if oi is None and type(item.get("id")) is str:
-        return item["id"]
-    return oi
-
-
-def _index(ev: dict[str, Any], key: str) -> int:
-    """``content_index`` / ``summary_index`` / ``annotation_index``: 0 when absent."""
-    value = ev.get(key)
-    if type(value) is int:
-        return value
-    if value is None:
-        return 0
-    raise bad_field(ev["type"], key, value, "an integer")
-
-
-def _delta(ev: dict[str, Any]) -> str:
-    d = ev.get("delta")
-    if type(d) is str:
-        return d
-    raise bad_field(ev["type"], "delta", d, "a string")
-
-
-class _Part:
-    __slots__ = ("pieces", "base")
-
-    def __init__(self, base: int) -> None:
-        self.pieces: list[str] = []  # upstream text sent so far (separators excluded)
-        self.base = base  # offset of this part in the joined content (annotations)
-
-
-class _Call:
-    __slots__ = ("index", "custom", "pieces", "closed")
-
-    def __init__(self, index: int, custom: bool) -> None:
-        self.index = index
-        self.custom = custom
-        self.pieces: list[str] = []  # raw arguments / input sent so far
-        self.closed = False  # custom: closing quote sent
-
-
-class _Held:
-    """Argument fragments of a call whose ``output_item.added`` (with its name) has not come yet."""
-
-    __slots__ = ("pieces", "final")
-
-    def __init__(self) -> None:
-        self.pieces: list[str] = []
-        self.final: str | None = None  # from function_call_arguments.done / custom_tool_call_input.done
-
-
-class ResponsesToChatStream:
+class ResponsesToChatStream(CallStream):
     """One Responses stream -> one chat completion stream. See the module docstring for rules."""
 
-    __slots__ = (
-        "_usage_on",
-        "_rfield",
-        "_ids",
-        "_now",
-        "_fallback_model",
-        "_phase",
-        "_id",
-        "_model",
-        "_created",
-        "_parts",
-        "_calls",
-        "_held",
-        "_anns",
-        "_last_msg",
-        "_last_seg",
-        "_content_len",
-        "_streamed",
-        "done",
-        "finish_reason",
-        "error",
-        "diagnostics",
-        "_wire",
-        "_framing",
-        "_heads",
-        "_after",
-        "usage",
-        "_limit",
-        "_role",
-    )
+    __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit")
 
     def __init__(
         self,
@@ -254,37 +141,41 @@ class ResponsesToChatStream:
         SSE frames (``bytes``, from a per-stream template) instead of dicts; all other chunks stay
         dicts. ``translators.sse.render_chat`` writes both, and the bytes are exactly what it would
         make of the dict."""
+        # ChunkWriter's state (chunks.py)
         self._usage_on = include_usage
         self._rfield = options.reasoning_field
         self._ids = ids
         self._now = now
         self._fallback_model = model or "unknown"
-        self._phase = _WAITING
-        self.done = False  # mirrors phase == done: read per upstream event by the pump
         self._id = ""
         self._model = ""
         self._created = 0
-        self._parts: dict[tuple[Any, ...], _Part] = {}  # (kind, output index, part index)
-        self._calls: dict[Any, _Call] = {}  # output index -> call, in order of appearance
-        self._held: dict[Any, _Held] = {}  # output index -> fragments waiting for their item
-        self._anns: dict[tuple[Any, ...], dict[int, Any]] = {}  # text part -> annotation_index -> raw
-        self._last_msg: Any = None  # output index of the message item that sent content last
-        self._last_seg: Any = None  # reasoning segment that sent reasoning last
-        self._content_len = 0
-        self._streamed = False  # any item-scoped event seen
-        self.finish_reason: str | None = None  # set by a successful terminal event
-        self.error: dict[str, Any] | None = None  # the error object sent, on failure
-        self.diagnostics: dict[str, int] = {}
-        # The terminal Response's ``usage`` object as the upstream sent it (completed, incomplete
-        # or failed), for the driver's accounting; unchecked unless ``include_usage``.
-        self.usage: dict[str, Any] | None = None
+        self.diagnostics = {}
         framing = framing_of(wire)
         self._wire = framing is not None
         self._framing = framing or SSE_FRAMING
-        self._heads: dict[str, bytes] = {}  # wire mode: delta key -> the frame up to the text
-        self._after = b""  # wire mode: the frame after the text
+        self._heads = {}
+        self._after = b""
+        self._role = False
+        # TextStream's (text_parts.py)
+        self._parts = {}
+        self._anns = {}
+        self._last_msg = None
+        self._last_seg = None
+        self._content_len = 0
+        self._streamed = False
+        # CallStream's (tool_calls.py)
+        self._calls = {}
+        self._held = {}
+        # the stream's
+        self._phase = WAITING
+        self.done = False  # mirrors phase == done: read per upstream event by the pump
+        self.finish_reason: str | None = None  # set by a successful terminal event
+        self.error: dict[str, Any] | None = None  # the error object sent, on failure
+        # The terminal Response's ``usage`` object as the upstream sent it (completed, incomplete
+        # or failed), for the driver's accounting; unchecked unless ``include_usage``.
+        self.usage: dict[str, Any] | None = None
         self._limit = max_output_tokens
-        self._role = False  # the role chunk is due (before the first chunk of the answer)
 
     # -- public interface ------------------------------------------------------------------
 
@@ -295,7 +186,7 @@ class ResponsesToChatStream:
 
     def feed(self, event: dict[str, Any]) -> list[Out]:
         phase = self._phase
-        if phase is _DONE:
+        if phase is DONE:
             self._count("after_terminal")
             return []
         try:
@@ -308,7 +199,7 @@ class ResponsesToChatStream:
                 handler = None  # no type at all: an unknown event (counted)
             else:
                 raise UpstreamProtocolError(f"the upstream sent an event whose type is {json_kind(t)}")
-            if phase is _STREAMING:
+            if phase is STREAMING:
                 sent = self._other(t) if handler is None else handler(self, event)
                 return self._with_role(sent) if self._role and sent else sent
         except UpstreamProtocolError as exc:
@@ -328,52 +219,21 @@ class ResponsesToChatStream:
     def finish(self, *, clean: bool = True) -> list[Out]:
         """The upstream ended (``clean``: with ``[DONE]``, else EOF). Without a terminal event
         either way is a failure: the error object."""
-        if self._phase is _DONE:
+        if self._phase is DONE:
             return []
         return self.fail("upstream_protocol_error", "upstream stream ended before a terminal event")
 
     def fail(self, code: str, message: str) -> list[Out]:
-        if self._phase is _DONE:
+        if self._phase is DONE:
             return []
         return self._with_role(self._error({"code": code, "message": message, "type": "server_error"}))
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _count(self, key: str) -> None:
-        self.diagnostics[key] = self.diagnostics.get(key, 0) + 1
-
     def _malformed(self, message: str) -> list[Out]:
         """An event of the wrong shape: the stream ends as the upstream's protocol error."""
         self._count("malformed_event")
         return self.fail("upstream_protocol_error", f"malformed upstream event: {message}")
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
-        chunk = {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self._model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-        }
-        if self._usage_on:
-            chunk["usage"] = None
-        return chunk
-
-    def _frame(self, key: str, text: str) -> bytes:
-        """Wire mode: ``_chunk({key: text})`` as its finished frame. The identity is fixed by
-        then (``_first``), so the template is made once per key and stream."""
-        head = self._heads.get(key)
-        if head is None:
-            head = self._heads[key] = (
-                b'%s{"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,'
-                b'"choices":[{"index":0,"delta":{%s:'
-                % (self._framing.data, _dumps(self._id), self._created, _dumps(self._model), _dumps(key))
-            )
-            self._after = b'},"logprobs":null,"finish_reason":null}]%s}%s' % (
-                b',"usage":null' if self._usage_on else b"",
-                self._framing.end,
-            )
-        return b"%s%s%s" % (head, _dumps(text), self._after)
 
     def _first(self, event: dict[str, Any], t: Any) -> None:
         """Start the stream (its identity; the role chunk is due) on the first known event that is
@@ -385,31 +245,14 @@ class ResponsesToChatStream:
         created = resp.get("created_at")
         if created is not None and (type(created) not in (int, float) or not math.isfinite(created)):
             raise bad_field("response", "created_at", created, "a number")
-        self._phase = _STREAMING
+        self._phase = STREAMING
         self._id = self._ids.new(CHAT_COMPLETION)
         self._model = model or self._fallback_model
         self._created = self._now() if created is None else int(created)
         self._role = True
 
-    def _with_role(self, out: list[Out]) -> list[Out]:
-        """``out`` with the role chunk in front when it is due: ``content: ""`` before text (or
-        an empty answer's finish chunk, or an error), ``null`` before a call, reasoning or a
-        refusal, as OpenAI's chat streams start (the AI SDK opens a text part for ``""``)."""
-        if not self._role or not out:
-            return out
-        self._role = False
-        first = out[0]
-        if type(first) is bytes:  # wire mode: a content or a reasoning frame
-            head = self._heads.get(self._rfield)
-            text = head is None or not first.startswith(head)
-        else:
-            choices = cast(dict[str, Any], first).get("choices")
-            delta = choices[0]["delta"] if choices else {}
-            text = "tool_calls" not in delta and "refusal" not in delta and self._rfield not in delta
-        return [self._chunk({"role": "assistant", "content": "" if text else None}), *out]
-
     def _error(self, err: Any) -> list[Out]:
-        self._phase = _DONE
+        self._phase = DONE
         self.done = True
         self.error = error_body(err)
         return [self.error]
@@ -421,260 +264,14 @@ class ResponsesToChatStream:
             self._count(("hosted_event:" if t.startswith(_HOSTED_PREFIXES) else "unknown_event:") + t)
         return []
 
-    # -- text ------------------------------------------------------------------------------
-
-    def _content(self, oi: Any, ci: Any, text: str, lps: Any = None) -> Out:
-        key = ("t", oi, ci)
-        part = self._parts.get(key)
-        raw = text
-        if oi != self._last_msg:
-            if self._last_msg is not None:
-                text = SEPARATOR + text
-            self._last_msg = oi
-        if part is None:
-            part = self._parts[key] = _Part(self._content_len + len(text) - len(raw))
-        part.pieces.append(raw)
-        self._content_len += len(text)
-        if lps:
-            return self._chunk({"content": text}, None, {"content": lps, "refusal": None})
-        if self._wire:
-            return self._frame("content", text)
-        return self._chunk({"content": text})
-
-    def _refusal(self, oi: Any, ci: Any, text: str) -> dict[str, Any]:
-        key = ("r", oi, ci)
-        part = self._parts.get(key)
-        if part is None:
-            part = self._parts[key] = _Part(0)
-        part.pieces.append(text)
-        return self._chunk({"refusal": text})
-
-    def _reasoning(self, key: tuple[Any, ...], text: str) -> Out:
-        """Reasoning text for part ``key``: a summary part is its own segment, the reasoning_text
-        parts of one item form one segment."""
-        part = self._parts.get(key)
-        if part is None:
-            part = self._parts[key] = _Part(0)
-        part.pieces.append(text)
-        segment = key if key[0] == "s" else key[1]
-        if segment != self._last_seg:
-            if self._last_seg is not None:
-                text = SEPARATOR + text
-            self._last_seg = segment
-        if self._wire:
-            return self._frame(self._rfield, text)
-        return self._chunk({self._rfield: text})
-
-    def _tail(self, holder: _Part | _Call | None, final: str | None) -> str:
-        """The part of ``final`` not yet sent by ``holder`` ("" when nothing is missing)."""
-        if not final:
-            return ""
-        if holder is None:
-            return final
-        pieces = holder.pieces
-        seen = pieces[0] if len(pieces) == 1 else "".join(pieces)
-        holder.pieces = [seen]
-        if final.startswith(seen):
-            return final[len(seen) :]
-        self._count("done_text_mismatch")
-        return ""
-
-    def _final_text(self, kind: str, oi: Any, idx: int, final: str | None) -> list[Out]:
-        """A part's final text (t/r/s/x): send the tail never seen as deltas."""
-        key = (kind, oi, idx)
-        tail = self._tail(self._parts.get(key), final)
-        if not tail:
-            return []
-        if kind == "t":
-            return [self._content(oi, idx, tail)]
-        if kind == "r":
-            return [self._refusal(oi, idx, tail)]
-        return [self._reasoning(key, tail)]
-
-    def _on_text_delta(self, ev: dict[str, Any]) -> list[Out]:
-        d = ev.get("delta")
-        if type(d) is not str:
-            raise bad_field(ev["type"], "delta", d, "a string")
-        oi = ev.get("output_index")
-        if type(oi) is not int:
-            oi = _oi(ev)
-        ci = ev.get("content_index")
-        if type(ci) is not int:
-            ci = _index(ev, "content_index")
-        lps = ev.get("logprobs")
-        if lps or (lps is not None and type(lps) is not list):  # usually [] or absent
-            if type(lps) is not list:
-                raise bad_field(ev["type"], "logprobs", lps, "an array")
-            lps = chat_logprobs(lps, f"{ev['type']}: logprobs")
-        if not d:
-            return []
-        self._streamed = True
-        return [self._content(oi, ci, d, lps)]
-
-    def _on_other_delta(self, ev: dict[str, Any]) -> list[Out]:
-        """refusal / reasoning_text / reasoning_summary_text deltas."""
-        d = _delta(ev)
-        kind = _DELTA_KINDS[ev["type"]]
-        oi = _oi(ev)
-        idx = _index(ev, "summary_index" if kind == "s" else "content_index")
-        if not d:
-            return []
-        self._streamed = True
-        if kind == "r":
-            return [self._refusal(oi, idx, d)]
-        return [self._reasoning((kind, oi, idx), d)]
-
-    def _on_text_done(self, ev: dict[str, Any]) -> list[Out]:
-        t = ev["type"]
-        oi = _oi(ev)
-        if t == "response.reasoning_summary_part.done":  # the final text is in part.text
-            part = up_dict(ev, "part", t)
-            final = up_str(part, "text", f"{t}: part") if part is not None else None
-            idx = _index(ev, "summary_index")
-            kind = "s"
-        else:
-            kind, index_key, field = _DONE_FIELDS[t]
-            final = up_str(ev, field, t)
-            idx = _index(ev, index_key)
-        self._streamed = True
-        return self._final_text(kind, oi, idx, final)
-
-    def _on_part_done(self, ev: dict[str, Any]) -> list[Out]:
-        t = ev["type"]
-        oi = _oi(ev)
-        idx = _index(ev, "content_index")
-        self._streamed = True
-        part = up_dict(ev, "part", t)
-        if part is None:
-            return []
-        kind = _PART_KINDS.get(up_str(part, "type", f"{t}: part"))
-        if kind is None:
-            return []
-        return self._final_text(kind[0], oi, idx, up_str(part, kind[1], f"{t}: part"))
-
-    def _on_annotation(self, ev: dict[str, Any]) -> list[Out]:
-        t = ev["type"]
-        key = ("t", _oi(ev), _index(ev, "content_index"))
-        ann = ev.get("annotation")
-        if type(ann) is not dict:
-            raise bad_field(t, "annotation", ann, "an object")
-        idx = ev.get("annotation_index")
-        if idx is not None and type(idx) is not int:
-            raise bad_field(t, "annotation_index", idx, "an integer")
-        self._streamed = True
-        anns = self._anns.setdefault(key, {})
-        anns[len(anns) if idx is None else idx] = ann
-        return []
-
-    # -- tool calls ------------------------------------------------------------------------
-
-    def _open_call(self, oi: Any, item: dict[str, Any], custom: bool, initial: str) -> dict[str, Any]:
-        """The first fragment of a call: index, id, type and name. Only an item can open a call:
-        a chat tool call without a name is unusable, so there is none."""
-        kind: str = item["type"]  # a call type: every caller checked it
-        name = up_str(item, "name", kind)
-        if not name:
-            raise UpstreamProtocolError(f"{kind} item without a name")
-        call_id = up_str(item, "call_id", kind) or self._ids.new(CALL)
-        call = self._calls[oi] = _Call(len(self._calls), custom)
-        call.pieces.append(initial)
-        fragment = {
-            "index": call.index,
-            "id": call_id,
-            "type": "function",
-            "function": {"name": name, "arguments": '"' + _escape(initial) if custom else initial},
-        }
-        return self._chunk({"tool_calls": [fragment]})
-
-    def _args(self, call: _Call, text: str, close: bool = False) -> dict[str, Any]:
-        call.pieces.append(text)
-        if call.custom:
-            text = _escape(text)
-            if close:
-                text += '"'
-                call.closed = True
-        return self._chunk({"tool_calls": [{"index": call.index, "function": {"arguments": text}}]})
-
-    def _on_args_delta(self, ev: dict[str, Any]) -> list[Out]:
-        d = _delta(ev)
-        oi = _oi(ev)
-        if not d:
-            return []
-        self._streamed = True
-        call = self._calls.get(oi)
-        if call is None:  # before its output_item.added: held until the item names the call
-            held = self._held.get(oi)
-            if held is None:
-                held = self._held[oi] = _Held()
-            held.pieces.append(d)
-            return []
-        return [self._args(call, d)]
-
-    def _on_args_done(self, ev: dict[str, Any]) -> list[Out]:
-        t = ev["type"]
-        final = up_str(ev, "input" if t == "response.custom_tool_call_input.done" else "arguments", t)
-        oi = _oi(ev)
-        self._streamed = True
-        call = self._calls.get(oi)
-        if call is None:
-            held = self._held.get(oi)
-            if held is None:
-                held = self._held[oi] = _Held()
-            if final is not None:
-                held.final = final
-            return []
-        return self._finish_call(oi, call, final)
-
-    def _item_call(self, oi: Any, item: dict[str, Any], custom: bool, final: str | None, done: bool) -> list[Out]:
-        """A call item (``output_item.added``, or ``.done`` / the terminal output when ``done``):
-        open the call if needed (with the fragments held for it), then send what is missing."""
-        call = self._calls.get(oi)
-        if call is not None:
-            return self._finish_call(oi, call, final) if done else []
-        held = self._held.pop(oi, None)
-        if held is not None:
-            streamed = "".join(held.pieces)
-            # With done and a final text, it includes what was held.
-            initial = final if done and final else (final or "") + streamed
-            final = held.final if held.final is not None else (final if done else None)
-        else:
-            initial = final or ""
-            final = final if done else None
-        out: list[Out] = [self._open_call(oi, item, custom, initial)]
-        if final is not None or done:
-            out += self._finish_call(oi, self._calls[oi], final)
-        return out
-
-    def _finish_call(self, oi: Any, call: _Call, final: str | None) -> list[Out]:
-        """A call's final arguments/input: send the unseen tail, close a custom call's string."""
-        out: list[Out] = []
-        tail = self._tail(call, final)
-        if call.custom:
-            if not call.closed:
-                out.append(self._args(call, tail, close=True))
-            elif tail:
-                self._count("done_text_mismatch")
-        elif tail:
-            out.append(self._args(call, tail))
-        return out
-
     # -- items -----------------------------------------------------------------------------
 
-    def _item(self, ev: dict[str, Any]) -> dict[str, Any]:
-        item = ev.get("item")
-        if type(item) is not dict:
-            raise bad_field(ev["type"], "item", item, "an object")
-        kind = item.get("type")
-        if type(kind) is not str:
-            raise bad_field(ev["type"], "item.type", kind, "a string")
-        return item
-
     def _on_item_added(self, ev: dict[str, Any]) -> list[Out]:
-        item = self._item(ev)
-        oi = _item_oi(ev, item)
+        item = event_item(ev)
+        oi = added_item_key(ev, item)
         self._streamed = True
         kind = item["type"]
-        custom = _CALL_TYPES.get(kind)
+        custom = CALL_TYPES.get(kind)
         if custom is not None:
             return self._item_call(oi, item, custom, up_str(item, "input" if custom else "arguments", kind), False)
         if kind != "message" and kind != "reasoning":
@@ -682,8 +279,8 @@ class ResponsesToChatStream:
         return []
 
     def _on_item_done(self, ev: dict[str, Any]) -> list[Out]:
-        item = self._item(ev)
-        oi = _item_oi(ev, item)
+        item = event_item(ev)
+        oi = added_item_key(ev, item)
         self._streamed = True
         return self._item_tails(oi, item, False)
 
@@ -697,20 +294,20 @@ class ResponsesToChatStream:
             parts = up_items(up_list(item, "content", kind), "message.content")
             for ci, part in enumerate(parts):
                 where = f"message.content[{ci}]"
-                pk = _PART_KINDS.get(up_str(part, "type", where))
-                if pk is not None:
-                    out += self._final_text(pk[0], oi, ci, up_str(part, pk[1], where))
-                    if pk[0] == "t":
+                found = PART_FIELDS.get(up_str(part, "type", where))
+                if found is not None:
+                    out += self._final_text(found.kind, oi, ci, up_str(part, found.field, where))
+                    if found.kind == OUTPUT_TEXT:
                         anns = up_items(up_list(part, "annotations", where), f"{where}.annotations")
                         if anns:
-                            self._anns[("t", oi, ci)] = dict(enumerate(anns))
+                            self._anns[(OUTPUT_TEXT, oi, ci)] = dict(enumerate(anns))
         elif kind == "reasoning":
             for si, s in enumerate(up_items(up_list(item, "summary", kind), "reasoning.summary")):
-                out += self._final_text("s", oi, si, up_str(s, "text", f"reasoning.summary[{si}]"))
+                out += self._final_text(SUMMARY_TEXT, oi, si, up_str(s, "text", f"reasoning.summary[{si}]"))
             for ci, c in enumerate(up_items(up_list(item, "content", kind), "reasoning.content")):
-                out += self._final_text("x", oi, ci, up_str(c, "text", f"reasoning.content[{ci}]"))
-        elif kind in _CALL_TYPES:
-            custom = _CALL_TYPES[kind]
+                out += self._final_text(REASONING_TEXT, oi, ci, up_str(c, "text", f"reasoning.content[{ci}]"))
+        elif kind in CALL_TYPES:
+            custom = CALL_TYPES[kind]
             out += self._item_call(oi, item, custom, up_str(item, "input" if custom else "arguments", kind), True)
         elif count_hosted:
             self._count(f"hosted_item:{kind}")
@@ -741,14 +338,13 @@ class ResponsesToChatStream:
                 out += self._item_tails(i, item, True)
         for oi in list(self._held):  # fragments whose item never came: the final output may name it
             named = output[oi] if type(oi) is int and 0 <= oi < len(output) else None
-            if type(named) is dict and named.get("type") in _CALL_TYPES:
+            if type(named) is dict and named.get("type") in CALL_TYPES:
                 out += self._item_tails(oi, named, False)
             else:
                 self._held.pop(oi)
                 self._count("call_without_added")
-        for call in self._calls.values():
-            if call.custom and not call.closed:
-                out.append(self._args(call, "", close=True))
+        if self._calls:
+            out += self._close_custom_calls()
         if self._anns:
             anns = chat_annotations(
                 (
@@ -764,20 +360,11 @@ class ResponsesToChatStream:
         out.append(self._chunk({}, finish))
         if self._usage_on:
             if usage is not None:
-                out.append(
-                    {
-                        "id": self._id,
-                        "object": "chat.completion.chunk",
-                        "created": self._created,
-                        "model": self._model,
-                        "choices": [],
-                        "usage": usage,
-                    }
-                )
+                out.append(self._usage_chunk(usage))
             else:
                 self._count("usage_missing")
         self.finish_reason = finish
-        self._phase = _DONE
+        self._phase = DONE
         self.done = True
         return out
 
@@ -829,175 +416,3 @@ _HANDLERS: dict[Any, Callable[[ResponsesToChatStream, dict[str, Any]], list[Out]
     "response.reasoning_summary_part.added": _S._ignore,
     "keepalive": _S._ignore,
 }
-
-
-class StoppingChatStream(ResponsesToChatStream):
-    """``ResponsesToChatStream`` for a chat request with ``stop``, which the Responses API lacks:
-    crossfeed cuts the content at the first stop sequence itself (translators/reverse/stop_sequences.py).
-    A plain ``ResponsesToChatStream`` serves every request without ``stop``: this class costs
-    those nothing.
-
-    Rules (on top of the stream's):
-    - Only ``delta.content`` is matched: reasoning, refusals and tool-call arguments are never cut.
-      Content that may be the start of a stop sequence is held back, and sent as soon as the
-      next text shows it is not one (or before the annotations / finish chunk, or an error).
-    - At the cut: the content up to the stop sequence (the sequence itself is not sent), an open
-      custom call's closing quote, the finish chunk with ``finish_reason: "stop"``, then with
-      ``include_usage`` the usage chunk; then ``done``: the driver stops reading and closes the
-      upstream request, so the backend stops generating. The upstream has reported no usage by
-      then, so the usage is estimated as crossfeed estimates tokens elsewhere (4 bytes a token):
-      ``prompt_tokens`` is the caller's ``prompt_tokens``, ``completion_tokens`` counts the
-      content, reasoning, refusal and arguments sent (``reasoning_tokens`` the reasoning); the
-      diagnostics count ``stop_sequence`` and ``usage_estimated``. ``usage`` (the driver's
-      accounting) is that estimate as ``{input_tokens, output_tokens}``.
-    - Logprob entries go out with the text their token starts in; those of text past the cut
-      are dropped with it.
-    - Chunks are dicts (no wire mode): content must be matched before it is rendered.
-    """
-
-    __slots__ = ("_matcher", "_fed", "_sent", "_sent_bytes", "_lps", "_prompt_tokens")
-
-    def __init__(
-        self,
-        *,
-        stop: Sequence[str],
-        prompt_tokens: int = 0,
-        include_usage: bool,
-        options: BackendProfile,
-        ids: IdFactory,
-        now: Callable[[], int],
-        model: str | None = None,
-        wire: bool | Framing = False,
-        max_output_tokens: int | None = None,
-    ) -> None:
-        super().__init__(
-            include_usage=include_usage,
-            options=options,
-            ids=ids,
-            now=now,
-            model=model,
-            wire=False,
-            max_output_tokens=max_output_tokens,
-        )
-        self._matcher = StopMatcher(stop)
-        self._fed = 0  # characters of content given to the matcher
-        self._sent = 0  # characters of content sent
-        self._sent_bytes = 0
-        self._lps: list[tuple[int, dict[str, Any]]] = []  # (token start, entry), not sent yet
-        self._prompt_tokens = prompt_tokens
-
-    def feed(self, event: dict[str, Any]) -> list[Out]:
-        return self._stopping(super().feed(event))
-
-    def finish(self, *, clean: bool = True) -> list[Out]:
-        return self._stopping(super().finish(clean=clean))
-
-    def fail(self, code: str, message: str) -> list[Out]:
-        return self._stopping(super().fail(code, message))
-
-    def _stopping(self, outputs: list[Out]) -> list[Out]:
-        if not outputs:
-            return outputs
-        # The stream below runs without wire mode (``wire=False`` above): every output is a dict.
-        outs = cast(list[dict[str, Any]], outputs)
-        res: list[Out] = []
-        matcher = self._matcher
-        for out in outs:
-            choices = out.get("choices")
-            if choices:
-                choice = choices[0]
-                delta = choice["delta"]
-                text = delta.get("content")
-                if text and "role" not in delta:
-                    lps = choice["logprobs"]
-                    if lps is not None:  # the tokens end with the text (a separator may lead it)
-                        entries = lps["content"]
-                        start = self._fed + max(0, len(text) - sum(len(e["token"] or "") for e in entries))
-                        for entry in entries:
-                            self._lps.append((start, entry))
-                            start += len(entry["token"] or "")
-                    self._fed += len(text)
-                    released = matcher.feed(text)
-                    if released:
-                        res.append(self._released(out, released))
-                    if matcher.stopped:
-                        res += self._stop_here()
-                        return res
-                    continue
-                if choice["finish_reason"] is not None or "annotations" in delta:
-                    res += self._flush()
-            elif "error" in out:
-                res += self._flush()
-            res.append(out)
-        return res
-
-    def _released(self, chunk: dict[str, Any], text: str, *, last: bool = False) -> dict[str, Any]:
-        """``chunk`` carrying ``text``, the content released, with the logprobs of its tokens."""
-        choice = chunk["choices"][0]
-        choice["delta"]["content"] = text
-        self._sent += len(text)
-        self._sent_bytes += len(text.encode())
-        lps = self._lps
-        if lps:
-            upto = len(lps) if last else next((i for i, (start, _) in enumerate(lps) if start >= self._sent), len(lps))
-            choice["logprobs"] = {"content": [entry for _, entry in lps[:upto]], "refusal": None} if upto else None
-            del lps[:upto]
-        else:
-            choice["logprobs"] = None
-        return chunk
-
-    def _flush(self) -> list[Out]:
-        """The end of the content (annotations, finish chunk, an error): release what is held."""
-        tail = self._matcher.finish()
-        if not tail:
-            self._lps.clear()
-            return []
-        return [self._released(self._chunk({"content": tail}), tail, last=True)]
-
-    def _stop_here(self) -> list[Out]:
-        self._lps.clear()
-        out: list[Out] = [
-            self._args(call, "", close=True) for call in self._calls.values() if call.custom and not call.closed
-        ]
-        out.append(self._chunk({}, "stop"))
-        self._count("stop_sequence")
-        if self.usage is None:  # cut before the terminal event: nothing reported, estimated
-            self.usage = self._estimate()
-            usage = None
-            if self._usage_on:
-                self._count("usage_estimated")
-                usage = self._estimated_chat_usage()
-        else:  # the terminal event's output was being replayed: its usage is the upstream's
-            usage = chat_usage(self.usage, "response.usage") if self._usage_on else None
-        if usage is not None:
-            out.append(
-                {
-                    "id": self._id,
-                    "object": "chat.completion.chunk",
-                    "created": self._created,
-                    "model": self._model,
-                    "choices": [],
-                    "usage": usage,
-                }
-            )
-        self.finish_reason = "stop"
-        self._phase = _DONE
-        self.done = True
-        return out
-
-    def _estimate(self) -> dict[str, int]:
-        other = sum(len("".join(p.pieces).encode()) for key, p in self._parts.items() if key[0] != "t")
-        args = sum(len("".join(c.pieces).encode()) for c in self._calls.values())
-        return {"input_tokens": self._prompt_tokens, "output_tokens": math.ceil((self._sent_bytes + other + args) / 4)}
-
-    def _estimated_chat_usage(self) -> dict[str, Any]:
-        reasoning = sum(len("".join(p.pieces).encode()) for key, p in self._parts.items() if key[0] in ("s", "x"))
-        assert self.usage is not None
-        prompt, completion = self.usage["input_tokens"], self.usage["output_tokens"]
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": math.ceil(reasoning / 4)},
-        }

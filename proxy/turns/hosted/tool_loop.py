@@ -192,7 +192,7 @@ def next_body(
 def _machine(turn: Turn, create: Create, loop: ToolLoop, framing: Framing | bool = False) -> HostedLeg:
     tools = dataclasses.replace(create.mapped.tools, hosted=loop.names)
     # the echo never carries an MCP server's headers
-    main = forward_machine(turn, redacted(create.body), tools, framing)
+    main = forward_machine(turn, redacted(create.body), create.mapped, framing, tools)
     return HostedLeg(main, loop)
 
 

@@ -18,8 +18,9 @@ from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.reverse.body import response_to_chat_completion
-from crossfeed.translators.reverse.machine import ResponsesToChatStream, StoppingChatStream
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.stop_sequences import StopMatcher, cut, find_stop, normalize
+from crossfeed.translators.reverse.stopping import StoppingChatStream
 from crossfeed.translators.sse import DONE_FRAME, render_chat
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import accumulate_chat, validate_chat_chunks, validate_chat_sse
