@@ -43,7 +43,6 @@ from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.proxy.upstream import open_upstream
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.forward.request import MappedRequest, responses_request_to_chat
-from crossfeed.translators.forward.web_search_items import search_function_name
 from crossfeed.translators.options import ToolContext
 from crossfeed.translators.pump import Machine, Out, Pump
 from crossfeed.translators.responses.normalize import NormalizeResponses
@@ -95,14 +94,13 @@ def map_forward(turn: Turn, body: dict[str, Any], history: list[dict[str, Any]] 
     plans need of the request: they read the mapping, not the body (request.MappedRequest)."""
     seal = turn.seal
     owner = turn.owner
-    searching = turn.config.web_search.backend is not None
     mapped = responses_request_to_chat(
         body,
         turn.upstream.profile,
         history=history,
         reveal_reasoning=seal.open,
         open_summary=lambda token: seal.open_summary(token, owner),
-        search_function=search_function_name(body.get("tools")) if searching else None,
+        web_search=turn.config.web_search.backend is not None,
     )
     mapped.chat["model"] = turn.upstream.model_map.get(mapped.model, mapped.model)
     if mapped.ignored:

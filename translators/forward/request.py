@@ -44,7 +44,7 @@ Rules:
   mcp_call items -> the tool exchange they were; an mcp_approval_request answered by an
       mcp_approval_response (mcp_results: what came of it) -> the call and its result;
       unanswered requests, mcp_list_tools -> nothing (mcp_items.py)
-  web_search_call items, with search_function (crossfeed runs web search) -> the tool
+  web_search_call items, with web_search (crossfeed runs web search) -> the tool
       exchange they were (web_search_items.replayed); without it -> dropped, ignored
   conversation, prompt, background:true -> 400 naming the param
   truncation:"auto", service_tier, prompt_cache_key, safety_identifier, max_tool_calls,
@@ -75,7 +75,7 @@ from crossfeed.translators.forward import compaction as cmp
 from crossfeed.translators.forward import mcp_items
 from crossfeed.translators.forward.input import InputMessages, OpenSummary, Reveal
 from crossfeed.translators.forward.tools import ToolTable, map_text, map_tool_choice, map_tools
-from crossfeed.translators.forward.web_search_items import WebSearchRequest, search_request
+from crossfeed.translators.forward.web_search_items import WebSearchRequest, search_function_name, search_request
 from crossfeed.translators.options import CUSTOM_ARG, BackendProfile, ToolContext
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.
@@ -183,7 +183,7 @@ def responses_request_to_chat(
     history: list[dict] | None = None,
     reveal_reasoning: Reveal | None = None,
     open_summary: OpenSummary | None = None,
-    search_function: str | None = None,
+    web_search: bool = False,
     mcp_results: Mapping[str, str] | None = None,
 ) -> MappedRequest:
     """Map a Responses create request onto a Chat Completions request (the rules: the module's docstring)."""
@@ -201,6 +201,7 @@ def responses_request_to_chat(
     chat: dict[str, Any] = {"model": model}
 
     trigger = cmp.trigger_in(body.get("input"))
+    search_function = search_function_name(body.get("tools")) if web_search else None
     msgs = InputMessages(options, reveal_reasoning, ignored, open_summary, search_function)
     msgs.client_functions = frozenset(
         t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
