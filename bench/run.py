@@ -68,7 +68,6 @@ import pyspy  # noqa: E402
 import upstream as upstream_mod  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 BUDGETS = {
     "geomean": 1.3,

@@ -1,4 +1,4 @@
-"""Server-sent events: an incremental decoder and the two frame encoders.
+"""Server-sent events: an incremental decoder, and the renderers of a machine's outputs as frames.
 
 The decoder follows the WHATWG event-stream rules on *bytes*: lines end in LF, CR or CRLF (a CR
 at the end of one chunk and the LF at the start of the next count once), ``:`` starts a comment,
@@ -220,13 +220,3 @@ def render_json(events: list[Any]) -> list[bytes]:
         return events
     dumps = orjson.dumps
     return [ev if ev.__class__ is bytes else dumps(ev) for ev in events]
-
-
-def encode_named(event_type: bytes, data: bytes) -> bytes:
-    """One Responses frame: ``event: <type>`` then ``data: <json>``."""
-    return b"event: " + event_type + b"\ndata: " + data + b"\n\n"
-
-
-def encode_data(data: bytes) -> bytes:
-    """One Chat Completions frame: ``data: <json>`` alone."""
-    return b"data: " + data + b"\n\n"

@@ -73,7 +73,6 @@ class _Queued:
     blob: bytes
     keys: list[tuple[str, str]]  # (owner tag, item id) of its items
     owner: str | None
-    since: float
     attempts: int = 0
 
 
@@ -179,7 +178,7 @@ class SaveKeeper:
             return
         self._remove(record.id)
         tag = owner_tag(record.owner)
-        entry = _Queued(blob, [(tag, i) for i in item_ids(record)], record.owner, self.clock())
+        entry = _Queued(blob, [(tag, i) for i in item_ids(record)], record.owner)
         self._queue[record.id] = entry
         self._bytes += len(blob)
         for key in entry.keys:

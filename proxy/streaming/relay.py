@@ -28,10 +28,8 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 
 from crossfeed.proxy.streaming.deadline import Deadline
-from crossfeed.proxy.streaming.sinks import EventStreamResponse, FrameSink, P
+from crossfeed.proxy.streaming.sinks import FrameSink, P
 from crossfeed.translators.pump import Machine, Out, Pump
-
-__all__ = ["Draining", "EventStreamResponse", "OpenStream", "RelayStats", "relay"]
 
 # How long the start events wait for the first upstream data to share its write.
 FIRST_FLUSH = 0.05
@@ -70,7 +68,6 @@ class RelayStats:
     events_out: int = 0
     ending: str = ""
     error: str | None = None
-    first_byte_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,7 +89,7 @@ async def relay(
 
     ``initial`` (the start events) goes out with the first upstream data, or alone after
     ``FIRST_FLUSH`` seconds of upstream silence, so a fast answer costs one write, not two (three
-    with the headers of a plain ``StreamResponse``; see ``EventStreamResponse``). The last
+    with the headers of a plain ``StreamResponse``; see ``sinks.EventStreamResponse``). The last
     write is the sink's ``close`` (for SSE it ends the chunked body and adds ``[DONE]``), unless
     ``close`` is false: a leg another leg of the same Response follows leaves the sink open, and
     the exchange closes it once the Response has ended. ``before_end(machine)`` is awaited before

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from crossfeed.translators.sse import DONE_FRAME, SSEDecoder, encode_data, encode_named
+from crossfeed.translators.sse import DONE_FRAME, SSEDecoder
 from tests.support.captures import CAPTURES, capture_path, captures_dir
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import (
@@ -44,6 +44,16 @@ def _data_frames(raw: bytes) -> list[dict]:
     decoder = SSEDecoder()
     frames = [*decoder.feed(raw), *decoder.finish()]
     return [orjson.loads(data) for _, data in frames if data != b"[DONE]"]
+
+
+def encode_named(event_type: bytes, data: bytes) -> bytes:
+    """One Responses frame: ``event: <type>`` then ``data: <json>``."""
+    return b"event: " + event_type + b"\ndata: " + data + b"\n\n"
+
+
+def encode_data(data: bytes) -> bytes:
+    """One Chat Completions frame: ``data: <json>`` alone."""
+    return b"data: " + data + b"\n\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from crossfeed.translators.checks import (
 from crossfeed.translators.options import CUSTOM_ARG, NO_TOOLS, ToolContext
 
 NAMESPACE_SEPARATOR = "__"
-_MISSING = object()
 
 
 # ---------------------------------------------------------------- text.format
