@@ -5,7 +5,7 @@
     .venv/bin/python bench/account.py --tree /tmp/cf-base   # another build (an exported tree)
     .venv/bin/python bench/account.py --json account.json --scenarios forward,reverse
 
-Scenarios (issue 33):
+Scenarios:
 
   forward   a Responses client -> crossfeed -> the fake chat upstream (bench/upstream.py), one
             20-delta text stream (24 upstream frames): the body of bench/run.py's cells

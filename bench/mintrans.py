@@ -1,11 +1,11 @@
-"""Calibration target: the *minimal* translating proxy described in issue 5.
+"""Calibration target: the *minimal* translating proxy, the design the CPU budgets were set against.
 
 Not a usable translator. It parses each upstream SSE frame once with orjson and writes one
 delta event per upstream delta, with no lifecycle beyond a first and a last event, and one
-socket write per upstream read. Issue 5 quotes this design at about 1.1x the pass-through's CPU
-per chunk (geometric mean of the throughput cells); running it in the same harness
-(``bench/run.py --targets passthrough,mintrans,crossfeed``) tells whether this machine and
-harness are in the regime where the issue's budgets were set.
+socket write per upstream read. The budgets (docs/benchmark.md) assume this design costs a little
+more than the pass-through per chunk (the figures are in the README's Benchmark section); running
+it in the same harness (``bench/run.py --targets passthrough,mintrans,crossfeed``) tells whether
+this machine and harness are in the regime where the budgets were set.
 
     python bench/mintrans.py --port 8103 --upstream http://127.0.0.1:8101/v1 [--upstream-api responses]
 

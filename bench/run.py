@@ -76,7 +76,7 @@ BUDGETS = {
     "paced_p99_ratio": 1.5,
     "paced_cpu_ratio": 1.5,
     "rss_kib_per_stream": 64.0,
-    # issue 18: A/B against the build before a change; WebSocket cells
+    # A/B against the build before a change; WebSocket cells
     "ab_geomean": 1.03,
     "ab_max_cell": 1.10,
     "ws_cpu_vs_sse": 1.0,
