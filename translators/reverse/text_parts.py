@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from crossfeed.translators.responses.fields import bad_field, up_dict, up_str
 from crossfeed.translators.reverse.body import SEPARATOR, chat_logprobs
 from crossfeed.translators.reverse.chunks import ChunkWriter
@@ -28,6 +30,8 @@ from crossfeed.translators.reverse.stream_state import (
     part_index,
 )
 from crossfeed.translators.sse import Out
+
+_dumps = orjson.dumps
 
 
 class TextStream(ChunkWriter):
@@ -55,7 +59,10 @@ class TextStream(ChunkWriter):
         if lps:
             return self._chunk({"content": text}, None, {"content": lps, "refusal": None})
         if self._wire:
-            return self._frame("content", text)
+            head = self._heads.get("content")
+            if head is None:  # the stream's first content frame: _frame makes the template
+                return self._frame("content", text)
+            return b"%s%s%s" % (head, _dumps(text), self._after)  # _frame's, without a call a delta
         return self._chunk({"content": text})
 
     def _refusal(self, oi: Any, ci: Any, text: str) -> dict[str, Any]:
@@ -80,7 +87,10 @@ class TextStream(ChunkWriter):
                 text = SEPARATOR + text
             self._last_seg = segment
         if self._wire:
-            return self._frame(self._rfield, text)
+            head = self._heads.get(self._rfield)
+            if head is None:
+                return self._frame(self._rfield, text)
+            return b"%s%s%s" % (head, _dumps(text), self._after)
         return self._chunk({self._rfield: text})
 
     def _tail(self, holder: Part | Call | None, final: str | None) -> str:
