@@ -12,7 +12,7 @@ Interface (shared by every incremental machine in this package)::
     decoder.finish()    -> list[SSEEvent]     a last event left unterminated at end of stream
 
 An event is a plain ``(event name or None, data)`` tuple: it is built once per upstream frame,
-and a tuple costs a tenth of a NamedTuple to make and to unpack.
+and a tuple is much cheaper than a NamedTuple to make and to unpack (docs/DESIGN.md).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class SSEDecoder:
         # whole events of one "data: " line each (chat), or of "event: " + "data: " (Responses).
         # Then every LF in it belongs to a known place, so a split and an LF count prove the
         # shape with a few C-level scans instead of a call per line. (`find` rather than `in`:
-        # `b"\r" in chunk` first tries the operand as an integer and costs twice as much.)
+        # `b"\r" in chunk` first tries the operand as an integer, which is slower.)
         if (
             not self._tail
             and not self._data

@@ -369,10 +369,10 @@ def reserve_descriptors(limit: int = MAX_RESERVED_DESCRIPTORS) -> int:
 
     Every stream holds two sockets. Linux grows a process's descriptor table by doubling
     (64, 256, 512, 1,024... slots), and in a process with threads (the event loop's resolver
-    pool) each growth waits for an RCU grace period: the whole event loop stopped for 5-15 ms
+    pool) each growth waits for an RCU grace period: the whole event loop stopped for milliseconds
     each time the open connections crossed 128, 256, 512... streams, so every token of every
-    open stream waited too (a loop-lag monitor at 256 paced streams: a stall of that length at
-    each crossing, with no CPU used; none once the table is grown at start-up). Grown here,
+    open stream waited too (a loop-lag monitor at 256 paced streams saw a stall at each
+    crossing, with no CPU used, and none once the table is grown at start-up: docs/DESIGN.md). Grown here,
     before any thread exists, the table never grows again. The soft limit is raised as systemd
     asks of services that need more than 1,024 descriptors; a proxy holding two per stream does.
     """
@@ -405,10 +405,10 @@ def _tune_gc() -> None:
     """Everything imported and built at start-up lives for the whole process: freeze it, so the
     cyclic collector stops rescanning it (each full pass used to walk the whole start-up heap).
 
-    The young generation is collected every 2,000 net allocations: each pass then takes well
-    under a millisecond with 256 streams open. At 20,000 the passes were rare but took up to
-    6 ms, and every delta that arrived meanwhile waited: the paced benchmark's p99 latency went
-    from 1.8-2.3 ms to 3.5-6.9 ms, for no CPU saved (A/B, bench/)."""
+    The young generation is collected every 2,000 net allocations, so each pass stays short
+    with many streams open. A much larger threshold made the passes rare but long, and every
+    delta that arrived during one waited: the paced benchmark's p99 latency rose, for no CPU
+    saved (measured in docs/DESIGN.md)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(2_000, 10, 10)
@@ -420,10 +420,10 @@ SWITCH_INTERVAL = 0.0005
 
 def _tune_threads() -> None:
     """The SQLite store's thread takes the GIL back after each statement; with the event loop busy
-    it waited up to 5 ms each time, and a stream's terminal event waits for its save: at 16
-    concurrent clients on one saturated process, saving before final added +12 to +16 ms
-    (median) at the default interval, +6 to +8 ms at 0.5 ms, and no less at 0.1 ms
-    (bench/store_latency.py). With one thread runnable nothing changes: no switch is forced."""
+    it waited a whole default interval each time, and a stream's terminal event waits for its
+    save: on a saturated process the shorter interval takes about half of what saving before
+    the terminal event added, and a still shorter one nothing more (docs/benchmark.md,
+    bench/store_latency.py). With one thread runnable nothing changes: no switch is forced."""
     sys.setswitchinterval(SWITCH_INTERVAL)
 
 

@@ -109,10 +109,9 @@ class BatchedLines:
     ``FLUSH_SECONDS`` after its first line, as soon as ``FLUSH_BYTES`` wait, with the next warning or error
     line (which never waits), and at exit. Outside a running event loop every line is written
     at once. One write per batch instead of one per line: the summary line is written for every
-    request, and with the log on a file that write was ~25 µs of the ~400 µs of CPU a 20-chunk
-    request takes at 16 concurrent streams (bench/, a fixed request count, 3 interleaved runs).
-    Batches stay small: at 64 KiB the allocator handed the batch's memory back to the kernel and
-    took it again (~0.85 page faults per request), which cost more than the writes saved. The
+    request, and with the log on a file its own write was a noticeable share of a short request's
+    CPU (measured in docs/DESIGN.md). Batches stay small: at 64 KiB the allocator handed the
+    batch's memory back to the kernel and took it again, which cost more than the writes saved. The
     access logs of nginx (``buffer=``/``flush=``) make the same trade. A batch never grows past
     ``limit`` (but for one longer line): the workers of ``serve --workers`` share one stderr, and a
     write of at most ``PIPE_BUF`` bytes to a pipe is never interleaved with another's."""

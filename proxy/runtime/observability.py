@@ -372,8 +372,8 @@ def summary_line(log: Any, event: str, fields: dict[str, Any]) -> None:
     """``log.info(event, **fields)`` as structlog runs it (``BoundLoggerBase._process_event``: the
     bound context, then the fields, then ``event``, through every processor, the result to the
     wrapped logger's ``info``), without the three times structlog packs the fields into keyword
-    arguments again on the way: this line is written for every request (bench/account.py,
-    callgrind: 57,900 -> 31,000 instructions a line). A logger that is not a structlog bound
+    arguments again on the way: this line is written for every request (what that saves is measured in
+    docs/DESIGN.md). A logger that is not a structlog bound
     logger, or that filters out info, gets the plain call."""
     processors = getattr(log, "_processors", None)
     enabled = getattr(log, "is_enabled_for", None)

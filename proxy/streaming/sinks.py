@@ -106,7 +106,7 @@ class WebSocketSink:
 
     The frames of one payload (the events of one upstream read) go out in one transport write,
     as SSE frames do: each ``send_frame`` is a socket write of its own, and one per event cost
-    twice the CPU per chunk of SSE (bench: ws c16 n2000). The socket is made without
+    far more CPU per chunk than SSE (measured in docs/DESIGN.md). The socket is made without
     compression, so a frame is a 2-10 byte header and the JSON (RFC 6455 5.2; server frames are
     not masked). Flow control is aiohttp's: while the transport has paused writing, the write
     waits on the connection's ``drain``."""

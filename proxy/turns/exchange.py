@@ -163,8 +163,8 @@ async def run_leg(
 
     The relay runs as its own task. A coroutine that waits for upstream data is resumed through
     every coroutine awaiting it; in the handler's task that is the middlewares, the endpoint
-    and the handler, once per upstream read. In its own task the chain is the relay alone: 3-8 %
-    less CPU per chunk on short streams and at 256 paced streams (bench A/B). Cancelling the
+    and the handler, once per upstream read. In its own task the chain is the relay alone, which
+    costs less CPU per chunk (measured in docs/DESIGN.md). Cancelling the
     caller (the client hung up) cancels the task it awaits, and the relay closes the upstream
     on its way out; if it is cancelled before it ever ran, that is done here."""
     app = turn.app
