@@ -772,7 +772,7 @@ def test_responses_sse_allows_cut_stream_when_asked() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Item status (wire-spec 1.4 / 1.9; pitfalls.md: a missing item status breaks strict clients)
+# Item status (docs/wire-facts.md, Output items: a missing item status breaks strict clients)
 # ---------------------------------------------------------------------------------------------
 
 

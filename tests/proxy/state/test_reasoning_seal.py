@@ -265,7 +265,7 @@ def test_revealed_reasoning_goes_on_the_assistant_message(field: str) -> None:
 
 
 def test_revealed_reasoning_goes_on_the_tool_call_turn() -> None:
-    # DeepSeek thinking mode rejects a tool-call turn whose reasoning was not sent back (wire-spec 2.7).
+    # DeepSeek thinking mode rejects a tool-call turn whose reasoning was not sent back (docs/wire-facts.md, Reasoning fields).
     token = ReasoningSeal(SECRET).seal("Run ls.")
     items = [
         USER,

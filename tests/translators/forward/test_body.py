@@ -1,10 +1,11 @@
 """Non-streaming forward bodies: ``chat.completion`` -> Responses ``Response`` (translators/forward/body.py).
 
-Expected values come from the wire facts in /work/shared/docs/wire-spec.md, not from the code's
-output: finish reasons and usage (4.3, 2.5), the Response object and its output items (1.8, 1.9),
-id prefixes (1.10), failure shape (1.6), reasoning spellings (2.7). Output items are compared
-without their ``id`` (checked apart: unique, with the wire prefix); reasoning items are compared by
-their text, since 4.3 allows it as ``content`` reasoning_text or ``summary`` summary_text.
+Expected values come from the wire facts in docs/wire-facts.md, not from the code's output: finish
+reasons and usage ("Non-streamed bodies", "Finish reasons"), the Response object and its output
+items, id prefixes ("Ids"), failure shape ("Failures"), reasoning spellings ("Reasoning fields").
+Output items are compared without their ``id`` (checked apart: unique, with the wire prefix);
+reasoning items are compared by their text, since the wire facts allow it as ``content``
+reasoning_text or ``summary`` summary_text.
 
 The last section checks the module's promise: the non-streaming Response is the object the
 terminal event of the equivalent stream carries (``ChatToResponsesStream``), given the same
@@ -31,9 +32,9 @@ NOW = 1_700_000_000
 PATCH = '*** Begin Patch\n*** Add File: hello.txt\n+hello "world" ✓\n*** End Patch\n'
 CUSTOM = ToolContext(custom_tools=frozenset({"apply_patch"}))
 
-# wire-spec 1.10
+# docs/wire-facts.md, Ids
 PREFIX = {"message": "msg_", "reasoning": "rs_", "function_call": "fc_", "custom_tool_call": "ctc_"}
-# wire-spec 1.9: items that carry a status, and its values
+# docs/wire-facts.md, Output items: items that carry a status, and its values
 ITEM_STATUSES = {"in_progress", "completed", "incomplete"}
 STATUS_ITEMS = ("message", "function_call", "custom_tool_call")
 
@@ -43,7 +44,7 @@ def clock() -> int:
 
 
 class Prefixed:
-    """Equal to any non-empty id with this prefix (generated ids are opaque, wire-spec 1.10)."""
+    """Equal to any non-empty id with this prefix (generated ids are opaque: docs/wire-facts.md, Ids)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -77,7 +78,7 @@ def completion(
     usage: dict[str, Any] | None = None,
     **choice: Any,
 ) -> dict[str, Any]:
-    """A ``chat.completion`` body (wire-spec 4.1) with one choice."""
+    """A ``chat.completion`` body (docs/wire-facts.md, Non-streamed bodies) with one choice."""
     body: dict[str, Any] = {
         "id": "chatcmpl-abc",
         "object": "chat.completion",
@@ -109,7 +110,7 @@ def translate(body: Any, request: dict[str, Any] = REQUEST, **kw: Any) -> dict[s
     return chat_completion_to_response(body, request, ids=SequentialIds(), now=clock, **kw)
 
 
-# -- expected output items (wire-spec 1.9) --------------------------------------------------------
+# -- expected output items (docs/wire-facts.md, Output items) -------------------------------------
 
 
 def text(value: str, annotations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -149,7 +150,8 @@ def shape(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def well_formed(resp: dict[str, Any]) -> None:
-    """What every Response must satisfy, whatever the answer (wire-spec 1.8, 1.9, 1.10)."""
+    """What every Response must satisfy, whatever the answer (docs/wire-facts.md, The Response object,
+    Output items, Ids)."""
     assert resp["object"] == "response"
     assert resp["id"] == Prefixed("resp_")
     assert resp["created_at"] == NOW
@@ -181,7 +183,7 @@ def well_formed(resp: dict[str, Any]) -> None:
         assert isinstance(usage["output_tokens_details"]["reasoning_tokens"], int)
 
 
-# -- finish_reason -> status (wire-spec 4.3, 2.5) -------------------------------------------------
+# -- finish_reason -> status (docs/wire-facts.md, Non-streamed bodies, Finish reasons) ------------
 
 
 @dataclass(frozen=True)
@@ -290,7 +292,8 @@ def test_finish_reason_and_output(row: Row) -> None:
 
 
 def test_insufficient_system_resource_fails_with_partial_output() -> None:
-    # wire-spec 2.5: a failure, not a success; 1.6: failed carries the output, unfinished items incomplete.
+    # A failure, not a success (docs/wire-facts.md, Finish reasons); failed carries the output, unfinished
+    # items incomplete (Failures).
     resp = translate(completion({"content": "Partial"}, "insufficient_system_resource"))
     well_formed(resp)
     assert resp["status"] == "failed"
@@ -330,7 +333,7 @@ def test_tool_call_without_id_gets_a_call_id() -> None:
 
 
 def test_repeated_tool_call_ids_are_made_unique() -> None:
-    # Strict clients throw on two items with one call_id (wire-spec 1.7).
+    # Strict clients throw on two items with one call_id (docs/wire-facts.md, What the SDK accumulators check).
     resp = translate(
         completion({"tool_calls": [tool_call("call_0", "f", "{}"), tool_call("call_0", "g", "{}")]}, "tool_calls")
     )
@@ -366,7 +369,7 @@ def test_annotations_are_flattened() -> None:
     assert [shape(item) for item in resp["output"]] == [message(text("See docs.", [flat]))]
 
 
-# -- usage (wire-spec 4.3, 1.8) -------------------------------------------------------------------
+# -- usage (docs/wire-facts.md, Non-streamed bodies, The Response object) -------------------------
 
 
 def usage(inp: int, out: int, total: int, cached: int = 0, write: int = 0, reasoning_tokens: int = 0) -> dict[str, Any]:
@@ -436,7 +439,7 @@ def test_usage_kept_on_incomplete() -> None:
     assert resp["usage"] == usage(3, 16, 19)
 
 
-# -- reasoning (wire-spec 2.7, 4.3) ---------------------------------------------------------------
+# -- reasoning (docs/wire-facts.md, Reasoning fields) ---------------------------------------------
 
 
 @pytest.mark.parametrize("spelling", ["reasoning_content", "reasoning"])
@@ -502,7 +505,7 @@ def test_think_tags(think_tags: bool, expected: list[dict[str, Any]]) -> None:
     assert [shape(item) for item in resp["output"]] == expected
 
 
-# -- the envelope (wire-spec 1.8) -----------------------------------------------------------------
+# -- the envelope (docs/wire-facts.md, The Response object) ---------------------------------------
 
 
 def test_response_echoes_the_request() -> None:
@@ -644,7 +647,7 @@ def logprob(token: str) -> dict[str, Any]:
 
 
 def as_chunks(a: Answer) -> list[dict[str, Any]]:
-    """The stream an OpenAI-style server sends for the answer (wire-spec 2.1-2.4)."""
+    """The stream an OpenAI-style server sends for the answer (docs/wire-facts.md, Chat framing and Deltas)."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None, lp: dict[str, Any] | None = None) -> dict[str, Any]:
         return {
@@ -679,7 +682,7 @@ def as_chunks(a: Answer) -> list[dict[str, Any]]:
 
 
 def as_completion(a: Answer) -> dict[str, Any]:
-    """The same answer as a ``chat.completion`` body (wire-spec 4.1)."""
+    """The same answer as a ``chat.completion`` body (docs/wire-facts.md, Non-streamed bodies)."""
     msg: dict[str, Any] = {"content": a.content, "refusal": a.refusal}
     if a.reasoning is not None:
         msg[a.reasoning_field] = a.reasoning
