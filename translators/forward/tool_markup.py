@@ -40,7 +40,6 @@ from typing import Any, Literal
 
 from crossfeed.translators.options import Dialect
 
-DIALECTS: tuple[str, ...] = ("hermes", "qwen3_coder", "mistral")
 Piece = tuple[Literal["text"], str] | tuple[Literal["call"], str, str]
 Scan = Generator[None, None, Any]
 

@@ -3,13 +3,16 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crossfeed.translators.forward.tool_markup import DIALECTS, ToolMarkupParser
+from crossfeed.translators.forward.tool_markup import ToolMarkupParser
+from crossfeed.translators.options import Dialect
+
+DIALECTS: tuple[str, ...] = get_args(Dialect)
 
 
 def merged(pieces: list[Any]) -> list[tuple[str, ...]]:
