@@ -174,18 +174,18 @@ def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], An
             places.append(None)
         places += [u for u in config.upstreams if u.api == "responses" and u is not default]
         not_found: ProxyError | None = None
-        for up in places:
+        for backend in places:
             try:
-                if up is None:
+                if backend is None:
                     return await handler(request)
-                return await passthrough(request, upstream=up)
+                return await passthrough(request, upstream=backend)
             except ProxyError as exc:
                 if not_found is None and exc.status != 404:
                     raise  # the first place's own answer
                 if exc.status == 404:
                     not_found = not_found or exc
                 else:
-                    log.info("stored.lookup_failed", upstream=up.name if up else "store", status=exc.status)
+                    log.info("stored.lookup_failed", upstream=backend.name if backend else "store", status=exc.status)
         assert not_found is not None
         raise not_found
 
@@ -358,46 +358,46 @@ async def passthrough(
 ) -> web.StreamResponse:
     """Forward a request unchanged and stream the answer back as it arrives."""
     app = request.app
-    up = upstream or _default_upstream(app[CONFIG])
-    headers = outbound_headers(request, up)
+    backend = upstream or _default_upstream(app[CONFIG])
+    headers = outbound_headers(request, backend)
     path = request.path[len("/v1") :] if request.path.startswith("/v1") else request.path
-    if body is not None and up.model_map and isinstance(body.get("model"), str):
-        body = {**body, "model": up.model_map.get(body["model"], body["model"])}
-    url = up.base_url + path
+    if body is not None and backend.model_map and isinstance(body.get("model"), str):
+        body = {**body, "model": backend.model_map.get(body["model"], body["model"])}
+    url = backend.base_url + path
     # A streamed answer takes a place in the upstream's max_concurrent_streams, as a translated
     # stream does; a non-streaming request is not a stream and is not counted.
     streaming = body is not None and body.get("stream") is True
-    with app[LIMITS].admit(up) if streaming else contextlib.nullcontext():
-        return await _relay_unchanged(request, up, url, body, headers)
+    with app[LIMITS].admit(backend) if streaming else contextlib.nullcontext():
+        return await _relay_unchanged(request, backend, url, body, headers)
 
 
 async def _relay_unchanged(
-    request: web.Request, up: Upstream, url: str, body: dict[str, Any] | None, headers: dict[str, str]
+    request: web.Request, backend: Upstream, url: str, body: dict[str, Any] | None, headers: dict[str, str]
 ) -> web.StreamResponse:
     app = request.app
     if body is None:
-        resp = await send(app[SESSION], up, request.method, url, headers=headers, params=request.query)
+        resp = await send(app[SESSION], backend, request.method, url, headers=headers, params=request.query)
     else:
         if TRACE.debug:  # passed through unchanged: the debug lines of a translated call all the same
-            turn_trace.log_request(up, url, body, headers, secrets(request, up))
-        resp = await send(app[SESSION], up, "POST", url, data=encode_body(body), headers=headers)
+            turn_trace.log_request(backend, url, body, headers, secrets(request, backend))
+        resp = await send(app[SESSION], backend, "POST", url, data=encode_body(body), headers=headers)
     if TRACE.debug:
-        turn_trace.log_response(up, url, resp.status, resp.headers)
+        turn_trace.log_response(backend, url, resp.status, resp.headers)
     if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
-        raw = await upstream_client.read_body(resp, up, 64 * 1024, truncate=True)
+        raw = await upstream_client.read_body(resp, backend, 64 * 1024, truncate=True)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
         error = upstream_error_body(
-            resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets(request, up)
+            resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets(request, backend)
         )
         if resp.status == 404 and body is not None:  # a POST the backend has no route for: say which path
-            error = upstream_client.unknown_path(up, "POST", url, error)
+            error = upstream_client.unknown_path(backend, "POST", url, error)
         raise UpstreamHTTPError(resp.status, error, keep)
     out = web.StreamResponse(status=resp.status)
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:
             out.headers[name] = resp.headers[name]
     loop = asyncio.get_running_loop()
-    deadline = Deadline(loop, idle=up.timeouts.idle, total=up.timeouts.total)
+    deadline = Deadline(loop, idle=backend.timeouts.idle, total=backend.timeouts.total)
     try:
         await out.prepare(request)
         # Idle and total bound the body, as in the translating relay (proxy/streaming/deadline.py).
@@ -431,24 +431,24 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
     if len(config.upstreams) == 1 and config.upstreams[0].api == "responses":
         return await passthrough(request)
 
-    async def fetch(up: Upstream) -> tuple[int, list[dict[str, Any]]]:
-        headers = outbound_headers(request, up)
+    async def fetch(backend: Upstream) -> tuple[int, list[dict[str, Any]]]:
+        headers = outbound_headers(request, backend)
         status: int = 0
         body: Any = {}
         try:
             async with request.app[SESSION].get(
-                up.base_url + "/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+                backend.base_url + "/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)
             ) as r:
                 status = r.status
                 body = await r.json(content_type=None) if r.status == 200 else {}
         except (aiohttp.ClientError, TimeoutError, ValueError):
             body = {}
         data = body.get("data") if isinstance(body, dict) else None
-        back = {v: k for k, v in up.model_map.items()}
+        back = {v: k for k, v in backend.model_map.items()}
         out = [{**m, "id": back.get(str(m.get("id")), m.get("id"))} for m in data or () if isinstance(m, dict)]
         out += [
-            {"id": name, "object": "model", "created": 0, "owned_by": up.name}
-            for name in (*up.models, *up.model_map)
+            {"id": name, "object": "model", "created": 0, "owned_by": backend.name}
+            for name in (*backend.models, *backend.model_map)
             if not any(c in name for c in "*?[")
         ]
         return status, out
@@ -458,10 +458,10 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
         return await passthrough(request)  # the upstream's own error, status and message kept
     merged: dict[str, dict[str, Any]] = {}
     listed: list[tuple[str, Upstream]] = []
-    for up, (_, models) in zip(config.upstreams, answers, strict=True):
+    for backend, (_, models) in zip(config.upstreams, answers, strict=True):
         for m in models:
             merged.setdefault(str(m.get("id")), m)
-            listed.append((str(m.get("id")), up))
+            listed.append((str(m.get("id")), backend))
     return web.json_response({"object": "list", "data": list(merged.values()), "models": codex_catalog(config, listed)})
 
 

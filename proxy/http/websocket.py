@@ -270,9 +270,9 @@ class Connection:
         self.turn = asyncio.get_running_loop().create_task(self._turn(body, self.turns))
 
     async def _turn(self, body: dict[str, Any], n: int) -> None:
-        summary: TurnLog = {"transport": "websocket"}
+        turn_log: TurnLog = {"transport": "websocket"}
         if KEY_NAME.get() is not None:
-            summary["key"] = KEY_NAME.get()
+            turn_log["key"] = KEY_NAME.get()
         token = REQUEST_FIELDS.set(
             {"request_id": f"{self.request.get(REQUEST_ID, 'ws')}.{n}", "route": ROUTE, "method": "WS"}
         )
@@ -280,17 +280,17 @@ class Connection:
         status = 200
         prev = body.get("previous_response_id")
         try:
-            await self._create(body, summary)
+            await self._create(body, turn_log)
         except (ProxyError, TranslationError) as exc:
             status, envelope, _ = error_parts(exc)
             if isinstance(exc, UpstreamError):
-                note_upstream_error(self.app, summary, exc.code)
+                note_upstream_error(self.app, turn_log, exc.code)
             self._forget(prev)
             if getattr(exc, "code", None) == "previous_response_not_found":
                 status = 400  # what Codex takes as "start over with the full input" (docs/codex.md)
             await self._send_error(status, envelope["error"])
         except asyncio.CancelledError:
-            summary.setdefault("terminal", "client_disconnected")
+            turn_log.setdefault("terminal", "client_disconnected")
             raise
         except Exception:
             status = 500
@@ -300,13 +300,13 @@ class Connection:
                 500, "crossfeed failed to handle the request", code="internal_error", error_type="server_error"
             )
         finally:
-            record_request(self.app, ROUTE, summary, status, time.monotonic() - start)
+            record_request(self.app, ROUTE, turn_log, status, time.monotonic() - start)
             REQUEST_FIELDS.reset(token)
 
-    async def _create(self, body: dict[str, Any], summary: TurnLog) -> None:
+    async def _create(self, body: dict[str, Any], turn_log: TurnLog) -> None:
         generate = _create_flags(body)
-        turn = new_turn(self.app, self.request.headers, route(self.app[CONFIG], body, summary), summary)
-        summary["stream"] = True
+        turn = new_turn(self.app, self.request.headers, route(self.app[CONFIG], body, turn_log), turn_log)
+        turn_log["stream"] = True
         prev = body.get("previous_response_id")
         remembered = self.last if self.last is not None and prev is not None and self.last.id == prev else None
         if remembered is not None and remembered.settings:

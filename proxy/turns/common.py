@@ -29,21 +29,24 @@ class Caller(Protocol):
     def headers(self) -> Mapping[str, str]: ...
 
 
-def api_key(caller: Caller, up: Upstream) -> str | None:
-    return caller.app[ENV].get(up.api_key_env) if up.api_key_env else None
+def api_key(caller: Caller, backend: Upstream) -> str | None:
+    return caller.app[ENV].get(backend.api_key_env) if backend.api_key_env else None
 
 
-def outbound_headers(caller: Caller, up: Upstream) -> dict[str, str]:
+def outbound_headers(caller: Caller, backend: Upstream) -> dict[str, str]:
     """The upstream request's headers for this client request. With inbound keys configured,
     the client's key is crossfeed's own: it is checked here and never passed to a backend."""
     return upstream_headers(
-        up, caller.headers, api_key(caller, up), client_key_is_ours=bool(caller.app[CONFIG].server.inbound_keys_env)
+        backend,
+        caller.headers,
+        api_key(caller, backend),
+        client_key_is_ours=bool(caller.app[CONFIG].server.inbound_keys_env),
     )
 
 
-def secrets(caller: Caller, up: Upstream) -> tuple[str, ...]:
+def secrets(caller: Caller, backend: Upstream) -> tuple[str, ...]:
     """Values that must never reach a client: the configured upstream key."""
-    key = api_key(caller, up)
+    key = api_key(caller, backend)
     return (key,) if key else ()
 
 

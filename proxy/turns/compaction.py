@@ -62,22 +62,22 @@ def _leg(turn: Turn, create: Create, framing: Framing | bool = False, *, last: b
     )
 
 
-def _answer_body(plan: MappedRequest, up: Upstream, summary_text: str) -> dict[str, Any]:
+def _answer_body(plan: MappedRequest, backend: Upstream, summary_text: str) -> dict[str, Any]:
     """The chat body of the answer after a compaction: the compacted window, then the summary."""
-    kept = cmp.window(plan.chat["messages"], up.profile.system_role)
+    kept = cmp.window(plan.chat["messages"], backend.profile.system_role)
     return {**plan.chat, "messages": [*kept, cmp.summary_message(summary_text)]}
 
 
 async def check_size(turn: Turn, chat: dict[str, Any]) -> None:
     """A compaction request longer than the backend's configured context is a 400 naming the
     input: the backend could not read the history it would summarise."""
-    up = turn.upstream
-    if up.context_window:
+    backend = turn.upstream
+    if backend.context_window:
         count, _ = await count_tokens(turn, chat)
-        if count > up.context_window:
+        if count > backend.context_window:
             raise ClientRequestError(
-                f"The conversation counts about {count} tokens, more than the {up.context_window} of the "
-                f"backend's context (upstream {up.name!r} context_window): it cannot be summarised in one "
+                f"The conversation counts about {count} tokens, more than the {backend.context_window} of the "
+                f"backend's context (upstream {backend.name!r} context_window): it cannot be summarised in one "
                 "request. Send a shorter history.",
                 param="input",
                 code="context_length_exceeded",
@@ -109,15 +109,15 @@ async def compaction_turn(turn: Turn, create: Create, open_sink: SinkOpener) -> 
 
 async def compacting_turn(turn: Turn, create: Create, open_sink: SinkOpener) -> dict[str, Any] | None:
     """Streamed: the compaction item, then the answer to the compacted window, in one Response."""
-    plan, up = create.mapped, turn.upstream
-    prompt = up.profile.compaction_prompt or cmp.COMPACTION_PROMPT
+    plan, backend = create.mapped, turn.upstream
+    prompt = backend.profile.compaction_prompt or cmp.COMPACTION_PROMPT
     ask = cmp.summary_request(plan.chat, prompt)
     await check_size(turn, ask)
 
     async def then(leg: LegMachine, sink: Sink) -> tuple[dict[str, Any], LegMachine] | None:
         if not isinstance(leg, SummaryLeg) or leg.summary is None:
             return None
-        return _answer_body(plan, up, leg.summary), leg.main
+        return _answer_body(plan, backend, leg.summary), leg.main
 
     turn.log["compacted"] = True
     ran = await stream_turn(
@@ -152,11 +152,11 @@ async def _summarise(turn: Turn, chat: dict[str, Any]) -> tuple[str, dict[str, A
 
 async def compact_now(turn: Turn, create: Create) -> dict[str, Any] | None:
     """A create with ``stream`` false that compacts: the Response, or None when it does not."""
-    plan, up = create.mapped, turn.upstream
+    plan, backend = create.mapped, turn.upstream
     if plan.compact == "trigger":
         ask = plan.chat
     elif await over_threshold(turn, plan):
-        ask = cmp.summary_request(plan.chat, up.profile.compaction_prompt or cmp.COMPACTION_PROMPT)
+        ask = cmp.summary_request(plan.chat, backend.profile.compaction_prompt or cmp.COMPACTION_PROMPT)
     else:
         return None
     await check_size(turn, ask)
@@ -167,10 +167,10 @@ async def compact_now(turn: Turn, create: Create) -> dict[str, Any] | None:
     leg.sealed(text, usage)
     if plan.compact != "trigger":
         turn.log["compacted"] = True
-        answer = _answer_body(plan, up, text)
+        answer = _answer_body(plan, backend, text)
         answer.pop("stream_options", None)
         response = await open_leg(turn, "/chat/completions", {**answer, "stream": False})
-        feed_completion(main, await read_json(response, up, MAX_NONSTREAM_BODY))
+        feed_completion(main, await read_json(response, backend, MAX_NONSTREAM_BODY))
     final = main.final_response
     assert final is not None
     if final.get("status") != "failed":
@@ -210,21 +210,23 @@ async def count_tokens(turn: Turn, chat: dict[str, Any]) -> tuple[int, str]:
     """(input tokens, how they were counted): the server's tokenizer when the upstream names
     one (``tokenizer``), else, or when it does not answer, the documented estimate."""
     messages, tools = chat.get("messages") or [], chat.get("tools")
-    up = turn.upstream
-    if up.tokenizer != "estimate":
+    backend = turn.upstream
+    if backend.tokenizer != "estimate":
         try:
-            return await _tokenize(turn, chat), up.tokenizer
+            return await _tokenize(turn, chat), backend.tokenizer
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
-            log.warning("tokenizer.failed", upstream=up.name, url=up.tokenize_endpoint, error=type(exc).__name__)
+            log.warning(
+                "tokenizer.failed", upstream=backend.name, url=backend.tokenize_endpoint, error=type(exc).__name__
+            )
     return cmp.estimate_tokens(messages, tools), "estimate"
 
 
 async def _tokenize(turn: Turn, chat: dict[str, Any]) -> int:
-    session, up = turn.session, turn.upstream
-    headers = outbound_headers(turn, up)
-    timeout = aiohttp.ClientTimeout(total=up.timeouts.first_byte)
-    url = up.tokenize_endpoint
-    if up.tokenizer == "vllm":  # vLLM renders the chat template itself
+    session, backend = turn.session, turn.upstream
+    headers = outbound_headers(turn, backend)
+    timeout = aiohttp.ClientTimeout(total=backend.timeouts.first_byte)
+    url = backend.tokenize_endpoint
+    if backend.tokenizer == "vllm":  # vLLM renders the chat template itself
         payload: dict[str, Any] = {"messages": chat.get("messages") or [], "add_generation_prompt": True}
         if chat.get("model"):
             payload["model"] = chat["model"]

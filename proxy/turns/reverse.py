@@ -57,17 +57,17 @@ class ChatCall:
 
 def chat_call(turn: Turn, body: dict[str, Any]) -> ChatCall:
     """Map a chat request for the turn's Responses upstream (the fields it ignores are logged)."""
-    up = turn.upstream
+    backend = turn.upstream
     stream = stream_flag(body)
     ignored: list[str] = []
-    profile = up.profile
+    profile = backend.profile
     rbody = chat_request_to_responses(body, profile, ignored=ignored)
-    rbody["model"] = up.model_map.get(rbody["model"], rbody["model"])
+    rbody["model"] = backend.model_map.get(rbody["model"], rbody["model"])
     rbody["stream"] = stream
     if ignored:
         dropped = [key for key in ignored if key in profile.drop_params]
         if dropped:
-            log.warning("request.ignored_fields", ignored=ignored, dropped=dropped, upstream=up.name)
+            log.warning("request.ignored_fields", ignored=ignored, dropped=dropped, upstream=backend.name)
         else:
             log.info("request.ignored_fields", ignored=ignored)
     n = choice_count(body, profile)
@@ -109,13 +109,13 @@ async def reverse_streamed(turn: Turn, call: ChatCall, open_sink: SSEOpener) -> 
 
 async def _completion(turn: Turn, rbody: dict[str, Any], limit: int | None, stop: tuple[str, ...]) -> dict[str, Any]:
     """One non-streamed Responses call, as a chat.completion."""
-    up = turn.upstream
+    backend = turn.upstream
     response = await open_leg(turn, "/responses", rbody)
-    result = await read_json(response, up, MAX_NONSTREAM_BODY)
+    result = await read_json(response, backend, MAX_NONSTREAM_BODY)
     if not isinstance(result, dict):
         result = {}
     return response_to_chat_completion(
-        result, options=up.profile, ids=turn.ids, now=turn.clock, max_output_tokens=limit, stop=stop
+        result, options=backend.profile, ids=turn.ids, now=turn.clock, max_output_tokens=limit, stop=stop
     )
 
 
@@ -209,11 +209,11 @@ async def _stream_choices(
     upstream request, machine, relay, its own log record) whose sink is its choice's door into
     ``_Choices``; the n records are merged into the turn's."""
     mux = _Choices(n, open_sink, include_usage(body))
-    summaries: list[TurnLog] = [{} for _ in range(n)]
+    choice_logs: list[TurnLog] = [{} for _ in range(n)]
     mux.tasks = [
         asyncio.ensure_future(
             stream_turn(
-                dataclasses.replace(turn, log=summaries[i]),
+                dataclasses.replace(turn, log=choice_logs[i]),
                 "/responses",
                 rbody,
                 make_machine,
@@ -239,35 +239,35 @@ async def _stream_choices(
         await mux.end_with_error("internal_error", "crossfeed failed while merging the choices")
     ran = [t.result() for t in mux.tasks if not t.cancelled() and t.exception() is None]
     machines = [r[0] for r in ran if r is not None]
-    _merge_summaries(turn.log, summaries, machines, mux)
+    _merge_logs(turn.log, choice_logs, machines, mux)
 
 
-def _merge_summaries(summary: TurnLog, summaries: list[TurnLog], machines: list[Any], mux: _Choices) -> None:
+def _merge_logs(turn_log: TurnLog, choice_logs: list[TurnLog], machines: list[Any], mux: _Choices) -> None:
     for key in ("events_in", "events_out"):
-        values = [s[key] for s in summaries if key in s]
+        values = [s[key] for s in choice_logs if key in s]
         if values:
-            summary[key] = sum(values)
-    ttfbs = [s["ttfb"] for s in summaries if "ttfb" in s]
+            turn_log[key] = sum(values)
+    ttfbs = [s["ttfb"] for s in choice_logs if "ttfb" in s]
     if ttfbs:
-        summary["ttfb"] = max(ttfbs)  # the stream began when the last call answered
-    endings = [s["ending"] for s in summaries if "ending" in s]
+        turn_log["ttfb"] = max(ttfbs)  # the stream began when the last call answered
+    endings = [s["ending"] for s in choice_logs if "ending" in s]
     if endings:
-        summary["ending"] = next((e for e in endings if e != "ok"), "ok")
-    error = next((s["error"] for s in summaries if s.get("error")), None)
+        turn_log["ending"] = next((e for e in endings if e != "ok"), "ok")
+    error = next((s["error"] for s in choice_logs if s.get("error")), None)
     if error:
-        summary["error"] = error
+        turn_log["error"] = error
     finishes = {m.finish_reason for m in machines}
     if mux.sink is None or "client_disconnected" in endings:
-        summary["terminal"] = "client_disconnected"
-    elif mux.failed or any(m.error for m in machines) or len(machines) < len(summaries):
-        summary["terminal"] = "error"
+        turn_log["terminal"] = "client_disconnected"
+    elif mux.failed or any(m.error for m in machines) or len(machines) < len(choice_logs):
+        turn_log["terminal"] = "error"
     elif len(finishes) == 1:
-        summary["terminal"] = finishes.pop() or summary.get("ending", "ok")
+        turn_log["terminal"] = finishes.pop() or turn_log.get("ending", "ok")
     else:
-        summary["terminal"] = "mixed"
+        turn_log["terminal"] = "mixed"
     counts = [usage_counts(m.usage) for m in machines]
     if machines and all(counts):
-        summary["usage"] = {"in": sum(c["in"] for c in counts if c), "out": sum(c["out"] for c in counts if c)}
+        turn_log["usage"] = {"in": sum(c["in"] for c in counts if c), "out": sum(c["out"] for c in counts if c)}
 
 
 class _Choices:
