@@ -12,7 +12,22 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool, set_tracing_disabled
 
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
-from tests.support.chat_chunks import DONE, chunk
+
+
+def chunk(delta: dict, finish: str | None = None) -> bytes:
+    return (
+        b"data: "
+        + orjson.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+        + b"\n\n"
+    )
 
 
 def call(call_id: str, name: str, args: dict) -> bytes:
@@ -27,12 +42,12 @@ def call(call_id: str, name: str, args: dict) -> bytes:
             }
         )
         + chunk({"tool_calls": [{"index": 0, "function": {"arguments": text[5:]}}]}, "tool_calls")
-        + DONE
+        + b"data: [DONE]\n\n"
     )
 
 
 def answer(text: str) -> bytes:
-    return chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop") + DONE
+    return chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop") + b"data: [DONE]\n\n"
 
 
 @function_tool

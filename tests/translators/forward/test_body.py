@@ -14,7 +14,6 @@ injected id factory and clock.
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,6 @@ from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import NO_TOOLS, BackendProfile, ToolContext
-from tests.support.chat_chunks import chat_chunk
 from tests.support.validators import validate_responses_events
 
 REQUEST: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
@@ -651,14 +649,20 @@ def logprob(token: str) -> dict[str, Any]:
 def as_chunks(a: Answer) -> list[dict[str, Any]]:
     """The stream an OpenAI-style server sends for the answer (docs/wire-facts.md, Chat framing and Deltas)."""
 
-    chunk = functools.partial(chat_chunk, model="backend-model", id="chatcmpl-abc", logprobs=None, null_usage=True)
+    def chunk(delta: dict[str, Any], finish: str | None = None, lp: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-abc",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "backend-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp}],
+            "usage": None,
+        }
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({a.reasoning_field: p}) for p in cut(a.reasoning or "", a.pieces)]
     for p in cut(a.content or "", a.pieces):
-        chunks.append(
-            chunk({"content": p}, logprobs={"content": [logprob(p)], "refusal": None} if a.logprobs else None)
-        )
+        chunks.append(chunk({"content": p}, lp={"content": [logprob(p)], "refusal": None} if a.logprobs else None))
     chunks += [chunk({"refusal": p}) for p in cut(a.refusal or "", a.pieces)]
     if a.annotations:
         chunks.append(chunk({"annotations": list(a.annotations)}))
@@ -671,9 +675,9 @@ def as_chunks(a: Answer) -> list[dict[str, Any]]:
         chunks += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]}) for p in rest]
     chunks.append(chunk({}, a.finish))
     if a.usage is not None and a.groq_usage:
-        chunks.append({**chunk(None), "x_groq": {"id": "req_1", "usage": a.usage}})
+        chunks.append({**chunk({}), "choices": [], "x_groq": {"id": "req_1", "usage": a.usage}})
     elif a.usage is not None:
-        chunks.append({**chunk(None), "usage": a.usage})
+        chunks.append({**chunk({}), "choices": [], "usage": a.usage})
     return chunks
 
 
