@@ -33,34 +33,14 @@ from tests.conftest import start_proxy
 from tests.e2e import codex_support as cx
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
 
 codex_bin = pytest.fixture(autouse=True)(cx.codex_binary_or_skip)
 
-
-def chunk(delta: dict, finish: str | None = None) -> bytes:
-    return (
-        b"data: "
-        + orjson.dumps(
-            {
-                "id": "c",
-                "object": "chat.completion.chunk",
-                "created": 1,
-                "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-        )
-        + b"\n\n"
-    )
-
-
-USAGE = (
-    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
-    b'"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120}}\n\n'
-)
-DONE = b"data: [DONE]\n\n"
+USAGE = usage_chunk(100, 20)
 
 
 def text(answer: str, reasoning: str = "") -> SSEReply:

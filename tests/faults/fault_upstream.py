@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from crossfeed.translators.responses.response_object import new_response
+from tests.support import chat_chunks
 
 TEXT = "Hello, wörld! Ünïcödé 日本語テキスト 🎉🚀 done."
 ERROR_MESSAGE = "fault: the model is overloaded mid-stream"
@@ -79,25 +80,12 @@ def sse(obj: Any, event: str | None = None, eol: bytes = b"\n") -> bytes:
     return head + b"data: " + orjson.dumps(obj) + eol + eol
 
 
-def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-fault",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": MODEL,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
+# every chunk of the fault backend's chat streams: its id and model, ``logprobs: null`` on choices
+chat_chunk = functools.partial(chat_chunks.chat_chunk, model=MODEL, id="chatcmpl-fault", logprobs=None)
 
 
 def chat_usage_chunk(completion: int = 9) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-fault",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": MODEL,
-        "choices": [],
-        "usage": {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion},
-    }
+    return chat_chunk(None, usage=(5, completion))
 
 
 def chat_completion(

@@ -12,22 +12,7 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool, set_tracing_disabled
 
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
-
-
-def chunk(delta: dict, finish: str | None = None) -> bytes:
-    return (
-        b"data: "
-        + orjson.dumps(
-            {
-                "id": "c",
-                "object": "chat.completion.chunk",
-                "created": 1,
-                "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-        )
-        + b"\n\n"
-    )
+from tests.support.chat_chunks import DONE, chunk
 
 
 def call(call_id: str, name: str, args: dict) -> bytes:
@@ -42,12 +27,12 @@ def call(call_id: str, name: str, args: dict) -> bytes:
             }
         )
         + chunk({"tool_calls": [{"index": 0, "function": {"arguments": text[5:]}}]}, "tool_calls")
-        + b"data: [DONE]\n\n"
+        + DONE
     )
 
 
 def answer(text: str) -> bytes:
-    return chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop") + b"data: [DONE]\n\n"
+    return chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop") + DONE
 
 
 @function_tool

@@ -30,6 +30,7 @@ import pytest
 
 from tests.conftest import Captured, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 RECORDED = sorted(p.name for p in FIXTURES.glob("*.request.json"))
@@ -262,33 +263,7 @@ def test_the_strict_chat_check_catches_what_backends_reject() -> None:
 
 # ---------------------------------------------------------------- upstream replies and helpers
 
-
-def chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {
-        "id": "c1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-USAGE = (
-    b"data: "
-    + orjson.dumps(
-        {
-            "id": "c1",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "m",
-            "choices": [],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
-        }
-    )
-    + b"\n\n"
-)
-DONE = b"data: [DONE]\n\n"
+USAGE = usage_chunk(7, 1)
 
 
 def text_reply(text: str = "ok") -> SSEReply:

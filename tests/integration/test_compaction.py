@@ -17,14 +17,13 @@ from crossfeed.proxy.keys import SEAL
 from crossfeed.translators.forward.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
-from tests.support.chat_chunks import chunk
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.open_responses import check_compact
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(60)
 
-DONE = b"data: [DONE]\n\n"
 SUMMARY = "The user wants a haiku about rust; one draft was written and rejected as too long."
 TOOLS = [
     {

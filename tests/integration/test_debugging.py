@@ -38,7 +38,7 @@ from crossfeed.translators.ids import SequentialIds
 from tests.conftest import start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
-from tests.support.chat_chunks import chunk
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, ws_url
@@ -47,7 +47,6 @@ pytestmark = pytest.mark.timeout(90)
 
 ROOT = Path(__file__).resolve().parents[2]
 GUARD = 30.0  # seconds: hang guard of every wait; what is awaited takes milliseconds
-DONE = b"data: [DONE]\n\n"
 BACKEND_KEY = "sk-backend-never-logged-4f1c"
 CLIENT_KEY = "sk-client-never-logged-9a2e"
 

@@ -14,6 +14,7 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
 from tests.support.validators import accumulate_chat, validate_responses_sse
 
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
@@ -26,32 +27,6 @@ def capture(name: str, **kw: object) -> SSEReply:
 def capture_text(name: str) -> str:
     """The answer text of a chat capture, accumulated from its chunks without crossfeed."""
     return accumulate_chat(data_objects(read_capture(f"chat/{name}")))["content"]
-
-
-def chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {
-        "id": "c1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-def usage_chunk(prompt: int = 10, completion: int = 5) -> bytes:
-    body = {
-        "id": "c1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
 
 
 async def test_stream_text_create(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
@@ -147,7 +122,7 @@ async def test_tool_call_round_trip(client: openai.AsyncOpenAI, upstream: FakeUp
         SSEReply(
             chunk({"role": "assistant", "content": ""})
             + chunk({"content": "Both done."}, "stop")
-            + usage_chunk()
+            + usage_chunk(10, 5)
             + DONE
         ),
     )
@@ -191,7 +166,7 @@ async def test_each_delta_reaches_the_client_while_the_upstream_is_still_writing
         at += len(frame)
         holds[at] = asyncio.Event()
     upstream.reply(
-        SSEReply(b"".join(frames) + chunk({}, "stop") + usage_chunk() + DONE, seed=2, max_piece=13, holds=holds)
+        SSEReply(b"".join(frames) + chunk({}, "stop") + usage_chunk(10, 5) + DONE, seed=2, max_piece=13, holds=holds)
     )
     releases = iter(holds.values())
     text = []
@@ -252,7 +227,10 @@ async def test_provider_finish_reasons_are_not_reported_as_success(
     client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy, finish: str, status: str, detail: str
 ) -> None:
     answer = (
-        chunk({"role": "assistant", "content": "Once"}) + chunk({"content": " upon"}, finish) + usage_chunk() + DONE
+        chunk({"role": "assistant", "content": "Once"})
+        + chunk({"content": " upon"}, finish)
+        + usage_chunk(10, 5)
+        + DONE
     )
     upstream.reply(SSEReply(answer, seed=4, max_piece=17), SSEReply(answer, seed=5, max_piece=11))
     if status == "incomplete":
@@ -528,7 +506,7 @@ async def test_thought_signatures_go_back_to_the_backend_on_the_next_turn(
     ]
     upstream.reply(
         capture(name, seed=6, max_piece=23),
-        SSEReply(chunk({"role": "assistant", "content": "5 and 6."}, "stop") + usage_chunk() + DONE),
+        SSEReply(chunk({"role": "assistant", "content": "5 and 6."}, "stop") + usage_chunk(10, 5) + DONE),
     )
     first = await client.responses.create(
         model="m",

@@ -17,38 +17,15 @@ from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.guard import LIMITS
 from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 KEYS = {"ALICE_KEY": "sk-alice-4c3b2a", "BOB_KEY": "sk-bob-9f8e7d", "LEGACY_KEYS": "sk-legacy-5e6f7a"}
-HEAD = (
-    b"data: "
-    + orjson.dumps(
-        {
-            "id": "c",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hel"}, "finish_reason": None}],
-        }
-    )
-    + b"\n\n"
-)
-TAIL = (
-    b"data: "
-    + orjson.dumps(
-        {
-            "id": "c",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}],
-        }
-    )
-    + b"\n\ndata: [DONE]\n\n"
-)
+HEAD = chunk({"role": "assistant", "content": "hel"})
+TAIL = chunk({"content": "lo"}, "stop") + DONE
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import orjson
 import pytest
 import structlog
 
@@ -20,6 +19,7 @@ from crossfeed.proxy.runtime.config import load_config
 from crossfeed.translators.ids import SequentialIds
 from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,25 +27,9 @@ pytestmark = pytest.mark.timeout(60)
 KEYS = {"ALICE_KEY": "sk-alice-0f9e8d", "BOB_KEY": "sk-bob-7a6b5c", "LEGACY_KEYS": "sk-legacy-1d2c3b"}
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    return (
-        b"data: "
-        + orjson.dumps(
-            {
-                "id": "c",
-                "object": "chat.completion.chunk",
-                "created": 1,
-                "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-        )
-        + b"\n\n"
-    )
-
-
 def answer(req: Any) -> SSEReply | JSONReply:
     if req.body.get("stream"):
-        return SSEReply(chunk({"role": "assistant", "content": "hello"}, "stop") + b"data: [DONE]\n\n")
+        return SSEReply(chunk({"role": "assistant", "content": "hello"}, "stop") + DONE)
     return JSONReply(
         {
             "id": "c",

@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import ProxyHandle
 from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
-from tests.support.chat_chunks import chunk
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 
@@ -53,7 +53,7 @@ def calls_sse(*calls: tuple[str, dict[str, Any]]) -> SSEReply:
             }
         )
         body += chunk({"tool_calls": [{"index": i, "function": {"arguments": raw[4:]}}]})
-    return SSEReply(body + chunk({}, "tool_calls") + chunk(None, usage=(90, 12)) + b"data: [DONE]\n\n", max_piece=37)
+    return SSEReply(body + chunk({}, "tool_calls") + chunk(None, usage=(90, 12)) + DONE, max_piece=37)
 
 
 def answer_sse(text: str) -> SSEReply:
@@ -61,7 +61,7 @@ def answer_sse(text: str) -> SSEReply:
         chunk({"role": "assistant", "content": ""})
         + chunk({"content": text}, "stop")
         + chunk(None, usage=(150, 9))
-        + b"data: [DONE]\n\n",
+        + DONE,
         max_piece=41,
     )
 

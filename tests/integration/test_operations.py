@@ -11,7 +11,6 @@ from typing import Any
 import aiohttp
 import httpx2
 import openai
-import orjson
 import pytest
 import structlog
 
@@ -21,17 +20,13 @@ from crossfeed.proxy.streaming.lifecycle import PROBES
 from tests.conftest import Captured, TeeTransport, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.captures import data_objects, read_capture
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 
 GUARD = 30.0  # seconds: hang guard of every wait in this file; what is awaited takes milliseconds
 
 
-def chunk(delta: dict, finish: str | None = None) -> bytes:
-    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
 SLOW = chunk({"content": "tick "}) * 200 + chunk({}, "stop") + DONE
 
 
@@ -109,15 +104,7 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
     handle = await start_proxy(config_for(upstream, tmp_path))
-    upstream.reply(
-        SSEReply(
-            chunk({"content": "hi"}, "stop")
-            + chunk({}, None).replace(
-                b'"choices"', b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"x"'
-            )
-            + DONE
-        )
-    )
+    upstream.reply(SSEReply(chunk({"content": "hi"}, "stop") + usage_chunk(3, 2) + DONE))
     try:
         async with aiohttp.ClientSession() as s:
             async with s.post(

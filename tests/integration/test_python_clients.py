@@ -15,31 +15,10 @@ import pytest
 
 from tests.conftest import Captured, ProxyHandle, TeeTransport
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
 
 REASONING = "The user wants the weather; I should call the tool."
 ANSWER = "It is sunny in Paris."
-
-
-def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    return (
-        b"data: "
-        + orjson.dumps(
-            {
-                "id": "c",
-                "object": "chat.completion.chunk",
-                "created": 1,
-                "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-        )
-        + b"\n\n"
-    )
-
-
-USAGE = (
-    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
-    b'"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}\n\n'
-)
 
 
 def reasoning_then(text: str | None = None, call: tuple[str, dict[str, Any]] | None = None) -> SSEReply:
@@ -66,7 +45,7 @@ def reasoning_then(text: str | None = None, call: tuple[str, dict[str, Any]] | N
         )
         body += chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[5:]}}]})
         finish = "tool_calls"
-    return SSEReply(body + chunk({}, finish) + USAGE + b"data: [DONE]\n\n", max_piece=17)
+    return SSEReply(body + chunk({}, finish) + usage_chunk(11, 7) + DONE, max_piece=17)
 
 
 def http(captured: list[Captured]) -> httpx2.AsyncClient:

@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 import httpx2
 import openai
-import orjson
 import pytest
 
 from crossfeed.proxy.runtime.config import load_config
@@ -25,12 +24,7 @@ from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.translators.responses.response_object import new_response
 from tests.conftest import Captured, ProxyHandle, TeeTransport, start_proxy, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
-
-DONE = b"data: [DONE]\n\n"
-
-
-def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+from tests.support.chat_chunks import DONE, chunk
 
 
 def stored_response(rid: str, text: str) -> dict[str, Any]:

@@ -6,26 +6,12 @@ import asyncio
 
 import httpx2
 import openai
-import orjson
 import pytest
 
 from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_responses_sse
-
-
-def chunk(delta: dict, finish: str | None = None) -> bytes:
-    body = {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
 
 
 def text_reply(text: str) -> SSEReply:

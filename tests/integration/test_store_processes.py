@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import openai
-import orjson
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.chat_chunks import DONE, chunk
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,16 +113,7 @@ async def test_two_replicas_share_redis(upstream: FakeUpstream, tmp_path: Path, 
 
 
 def sse_reply(text: str) -> SSEReply:
-    frames = [
-        {
-            "id": "c",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        }
-    ]
-    return SSEReply(b"".join(b"data: " + orjson.dumps(f) + b"\n\n" for f in frames) + b"data: [DONE]\n\n")
+    return SSEReply(chunk({"role": "assistant", "content": text}, "stop") + DONE)
 
 
 class SlowLink:

@@ -16,12 +16,11 @@ import pytest
 
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, SSEReply
-from tests.support.chat_chunks import chunk
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.ws import FrameRecorder, ws_url
 
 pytestmark = pytest.mark.timeout(60)
 
-DONE = b"data: [DONE]\n\n"
 TOOLS = [
     {
         "type": "function",

@@ -21,13 +21,12 @@ import pytest
 from tests.conftest import ProxyHandle
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
-from tests.support.chat_chunks import chunk
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(60)
 
-DONE = b"data: [DONE]\n\n"
 BLOG = "https://blog.rust-lang.org/2024/07/25/Rust-1.80.0.html"
 DOCS = "https://doc.rust-lang.org/std/"
 PAGES = {

@@ -23,6 +23,7 @@ from crossfeed.translators.responses.response_object import new_response
 from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.captures import data_objects, read_capture
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.ws import SDKWS, FrameRecorder
 
 pytestmark = pytest.mark.timeout(60)
@@ -36,20 +37,6 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     }
 ]
-DONE = b"data: [DONE]\n\n"
-
-
-def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: tuple[int, int] | None = None) -> bytes:
-    body: dict[str, Any] = {
-        "id": "chatcmpl-ws",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": MODEL,
-        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    if usage:
-        body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def text_reply(*pieces: str, usage: tuple[int, int] = (11, 4), seed: int = 1) -> SSEReply:

@@ -16,6 +16,7 @@ import pytest
 
 from crossfeed.translators.sse import DONE_FRAME, SSEDecoder
 from tests.support.captures import CAPTURES, capture_path, captures_dir
+from tests.support.chat_chunks import chat_chunk
 from tests.support.splitting import byte_by_byte, split_points
 from tests.support.validators import (
     StreamViolation,
@@ -1122,16 +1123,9 @@ def test_usage_expectation_on_real_capture() -> None:
         validate_chat_chunks(chunks, expect_usage=True)
 
 
-CHAT_BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 CHAT_USAGE = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
-
-
-def _chunk(delta: dict, finish: str | None = None) -> dict:
-    return {
-        **CHAT_BASE,
-        "usage": None,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
+# the chunks of these cases: ``"usage": null`` and ``"logprobs": null`` as OpenAI sends them
+_chunk = functools.partial(chat_chunk, id="chatcmpl-1", logprobs=None, null_usage=True)
 
 
 def build_chat(usage: bool = True) -> list[dict]:
@@ -1159,7 +1153,7 @@ def build_chat(usage: bool = True) -> list[dict]:
         _chunk({}, "tool_calls"),
     ]
     if usage:
-        chunks.append({**CHAT_BASE, "choices": [], "usage": dict(CHAT_USAGE)})
+        chunks.append(_chunk(None, usage=(3, 4)))
     return chunks
 
 
@@ -1218,7 +1212,7 @@ CHAT_MUTATIONS: dict[str, tuple[Callable[[list[dict]], object], str]] = {
     "usage before finish": (lambda c: c.insert(-2, c.pop()), "usage chunk before the finish_reason chunk"),
     "usage field not int": (lambda c: c[-1]["usage"].update(total_tokens=None), "usage.total_tokens"),
     "empty choices without usage": (
-        lambda c: c.insert(3, {**CHAT_BASE, "choices": [], "usage": None}),
+        lambda c: c.insert(3, _chunk(None)),
         "choices == [] is only allowed on the usage chunk",
     ),
     "two choices": (lambda c: c[2]["choices"].append(copy.deepcopy(c[2]["choices"][0])), "2 choices in one chunk"),

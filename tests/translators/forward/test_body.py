@@ -14,6 +14,7 @@ injected id factory and clock.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import NO_TOOLS, BackendProfile, ToolContext
+from tests.support.chat_chunks import chat_chunk
 from tests.support.validators import validate_responses_events
 
 REQUEST: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
@@ -649,20 +651,14 @@ def logprob(token: str) -> dict[str, Any]:
 def as_chunks(a: Answer) -> list[dict[str, Any]]:
     """The stream an OpenAI-style server sends for the answer (docs/wire-facts.md, Chat framing and Deltas)."""
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, lp: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {
-            "id": "chatcmpl-abc",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "backend-model",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp}],
-            "usage": None,
-        }
+    chunk = functools.partial(chat_chunk, model="backend-model", id="chatcmpl-abc", logprobs=None, null_usage=True)
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({a.reasoning_field: p}) for p in cut(a.reasoning or "", a.pieces)]
     for p in cut(a.content or "", a.pieces):
-        chunks.append(chunk({"content": p}, lp={"content": [logprob(p)], "refusal": None} if a.logprobs else None))
+        chunks.append(
+            chunk({"content": p}, logprobs={"content": [logprob(p)], "refusal": None} if a.logprobs else None)
+        )
     chunks += [chunk({"refusal": p}) for p in cut(a.refusal or "", a.pieces)]
     if a.annotations:
         chunks.append(chunk({"annotations": list(a.annotations)}))
@@ -675,9 +671,9 @@ def as_chunks(a: Answer) -> list[dict[str, Any]]:
         chunks += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]}) for p in rest]
     chunks.append(chunk({}, a.finish))
     if a.usage is not None and a.groq_usage:
-        chunks.append({**chunk({}), "choices": [], "x_groq": {"id": "req_1", "usage": a.usage}})
+        chunks.append({**chunk(None), "x_groq": {"id": "req_1", "usage": a.usage}})
     elif a.usage is not None:
-        chunks.append({**chunk({}), "choices": [], "usage": a.usage})
+        chunks.append({**chunk(None), "usage": a.usage})
     return chunks
 
 

@@ -25,6 +25,7 @@ from crossfeed.translators.forward.compaction import (
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
+from tests.support.chat_chunks import chat_chunk
 
 S = {"role": "system", "content": "s"}
 U = {"role": "user", "content": "u"}
@@ -137,18 +138,13 @@ def _leg(last: bool = True, think: bool = False) -> tuple[ChatToResponsesStream,
     return main, SummaryLeg(main, lambda s: "sealed:" + s, "cmp_1", last=last, profile=BackendProfile(think_tags=think))
 
 
-def _chunk(text: str | None = None, finish: str | None = None) -> dict[str, Any]:
-    delta = {} if text is None else {"content": text}
-    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-
 def test_summary_leg_ignores_other_choices_and_reasoning() -> None:
     main, leg = _leg()
     leg.start()
     leg.feed({"choices": [{"index": 1, "delta": {"content": "other"}}]})
     leg.feed({"choices": [{"index": 0, "delta": {"reasoning_content": "hmm", "content": "A"}}]})
-    leg.feed(_chunk("B", "stop"))
-    leg.feed({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+    leg.feed(chat_chunk({"content": "B"}, "stop"))
+    leg.feed(chat_chunk(None, usage=(3, 2)))
     out = leg.finish()
     final = main.final_response
     assert final is not None and final["output"] == [
@@ -160,9 +156,9 @@ def test_summary_leg_ignores_other_choices_and_reasoning() -> None:
 @pytest.mark.parametrize(
     ("chunks", "clean", "code"),
     [
-        ([_chunk("x")], False, "upstream_truncated"),
-        ([_chunk("x", "content_filter")], True, "content_filter"),
-        ([_chunk("  \n", "stop")], True, "empty_summary"),
+        ([chat_chunk({"content": "x"})], False, "upstream_truncated"),
+        ([chat_chunk({"content": "x"}, "content_filter")], True, "content_filter"),
+        ([chat_chunk({"content": "  \n"}, "stop")], True, "empty_summary"),
         ([{"error": {"message": "boom", "code": "overloaded"}}], True, "overloaded"),
         ([{"choices": "nope"}], True, "upstream_protocol_error"),
     ],
@@ -182,10 +178,10 @@ def test_summary_leg_failures(chunks: list[dict[str, Any]], clean: bool, code: s
 def test_summary_leg_not_last_leaves_the_response_open_for_the_answer() -> None:
     main, leg = _leg(last=False)
     leg.start()
-    leg.feed(_chunk("sum", "stop"))
+    leg.feed(chat_chunk({"content": "sum"}, "stop"))
     leg.finish()
     assert not main.done
-    main.feed(_chunk("answer", "stop"))
+    main.feed(chat_chunk({"content": "answer"}, "stop"))
     main.finish()
     final = main.final_response
     assert final is not None and [o["type"] for o in final["output"]] == ["compaction", "message"]
@@ -194,7 +190,7 @@ def test_summary_leg_not_last_leaves_the_response_open_for_the_answer() -> None:
 def test_begin_item_refuses_while_an_upstream_item_is_open() -> None:
     main = ChatToResponsesStream({"model": "m"}, ids=SequentialIds(), now=lambda: 1)
     main.start()
-    main.feed(_chunk("half"))
+    main.feed(chat_chunk({"content": "half"}))
     with pytest.raises(StreamStateError):
         main.begin_item({"id": "x", "type": "compaction"})
 
