@@ -464,11 +464,7 @@ def check_base_tree(python: str, tree: str) -> str:
     cwd, env = base_env(tree)
     pkg = "crossfeed." if entry_module(tree) == "crossfeed" else ""
     out = subprocess.run(
-        [
-            python,
-            "-c",
-            f"import {pkg}proxy as p, {pkg}translators as t; print(p.__file__); print(t.__file__)",
-        ],
+        [python, "-c", f"import {pkg}proxy as p, {pkg}translators as t; print(p.__file__); print(t.__file__)"],
         cwd=cwd,
         env=env,
         capture_output=True,
