@@ -29,10 +29,9 @@ import structlog
 
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError
 from crossfeed.proxy.keys import CONFIG
-from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.proxy.runtime.logs import TRACE
-from crossfeed.proxy.runtime.observability import METRICS, TurnLog, note_upstream_error, usage_counts, usage_summary
+from crossfeed.proxy.runtime.observability import METRICS, note_upstream_error, usage_counts, usage_summary
 from crossfeed.proxy.runtime.turn_trace import TapSink, open_trace
 from crossfeed.proxy.state.history import final_saver
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS
@@ -147,19 +146,16 @@ async def open_leg(turn: Turn, path: str, body: dict[str, Any]) -> aiohttp.Clien
 
 async def run_leg(
     turn: Turn,
-    backend: Upstream,
     response: aiohttp.ClientResponse,
     pump: Pump,
     sink: Sink,
-    turn_log: TurnLog,
     initial: list[Out] | None = None,
     *,
     close: bool = True,
     before_end: BeforeEnd | None = None,
 ) -> RelayStats:
     """Run the relay for one leg, registered as open for shutdown (the caller holds its place in
-    the stream limits, which the active-streams metric reads). ``backend`` and ``turn_log`` are
-    the turn's (``turn`` is read for its application only).
+    the stream limits, which the active-streams metric reads); what it did goes on the turn's log.
 
     The relay runs as its own task. A coroutine that waits for upstream data is resumed through
     every coroutine awaiting it; in the handler's task that is the middlewares, the endpoint
@@ -167,7 +163,7 @@ async def run_leg(
     costs less CPU per chunk (measured in docs/DESIGN.md). Cancelling the
     caller (the client hung up) cancels the task it awaits, and the relay closes the upstream
     on its way out; if it is cancelled before it ever ran, that is done here."""
-    app = turn.app
+    app, backend, turn_log = turn.app, turn.upstream, turn.log
     task = asyncio.get_running_loop().create_task(
         relay(
             response,
@@ -239,11 +235,9 @@ async def stream_turn(
         initial = start() if start is not None else None
         stats = await run_leg(
             turn,
-            backend,
             response,
             Pump(machine) if trace is None else trace.pump(machine, response),
             sink,
-            turn.log,
             initial=initial,
             close=then is None,
             before_end=before_end,
@@ -297,9 +291,7 @@ async def _later_legs(
                 await _end(sink, machine, machine.fail(str(exc.code), exc.message), before_end)
                 return stats
             pump = Pump(machine) if sink.__class__ is not TapSink else sink.trace.pump(machine, response)
-            stats = await run_leg(
-                turn, turn.upstream, response, pump, sink, turn_log, close=False, before_end=before_end
-            )
+            stats = await run_leg(turn, response, pump, sink, close=False, before_end=before_end)
         if stats.ending != "client_disconnected":
             await _end(sink, machine, [], before_end)
     except ConnectionResetError:

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from crossfeed.proxy.keys import CONFIG
-from crossfeed.proxy.runtime.observability import SUMMARY
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS
 from crossfeed.proxy.turns.exchange import run_leg
 
@@ -23,24 +22,24 @@ class _Upstream:
         self.closed += 1
 
 
-class _Request:
-    def __init__(self) -> None:
+UP = SimpleNamespace(name="u", timeouts=SimpleNamespace(idle=5.0, total=60.0))
+
+
+class _Turn:
+    """What run_leg reads of a turn: the application, the upstream, the log record."""
+
+    def __init__(self, log: dict[str, Any]) -> None:
         self.app: dict[Any, Any] = {
             CONFIG: SimpleNamespace(server=SimpleNamespace(keepalive_seconds=15.0)),
             OPEN_STREAMS: set(),
         }
-        self._items: dict[Any, Any] = {SUMMARY: {}}
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._items[key]
-
-
-UP = SimpleNamespace(name="u", timeouts=SimpleNamespace(idle=5.0, total=60.0))
+        self.upstream = UP
+        self.log = log
 
 
 async def test_handler_cancelled_before_the_relay_ran_still_closes_the_upstream() -> None:
     upstream = _Upstream()
-    handler = asyncio.create_task(run_leg(_Request(), UP, upstream, None, None, {}))  # type: ignore[arg-type]
+    handler = asyncio.create_task(run_leg(_Turn({}), upstream, None, None))  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the handler made the relay task and waits for it; the relay has not run
     handler.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -58,9 +57,8 @@ async def test_the_relay_runs_in_a_task_of_its_own(monkeypatch: Any) -> None:
         return SimpleNamespace(ending="ok", events_in=0, events_out=0, error=None, extra={})
 
     monkeypatch.setattr(exchange, "relay", fake_relay)
-    request = _Request()
     summary: dict[str, Any] = {}
-    stats = await run_leg(request, UP, _Upstream(), None, None, summary)  # type: ignore[arg-type]
+    stats = await run_leg(_Turn(summary), _Upstream(), None, None)  # type: ignore[arg-type]
     assert stats.ending == "ok"
     assert seen and seen[0] is not asyncio.current_task()
     assert summary["ending"] == "ok"
