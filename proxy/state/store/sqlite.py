@@ -66,7 +66,7 @@ CREATE TRIGGER IF NOT EXISTS responses_count_del AFTER DELETE ON responses BEGIN
     UPDATE totals SET count = count - 1, bytes = bytes - OLD.size WHERE one = 1;
 END;
 CREATE TABLE IF NOT EXISTS items (
-    owner   TEXT    NOT NULL,         -- proxy.state.store.owner_tag of the record's owner
+    owner   TEXT    NOT NULL,         -- store/base.py's owner_tag of the record's owner
     item_id TEXT    NOT NULL,
     seq     INTEGER NOT NULL,         -- the record holding it (responses.seq)
     PRIMARY KEY (owner, item_id, seq)
