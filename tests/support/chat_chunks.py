@@ -15,7 +15,7 @@ _ABSENT: Any = object()
 def chat_chunk(
     delta: dict[str, Any] | None,
     finish: str | None = None,
-    usage: tuple[int, int] | None = None,
+    usage: tuple[int, int] | dict[str, Any] | None = None,
     model: str = "m",
     *,
     id: str = "c",
@@ -23,7 +23,7 @@ def chat_chunk(
     null_usage: bool = False,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk``: a choice with ``delta`` (None: no choice, as a usage chunk
-    has) and ``finish``; ``usage`` as (prompt, completion) tokens. ``logprobs``, when given, is the
+    has) and ``finish``; ``usage`` as (prompt, completion) tokens, or the usage object itself. ``logprobs``, when given, is the
     choice's ``logprobs``; ``null_usage`` writes ``"usage": null`` on a chunk without usage."""
     choice: dict[str, Any] = {"index": 0, "delta": delta}
     if logprobs is not _ABSENT:
@@ -36,7 +36,9 @@ def chat_chunk(
         "model": model,
         "choices": [] if delta is None else [choice],
     }
-    if usage:
+    if isinstance(usage, dict):
+        body["usage"] = usage
+    elif usage:
         body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
     elif null_usage:
         body["usage"] = None
@@ -51,7 +53,7 @@ def frame(body: Any) -> bytes:
 def chunk(
     delta: dict[str, Any] | None,
     finish: str | None = None,
-    usage: tuple[int, int] | None = None,
+    usage: tuple[int, int] | dict[str, Any] | None = None,
     model: str = "m",
     **options: Any,
 ) -> bytes:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.responses.normalize import NormalizeResponses
 from crossfeed.translators.reverse.stopping import StoppingChatStream
+from tests.support import chat_chunks
 
 REQUEST: dict[str, Any] = {
     "model": "m",
@@ -33,11 +32,7 @@ def chat(*deltas: dict[str, Any], profile: BackendProfile | None = None) -> dict
     m = ChatToResponsesStream(REQUEST, ids=SequentialIds(), now=lambda: 1, profile=profile or BackendProfile())
     m.start()
     pump = Pump(m)
-    frames = b"".join(
-        b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": d, "finish_reason": None}]}) + b"\n\n"
-        for d in deltas
-    )
-    pump.feed(frames + b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+    pump.feed(b"".join(chat_chunks.chunk(d) for d in deltas) + chat_chunks.chunk({}, "stop") + chat_chunks.DONE)
     assert m.done
     return m.diagnostics
 

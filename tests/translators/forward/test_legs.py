@@ -10,6 +10,7 @@ from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.sse import JSON_FRAMING, render_json, render_responses
+from tests.support.chat_chunks import chat_chunk
 from tests.support.validators import validate_responses_events
 
 
@@ -17,11 +18,7 @@ def machine(**kw: object) -> ChatToResponsesStream:
     return ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, **kw)  # type: ignore[arg-type]
 
 
-def ch(delta: dict, finish: str | None = None, **extra: object) -> dict:
-    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-
-
-CALL = ch(
+CALL = chat_chunk(
     {
         "tool_calls": [
             {"index": 0, "id": "call_1", "type": "function", "function": {"name": "search", "arguments": '{"q":"x"}'}}
@@ -35,7 +32,7 @@ USAGE_2 = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
 def two_legs(m: ChatToResponsesStream) -> list[dict]:
     out = m.start()
     out += m.feed(CALL)
-    out += m.feed(ch({}, "tool_calls", usage=USAGE_1))
+    out += m.feed(chat_chunk({}, "tool_calls", usage=USAGE_1))
     out += m.end_leg()
     assert m.leg is not None and m.leg.finish_reason == "tool_calls"
     assert [c["call_id"] for c in m.leg.calls] == ["call_1"] and m.leg.usage == USAGE_1
@@ -44,8 +41,8 @@ def two_legs(m: ChatToResponsesStream) -> list[dict]:
         {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "x"}}
     )
     m.next_leg()
-    out += m.feed(ch({"content": "found it"}))
-    out += m.feed(ch({}, "stop", usage=USAGE_2))
+    out += m.feed(chat_chunk({"content": "found it"}))
+    out += m.feed(chat_chunk({}, "stop", usage=USAGE_2))
     out += m.end_leg()
     assert m.leg is not None and m.leg.calls == [] and m.leg.finish_reason == "stop"
     out += m.end_response()
@@ -68,7 +65,7 @@ def test_two_legs_make_one_response_numbered_throughout() -> None:
 
 def test_finish_is_end_leg_then_end_response() -> None:
     a, b = machine(), machine()
-    chunks = [ch({"content": "hi"}), ch({}, "length", usage=USAGE_1)]
+    chunks = [chat_chunk({"content": "hi"}), chat_chunk({}, "length", usage=USAGE_1)]
     out_a = a.start() + [e for c in chunks for e in a.feed(c)] + a.finish()
     out_b = b.start() + [e for c in chunks for e in b.feed(c)] + b.end_leg() + b.end_response()
     assert out_a == out_b and out_a[-1]["type"] == "response.incomplete"
@@ -77,7 +74,7 @@ def test_finish_is_end_leg_then_end_response() -> None:
 def test_a_failed_leg_ends_the_response_and_nothing_follows() -> None:
     m = machine()
     m.start()
-    m.feed(ch({"content": "partial"}))
+    m.feed(chat_chunk({"content": "partial"}))
     out = m.end_leg(clean=False)
     assert out[-1]["type"] == "response.failed" and m.done
     with pytest.raises(StreamStateError):
@@ -94,7 +91,7 @@ def test_between_legs_nothing_is_fed_and_items_only_go_in_between() -> None:
     m.feed(CALL)
     m.end_leg()
     with pytest.raises(StreamStateError):
-        m.feed(ch({"content": "too early"}))
+        m.feed(chat_chunk({"content": "too early"}))
     out = m.fail("upstream_timeout", "the tool took too long")  # a bound that fires between legs
     assert out[-1]["type"] == "response.failed" and out[-1]["response"]["usage"] is None
 
@@ -102,9 +99,13 @@ def test_between_legs_nothing_is_fed_and_items_only_go_in_between() -> None:
 @pytest.mark.parametrize(
     "chunks",
     [
-        [ch({"content": "Hel"}), ch({"content": "lo"}), ch({}, "stop")],
-        [ch({"reasoning_content": "think"}), ch({"content": "ok"}), ch({}, "stop")],
-        [CALL, ch({"tool_calls": [{"index": 0, "function": {"arguments": "more"}}]}), ch({}, "tool_calls")],
+        [chat_chunk({"content": "Hel"}), chat_chunk({"content": "lo"}), chat_chunk({}, "stop")],
+        [chat_chunk({"reasoning_content": "think"}), chat_chunk({"content": "ok"}), chat_chunk({}, "stop")],
+        [
+            CALL,
+            chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "more"}}]}),
+            chat_chunk({}, "tool_calls"),
+        ],
     ],
 )
 def test_json_framing_renders_each_event_as_its_json_document(chunks: list[dict]) -> None:

@@ -14,15 +14,12 @@ from crossfeed.translators.options import ToolContext
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.sse import render_responses
 from tests.support.captures import data_objects, read_capture
+from tests.support.chat_chunks import chat_chunk
 from tests.support.validators import validate_responses_events, validate_responses_sse
 
 
 def machine(**kw: object) -> ChatToResponsesStream:
     return ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, **kw)  # type: ignore[arg-type]
-
-
-def ch(delta: dict, finish: str | None = None, **extra: object) -> dict:
-    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
 
 
 TERMINALS = ("response.completed", "response.incomplete", "response.failed")
@@ -73,8 +70,8 @@ def types(out: list[dict]) -> list[str]:
 def test_empty_first_content_opens_nothing() -> None:
     out = run(
         [
-            ch({"role": "assistant", "content": ""}),
-            ch(
+            chat_chunk({"role": "assistant", "content": ""}),
+            chat_chunk(
                 {
                     "tool_calls": [
                         {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
@@ -90,7 +87,7 @@ def test_empty_first_content_opens_nothing() -> None:
 def test_usage_waits_for_trailing_chunk() -> None:
     out = run(
         [
-            ch({"content": "x"}, "stop"),
+            chat_chunk({"content": "x"}, "stop"),
             {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}},
         ]
     )
@@ -117,7 +114,7 @@ def test_usage_waits_for_trailing_chunk() -> None:
 )
 def test_finish_reasons(reason: str | None, terminal: str, detail: str | None) -> None:
     """``detail``: the incomplete reason, or the error code of a failed response."""
-    out = run([ch({"content": "x"}, reason)])
+    out = run([chat_chunk({"content": "x"}, reason)])
     resp = out[-1]["response"]
     assert out[-1]["type"] == terminal
     if terminal == "response.failed":
@@ -131,7 +128,7 @@ def test_finish_reasons(reason: str | None, terminal: str, detail: str | None) -
         assert resp["output"][0]["status"] == "completed"
     m = machine()
     m.start()
-    m.feed(ch({"content": "x"}, reason))
+    m.feed(chat_chunk({"content": "x"}, reason))
     m.finish()
     assert ("unknown_finish_reason" in m.diagnostics) == (reason == "weird_reason")
 
@@ -139,9 +136,9 @@ def test_finish_reasons(reason: str | None, terminal: str, detail: str | None) -
 def test_reasoning_spellings_not_doubled() -> None:
     out = run(
         [
-            ch({"reasoning": "ab", "reasoning_details": [{"type": "reasoning.text", "text": "ab"}]}),
-            ch({"reasoning_content": "cd", "reasoning_details": [{"type": "reasoning.text", "text": "cd"}]}),
-            ch(
+            chat_chunk({"reasoning": "ab", "reasoning_details": [{"type": "reasoning.text", "text": "ab"}]}),
+            chat_chunk({"reasoning_content": "cd", "reasoning_details": [{"type": "reasoning.text", "text": "cd"}]}),
+            chat_chunk(
                 {
                     "reasoning_details": [
                         {"type": "reasoning.summary", "summary": "ef"},
@@ -149,7 +146,7 @@ def test_reasoning_spellings_not_doubled() -> None:
                     ]
                 }
             ),
-            ch({"content": "done"}, "stop"),
+            chat_chunk({"content": "done"}, "stop"),
         ]
     )
     items = out[-1]["response"]["output"]
@@ -157,7 +154,7 @@ def test_reasoning_spellings_not_doubled() -> None:
 
 
 def test_reasoning_closed_before_next_item() -> None:
-    out = run([ch({"reasoning_content": "r"}), ch({"content": "t"}, "stop")])
+    out = run([chat_chunk({"reasoning_content": "r"}), chat_chunk({"content": "t"}, "stop")])
     t = types(out)
     assert (
         t.index("response.reasoning_text.done")
@@ -167,7 +164,7 @@ def test_reasoning_closed_before_next_item() -> None:
 
 
 def test_refusal_and_text_parts() -> None:
-    out = run([ch({"content": "a"}), ch({"refusal": "no"}), ch({}, "stop")])
+    out = run([chat_chunk({"content": "a"}), chat_chunk({"refusal": "no"}), chat_chunk({}, "stop")])
     content = out[-1]["response"]["output"][0]["content"]
     assert content == [
         {"type": "output_text", "text": "a", "annotations": [], "logprobs": []},
@@ -176,13 +173,18 @@ def test_refusal_and_text_parts() -> None:
 
 
 def test_generated_call_id_when_missing() -> None:
-    out = run([ch({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}, "tool_calls")])
+    out = run([chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}, "tool_calls")])
     assert out[-1]["response"]["output"][0]["call_id"].startswith("call_")
 
 
 def test_object_arguments_are_serialised() -> None:
     out = run(
-        [ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}, "tool_calls")]
+        [
+            chat_chunk(
+                {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]},
+                "tool_calls",
+            )
+        ]
     )
     assert out[-1]["response"]["output"][0]["arguments"] == '{"a": 1}'
 
@@ -190,8 +192,8 @@ def test_object_arguments_are_serialised() -> None:
 def test_legacy_function_call_delta() -> None:
     out = run(
         [
-            ch({"function_call": {"name": "f", "arguments": '{"a"'}}),
-            ch({"function_call": {"arguments": ":1}"}}, "function_call"),
+            chat_chunk({"function_call": {"name": "f", "arguments": '{"a"'}}),
+            chat_chunk({"function_call": {"arguments": ":1}"}}, "function_call"),
         ]
     )
     item = out[-1]["response"]["output"][0]
@@ -209,7 +211,14 @@ def test_legacy_function_call_beside_tool_calls_is_one_call() -> None:
             "tool_calls": [{"index": 0, **head, "function": {"name": "get_weather", "arguments": args}}],
         }
 
-    out = run([ch(both("{", first=True)), ch(both('"city": "Paris"')), ch(both("}")), ch({}, "tool_calls")])
+    out = run(
+        [
+            chat_chunk(both("{", first=True)),
+            chat_chunk(both('"city": "Paris"')),
+            chat_chunk(both("}")),
+            chat_chunk({}, "tool_calls"),
+        ]
+    )
     calls = [i for i in out[-1]["response"]["output"] if i["type"] == "function_call"]
     assert [(c["call_id"], c["name"], c["arguments"]) for c in calls] == [
         ("call_1", "get_weather", '{"city": "Paris"}')
@@ -219,7 +228,9 @@ def test_legacy_function_call_beside_tool_calls_is_one_call() -> None:
 
 def test_upstream_error_chunk_fails_with_its_message() -> None:
     m = machine()
-    out = m.start() + m.feed(ch({"content": "x"})) + m.feed({"error": {"message": "boom", "code": "overloaded"}})
+    out = (
+        m.start() + m.feed(chat_chunk({"content": "x"})) + m.feed({"error": {"message": "boom", "code": "overloaded"}})
+    )
     check(out)
     assert out[-2]["type"] == "error" and out[-2]["error"]["message"] == "boom"
     assert out[-1]["response"]["error"] == {"code": "overloaded", "message": "boom"}
@@ -228,7 +239,13 @@ def test_upstream_error_chunk_fails_with_its_message() -> None:
 
 def test_error_chunk_ends_the_run_early_with_a_valid_failed_stream() -> None:
     """run() returns as soon as the machine is done; that stream is validated too."""
-    out = run([ch({"content": "x"}), {"error": {"message": "boom", "code": "overloaded"}}, ch({"content": "late"})])
+    out = run(
+        [
+            chat_chunk({"content": "x"}),
+            {"error": {"message": "boom", "code": "overloaded"}},
+            chat_chunk({"content": "late"}),
+        ]
+    )
     assert types(out)[-2:] == ["error", "response.failed"]
     assert out[-1]["response"]["output"][0]["status"] == "incomplete"
 
@@ -237,7 +254,7 @@ def test_error_chunk_ends_the_run_early_with_a_valid_failed_stream() -> None:
 def test_finish_reason_not_text_fails_the_stream(reason: object) -> None:
     """A finish_reason the upstream sent as something else than a string is a protocol error,
     reported when it arrives (an unhashable one once broke ``finish`` with a TypeError)."""
-    out = run([ch({"content": "a"}), ch({}, reason), ch({"content": "late"})])  # type: ignore[arg-type]
+    out = run([chat_chunk({"content": "a"}), chat_chunk({}, reason), chat_chunk({"content": "late"})])  # type: ignore[arg-type]
     assert types(out)[-2:] == ["error", "response.failed"]
     assert out[-1]["response"]["error"] == {
         "code": "upstream_protocol_error",
@@ -249,15 +266,15 @@ def test_finish_reason_not_text_fails_the_stream(reason: object) -> None:
 @pytest.mark.parametrize(
     "last",
     [
-        ch({"content": "x"}),
-        ch({"reasoning_content": "r"}),
-        ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{"}}]}),
-        ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "g", "arguments": "{"}}]}),
+        chat_chunk({"content": "x"}),
+        chat_chunk({"reasoning_content": "r"}),
+        chat_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{"}}]}),
+        chat_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "g", "arguments": "{"}}]}),
     ],
     ids=["text", "reasoning", "function", "custom"],
 )
 def test_unclean_end_is_a_valid_failed_stream(last: dict) -> None:
-    out = run([ch({"content": "a"}), last], clean=False, tools=ToolContext(custom_tools=frozenset({"g"})))
+    out = run([chat_chunk({"content": "a"}), last], clean=False, tools=ToolContext(custom_tools=frozenset({"g"})))
     assert types(out)[-2:] == ["error", "response.failed"]
     statuses = [item.get("status") for item in out[-1]["response"]["output"]]
     assert statuses[-1] in ("incomplete", None)  # the cut item (reasoning carries no status)
@@ -267,7 +284,7 @@ def test_calls_after_terminal_are_our_bug() -> None:
     m = machine()
     check(m.start() + m.finish())
     with pytest.raises(StreamStateError):
-        m.feed(ch({"content": "x"}))
+        m.feed(chat_chunk({"content": "x"}))
     with pytest.raises(StreamStateError):
         m.finish()
     with pytest.raises(StreamStateError):
@@ -295,7 +312,7 @@ def test_extra_choices_counted_not_mixed() -> None:
 def test_namespace_call_carries_namespace() -> None:
     tools = ToolContext(namespaced={"ns__read": ("ns", "read")})
     out = run(
-        [ch({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "ns__read", "arguments": "{}"}}]})],
+        [chat_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "ns__read", "arguments": "{}"}}]})],
         tools=tools,
     )
     item = out[-1]["response"]["output"][0]
@@ -337,8 +354,8 @@ delta_st = st.one_of(
 def test_random_streams_always_valid(deltas: list[dict], finish: str | None, clean: bool, seed: int) -> None:
     from tests.support.splitting import split_points
 
-    body = b"".join(b"data: " + orjson.dumps(ch(d)) + b"\n\n" for d in deltas)
-    body += b"data: " + orjson.dumps(ch({}, finish)) + b"\n\n"
+    body = b"".join(b"data: " + orjson.dumps(chat_chunk(d)) + b"\n\n" for d in deltas)
+    body += b"data: " + orjson.dumps(chat_chunk({}, finish)) + b"\n\n"
     if clean:
         body += b"data: [DONE]\n\n"
     results = []
@@ -411,9 +428,9 @@ def test_details_left_after_the_text_get_a_reasoning_item_at_the_end() -> None:
     seals: list = []
     out = run(
         [
-            ch({"content": "Hi"}),
-            ch({"reasoning_details": [{"type": "reasoning.encrypted", "data": "z"}]}),
-            ch({}, "stop"),
+            chat_chunk({"content": "Hi"}),
+            chat_chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "z"}]}),
+            chat_chunk({}, "stop"),
         ],
         seal_reasoning=lambda text, details: seals.append(details) or "t",
     )
