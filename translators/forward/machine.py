@@ -57,8 +57,6 @@ from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.options import DEFAULT_PROFILE, NO_TOOLS, BackendProfile, ToolContext
 from crossfeed.translators.sse import Framing, Out
 
-__all__ = ["ChatToResponsesStream", "LegDriver", "LegEnd", "Phase"]
-
 # Reasons that say the generation failed: finish_reason -> (error code, message).
 _FAILED_REASONS = {
     "insufficient_system_resource": (

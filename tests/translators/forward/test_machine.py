@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crossfeed.translators.errors import StreamStateError
-from crossfeed.translators.forward.machine import ChatToResponsesStream, Phase
+from crossfeed.translators.forward.assembler import Phase
+from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import ToolContext
 from crossfeed.translators.pump import Pump
