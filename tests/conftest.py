@@ -18,13 +18,10 @@ import httpx2
 import openai
 import orjson
 import pytest
-from aiohttp import web
 
-from crossfeed.proxy.app import create_app
-from crossfeed.proxy.http.server import make_runner
-from crossfeed.proxy.runtime.config import Config, load_config
 from crossfeed.translators.ids import SequentialIds
 from tests.fakes.upstream import FakeUpstream
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.open_responses import check_response
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.ws import FrameRecorder
@@ -109,28 +106,6 @@ async def upstream() -> AsyncIterator[FakeUpstream]:
     await up.close()
 
 
-@dataclass
-class ProxyHandle:
-    url: str
-    app: web.Application
-    config: Config
-    runner: web.AppRunner
-
-    @property
-    def base_url(self) -> str:
-        return self.url + "/v1"
-
-
-async def start_proxy(config: Config, environ: dict[str, str] | None = None, **app_kwargs: Any) -> ProxyHandle:
-    app = create_app(config, environ=environ or {}, **app_kwargs)
-    runner = make_runner(app, config)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return ProxyHandle(f"http://127.0.0.1:{port}", app, config, runner)
-
-
 @pytest.fixture
 def proxy_overrides() -> dict[str, Any]:
     """Override in a test module to change the proxy's configuration."""
@@ -140,10 +115,8 @@ def proxy_overrides() -> dict[str, Any]:
 @pytest.fixture
 async def proxy(upstream: FakeUpstream, proxy_overrides: dict[str, Any], tmp_path: Any) -> AsyncIterator[ProxyHandle]:
     overrides = {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data"), **proxy_overrides}
-    config = load_config(None, {}, overrides)
-    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
-    yield handle
-    await handle.runner.cleanup()
+    async with running_proxy(overrides, ids=SequentialIds(), clock=lambda: 1_700_000_000) as handle:
+        yield handle
 
 
 @pytest.fixture

@@ -29,10 +29,10 @@ from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.translators.forward.compaction import COMPACTION_PROMPT, is_summary
 from crossfeed.translators.ids import SequentialIds
-from tests.conftest import start_proxy
 from tests.e2e import codex_support as cx
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.app_server import running_proxy
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
@@ -285,9 +285,8 @@ async def search_proxy(upstream: FakeUpstream, tmp_path: Path):
             "web_search.url": fake.url,
         },
     )
-    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
-    yield handle, fake
-    await handle.runner.cleanup()
+    async with running_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000) as handle:
+        yield handle, fake
     await fake.close()
 
 
@@ -397,9 +396,8 @@ async def catalog_proxy(upstream: FakeUpstream, tmp_path: Path):
     toml = tmp_path / "crossfeed.toml"
     toml.write_text('[codex_models."qwen3-coder-local"]\ncontext_window = 40960\n')
     config = load_config(toml, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "d")})
-    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
-    yield handle
-    await handle.runner.cleanup()
+    async with running_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000) as handle:
+        yield handle
 
 
 async def test_model_catalog_gives_a_local_model_apply_patch_and_its_context_window(
@@ -448,26 +446,24 @@ async def test_a_codex_session_logs_no_5xx(upstream: FakeUpstream, tmp_path: Pat
 
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
-    proxy = await start_proxy(
-        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data")}),
-        ids=SequentialIds(),
-    )
     try:
-        upstream.reply(calls(("call_sh", "exec_command", {"cmd": "echo logged"})), lambda req: text("Ran it."))
-        proc, events, _ = await run_codex(proxy, tmp_path, "run echo", setup)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert cx.agent_messages(events)[-1] == "Ran it."
+        async with running_proxy(
+            {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "data")}, ids=SequentialIds()
+        ) as proxy:
+            upstream.reply(calls(("call_sh", "exec_command", {"cmd": "echo logged"})), lambda req: text("Ran it."))
+            proc, events, _ = await run_codex(proxy, tmp_path, "run echo", setup)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            assert cx.agent_messages(events)[-1] == "Ran it."
 
-        def lines() -> list[dict]:
-            return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+            def lines() -> list[dict]:
+                return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
 
-        if setup == "openai_base_url":
-            for _ in range(300):  # the socket's line comes once crossfeed sees the connection gone
-                if any(e.get("event") == "websocket.closed" for e in lines()):
-                    break
-                await asyncio.sleep(0.05)
+            if setup == "openai_base_url":
+                for _ in range(300):  # the socket's line comes once crossfeed sees the connection gone
+                    if any(e.get("event") == "websocket.closed" for e in lines()):
+                        break
+                    await asyncio.sleep(0.05)
     finally:
-        await proxy.runner.cleanup()
         structlog.reset_defaults()
     summary = [e for e in lines() if e.get("event") in ("request.completed", "websocket.closed")]
     assert summary and not [e for e in summary if e["status"] >= 500], summary

@@ -25,7 +25,6 @@ import orjson
 import pytest
 
 from crossfeed.proxy.runtime.config import Config, Timeouts, Upstream, load_config
-from tests.conftest import ProxyHandle, start_proxy
 from tests.faults.fault_upstream import FaultUpstream, closed_port
 from tests.support.validators import accumulate_chat, validate_chat_sse, validate_responses_sse
 
@@ -107,15 +106,6 @@ async def fault_upstream() -> AsyncIterator[FaultUpstream]:
     await up.start()
     yield up
     await up.close()
-
-
-@contextlib.asynccontextmanager
-async def running_proxy(config: Config, environ: dict[str, str] | None = None) -> AsyncIterator[ProxyHandle]:
-    handle = await start_proxy(config, environ or {})
-    try:
-        yield handle
-    finally:
-        await handle.runner.cleanup()
 
 
 # -- request bodies and outcome parsing -------------------------------------------------------------

@@ -31,7 +31,6 @@ from tests.faults.conftest import (
     fault_config,
     parse_outcome,
     request_body,
-    running_proxy,
 )
 from tests.faults.fault_upstream import (
     ERROR_MESSAGE,
@@ -43,6 +42,7 @@ from tests.faults.fault_upstream import (
     TINY_TEXT,
     FaultUpstream,
 )
+from tests.support.app_server import running_proxy
 
 SUCCESS, FAIL, EITHER = "success", "fail", "either"
 # Hang guards, not speed limits: a correct answer takes milliseconds (the timeout faults about

@@ -28,11 +28,12 @@ import structlog
 from crossfeed.proxy.http.websocket import SOCKETS
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.logs import configure_logging
-from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.faults.conftest import ProxyProcess, check_envelope
 from tests.faults.fault_upstream import FAULTS, FaultUpstream, paced
-from tests.integration.test_websocket_sdk import MODEL, chunk, error_reply, midstream_failure, plain, text_reply, user
+from tests.integration.test_websocket_sdk import MODEL, error_reply, midstream_failure, plain, text_reply, user
+from tests.support.app_server import ProxyHandle, running_proxy, start_proxy
+from tests.support.chat_chunks import chunk
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, RawWS, Turn, is_request_error, ws_url
 
@@ -272,16 +273,13 @@ async def test_inbound_keys_checked_in_the_handshake(
         {},
         {"upstream.base_url": upstream.base_url, "store.backend": "memory", "server.inbound_keys_env": "CF_WS_KEYS"},
     )
-    handle = await start_proxy(config, environ={"CF_WS_KEYS": "k-good"})
-    try:
+    async with running_proxy(config, environ={"CF_WS_KEYS": "k-good"}) as handle:
         for auth in ({"Authorization": "Bearer k-wrong"}, {}):
             status, body, _ = await http_get(handle.base_url + "/responses", upgrade_headers(**auth))
             assert status == 401 and check_envelope(body, status)["code"] == "invalid_api_key"
         good = {"Authorization": "Bearer k-good"}
         async with ws_frames.connect(ws_url(handle.url, "/responses"), headers=good) as ws:  # the path without /v1
             await normal_turn(ws, upstream, "Authorised.")
-    finally:
-        await handle.runner.cleanup()
     assert len(upstream.requests) == 1 and ws_frames.validate() == (1, 0)
 
 
@@ -319,23 +317,20 @@ async def test_lifetime_limit_ends_a_response_in_flight_properly(
 async def test_summary_line_and_metrics_per_turn(upstream: FakeUpstream, ws_frames: FrameRecorder) -> None:
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
-    handle = await start_proxy(
-        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
-    )
-    upstream.reply(text_reply("Counted.", usage=(9, 2)))
     try:
-        async with ws_frames.connect(ws_url(handle.url), headers={"X-Request-ID": "ws-sum-1"}) as ws:
-            assert (await ws.turn(model="m", input="a")).text == "Counted."
-            assert (await ws.turn(model="m", input="b", previous_response_id="resp_gone")).error["status"] == 400
+        async with running_proxy({"upstream.base_url": upstream.base_url, "store.backend": "memory"}) as handle:
+            upstream.reply(text_reply("Counted.", usage=(9, 2)))
+            async with ws_frames.connect(ws_url(handle.url), headers={"X-Request-ID": "ws-sum-1"}) as ws:
+                assert (await ws.turn(model="m", input="a")).text == "Counted."
+                assert (await ws.turn(model="m", input="b", previous_response_id="resp_gone")).error["status"] == 400
 
-        def lines() -> list[dict[str, Any]]:
-            return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
+            def lines() -> list[dict[str, Any]]:
+                return [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
 
-        assert await wait_until(lambda: any(e.get("event") == "websocket.closed" for e in lines()), GUARD)
-        async with aiohttp.ClientSession() as s, s.get(handle.url + "/metrics") as r:
-            metrics = await r.text()
+            assert await wait_until(lambda: any(e.get("event") == "websocket.closed" for e in lines()), GUARD)
+            async with aiohttp.ClientSession() as s, s.get(handle.url + "/metrics") as r:
+                metrics = await r.text()
     finally:
-        await handle.runner.cleanup()
         structlog.reset_defaults()
     done = {e["request_id"]: e for e in lines() if e.get("event") == "request.completed" and e.get("route") == ROUTE}
     assert set(done) == {"ws-sum-1.1", "ws-sum-1.2"}, done
@@ -375,9 +370,7 @@ async def logged_proxy(upstream: FakeUpstream) -> tuple[ProxyHandle, Callable[[]
     that returns the lines so far (the caller cleans up and resets structlog)."""
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
-    handle = await start_proxy(
-        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
-    )
+    handle = await start_proxy({"upstream.base_url": upstream.base_url, "store.backend": "memory"})
     return handle, lambda: [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
 
 
@@ -404,7 +397,7 @@ async def test_socket_dropped_without_a_close_frame_is_no_5xx(upstream: FakeUpst
         async with aiohttp.ClientSession() as s, s.get(handle.url + "/metrics") as r:
             metrics = await r.text()
     finally:
-        await handle.runner.cleanup()
+        await handle.stop()
         structlog.reset_defaults()
     dropped, closed = [e for e in lines() if e.get("event") == "websocket.closed"]
     assert (dropped["status"], dropped["ending"]) == (101, "client_disconnected"), dropped
@@ -445,7 +438,7 @@ async def test_http_client_gone_is_no_5xx(upstream: FakeUpstream, stream: bool) 
         async with aiohttp.ClientSession() as s, s.get(handle.url + "/metrics") as r:
             metrics = await r.text()
     finally:
-        await handle.runner.cleanup()
+        await handle.stop()
         structlog.reset_defaults()
     (done,) = [e for e in lines() if e.get("event") == "request.completed"]
     assert (done["status"], done["terminal"]) == ((200 if stream else 499), "client_disconnected"), done

@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from crossfeed.proxy.runtime.config import load_config
-from tests.conftest import start_proxy
+from tests.support.app_server import running_proxy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,9 +56,8 @@ def deflated(text: bytes) -> bytes:
 )
 async def test_a_frame_with_rsv1_closes_the_socket_with_1002(tmp_path, payload: bytes) -> None:
     config = load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1", "store.data_dir": str(tmp_path)})
-    handle = await start_proxy(config)
-    port = int(handle.url.rsplit(":", 1)[1])
-    try:
+    async with running_proxy(config) as handle:
+        port = int(handle.url.rsplit(":", 1)[1])
         with structlog.testing.capture_logs() as logs:
             reader, writer, head = await handshake(port)
             assert head.startswith("HTTP/1.1 101"), head
@@ -77,5 +76,3 @@ async def test_a_frame_with_rsv1_closes_the_socket_with_1002(tmp_path, payload: 
             assert reply[0] == 0x81 and b'"type":"error"' in reply, reply
             writer.close()
         assert not [e for e in logs if e.get("log_level") in ("error", "critical") or "exc_info" in e], logs
-    finally:
-        await handle.runner.cleanup()

@@ -17,9 +17,9 @@ import pytest
 
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.translators.ids import SequentialIds
-from tests.conftest import start_proxy
 from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.app_server import running_proxy
 from tests.support.golden import check_expected
 from tests.support.validators import validate_responses_sse
 
@@ -43,15 +43,14 @@ async def run(case: Path, url: str, seed: int, piece: int, tmp: Path) -> list[di
             "mcp.call_timeout_seconds": 5,
         },
     )
-    proxy = await start_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000)
-    body = (case / "request.json").read_text().replace("{MCP_URL}", url).replace("{TOKEN}", TEST_TOKEN)
     try:
-        async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=60) as http:
-            r = await http.post("/responses", content=body, headers={"Content-Type": "application/json"})
-        assert r.status_code == 200, r.text
-        events = validate_responses_sse(r.content)
+        async with running_proxy(config, ids=SequentialIds(), clock=lambda: 1_700_000_000) as proxy:
+            body = (case / "request.json").read_text().replace("{MCP_URL}", url).replace("{TOKEN}", TEST_TOKEN)
+            async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=60) as http:
+                r = await http.post("/responses", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 200, r.text
+            events = validate_responses_sse(r.content)
     finally:
-        await proxy.runner.cleanup()
         await upstream.close()
     return events
 

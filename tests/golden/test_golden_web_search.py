@@ -17,11 +17,10 @@ import httpx2
 import orjson
 import pytest
 
-from crossfeed.proxy.runtime.config import load_config
 from crossfeed.translators.ids import SequentialIds
-from tests.conftest import start_proxy
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.app_server import running_proxy
 from tests.support.golden import check_expected
 from tests.support.validators import validate_responses_sse
 
@@ -50,16 +49,17 @@ async def run(case: Path, seed: int, piece: int, tmp: Path) -> tuple[list[dict[s
     }
     if (case / "config.json").exists():
         overrides.update(orjson.loads((case / "config.json").read_bytes()))
-    proxy = await start_proxy(load_config(None, {}, overrides), ids=SequentialIds(), clock=lambda: 1_700_000_000)
     try:
-        async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=60) as http:
-            r = await http.post(
-                "/responses", content=(case / "request.json").read_bytes(), headers={"Content-Type": "application/json"}
-            )
-        assert r.status_code == 200, r.text
-        events = validate_responses_sse(r.content)
+        async with running_proxy(overrides, ids=SequentialIds(), clock=lambda: 1_700_000_000) as proxy:
+            async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=60) as http:
+                r = await http.post(
+                    "/responses",
+                    content=(case / "request.json").read_bytes(),
+                    headers={"Content-Type": "application/json"},
+                )
+            assert r.status_code == 200, r.text
+            events = validate_responses_sse(r.content)
     finally:
-        await proxy.runner.cleanup()
         await upstream.close()
         await search.close()
     return events, upstream

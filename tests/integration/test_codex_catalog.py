@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from crossfeed.proxy.runtime.config import load_config
-from tests.conftest import start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply
+from tests.support.app_server import running_proxy
 
 
 @pytest.fixture
@@ -31,10 +31,9 @@ async def served(upstream: FakeUpstream, tmp_path: Path) -> Any:
             "upstream.context_window": 32768,
         },
     )
-    handle = await start_proxy(config)
-    upstream.default = JSONReply({"object": "list", "data": [{"id": "llama-3-8b", "object": "model"}]})
-    yield handle
-    await handle.runner.cleanup()
+    async with running_proxy(config) as handle:
+        upstream.default = JSONReply({"object": "list", "data": [{"id": "llama-3-8b", "object": "model"}]})
+        yield handle
 
 
 async def test_openai_clients_see_the_list_and_codex_its_catalog(served: Any) -> None:

@@ -15,8 +15,8 @@ import pytest
 
 from crossfeed.proxy.keys import SEAL
 from crossfeed.translators.forward.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
-from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.app_server import ProxyHandle
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.open_responses import check_compact
 from tests.support.validators import validate_responses_sse

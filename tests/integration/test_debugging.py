@@ -35,8 +35,8 @@ from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.logs import configure_logging
 from crossfeed.proxy.streaming.lifecycle import PROBE_NOT_FOUND, PROBES
 from crossfeed.translators.ids import SequentialIds
-from tests.conftest import start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.app_server import running_proxy
 from tests.support.captures import data_objects, read_capture
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_chat_sse, validate_responses_sse
@@ -95,9 +95,8 @@ async def test_debug_turn_shows_the_mapped_body_redacted(upstream: FakeUpstream,
     try:
         for level in ("info", "debug"):
             configure_logging(level, "json", stream=buf)
-            handle = await start_proxy(config, environ={"CF_TEST_BACKEND_KEY": BACKEND_KEY})
-            upstream.reply(SSEReply(stream))
-            try:
+            async with running_proxy(config, environ={"CF_TEST_BACKEND_KEY": BACKEND_KEY}) as handle:
+                upstream.reply(SSEReply(stream))
                 status, raw = await post(
                     handle.base_url + "/responses",
                     body,
@@ -113,8 +112,6 @@ async def test_debug_turn_shows_the_mapped_body_redacted(upstream: FakeUpstream,
                     ),
                     GUARD,
                 )
-            finally:
-                await handle.runner.cleanup()
     finally:
         configure_logging("info", "json", stream=io.StringIO())
         structlog.reset_defaults()
@@ -205,26 +202,23 @@ async def test_record_forward_turn_replays_to_the_same_bytes(upstream: FakeUpstr
         },
     )
     # translate numbers ids from 1 and takes created_at from the stream: the server does the same here
-    handle = await start_proxy(
+    async with running_proxy(
         config, environ={"CF_TEST_BACKEND_KEY": BACKEND_KEY}, ids=SequentialIds(), clock=lambda: first_created(capture)
-    )
-    upstream.reply(SSEReply(capture, max_piece=41))
-    body = {
-        "model": "m",
-        "input": f"What is the weather in Paris? (my key: {CLIENT_KEY})",  # a secret where none belongs
-        "stream": True,
-        "tools": [
-            {
-                "type": "function",
-                "name": "get_weather",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-            }
-        ],
-    }
-    try:
+    ) as handle:
+        upstream.reply(SSEReply(capture, max_piece=41))
+        body = {
+            "model": "m",
+            "input": f"What is the weather in Paris? (my key: {CLIENT_KEY})",  # a secret where none belongs
+            "stream": True,
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "get_weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }
+            ],
+        }
         status, sent = await post(handle.base_url + "/responses", body, Authorization=f"Bearer {CLIENT_KEY}")
-    finally:
-        await handle.runner.cleanup()
     assert status == 200, sent
     validate_responses_sse(sent)
     turn = recorded(where)
@@ -261,18 +255,15 @@ async def test_record_reverse_turn_replays_to_the_same_bytes(upstream: FakeUpstr
         },
     )
     created = next(o["response"]["created_at"] for o in data_objects(capture) if o.get("type") == "response.created")
-    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: int(created))
-    upstream.reply(SSEReply(capture, max_piece=53))
-    body = {
-        "model": "m",
-        "messages": [{"role": "user", "content": "weather?"}],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    try:
+    async with running_proxy(config, ids=SequentialIds(), clock=lambda: int(created)) as handle:
+        upstream.reply(SSEReply(capture, max_piece=53))
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "weather?"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         status, sent = await post(handle.base_url + "/chat/completions", body)
-    finally:
-        await handle.runner.cleanup()
     assert status == 200, sent
     validate_chat_sse(sent)
     turn = recorded(where)
@@ -291,15 +282,14 @@ async def test_record_websocket_turn_replays_to_the_same_frames(
     config = load_config(
         None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory", "logging.record_dir": str(where)}
     )
-    handle = await start_proxy(config, ids=SequentialIds(), clock=lambda: first_created(capture))
-    upstream.reply(SSEReply(capture))
-    buf = io.StringIO()
-    configure_logging("debug", "json", stream=buf)  # debug lines and recording together
     try:
-        async with ws_frames.connect(ws_url(handle.url)) as ws:
-            turn = await ws.turn(model="m", input="weather in Paris?")
+        async with running_proxy(config, ids=SequentialIds(), clock=lambda: first_created(capture)) as handle:
+            upstream.reply(SSEReply(capture))
+            buf = io.StringIO()
+            configure_logging("debug", "json", stream=buf)  # debug lines and recording together
+            async with ws_frames.connect(ws_url(handle.url)) as ws:
+                turn = await ws.turn(model="m", input="weather in Paris?")
     finally:
-        await handle.runner.cleanup()
         configure_logging("info", "json", stream=io.StringIO())
         structlog.reset_defaults()
     assert turn.terminal == "response.completed"
@@ -415,8 +405,7 @@ async def test_base_url_without_v1_gets_the_hint(v1_only: tuple[str, list[str]])
     root, seen = v1_only
     port = root.rsplit(":", 1)[1]
     with structlog.testing.capture_logs() as logs:
-        handle = await start_proxy(load_config(None, {}, {"upstream.base_url": root, "store.backend": "memory"}))
-        try:
+        async with running_proxy({"upstream.base_url": root, "store.backend": "memory"}) as handle:
             assert await wait_until(lambda: "default" in handle.app[PROBE_NOT_FOUND], GUARD), seen
             async with aiohttp.ClientSession() as s, s.get(handle.url + "/readyz") as r:
                 assert r.status == 503
@@ -425,8 +414,6 @@ async def test_base_url_without_v1_gets_the_hint(v1_only: tuple[str, list[str]])
             plain_status, plain = await post(
                 handle.base_url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             )
-        finally:
-            await handle.runner.cleanup()
     assert ready["status"] == "not ready"
     (problem,) = ready["problems"]
     assert problem.startswith(f"upstream 'default' at {root} answered 404 to its model listing (GET {root}/models)")
@@ -450,27 +437,19 @@ async def test_base_url_without_v1_gets_the_hint(v1_only: tuple[str, list[str]])
 
 async def test_base_url_with_v1_is_ready(v1_only: tuple[str, list[str]]) -> None:
     root, _ = v1_only
-    handle = await start_proxy(load_config(None, {}, {"upstream.base_url": root + "/v1", "store.backend": "memory"}))
-    try:
+    async with running_proxy({"upstream.base_url": root + "/v1", "store.backend": "memory"}) as handle:
         assert await wait_until(lambda: "default" in handle.app[PROBES], GUARD)
         async with aiohttp.ClientSession() as s, s.get(handle.url + "/readyz") as r:
             assert r.status == 200, await r.text()
         status, raw = await post(handle.base_url + "/responses", {"model": "m", "input": "hi", "stream": True})
         assert status == 200 and b"response.completed" in raw
-    finally:
-        await handle.runner.cleanup()
 
 
 async def test_a_model_404_keeps_the_backends_message(upstream: FakeUpstream) -> None:
     """A 404 that names a model is the backend's answer about the model, not about the path."""
-    handle = await start_proxy(
-        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.backend": "memory"})
-    )
-    error = {"message": "The model `m` does not exist.", "type": "invalid_request_error", "code": "model_not_found"}
-    upstream.reply(JSONReply({"error": error}, status=404))
-    try:
+    async with running_proxy({"upstream.base_url": upstream.base_url, "store.backend": "memory"}) as handle:
+        error = {"message": "The model `m` does not exist.", "type": "invalid_request_error", "code": "model_not_found"}
+        upstream.reply(JSONReply({"error": error}, status=404))
         status, raw = await post(handle.base_url + "/responses", {"model": "m", "input": "hi", "stream": True})
-    finally:
-        await handle.runner.cleanup()
     assert status == 404
     assert orjson.loads(raw)["error"] == {**error, "param": None}

@@ -354,11 +354,10 @@ async def test_upstream_http_errors_keep_status_and_message(
 
 async def test_unreachable_upstream_is_502() -> None:
     from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
+    from tests.support.app_server import running_proxy
 
     config = load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1"})
-    handle = await start_proxy(config)
-    try:
+    async with running_proxy(config) as handle:
         c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0)
         with pytest.raises(openai.InternalServerError) as info:
             await c.responses.create(model="m", input="x", stream=True)
@@ -366,13 +365,11 @@ async def test_unreachable_upstream_is_502() -> None:
         assert "cannot connect to the upstream" in info.value.message
         assert "127.0.0.1" not in info.value.message  # the backend's address is the operator's, not the client's
         await c.close()
-    finally:
-        await handle.runner.cleanup()
 
 
 async def test_first_byte_timeout_is_504(upstream: FakeUpstream) -> None:
     from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
+    from tests.support.app_server import running_proxy
 
     config = load_config(None, {}, {"upstream.base_url": upstream.base_url})
     up = config.upstreams[0].model_copy(
@@ -380,23 +377,20 @@ async def test_first_byte_timeout_is_504(upstream: FakeUpstream) -> None:
     )
     config = config.model_copy(update={"upstreams": (up,)})
     upstream.reply(SSEReply(b"", stall_after=0))
-    handle = await start_proxy(config)
-    original = upstream._stream
+    async with running_proxy(config) as handle:
+        original = upstream._stream
 
-    async def never_answers(request, reply):
-        await asyncio.sleep(10)
-        return await original(request, reply)
+        async def never_answers(request, reply):
+            await asyncio.sleep(10)
+            return await original(request, reply)
 
-    upstream._stream = never_answers  # type: ignore[method-assign]
-    try:
+        upstream._stream = never_answers  # type: ignore[method-assign]
         c = openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0)
         with pytest.raises(openai.APIStatusError) as info:
             await c.responses.create(model="m", input="x", stream=True)
         assert info.value.status_code == 504
         assert "first_byte timeout" in info.value.message
         await c.close()
-    finally:
-        await handle.runner.cleanup()
 
 
 async def test_client_disconnect_cancels_upstream(proxy, upstream: FakeUpstream) -> None:
@@ -546,45 +540,46 @@ async def test_stream_null_is_false_and_a_string_is_refused_in_both_directions(
     """One rule for ``stream`` in both directions (exchange.stream_flag): null is not streamed,
     anything but a boolean or null is a 400 naming ``stream``."""
     from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
+    from tests.support.app_server import running_proxy
 
     api = "chat" if route == "/responses" else "responses"
-    handle = await start_proxy(
+    async with running_proxy(
         load_config(
             None,
             {},
             {"upstream.base_url": upstream.base_url, "upstream.api": api, "store.data_dir": str(tmp_path / "d")},
         )
-    )
-    if api == "chat":
-        reply = {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "plain"}, "finish_reason": "stop"}],
-        }
-        body: dict = {"model": "m", "input": "x"}
-    else:
-        reply = {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": 1,
-            "status": "completed",
-            "model": "m",
-            "output": [
-                {
-                    "type": "message",
-                    "id": "msg_1",
-                    "role": "assistant",
-                    "status": "completed",
-                    "content": [{"type": "output_text", "text": "plain", "annotations": []}],
-                }
-            ],
-        }
-        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-    upstream.reply(JSONReply(reply))
-    try:
+    ) as handle:
+        if api == "chat":
+            reply = {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "plain"}, "finish_reason": "stop"}
+                ],
+            }
+            body: dict = {"model": "m", "input": "x"}
+        else:
+            reply = {
+                "id": "resp_1",
+                "object": "response",
+                "created_at": 1,
+                "status": "completed",
+                "model": "m",
+                "output": [
+                    {
+                        "type": "message",
+                        "id": "msg_1",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": "plain", "annotations": []}],
+                    }
+                ],
+            }
+            body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        upstream.reply(JSONReply(reply))
         async with aiohttp.ClientSession() as s:
             async with s.post(handle.base_url + route, json={**body, "stream": None}) as r:
                 assert r.status == 200 and r.content_type == "application/json"
@@ -593,5 +588,3 @@ async def test_stream_null_is_false_and_a_string_is_refused_in_both_directions(
                 assert r.status == 400 and (await r.json())["error"]["param"] == "stream"
         assert upstream.requests[0].body["stream"] is False
         assert len(upstream.requests) == 1
-    finally:
-        await handle.runner.cleanup()

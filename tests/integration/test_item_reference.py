@@ -13,9 +13,10 @@ import pytest
 
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.translators.ids import SequentialIds
-from tests.conftest import Captured, ProxyHandle, start_proxy, validate_captured
+from tests.conftest import Captured, validate_captured
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.test_stateful import TOOLS, call_reply, json_text, text_reply
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.ws import FrameRecorder, ws_url
 
 USER = {"role": "user", "content": "I am Ann."}
@@ -173,9 +174,8 @@ async def scoped(upstream: FakeUpstream, tmp_path: Path) -> Any:
             "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}, {"name": "bob", "key_env": "BOB_KEY"}],
         },
     )
-    handle = await start_proxy(config, dict(KEYS), ids=SequentialIds())
-    yield handle
-    await handle.runner.cleanup()
+    async with running_proxy(config, dict(KEYS), ids=SequentialIds()) as handle:
+        yield handle
 
 
 async def test_another_keys_items_are_not_there(scoped: Any, upstream: FakeUpstream) -> None:

@@ -15,8 +15,8 @@ import pytest
 
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.guard import LIMITS
-from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.waiting import wait_until
@@ -44,9 +44,8 @@ async def capped(upstream: FakeUpstream, tmp_path: Path) -> Any:
             "server.inbound_keys_env": "LEGACY_KEYS",
         },
     )
-    handle = await start_proxy(config, dict(KEYS))
-    yield handle
-    await handle.runner.cleanup()
+    async with running_proxy(config, dict(KEYS)) as handle:
+        yield handle
 
 
 class Held:
@@ -111,13 +110,10 @@ async def test_without_a_cap_a_key_opens_as_many_streams_as_it_likes(upstream: F
             "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}],
         },
     )
-    handle = await start_proxy(config, dict(KEYS))
-    held = Held(upstream)
-    try:
+    async with running_proxy(config, dict(KEYS)) as handle:
+        held = Held(upstream)
         async with client(handle, "ALICE_KEY") as alice:
             tasks = [asyncio.ensure_future(open_stream(alice)) for _ in range(5)]
             assert await wait_until(lambda: len(upstream.requests) == 5, 10)
             held.release()
             assert [status for status, _, _ in await asyncio.gather(*tasks)] == [200] * 5
-    finally:
-        await handle.runner.cleanup()

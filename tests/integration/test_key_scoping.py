@@ -17,8 +17,8 @@ import structlog
 
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.translators.ids import SequentialIds
-from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.ws import FrameRecorder
 
@@ -56,9 +56,8 @@ async def scoped(upstream: FakeUpstream, tmp_path: Path) -> Any:
         },
     )
     upstream.default = answer
-    handle = await start_proxy(config, dict(KEYS), ids=SequentialIds())
-    yield handle
-    await handle.runner.cleanup()
+    async with running_proxy(config, dict(KEYS), ids=SequentialIds()) as handle:
+        yield handle
 
 
 def as_(handle: ProxyHandle, env: str) -> httpx2.AsyncClient:

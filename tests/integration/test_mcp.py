@@ -19,9 +19,9 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import ProxyHandle
 from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
@@ -312,16 +312,14 @@ async def test_a_server_the_operator_did_not_allow_is_a_400(
     upstream: FakeUpstream, tmp_path: Path, allowed: list[str], url: str
 ) -> None:
     from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
 
-    handle = await start_proxy(
+    async with running_proxy(
         load_config(
             None,
             {},
             {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path), "mcp.allowed_servers": allowed},
         )
-    )
-    try:
+    ) as handle:
         async with httpx2.AsyncClient(base_url=handle.base_url, timeout=10) as http:
             r = await http.post(
                 "/responses",
@@ -334,8 +332,6 @@ async def test_a_server_the_operator_did_not_allow_is_a_400(
                     ],
                 },
             )
-    finally:
-        await handle.runner.cleanup()
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["param"] == "tools[1].server_url" and "[mcp] allowed_servers" in err["message"]

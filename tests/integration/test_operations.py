@@ -17,8 +17,9 @@ import structlog
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.logs import configure_logging
 from crossfeed.proxy.streaming.lifecycle import PROBES
-from tests.conftest import Captured, TeeTransport, start_proxy, validate_captured
+from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.app_server import running_proxy, start_proxy
 from tests.support.captures import data_objects, read_capture
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
 from tests.support.validators import validate_chat_sse, validate_responses_sse
@@ -43,9 +44,8 @@ def sdk_client(base_url: str, captured: list[Captured], **kw: object) -> openai.
 
 async def test_inbound_keys(upstream: FakeUpstream, tmp_path, captured) -> None:
     cfg = config_for(upstream, tmp_path, **{"server.inbound_keys_env": "CF_KEYS"})
-    handle = await start_proxy(cfg, environ={"CF_KEYS": "k-one, k-two"})
-    upstream.default = SSEReply(chunk({"content": "ok"}, "stop") + DONE)
-    try:
+    async with running_proxy(cfg, environ={"CF_KEYS": "k-one, k-two"}) as handle:
+        upstream.default = SSEReply(chunk({"content": "ok"}, "stop") + DONE)
         for key, ok in (("k-two", True), ("k-one", True), ("wrong", False), ("", False)):
             c = sdk_client(
                 handle.base_url, captured, api_key=key or "x", default_headers={} if key else {"Authorization": ""}
@@ -61,8 +61,6 @@ async def test_inbound_keys(upstream: FakeUpstream, tmp_path, captured) -> None:
         async with aiohttp.ClientSession() as s:
             async with s.get(handle.url + "/healthz") as r:
                 assert r.status == 200  # probes stay open
-    finally:
-        await handle.runner.cleanup()
     assert validate_captured(captured) == 2  # both accepted streams passed the strict validator
     # inbound keys are crossfeed's own and no backend key is configured: the two accepted
     # requests reach the upstream with no Authorization header at all
@@ -75,9 +73,8 @@ async def test_concurrent_stream_limit_429(upstream: FakeUpstream, tmp_path) -> 
     cfg = config_for(upstream, tmp_path)
     up = cfg.upstreams[0].model_copy(update={"max_concurrent_streams": 1})
     cfg = cfg.model_copy(update={"upstreams": (up,)})
-    handle = await start_proxy(cfg)
-    upstream.reply(SSEReply(SLOW, delay=0.01), SSEReply(chunk({"content": "x"}, "stop") + DONE))
-    try:
+    async with running_proxy(cfg) as handle:
+        upstream.reply(SSEReply(SLOW, delay=0.01), SSEReply(chunk({"content": "x"}, "stop") + DONE))
         async with aiohttp.ClientSession() as s:
             async with s.post(
                 handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}
@@ -90,8 +87,6 @@ async def test_concurrent_stream_limit_429(upstream: FakeUpstream, tmp_path) -> 
                     assert second.headers["Retry-After"] == "1"
                     assert (await second.json())["error"]["code"] == "rate_limit_exceeded"
                 validate_responses_sse(head + await first.read())
-    finally:
-        await handle.runner.cleanup()
 
 
 def completed_lines(buf: io.StringIO, request_id: str) -> list[dict[str, Any]]:
@@ -103,23 +98,22 @@ def completed_lines(buf: io.StringIO, request_id: str) -> list[dict[str, Any]]:
 async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_path) -> None:
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
-    handle = await start_proxy(config_for(upstream, tmp_path))
-    upstream.reply(SSEReply(chunk({"content": "hi"}, "stop") + usage_chunk(3, 2) + DONE))
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(
-                handle.base_url + "/responses",
-                json={"model": "m", "input": "a", "stream": True},
-                headers={"X-Request-ID": "abc-123", "Authorization": "Bearer sk-secret-value"},
-            ) as r:
-                assert r.headers["X-Request-ID"] == "abc-123"
-                validate_responses_sse(await r.read())
-            async with s.get(handle.base_url + "/nope") as r:
-                assert r.headers["X-Request-ID"].startswith("req_")
-            async with s.get(handle.url + "/metrics") as r:
-                text = await r.text()
+        async with running_proxy(config_for(upstream, tmp_path)) as handle:
+            upstream.reply(SSEReply(chunk({"content": "hi"}, "stop") + usage_chunk(3, 2) + DONE))
+            async with aiohttp.ClientSession() as s:
+                async with s.post(
+                    handle.base_url + "/responses",
+                    json={"model": "m", "input": "a", "stream": True},
+                    headers={"X-Request-ID": "abc-123", "Authorization": "Bearer sk-secret-value"},
+                ) as r:
+                    assert r.headers["X-Request-ID"] == "abc-123"
+                    validate_responses_sse(await r.read())
+                async with s.get(handle.base_url + "/nope") as r:
+                    assert r.headers["X-Request-ID"].startswith("req_")
+                async with s.get(handle.url + "/metrics") as r:
+                    text = await r.text()
     finally:
-        await handle.runner.cleanup()
         structlog.reset_defaults()
     done = completed_lines(buf, "abc-123")
     assert done and done[0]["status"] == 200 and done[0]["terminal"] == "completed" and done[0]["model"] == "m"
@@ -139,20 +133,19 @@ async def test_chat_clients_streams_record_upstream_usage(upstream: FakeUpstream
     assert usage["output_tokens"] > 0
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
-    handle = await start_proxy(config_for(upstream, tmp_path, **{"upstream.api": "responses"}))
-    upstream.reply(SSEReply(read_capture(name), seed=3, max_piece=29))
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(
-                handle.base_url + "/chat/completions",
-                headers={"X-Request-ID": "rev-1"},
-                json={"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True},
-            ) as r:
-                validate_chat_sse(await r.read(), expect_usage=False)
-            async with s.get(handle.url + "/metrics") as r:
-                text = await r.text()
+        async with running_proxy(config_for(upstream, tmp_path, **{"upstream.api": "responses"})) as handle:
+            upstream.reply(SSEReply(read_capture(name), seed=3, max_piece=29))
+            async with aiohttp.ClientSession() as s:
+                async with s.post(
+                    handle.base_url + "/chat/completions",
+                    headers={"X-Request-ID": "rev-1"},
+                    json={"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True},
+                ) as r:
+                    validate_chat_sse(await r.read(), expect_usage=False)
+                async with s.get(handle.url + "/metrics") as r:
+                    text = await r.text()
     finally:
-        await handle.runner.cleanup()
         structlog.reset_defaults()
     done = completed_lines(buf, "rev-1")
     assert done and done[0]["terminal"] == "tool_calls"
@@ -162,15 +155,14 @@ async def test_chat_clients_streams_record_upstream_usage(upstream: FakeUpstream
 
 async def test_active_streams_gauge_counts_open_streams(upstream: FakeUpstream, tmp_path) -> None:
     """The gauge is read from the stream limits at scrape time: 1 while a stream is open, 0 after."""
-    handle = await start_proxy(config_for(upstream, tmp_path))
-    upstream.reply(SSEReply(SLOW, delay=0.01))
-    series = 'crossfeed_active_streams{upstream="default"}'
+    async with running_proxy(config_for(upstream, tmp_path)) as handle:
+        upstream.reply(SSEReply(SLOW, delay=0.01))
+        series = 'crossfeed_active_streams{upstream="default"}'
 
-    async def gauge(s: aiohttp.ClientSession) -> str:
-        async with s.get(handle.url + "/metrics") as r:
-            return next((line for line in (await r.text()).splitlines() if line.startswith(series)), "")
+        async def gauge(s: aiohttp.ClientSession) -> str:
+            async with s.get(handle.url + "/metrics") as r:
+                return next((line for line in (await r.text()).splitlines() if line.startswith(series)), "")
 
-    try:
         async with aiohttp.ClientSession() as s:
             assert await gauge(s) == ""  # no stream yet: the family has no series
             async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
@@ -178,25 +170,17 @@ async def test_active_streams_gauge_counts_open_streams(upstream: FakeUpstream, 
                 assert await gauge(s) == series + " 1.0"
                 validate_responses_sse(head + await r.read())
             assert await gauge(s) == series + " 0.0"
-    finally:
-        await handle.runner.cleanup()
 
 
 async def test_readyz_follows_upstream_probe(upstream: FakeUpstream, tmp_path) -> None:
-    handle = await start_proxy(config_for(upstream, tmp_path))
-    try:
+    async with running_proxy(config_for(upstream, tmp_path)) as handle:
         # the first probe runs at startup: wait (polled) until crossfeed has recorded its answer
         assert await wait_until(lambda: "default" in handle.app[PROBES], GUARD), "no probe answer recorded"
         async with aiohttp.ClientSession() as s, s.get(handle.url + "/readyz") as r:
             assert r.status == 200, await r.text()
         assert upstream.probes >= 1
-    finally:
-        await handle.runner.cleanup()
     with structlog.testing.capture_logs() as logs:
-        dead = await start_proxy(
-            load_config(None, {}, {"upstream.base_url": "http://127.0.0.1:9/v1", "store.backend": "memory"})
-        )
-        try:
+        async with running_proxy({"upstream.base_url": "http://127.0.0.1:9/v1", "store.backend": "memory"}) as dead:
             # not ready because the probe was made and failed (polled), not merely not made yet
             assert await wait_until(lambda: any(e.get("event") == "upstream.probe.failed" for e in logs), GUARD), (
                 "the probe of the dead upstream never failed"
@@ -210,8 +194,6 @@ async def test_readyz_follows_upstream_probe(upstream: FakeUpstream, tmp_path) -
             failed = next(e for e in logs if e.get("event") == "upstream.probe.failed")
             assert failed["url"] == "http://127.0.0.1:9/v1/models" and failed["error"]
             assert "default" not in dead.app[PROBES]
-        finally:
-            await dead.runner.cleanup()
 
 
 async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpstream, tmp_path) -> None:
@@ -226,7 +208,7 @@ async def test_shutdown_ends_open_streams_with_terminal_event(upstream: FakeUpst
         tasks = [asyncio.create_task(one()) for _ in range(5)]
         # all five streams open upstream before the shutdown starts (polled); each would last 200 s
         assert await wait_until(lambda: upstream.open_requests == 5, GUARD), f"{upstream.open_requests} open"
-        await asyncio.wait_for(handle.runner.cleanup(), GUARD)
+        await asyncio.wait_for(handle.stop(), GUARD)
         bodies = await asyncio.wait_for(asyncio.gather(*tasks), GUARD)
     for body in bodies:
         events = validate_responses_sse(body)
@@ -256,34 +238,39 @@ backend = "memory"
 """)
     from pathlib import Path
 
-    handle = await start_proxy(load_config(Path(cfg_file), {}))
-    a.default = SSEReply(chunk({"content": "from a"}, "stop") + DONE)
-    b.default = SSEReply(chunk({"content": "from b"}, "stop") + DONE)
     try:
-        c = sdk_client(handle.base_url, captured, api_key="k")
-        for model, expect in (("qwen-7b", "from a"), ("deepseek-chat", "from b"), ("exact-one", "from a")):
-            s = await c.responses.create(model=model, input="x", stream=True)
-            events = [e async for e in s]
-            assert events[-1].response.output_text == expect
-        assert a.requests[-1].body["model"] == "backend-one"
-        with pytest.raises(openai.NotFoundError) as info:
-            await c.responses.create(model="gpt-9", input="x")
-        assert info.value.code == "model_not_found"
-        a.reply(
-            JSONReply(
-                {"object": "list", "data": [{"id": "backend-one", "object": "model", "created": 0, "owned_by": "a"}]}
+        async with running_proxy(load_config(Path(cfg_file), {})) as handle:
+            a.default = SSEReply(chunk({"content": "from a"}, "stop") + DONE)
+            b.default = SSEReply(chunk({"content": "from b"}, "stop") + DONE)
+            c = sdk_client(handle.base_url, captured, api_key="k")
+            for model, expect in (("qwen-7b", "from a"), ("deepseek-chat", "from b"), ("exact-one", "from a")):
+                s = await c.responses.create(model=model, input="x", stream=True)
+                events = [e async for e in s]
+                assert events[-1].response.output_text == expect
+            assert a.requests[-1].body["model"] == "backend-one"
+            with pytest.raises(openai.NotFoundError) as info:
+                await c.responses.create(model="gpt-9", input="x")
+            assert info.value.code == "model_not_found"
+            a.reply(
+                JSONReply(
+                    {
+                        "object": "list",
+                        "data": [{"id": "backend-one", "object": "model", "created": 0, "owned_by": "a"}],
+                    }
+                )
             )
-        )
-        b.reply(
-            JSONReply(
-                {"object": "list", "data": [{"id": "deepseek-chat", "object": "model", "created": 0, "owned_by": "b"}]}
+            b.reply(
+                JSONReply(
+                    {
+                        "object": "list",
+                        "data": [{"id": "deepseek-chat", "object": "model", "created": 0, "owned_by": "b"}],
+                    }
+                )
             )
-        )
-        ids = sorted(m.id for m in (await c.models.list()).data)
-        assert ids == ["deepseek-chat", "exact-one"]
-        await c.close()
+            ids = sorted(m.id for m in (await c.models.list()).data)
+            assert ids == ["deepseek-chat", "exact-one"]
+            await c.close()
     finally:
-        await handle.runner.cleanup()
         await a.close()
         await b.close()
     assert validate_captured(captured) == 3  # the three streams passed the strict validator
@@ -307,14 +294,11 @@ def _with_timeouts(cfg, **t):
 
 async def test_total_timeout_ends_stream_naming_it(upstream: FakeUpstream, tmp_path) -> None:
     cfg = _with_timeouts(config_for(upstream, tmp_path), total=1.0, idle=5.0)
-    handle = await start_proxy(cfg)
-    upstream.reply(SSEReply(chunk({"content": "tick "}) * 100 + DONE, max_piece=40, delay=0.05))
-    try:
+    async with running_proxy(cfg) as handle:
+        upstream.reply(SSEReply(chunk({"content": "tick "}) * 100 + DONE, max_piece=40, delay=0.05))
         async with aiohttp.ClientSession() as s:
             async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "a", "stream": True}) as r:
                 body = await asyncio.wait_for(r.read(), GUARD)
-    finally:
-        await handle.runner.cleanup()
     events = validate_responses_sse(body)
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "upstream_timeout"
@@ -335,7 +319,7 @@ async def _stream_through(handle: Any, route: str) -> bytes:
                 assert r.status == 200
                 return await asyncio.wait_for(r.read(), GUARD)
     finally:
-        await handle.runner.cleanup()
+        await handle.stop()
 
 
 def _assert_whole(route: str, got: bytes, data: bytes, text: str) -> None:
@@ -358,13 +342,13 @@ async def test_a_pause_longer_than_first_byte_does_not_end_the_stream(
     first_byte (2 s) is generous for the headers, which the fake sends at once with its first
     write; the pause (3 s) is longer still, so a first_byte applied to the body would end it."""
     cfg = _with_timeouts(config_for(upstream, tmp_path), first_byte=2.0, idle=30.0)
-    handle = await start_proxy(cfg)
-    data = chunk({"content": "slow "}) + chunk({"content": "answer"}, "stop") + DONE
-    # seed 0 with max_piece len - 1: two writes (99 + 82 bytes, the pause inside the second
-    # event), each followed by the pause
-    upstream.reply(SSEReply(data, seed=0, max_piece=len(data) - 1, delay=3.0))
-    got = await _stream_through(handle, route)
-    _assert_whole(route, got, data, "slow answer")
+    async with running_proxy(cfg) as handle:
+        data = chunk({"content": "slow "}) + chunk({"content": "answer"}, "stop") + DONE
+        # seed 0 with max_piece len - 1: two writes (99 + 82 bytes, the pause inside the second
+        # event), each followed by the pause
+        upstream.reply(SSEReply(data, seed=0, max_piece=len(data) - 1, delay=3.0))
+        got = await _stream_through(handle, route)
+        _assert_whole(route, got, data, "slow answer")
 
 
 @pytest.mark.parametrize("route", ["translated", "passthrough"])
@@ -372,13 +356,13 @@ async def test_a_stream_that_trickles_outlives_idle(upstream: FakeUpstream, tmp_
     """`idle` is a silence, not a duration: a stream whose pieces come 0.15 s apart runs well past
     an idle of 0.5 s and completes (the deadline moves with the data, at most once a second)."""
     cfg = _with_timeouts(config_for(upstream, tmp_path), idle=0.5)
-    handle = await start_proxy(cfg)
-    data = b"".join(chunk({"content": f"piece {i} "}) for i in range(4)) + chunk({"content": "end"}, "stop") + DONE
-    upstream.reply(SSEReply(data, seed=0, max_piece=len(data) // 5, delay=0.15))  # ~10 pieces
-    started = time.monotonic()
-    got = await _stream_through(handle, route)
-    assert time.monotonic() - started > 1.0  # the stream lasted twice the idle timeout
-    _assert_whole(route, got, data, "piece 0 piece 1 piece 2 piece 3 end")
+    async with running_proxy(cfg) as handle:
+        data = b"".join(chunk({"content": f"piece {i} "}) for i in range(4)) + chunk({"content": "end"}, "stop") + DONE
+        upstream.reply(SSEReply(data, seed=0, max_piece=len(data) // 5, delay=0.15))  # ~10 pieces
+        started = time.monotonic()
+        got = await _stream_through(handle, route)
+        assert time.monotonic() - started > 1.0  # the stream lasted twice the idle timeout
+        _assert_whole(route, got, data, "piece 0 piece 1 piece 2 piece 3 end")
 
 
 async def test_passthrough_stream_ends_after_idle_silence(upstream: FakeUpstream, tmp_path) -> None:
@@ -387,17 +371,16 @@ async def test_passthrough_stream_ends_after_idle_silence(upstream: FakeUpstream
     buf = io.StringIO()
     configure_logging("info", "json", stream=buf)
     cfg = _with_timeouts(config_for(upstream, tmp_path), idle=0.5)
-    handle = await start_proxy(cfg)
-    data = chunk({"content": "partial"}) + chunk({"content": " never"}, "stop") + DONE
-    upstream.reply(SSEReply(data, max_piece=len(data), seed=1, stall_after=1))
-    body = {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(handle.base_url + "/chat/completions", json=body) as r:
-                assert r.status == 200
-                got = await asyncio.wait_for(r.read(), GUARD)
+        async with running_proxy(cfg) as handle:
+            data = chunk({"content": "partial"}) + chunk({"content": " never"}, "stop") + DONE
+            upstream.reply(SSEReply(data, max_piece=len(data), seed=1, stall_after=1))
+            body = {"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": True}
+            async with aiohttp.ClientSession() as s:
+                async with s.post(handle.base_url + "/chat/completions", json=body) as r:
+                    assert r.status == 200
+                    got = await asyncio.wait_for(r.read(), GUARD)
     finally:
-        await handle.runner.cleanup()
         structlog.reset_defaults()
     assert got and data.startswith(got) and got != data
     lines = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
@@ -422,16 +405,15 @@ async def test_connect_timeout_is_504_naming_it(tmp_path, captured) -> None:
         load_config(None, {}, {"upstream.base_url": f"http://127.0.0.1:{port}/v1", "store.backend": "memory"}),
         connect=0.5,
     )
-    handle = await start_proxy(cfg)
     try:
-        async with sdk_client(handle.base_url, captured, api_key="k") as c:
-            with pytest.raises(openai.APIStatusError) as info:
-                await c.responses.create(model="m", input="x", stream=True)
-        assert info.value.status_code == 504
-        assert info.value.code == "upstream_connect_timeout"
-        assert "connect timeout of 0.5s" in info.value.message
+        async with running_proxy(cfg) as handle:
+            async with sdk_client(handle.base_url, captured, api_key="k") as c:
+                with pytest.raises(openai.APIStatusError) as info:
+                    await c.responses.create(model="m", input="x", stream=True)
+            assert info.value.status_code == 504
+            assert info.value.code == "upstream_connect_timeout"
+            assert "connect timeout of 0.5s" in info.value.message
     finally:
-        await handle.runner.cleanup()
         for c in fillers:
             c.close()
         srv.close()
@@ -440,16 +422,13 @@ async def test_connect_timeout_is_504_naming_it(tmp_path, captured) -> None:
 async def test_keepalive_comments_during_upstream_silence(upstream: FakeUpstream, tmp_path, captured) -> None:
     """A long silent phase (a reasoning model thinking) sends SSE comments; clients ignore them."""
     cfg = config_for(upstream, tmp_path, **{"server.keepalive_seconds": 0.2})
-    handle = await start_proxy(cfg)
-    first = chunk({"reasoning_content": "thinking"})
-    upstream.reply(SSEReply(first + chunk({"content": "done"}, "stop") + DONE, max_piece=len(first), delay=0.9))
-    try:
+    async with running_proxy(cfg) as handle:
+        first = chunk({"reasoning_content": "thinking"})
+        upstream.reply(SSEReply(first + chunk({"content": "done"}, "stop") + DONE, max_piece=len(first), delay=0.9))
         async with sdk_client(handle.base_url, captured, api_key="k") as c:
             stream = await c.responses.create(model="m", input="x", stream=True)
             events = [e async for e in stream]
         assert events[-1].type == "response.completed" and events[-1].response.output_text == "done"
-    finally:
-        await handle.runner.cleanup()
     raw = b"".join(c.raw for c in captured)
     assert raw.count(b": keepalive\n\n") >= 2
     assert validate_captured(captured) == 1
@@ -460,14 +439,16 @@ async def test_headers_arrive_while_the_upstream_is_silent(upstream: FakeUpstrea
     """Headers of a stream share the first body write; a silent upstream must not hold them back:
     the client gets them (and, forward, `response.created`) before the upstream sends a byte."""
     over = {"server.keepalive_seconds": 120, **({"upstream.api": "responses"} if direction == "reverse" else {})}
-    handle = await start_proxy(config_for(upstream, tmp_path, **over))
-    upstream.reply(SSEReply(b"data: never sent\n\n", stall_after=0))
-    path, body = (
-        ("/v1/responses", {"model": "m", "input": "x", "stream": True})
-        if direction == "forward"
-        else ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True})
-    )
-    try:
+    async with running_proxy(config_for(upstream, tmp_path, **over)) as handle:
+        upstream.reply(SSEReply(b"data: never sent\n\n", stall_after=0))
+        path, body = (
+            ("/v1/responses", {"model": "m", "input": "x", "stream": True})
+            if direction == "forward"
+            else (
+                "/v1/chat/completions",
+                {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True},
+            )
+        )
         async with aiohttp.ClientSession() as s:
             async with asyncio.timeout(20):
                 async with s.post(handle.url + path, json=body) as r:
@@ -478,8 +459,6 @@ async def test_headers_arrive_while_the_upstream_is_silent(upstream: FakeUpstrea
                         line = await r.content.readline()
                         assert line == b"event: response.created\n"
         assert upstream.requests  # the upstream was called and never answered
-    finally:
-        await handle.runner.cleanup()
 
 
 async def test_upstream_cookies_are_not_kept_between_requests(upstream: FakeUpstream, tmp_path) -> None:
@@ -496,16 +475,13 @@ async def test_upstream_cookies_are_not_kept_between_requests(upstream: FakeUpst
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
     }
     cfg = config_for(upstream, tmp_path, **{"upstream.base_url": f"http://localhost:{upstream.port}/v1"})
-    handle = await start_proxy(cfg)
-    upstream.reply(JSONReply(completion, headers={"Set-Cookie": "sticky=user-a; Path=/"}), JSONReply(completion))
-    try:
+    async with running_proxy(cfg) as handle:
+        upstream.reply(JSONReply(completion, headers={"Set-Cookie": "sticky=user-a; Path=/"}), JSONReply(completion))
         async with aiohttp.ClientSession() as s:
             for _ in range(2):
                 async with s.post(handle.base_url + "/responses", json={"model": "m", "input": "x"}) as r:
                     assert r.status == 200 and "Set-Cookie" not in r.headers
                     assert (await r.json())["status"] == "completed"
-    finally:
-        await handle.runner.cleanup()
     assert len(upstream.requests) == 2
     assert "Cookie" not in upstream.requests[1].headers
 

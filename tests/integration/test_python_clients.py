@@ -13,8 +13,9 @@ import httpx2
 import orjson
 import pytest
 
-from tests.conftest import Captured, ProxyHandle, TeeTransport
+from tests.conftest import Captured, TeeTransport
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
 
 REASONING = "The user wants the weather; I should call the tool."
@@ -265,10 +266,9 @@ async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: 
     from langchain_openai import ChatOpenAI
 
     from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
     from tests.integration.test_reverse_emulation import answer, final_response
 
-    handle = await start_proxy(
+    async with running_proxy(
         load_config(
             None,
             {},
@@ -278,8 +278,7 @@ async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: 
                 "store.data_dir": str(tmp_path / "d"),
             },
         )
-    )
-    try:
+    ) as handle:
         llm = ChatOpenAI(
             model="m", base_url=handle.base_url, api_key="k", max_retries=0, http_async_client=http(captured)
         )
@@ -291,5 +290,3 @@ async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: 
         upstream.reply(JSONReply(final_response("One.")), JSONReply(final_response("Two.")))
         result = await llm.agenerate([[HumanMessage("Count")]], n=2)
         assert sorted(g.text for g in result.generations[0]) == ["One.", "Two."]
-    finally:
-        await handle.runner.cleanup()

@@ -22,8 +22,9 @@ import pytest
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.translators.responses.response_object import new_response
-from tests.conftest import Captured, ProxyHandle, TeeTransport, start_proxy, validate_captured
+from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy, start_proxy
 from tests.support.chat_chunks import DONE, chunk
 
 
@@ -138,7 +139,7 @@ async def test_stored_responses_are_found_where_they_live(two, tmp_path: Path, d
         assert (f"/v1/responses/{made.id}" in asked) == (default == "hosted")
     finally:
         await c.close()
-        await handle.runner.cleanup()
+        await handle.stop()
     validate_captured(captured)
 
 
@@ -162,8 +163,7 @@ async def test_passed_through_streams_count_against_the_cap(two, tmp_path: Path)
         f'[[upstreams]]\nname = "chat"\nbase_url = "{chat.base_url}"\nmax_concurrent_streams = 1\n'
         '[store]\nbackend = "memory"\n'
     )
-    handle = await start_proxy(load_config(f, {}))
-    try:
+    async with running_proxy(load_config(f, {})) as handle:
         async with aiohttp.ClientSession() as s:
             body = {"model": "local-1", "messages": [{"role": "user", "content": "x"}]}
             async with s.post(handle.base_url + "/chat/completions", json={**body, "stream": True}) as first:
@@ -179,8 +179,6 @@ async def test_passed_through_streams_count_against_the_cap(two, tmp_path: Path)
                 rest = await first.read()
                 assert rest.rstrip().endswith(b"data: [DONE]")
         assert handle.app[LIMITS].open_count("chat") == 0  # every place given back
-    finally:
-        await handle.runner.cleanup()
 
 
 @pytest.mark.parametrize("backend_key", [False, True])
@@ -213,7 +211,7 @@ async def test_inbound_key_never_reaches_a_backend(two, tmp_path: Path, backend_
                 assert r.status == 200
     finally:
         await c.close()
-        await handle.runner.cleanup()
+        await handle.stop()
     assert len(chat.requests) == 2 and len(resp.requests) == 1
     for r in chat.requests:
         assert r.headers.get("Authorization") == ("Bearer sk-backend" if backend_key else None), r.path
@@ -234,4 +232,4 @@ async def test_an_unreachable_second_place_does_not_hide_the_404(two, tmp_path: 
         assert info.value.code == "not_found"
     finally:
         await c.close()
-        await handle.runner.cleanup()
+        await handle.stop()

@@ -169,7 +169,7 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
     import aiohttp
 
     from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
+    from tests.support.app_server import running_proxy
 
     cfg = load_config(
         None,
@@ -181,11 +181,10 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
             "store.redis_timeout_seconds": 0.5,
         },
     )
-    handle = await start_proxy(cfg)
-    upstream.reply(text_reply("still delivered"))
-    captured: list[Captured] = []
-    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
-    try:
+    async with running_proxy(cfg) as handle:
+        upstream.reply(text_reply("still delivered"))
+        captured: list[Captured] = []
+        http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=30)
         async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0, http_client=http) as c:
             stream = await c.responses.create(model="m", input="x", stream=True)
             events = [e async for e in stream]
@@ -204,8 +203,6 @@ async def test_store_failure_never_breaks_the_stream(upstream: FakeUpstream, tmp
             with pytest.raises(openai.APIStatusError) as info:  # any other lookup says the store is down
                 await c.responses.retrieve("resp_not_kept_here")
             assert info.value.status_code == 503
-    finally:
-        await handle.runner.cleanup()
     # The stream delivered while the store was down passes the strict validator.
     assert validate_captured(captured) == 1
 

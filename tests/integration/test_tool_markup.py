@@ -59,18 +59,12 @@ async def test_recorded_markup_becomes_one_call(
 
 
 async def test_without_the_option_the_markup_is_text(upstream: FakeUpstream, tmp_path: Any) -> None:
-    from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
+    from tests.support.app_server import running_proxy
 
-    handle = await start_proxy(
-        load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "d")})
-    )
-    try:
+    async with running_proxy({"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path / "d")}) as handle:
         upstream.reply(SSEReply(read_capture("recorded/chat/llamaserver-markup-mistral.sse")))
         async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0) as c:
             async with c.responses.stream(model="tiny", input="Weather in Paris?", tools=[WEATHER]) as s:  # type: ignore[list-item]
                 final = await s.get_final_response()
         assert final.output_text == '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
         assert not [i for i in final.output if i.type == "function_call"]
-    finally:
-        await handle.runner.cleanup()

@@ -14,8 +14,8 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.app_server import ProxyHandle
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.ws import FrameRecorder, ws_url
 

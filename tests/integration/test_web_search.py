@@ -18,9 +18,9 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import ProxyHandle
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameRecorder
@@ -324,7 +324,6 @@ async def test_keyed_backends(
 ) -> None:
     from crossfeed.proxy.runtime.config import load_config
     from crossfeed.translators.ids import SequentialIds
-    from tests.conftest import start_proxy
 
     url = search.url + path
     config = load_config(
@@ -338,13 +337,10 @@ async def test_keyed_backends(
             "web_search.api_key_env": "SEARCH_KEY",
         },
     )
-    handle = await start_proxy(config, {"SEARCH_KEY": "sk-search-secret"}, ids=SequentialIds())
-    try:
+    async with running_proxy(config, {"SEARCH_KEY": "sk-search-secret"}, ids=SequentialIds()) as handle:
         upstream.default = auto(model)
         async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0) as c:
             check_answer(await c.responses.create(model="m", input="What is new?", tools=SEARCH))
-    finally:
-        await handle.runner.cleanup()
     sent = search.requests[0]
     key = sent.headers.get("X-Subscription-Token") or sent.headers.get("Authorization")
     assert key in ("sk-search-secret", "Bearer sk-search-secret")
@@ -353,16 +349,12 @@ async def test_keyed_backends(
 
 async def test_without_a_search_backend_the_tool_is_dropped(upstream: FakeUpstream, tmp_path: Any) -> None:
     from crossfeed.proxy.runtime.config import load_config
-    from tests.conftest import start_proxy
 
     config = load_config(None, {}, {"upstream.base_url": upstream.base_url, "store.data_dir": str(tmp_path)})
-    handle = await start_proxy(config)
-    try:
+    async with running_proxy(config) as handle:
         upstream.reply(as_json(answer_reply("No search here.")))
         async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0) as c:
             resp = await c.responses.create(model="m", input="q", tools=SEARCH)
-    finally:
-        await handle.runner.cleanup()
     assert resp.output_text == "No search here." and "tools" not in upstream.requests[0].body
 
 

@@ -20,9 +20,10 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import ProxyHandle, require_service
+from tests.conftest import require_service
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.test_websocket_sdk import TOOLS, plain, text_reply, tool_reply, user
+from tests.support.app_server import ProxyHandle
 from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(120)

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from crossfeed.translators.responses.response_object import new_response
-from tests.conftest import ProxyHandle
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
+from tests.support.app_server import ProxyHandle
 from tests.support.captures import data_objects, read_capture
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.ws import SDKWS, FrameRecorder

@@ -27,14 +27,14 @@ import aiohttp
 import pytest
 import structlog
 
-from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.state import store_health
 from crossfeed.proxy.state.history import KEEPER, STORE
 from crossfeed.proxy.state.store.base import StoreError
-from tests.conftest import Captured, ProxyHandle, sdk_client, start_proxy
+from tests.conftest import Captured, sdk_client
 from tests.fakes.upstream import FakeUpstream, Recorded
 from tests.integration.test_stateful import json_text, text_reply
+from tests.support.app_server import ProxyHandle, start_proxy
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, ws_url
@@ -123,7 +123,7 @@ async def start(upstream: FakeUpstream, tmp_path: Path, kind: str, redis_url: st
         overrides["store.data_dir"] = str(tmp_path / "data")
     if kind.startswith("redis"):
         overrides.update({"store.redis_url": redis_url, "store.redis_timeout_seconds": 1.0})
-    return await start_proxy(load_config(None, {}, overrides))
+    return await start_proxy(overrides)
 
 
 async def call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
@@ -156,7 +156,7 @@ async def handles(request: pytest.FixtureRequest) -> AsyncIterator[list[ProxyHan
     opened: list[ProxyHandle] = []
     yield opened
     for h in opened:
-        await h.runner.cleanup()
+        await h.stop()
 
 
 async def opened(
@@ -417,14 +417,14 @@ async def test_shutdown_drains_the_queue_within_bounds(
         await breaker.heal()
     started = time.monotonic()
     with structlog.testing.capture_logs() as logs:
-        await a.runner.cleanup()
+        await a.stop()
     took = time.monotonic() - started
     assert took < store_retry.DRAIN_SECONDS + 2, took
     b = await start(upstream, tmp_path, "sqlite", None)  # a new process on the same file
     try:
         found = [(await call("GET", f"{b.base_url}/responses/{rid}"))[0] for rid in ids]
     finally:
-        await b.runner.cleanup()
+        await b.stop()
     if heal:
         assert found == [200, 200]
     else:

@@ -27,10 +27,11 @@ from crossfeed.proxy.state.store import open_store
 from crossfeed.proxy.state.store.base import StoredResponse, StoreError
 from crossfeed.proxy.state.store.redis import RedisStore, script_flags_supported
 from crossfeed.proxy.state.store_health import short_reason
-from tests.conftest import Captured, ProxyHandle, sdk_client
+from tests.conftest import Captured, sdk_client
 from tests.fakes.upstream import FakeUpstream
 from tests.store.test_outage import call, metric, readyz, reply, start
 from tests.store.test_store import rec
+from tests.support.app_server import ProxyHandle
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
@@ -206,7 +207,7 @@ async def test_a_turn_at_maxmemory_completes_its_save_is_kept_and_written_once_r
         await sdk.close()
     finally:
         for h in handles:
-            await h.runner.cleanup()
+            await h.stop()
 
 
 async def _refuse_info(*_: Any, **__: Any) -> Any:

@@ -18,8 +18,8 @@ from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.forward.web_search_items import replayed, search_function_name
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import ToolContext
-from tests.conftest import ProxyHandle, start_proxy
 from tests.fakes.search import FakeSearch
+from tests.support.app_server import ProxyHandle, running_proxy
 
 A, B = "https://a.example/x", "https://b.example/"
 
@@ -184,9 +184,8 @@ async def standalone(fake: FakeSearch, tmp_path: Any) -> AsyncIterator[ProxyHand
     config = load_config(
         None, {}, {"store.data_dir": str(tmp_path), "web_search.backend": "searxng", "web_search.url": fake.url}
     )
-    handle = await start_proxy(config)
-    yield handle
-    await handle.runner.cleanup()
+    async with running_proxy(config) as handle:
+        yield handle
 
 
 async def test_standalone_search_open_find_and_time(standalone: ProxyHandle) -> None:
@@ -224,12 +223,9 @@ async def test_standalone_search_open_find_and_time(standalone: ProxyHandle) -> 
 
 
 async def test_standalone_search_without_a_backend_is_a_404_saying_how(tmp_path: Any) -> None:
-    handle = await start_proxy(load_config(None, {}, {"store.data_dir": str(tmp_path)}))
-    try:
+    async with running_proxy({"store.data_dir": str(tmp_path)}) as handle:
         async with httpx2.AsyncClient(base_url=handle.base_url, timeout=10) as http:
             r = await http.post("/alpha/search", json={"commands": {"search_query": [{"q": "x"}]}})
-    finally:
-        await handle.runner.cleanup()
     assert r.status_code == 404 and "[web_search] backend" in r.json()["error"]["message"]
 
 
