@@ -19,9 +19,10 @@ import orjson
 import pytest
 
 from crossfeed.proxy.runtime.config import load_config
-from tests.conftest import Captured, ProxyHandle, require_service, sdk_client, start_proxy
+from tests.conftest import Captured, require_service, sdk_client
 from tests.fakes import llama_servers as ls
 from tests.fakes.tiny_model import write_model
+from tests.support.app_server import ProxyHandle, start_proxy
 
 SERVERS = ("llama-server", "llama-cpp-python")
 
@@ -103,7 +104,7 @@ def proxy_overrides() -> dict[str, Any]:
 async def proxy(server: tuple[str, str], tmp_path: Path, proxy_overrides: dict[str, Any]) -> AsyncIterator[ProxyHandle]:
     handle = await proxy_for(server[1], tmp_path, **proxy_overrides)
     yield handle
-    await handle.runner.cleanup()
+    await handle.stop()
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ProxyHandle
 from tests.e2e import codex_support as cx
 from tests.fakes.tiny_model import AFTER_TOOL_ANSWER, TEXT_ANSWER
 from tests.real.conftest import proxy_for
+from tests.support.app_server import ProxyHandle
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(400)]
 
@@ -34,7 +34,7 @@ def setup(request: pytest.FixtureRequest) -> str:
 async def proxy(llama_server_url: str, tmp_path: Path) -> AsyncIterator[ProxyHandle]:
     handle = await proxy_for(llama_server_url, tmp_path)
     yield handle
-    await handle.runner.cleanup()
+    await handle.stop()
 
 
 async def run_codex(proxy: ProxyHandle, tmp_path: Path, prompt: str, setup: str) -> tuple[object, list[dict]]:

@@ -27,7 +27,7 @@ async def sdk_for(
         yield c
     finally:
         await c.close()
-        await handle.runner.cleanup()
+        await handle.stop()
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import Captured, ProxyHandle, sdk_client
+from tests.conftest import Captured, sdk_client
 from tests.fakes.tiny_model import TEXT_ANSWER
 from tests.real.conftest import Direct, proxy_for
+from tests.support.app_server import ProxyHandle
 from tests.support.validators import StreamViolation, validate_responses_sse
 
 WEATHER = {
@@ -38,7 +39,7 @@ async def native(llama_server_url: str, tmp_path: Path) -> AsyncIterator[ProxyHa
         **{"upstream.api": "responses", "upstream.normalize_stream": True, "upstream.min_output_tokens": 1},
     )
     yield handle
-    await handle.runner.cleanup()
+    await handle.stop()
 
 
 @pytest.fixture
