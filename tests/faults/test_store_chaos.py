@@ -25,7 +25,6 @@ import errno
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -40,9 +39,9 @@ import pytest
 from tests.fakes.upstream import FakeUpstream, Recorded
 from tests.integration.test_stateful import json_text, text_reply
 from tests.support.redis_server import RedisServer
+from tests.support.serve_process import ServedProcess, serve_process
 from tests.support.validators import validate_responses_sse
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 CLIENTS = 4
@@ -253,36 +252,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}, **extra}
 
 
-@dataclass
-class Served:
-    proc: asyncio.subprocess.Process
-    url: str
-    log: Path
-
-    async def stop(self) -> int:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), 40)
-
-
-async def serve(cmd: list[str], env: dict[str, str], log: Path) -> Served:
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=log.open("wb")
-    )
-    assert proc.stdout is not None
-    try:
-        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-    except TimeoutError:
-        line = ""
-    if "listening on " not in line:
-        await asyncio.sleep(0.5)
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-        pytest.fail(f"crossfeed did not start ({' '.join(cmd[:6])} ...): {line!r}\n{log.read_text()[-3000:]}")
-    return Served(proc, line.split("listening on ")[1].split()[0], log)
-
-
 SERVE = [sys.executable, "-m", "crossfeed", "serve", "--port", "0", "--log-format", "json"]
 
 
@@ -303,11 +272,11 @@ async def test_redis_stopped_30s_under_load_on_two_replicas(upstream_for_load: F
     cfg = config(
         tmp_path, upstream_for_load, f'backend = "redis"\nkey_prefix = "{prefix}"\nredis_timeout_seconds = 1.0'
     )
-    replicas: list[Served] = []
+    replicas: list[ServedProcess] = []
     try:
         for n in range(2):
             env = clean_env(CROSSFEED_REDIS_URL=redis.url)
-            replicas.append(await serve([*SERVE, "--config", str(cfg)], env, tmp_path / f"replica{n}.log"))
+            replicas.append(await serve_process([*SERVE, "--config", str(cfg)], env, tmp_path / f"replica{n}.log"))
         urls = [r.url for r in replicas]
 
         async def down() -> None:
@@ -386,7 +355,9 @@ async def test_sqlite_disk_full_20s_under_load_on_two_workers(upstream_for_load:
     cfg = config(tmp_path, upstream_for_load, f'backend = "sqlite"\ndata_dir = "{data}"')
     mount = 'mount -t tmpfs -o size=16m,mode=0700 tmpfs "$0" && exec "$@"'
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, str(data)]
-    served = await serve([*cmd, *SERVE, "--config", str(cfg), "--workers", "2"], clean_env(), tmp_path / "serve.log")
+    served = await serve_process(
+        [*cmd, *SERVE, "--config", str(cfg), "--workers", "2"], clean_env(), tmp_path / "serve.log"
+    )
     inside = Path(f"/proc/{served.proc.pid}/root") / data.relative_to("/")  # the tmpfs, seen from its namespace
     filler = inside / "fill"
     filled = 0

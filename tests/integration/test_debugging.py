@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import os
@@ -39,6 +38,7 @@ from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.app_server import running_proxy
 from tests.support.captures import data_objects, read_capture
 from tests.support.chat_chunks import DONE, chunk
+from tests.support.serve_process import SERVE, serve_process
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, ws_url
@@ -323,26 +323,12 @@ async def cli_proxy(upstream: FakeUpstream, tmp_path: Path) -> AsyncIterator[tup
     where = tmp_path / "recorded"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
     env |= {"CF_TEST_BACKEND_KEY": BACKEND_KEY, "CROSSFEED_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"}
-    log = (tmp_path / "serve.log").open("wb")
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "crossfeed", "serve", "--port", "0", "--upstream", upstream.base_url),
-        *("--upstream-api-key-env", "CF_TEST_BACKEND_KEY", "--record", str(where), "--log-format", "json"),
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=log,
-    )
+    flags = ["--upstream", upstream.base_url, "--upstream-api-key-env", "CF_TEST_BACKEND_KEY", "--record", str(where)]
+    served = await serve_process([*SERVE, *flags, "--log-format", "json"], env, tmp_path / "serve.log", timeout=20)
     try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 20)
-        m = re.search(rb"listening on (http://127\.0\.0\.1:\d+)", line)
-        assert m, (line, (tmp_path / "serve.log").read_bytes()[-2000:])
-        yield m.group(1).decode(), where
+        yield served.url, where
     finally:
-        if proc.returncode is None:
-            proc.terminate()
-            await asyncio.wait_for(proc.wait(), 30)
-        log.close()
+        await served.stop(30)
     logged = (tmp_path / "serve.log").read_bytes()
     assert b"record.enabled" in logged and BACKEND_KEY.encode() not in logged
 

@@ -22,59 +22,26 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream, JSONReply
 from tests.integration.test_store_processes import reply, sse_reply
+from tests.support.serve_process import ServedProcess, serve_process
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(240)
 
 
-class Workers:
-    def __init__(self, proc: asyncio.subprocess.Process, url: str, log: Path) -> None:
-        self.proc, self.url, self.log = proc, url, log
-
-    def children(self) -> list[int]:
-        return [int(p) for p in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()]
-
-    def lines(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    async def stop(self) -> int:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), 40)
-
-
 async def start_workers(
     tmp: Path, upstream: FakeUpstream, n: int = 2, *extra: str, python: list[str] | None = None
-) -> Workers:
+) -> ServedProcess:
     cfg = tmp / "c.toml"
     cfg.write_text(
         f'[server]\ndrain_seconds = 5\n\n[[upstreams]]\nname = "fake"\nbase_url = "{upstream.base_url}"\n'
         f'default = true\n\n[store]\nbackend = "sqlite"\ndata_dir = "{tmp / "data"}"\n'
     )
-    log = tmp / "crossfeed.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}  # no reasoning key either
-    proc = await asyncio.create_subprocess_exec(
-        *(python or [sys.executable, "-m", "crossfeed"]),
-        "serve",
-        "--config",
-        str(cfg),
-        "--port",
-        "0",
-        "--workers",
-        str(n),
-        "--log-format",
-        "json",
-        *extra,
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=log.open("wb"),
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-    assert line.rstrip().endswith(f"({n} workers)"), line
-    return Workers(proc, line.split("listening on ")[1].split()[0], log)
+    cmd = [*(python or [sys.executable, "-m", "crossfeed"]), "serve", "--config", str(cfg), "--port", "0"]
+    w = await serve_process([*cmd, "--workers", str(n), "--log-format", "json", *extra], env, tmp / "crossfeed.log")
+    assert w.line.rstrip().endswith(f"({n} workers)"), w.line
+    return w
 
 
 def fresh_connections() -> httpx2.AsyncClient:
