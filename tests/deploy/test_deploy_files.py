@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_service
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
 KEY_MESSAGE = "set CROSSFEED_INBOUND_KEYS to the comma-separated client keys"
 

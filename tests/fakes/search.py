@@ -23,6 +23,8 @@ import orjson
 from aiohttp import web
 
 Page = tuple[str, str, str]
+# two result pages the web search tests name (tests/proxy/conftest.py's fake_search serves them)
+PAGE_A, PAGE_B = "https://a.example/x", "https://b.example/"
 
 
 @dataclass

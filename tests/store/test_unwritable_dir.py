@@ -20,7 +20,8 @@ import pytest
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store.base import StoreError
 from crossfeed.proxy.state.store.sqlite import SQLiteStore, writability_problem
-from tests.proxy.cli.test_cli_tools import ROOT, base_env, cli
+from tests.support.cli import base_env, cli
+from tests.support.paths import ROOT
 
 FIXES = ("mount a writable volume at", "CROSSFEED_DATA_DIR", "[store] data_dir", 'backend = "memory"', '"redis"')
 

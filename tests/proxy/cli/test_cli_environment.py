@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.proxy.cli.test_cli_tools import base_env, cli, write
+from tests.support.cli import base_env, cli, write
 
 KEYS = """
 [server]

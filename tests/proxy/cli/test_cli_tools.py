@@ -9,9 +9,9 @@
   deterministic; failures are data (exit 0); usage errors exit 2.
 - ``serve``: starts on port 0, prints its listening line, answers /healthz (also with the
   Dockerfile's own HEALTHCHECK command), exits 0 on SIGTERM and on SIGINT.
-- The container files: the Dockerfile and deploy/ examples agree with the code.
 
-Every subprocess has a timeout; every server is stopped in a ``finally``.
+Every subprocess has a timeout; every server is stopped in a ``finally``. The container files are
+tests/deploy/test_container.py.
 """
 
 from __future__ import annotations
@@ -19,46 +19,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
-import textwrap
-import time
-import urllib.request
 from pathlib import Path
 
 import orjson
 import pytest
 
-from tests.conftest import require_service
 from tests.support.captures import capture_path
+from tests.support.cli import SECRET, Server, base_env, cli, write
+from tests.support.paths import ROOT
 from tests.support.validators import validate_chat_sse, validate_responses_sse
-
-ROOT = Path(__file__).resolve().parents[3]
-SECRET = "sk-this-value-must-never-be-printed"
-
-
-def base_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
-    env["CROSSFEED_DATA_DIR"] = str(tmp_path / "data")  # the SQLite store stays inside the test
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def cli(
-    *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "crossfeed", *args],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-    )
-
 
 # -- check-config ---------------------------------------------------------------------------------
 
@@ -87,12 +59,6 @@ api = "responses"
 api_key_env = "TEST_HOSTED_KEY"
 models = ["gpt-*"]
 """
-
-
-def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
 
 
 def test_check_config_prints_routing_table(tmp_path: Path) -> None:
@@ -459,53 +425,6 @@ def test_translate_usage_errors(tmp_path: Path) -> None:
 # -- serve ----------------------------------------------------------------------------------------
 
 
-class Server:
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.log = open(tmp_path / "serve.err", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "crossfeed", "serve", "--host", "127.0.0.1", "--port", "0", *args],
-            cwd=ROOT,
-            env=env or base_env(tmp_path),
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-        )
-        self.line = self._read_line(20)
-        m = re.match(r"crossfeed listening on http://[^ ]+:(\d+) -> ", self.line)  # 127.0.0.1 unless --host
-        assert m, f"unexpected first line: {self.line!r}"
-        self.port = int(m.group(1))
-
-    def _read_line(self, timeout: float) -> str:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        buf = b""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or (self.proc.poll() is not None and not select.select([fd], [], [], 0)[0]):
-                raise AssertionError(f"no listening line (exit {self.proc.poll()}): {buf!r}")
-            if select.select([fd], [], [], min(left, 0.5))[0]:
-                piece = os.read(fd, 4096)
-                if not piece:
-                    raise AssertionError(f"serve closed stdout: {buf!r}")
-                buf += piece
-        return buf.decode().splitlines()[0]
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
-            return resp.status, resp.read()
-
-    def stop(self, sig: int, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(5)
-            self.log.close()
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path, sig: int) -> None:
     server = Server(tmp_path)
@@ -544,83 +463,6 @@ def test_serve_bad_config_exits_2(tmp_path: Path) -> None:
 def test_serve_rejects_unknown_upstream_api(tmp_path: Path) -> None:
     r = cli("serve", "--upstream-api", "completions", env=base_env(tmp_path), timeout=30)
     assert r.returncode == 2 and "invalid choice" in r.stderr.decode()
-
-
-# -- container files ------------------------------------------------------------------------------
-
-
-def dockerfile() -> str:
-    return (ROOT / "Dockerfile").read_text()
-
-
-def test_dockerfile_shape() -> None:
-    text = dockerfile()
-    bases = re.findall(r"^ARG PYTHON_IMAGE=(\S+)", text, re.MULTILINE)
-    assert bases and re.fullmatch(r"python:3\.1[1-9]-slim", bases[0])
-    # the README's install command, as the last command of a RUN (which first drops empty build args)
-    runs = re.sub(r"\\\n\s*", " ", text)
-    assert re.search(r"^RUN (.*;\s+)?pip install \.$", runs, re.MULTILINE)
-    users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
-    assert users and users[-1].split(":")[0] not in ("root", "0")
-    assert re.search(r'^ENTRYPOINT \["crossfeed", "serve", "--host", "0\.0\.0\.0"\]$', text, re.MULTILINE)
-    assert "/healthz" in text.split("HEALTHCHECK", 1)[1].split("\n\n", 1)[0]
-    for needed in ("pyproject.toml", "README.md", "proxy", "translators"):
-        assert needed in text
-    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
-    assert not ignored & {"proxy", "translators", "pyproject.toml", "README.md", "*.md"}
-
-
-def test_readme_install_command_matches_dockerfile() -> None:
-    assert "pip install ." in (ROOT / "README.md").read_text()
-
-
-def test_dockerfile_healthcheck_command_works(tmp_path: Path) -> None:
-    text = dockerfile()
-    cmd = json.loads(re.search(r"^\s+CMD (\[.*\])$", text.split("HEALTHCHECK", 1)[1], re.MULTILINE).group(1))
-    assert cmd[0] == "python"
-    server = Server(tmp_path)
-    try:
-        env = base_env(tmp_path) | {"CROSSFEED_PORT": str(server.port)}
-        ok = subprocess.run([sys.executable, *cmd[1:]], check=False, env=env, capture_output=True, timeout=15)
-        assert ok.returncode == 0, ok.stderr.decode()
-    finally:
-        assert server.stop(signal.SIGTERM) == 0
-    down = subprocess.run([sys.executable, *cmd[1:]], check=False, env=env, capture_output=True, timeout=15)
-    assert down.returncode != 0  # the check fails once the server is gone
-
-
-def test_deploy_examples_use_the_probes() -> None:
-    compose = (ROOT / "deploy" / "docker-compose.yml").read_text()
-    assert "/healthz" in compose and "service_healthy" in compose and "depends_on" in compose
-    k8s = (ROOT / "deploy" / "kubernetes-sidecar.yaml").read_text()
-    assert re.search(r"livenessProbe:\s+httpGet: \{path: /healthz", k8s)
-    assert re.search(r"readinessProbe:\s+httpGet: \{path: /readyz", k8s)
-    assert "--config" in k8s and "/etc/crossfeed" in k8s
-    try:
-        import yaml
-    except ImportError:
-        require_service("pyyaml", "pip install -e '.[test]' (pyyaml is in the test extra)")
-    docs = list(yaml.safe_load_all(k8s))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service"]
-    assert set(yaml.safe_load(compose)["services"]) >= {"crossfeed", "ollama"}
-
-
-def test_pip_install_ships_every_package() -> None:
-    """The image runs what `pip install .` installs: every package under proxy/ and translators/."""
-    import tomllib
-
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text()).get("tool", {}).get("setuptools", {})
-    listed = setuptools.get("packages")
-    if not isinstance(listed, list):
-        return  # packages.find (automatic discovery) picks up subpackages by itself
-    found = sorted(
-        "crossfeed." + ".".join(p.parent.relative_to(ROOT).parts)
-        for top in ("proxy", "translators")
-        for p in (ROOT / top).rglob("__init__.py")
-        if "__pycache__" not in p.parts
-    )
-    missing = [name for name in found if name not in listed]
-    assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}: `pip install .` would omit them"
 
 
 def test_version_and_a_closed_pipe(tmp_path: Path) -> None:

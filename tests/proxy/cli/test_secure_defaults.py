@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.proxy.cli.test_cli_tools import ROOT, SECRET, Server, base_env, cli, write
+from tests.support.cli import SECRET, Server, base_env, cli, write
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.timeout(120)
 

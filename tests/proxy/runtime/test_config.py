@@ -6,8 +6,7 @@ import pytest
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config import Config, load_config
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.paths import ROOT
 
 
 def test_example_config_is_complete_and_valid() -> None:
@@ -131,7 +130,7 @@ models = ["a-*", "a?c", "[xy]z"]
 
 def test_example_config_routes_the_commented_second_upstream(tmp_path: Path) -> None:
     """config.example.toml's commented second upstream, uncommented, gets its models."""
-    root = Path(__file__).resolve().parents[3]
+    root = ROOT
     text = (root / "config.example.toml").read_text()
     block = text.split("# A second backend", 1)[1].split("\n\n", 1)[0]
     uncommented = "\n".join(line[2:] for line in block.splitlines()[1:] if line.startswith("# "))

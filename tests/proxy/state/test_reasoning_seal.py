@@ -391,3 +391,15 @@ def test_sealed_details_go_back_on_the_tool_call_turn() -> None:
             "tool_calls": [{"id": "tool_add_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}],
         }
         assert ignored == ()
+
+
+def test_summary_tokens_are_their_own_kind() -> None:
+    seal = ReasoningSeal("k")
+    token = seal.seal_summary("the summary")
+    assert token.startswith("cfc1.") and seal.open_summary(token) == "the summary"
+    assert seal.open(token) is None and seal.reveal(token) is None  # not reasoning
+    assert seal.open_summary(seal.seal("reasoning")) is None
+    assert seal.open_summary("cfc1." + seal.seal("reasoning")[4:]) is None  # same bytes, other kind
+    assert ReasoningSeal("other").open_summary(token) is None
+    assert ReasoningSeal("k").open_summary(token) == "the summary"  # another replica, same key
+    assert seal.open_summary(None) is None  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 """The pure parts of compaction: trigger placement, the window, system placement, the estimate,
-the summary leg's edge cases, and the seal's domain separation."""
+and the summary leg's edge cases. (The seal's domain separation for summaries is tested with the
+seal: tests/proxy/state/test_reasoning_seal.py.)"""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.translators.errors import InvalidRequest, StreamStateError, UpstreamProtocolError
 from crossfeed.translators.forward.compaction import (
     SUMMARY_PREFIX,
@@ -202,15 +202,3 @@ def test_summary_of_a_completion() -> None:
     for bad in ([], {"choices": []}, {"choices": [{"message": "x"}]}):
         with pytest.raises(UpstreamProtocolError):
             summary_of_completion(bad)
-
-
-def test_summary_tokens_are_their_own_kind() -> None:
-    seal = ReasoningSeal("k")
-    token = seal.seal_summary("the summary")
-    assert token.startswith("cfc1.") and seal.open_summary(token) == "the summary"
-    assert seal.open(token) is None and seal.reveal(token) is None  # not reasoning
-    assert seal.open_summary(seal.seal("reasoning")) is None
-    assert seal.open_summary("cfc1." + seal.seal("reasoning")[4:]) is None  # same bytes, other kind
-    assert ReasoningSeal("other").open_summary(token) is None
-    assert ReasoningSeal("k").open_summary(token) == "the summary"  # another replica, same key
-    assert seal.open_summary(None) is None  # type: ignore[arg-type]

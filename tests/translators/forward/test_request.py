@@ -17,9 +17,10 @@ from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.forward.request import MappedRequest, responses_request_to_chat
 from crossfeed.translators.options import BackendProfile
 from tests.support.captures import CAPTURES, capture_files, capture_path
+from tests.support.paths import TESTS
 
 OPTS = BackendProfile()
-CODEX_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "codex"
+CODEX_FIXTURES = TESTS / "fixtures" / "codex"
 USER = {"role": "user", "content": "hi"}
 
 

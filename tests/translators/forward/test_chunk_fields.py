@@ -1,58 +1,17 @@
-"""The backend profile is the one place for dialects.
-
-- Every field of ``BackendProfile`` comes from an upstream's configuration (a switch that the
-  config cannot set would be a dead quirk).
-- Every field the forward machine reads off a chunk, a choice or a delta is declared in the typed
-  chunk structs (translators/forward/chunk_frames.py): the structs skip undeclared fields, so a field read
-  but not declared would be silently None on the fast path.
-"""
+"""Every field the forward machine reads off a chunk, a choice or a delta is declared in the typed
+chunk structs (translators/forward/chunk_frames.py): the structs skip undeclared fields, so a field
+read but not declared would be silently None on the fast path. (That every field of the backend
+profile is configurable is tests/proxy/runtime/test_profile.py.)"""
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
 
 import msgspec
-import pytest
 
-from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.translators.forward.chunk_frames import Choice, Chunk, Delta
-from crossfeed.translators.options import BackendProfile
-
-ROOT = Path(__file__).resolve().parents[3]
-NON_DEFAULT = {
-    "reasoning_field": "reasoning",
-    "max_tokens_field": "max_tokens",
-    "system_role": "developer",
-    "system_placement": "user",
-    "compaction_prompt": "Summarise.",
-    "think_tags": True,
-    "tool_markup": "hermes",
-    "normalize_stream": True,
-    "min_output_tokens": 1,
-    "drop_params": ("seed", "logit_bias"),
-}
-CONFIG_NAME = {"system_placement": "system_messages"}
-
-
-def test_every_profile_field_is_configurable() -> None:
-    fields = {f.name for f in dataclasses.fields(BackendProfile)}
-    assert fields == set(NON_DEFAULT), "a new profile field needs a config key and a line here"
-    responses_only = {"normalize_stream", "min_output_tokens", "drop_params"}
-    chat_only = {"think_tags", "tool_markup"}
-    for api, skip in (("chat", responses_only), ("responses", chat_only)):
-        given = {k: v for k, v in NON_DEFAULT.items() if k not in skip}
-        up = Upstream(api=api, **{CONFIG_NAME.get(k, k): v for k, v in given.items()})
-        got = dataclasses.asdict(up.profile)
-        assert {k: got[k] for k in given} == given
-
-
-def test_a_switch_for_the_other_api_is_refused() -> None:
-    with pytest.raises(ValueError, match='tool_markup only applies to api = "chat" upstreams'):
-        Upstream(api="responses", tool_markup="hermes")
-    with pytest.raises(ValueError, match='normalize_stream only applies to api = "responses" upstreams'):
-        Upstream(api="chat", normalize_stream=True)
+from tests.support.paths import ROOT
 
 
 def _reads(path: Path, receivers: set[str]) -> dict[str, set[str]]:
