@@ -37,7 +37,7 @@ import orjson
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Recorded
-from tests.integration.test_stateful import json_text, text_reply
+from tests.support.chat_replies import json_text, text_reply
 from tests.support.redis_server import RedisServer
 from tests.support.serve_process import ServedProcess, serve_process
 from tests.support.validators import validate_responses_sse

@@ -31,11 +31,11 @@ from crossfeed.proxy.runtime.logs import configure_logging
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.faults.conftest import ProxyProcess, check_envelope
 from tests.faults.fault_upstream import FAULTS, FaultUpstream, paced
-from tests.integration.test_websocket_sdk import MODEL, error_reply, midstream_failure, plain, text_reply, user
 from tests.support.app_server import ProxyHandle, running_proxy, start_proxy
 from tests.support.chat_chunks import chunk
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, RawWS, Turn, is_request_error, ws_url
+from tests.support.ws_replies import MODEL, error_reply, midstream_failure, plain, text_reply, user
 
 pytestmark = pytest.mark.timeout(90)
 

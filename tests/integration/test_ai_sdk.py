@@ -19,8 +19,8 @@ import pytest
 
 from tests.conftest import require_service
 from tests.fakes.upstream import FakeUpstream, SSEReply
-from tests.integration.test_python_clients import ANSWER, REASONING, reasoning_then
 from tests.support.app_server import ProxyHandle
+from tests.support.chat_replies import ANSWER, REASONING, reasoning_then
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "node" / "ai_sdk.mjs"

@@ -15,8 +15,8 @@ from crossfeed.proxy.runtime.config import load_config
 from crossfeed.translators.ids import SequentialIds
 from tests.conftest import Captured, validate_captured
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.test_stateful import TOOLS, call_reply, json_text, text_reply
 from tests.support.app_server import ProxyHandle, running_proxy
+from tests.support.chat_replies import TOOLS, call_reply, json_text, text_reply
 from tests.support.ws import FrameRecorder, ws_url
 
 USER = {"role": "user", "content": "I am Ann."}

@@ -16,37 +16,7 @@ import pytest
 from tests.conftest import Captured, TeeTransport
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.app_server import ProxyHandle, running_proxy
-from tests.support.chat_chunks import DONE, chunk, usage_chunk
-
-REASONING = "The user wants the weather; I should call the tool."
-ANSWER = "It is sunny in Paris."
-
-
-def reasoning_then(text: str | None = None, call: tuple[str, dict[str, Any]] | None = None) -> SSEReply:
-    body = chunk({"role": "assistant", "content": None})
-    for word in REASONING.split(" "):
-        body += chunk({"reasoning_content": word + " "})
-    if text:
-        for word in text.split(" "):
-            body += chunk({"content": word + " "})
-    finish = "stop"
-    if call:
-        args = orjson.dumps(call[1]).decode()
-        body += chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": "call_w",
-                        "type": "function",
-                        "function": {"name": call[0], "arguments": args[:5]},
-                    }
-                ]
-            }
-        )
-        body += chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[5:]}}]})
-        finish = "tool_calls"
-    return SSEReply(body + chunk({}, finish) + usage_chunk(11, 7) + DONE, max_piece=17)
+from tests.support.chat_replies import ANSWER, REASONING, reasoning_then
 
 
 def http(captured: list[Captured]) -> httpx2.AsyncClient:
@@ -266,7 +236,7 @@ async def test_langchain_chat_mode_stop_and_n(upstream: FakeUpstream, tmp_path: 
     from langchain_openai import ChatOpenAI
 
     from crossfeed.proxy.runtime.config import load_config
-    from tests.integration.test_reverse_emulation import answer, final_response
+    from tests.support.responses_replies import answer, final_response
 
     async with running_proxy(
         load_config(

@@ -20,6 +20,7 @@ import structlog
 from tests.conftest import Captured, TeeTransport
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.app_server import ProxyHandle
+from tests.support.responses_replies import answer, event_frame, final_response
 from tests.support.validators import accumulate_chat, sse_frames, validate_chat_chunks
 from tests.support.waiting import wait_until
 
@@ -47,83 +48,6 @@ async def multi_client(proxy: ProxyHandle) -> AsyncIterator[tuple[openai.AsyncOp
 # ---------------------------------------------------------------- a Responses backend's answers
 
 
-def _frame(event: dict) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
-def usage(inp: int, out: int) -> dict:
-    return {
-        "input_tokens": inp,
-        "output_tokens": out,
-        "total_tokens": inp + out,
-        "input_tokens_details": {"cached_tokens": 1},
-        "output_tokens_details": {"reasoning_tokens": 0},
-    }
-
-
-def answer(deltas: list[str], *, tokens: tuple[int, int] = (9, 2), resp_id: str = "resp_1") -> list[bytes]:
-    """A streamed text answer as a Responses backend sends it, one frame per event."""
-    text = "".join(deltas)
-    item = {
-        "type": "message",
-        "id": "msg_1",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
-    base = {"id": resp_id, "object": "response", "created_at": 1_700_000_123, "model": "up-model"}
-    events = [
-        {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []},
-        },
-        *(
-            {
-                "type": "response.output_text.delta",
-                "output_index": 0,
-                "content_index": 0,
-                "item_id": "msg_1",
-                "delta": d,
-            }
-            for d in deltas
-        ),
-        {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "item_id": "msg_1", "text": text},
-        {"type": "response.output_item.done", "output_index": 0, "item": item},
-        {
-            "type": "response.completed",
-            "response": {**base, "status": "completed", "output": [item], "usage": usage(*tokens)},
-        },
-    ]
-    return [_frame(e) for e in events]
-
-
-def final_response(
-    text: str, *, tokens: tuple[int, int] = (9, 2), status: str = "completed", error: dict | None = None
-) -> dict:
-    return {
-        "id": "resp_1",
-        "object": "response",
-        "created_at": 5,
-        "status": status,
-        "model": "up-model",
-        "error": error,
-        "usage": usage(*tokens),
-        "output": [
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}],
-            }
-        ]
-        if text
-        else [],
-    }
-
-
 def held_after(frames: list[bytes], count: int) -> tuple[SSEReply, asyncio.Event]:
     """The stream's first ``count`` frames, then nothing until the event is set (never, here):
     only crossfeed can end such a stream, by closing the request."""
@@ -133,7 +57,9 @@ def held_after(frames: list[bytes], count: int) -> tuple[SSEReply, asyncio.Event
 
 def failed_stream(message: str = "the backend broke") -> bytes:
     base = {"id": "resp_f", "object": "response", "created_at": 5, "model": "up-model"}
-    return _frame({"type": "response.created", "response": {**base, "status": "in_progress", "output": []}}) + _frame(
+    return event_frame(
+        {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}}
+    ) + event_frame(
         {
             "type": "response.failed",
             "response": {

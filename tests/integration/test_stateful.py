@@ -10,44 +10,9 @@ import pytest
 
 from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
-from tests.support.chat_chunks import DONE, chunk
+from tests.support.chat_chunks import chunk
+from tests.support.chat_replies import TOOLS, call_reply, json_text, text_reply
 from tests.support.validators import validate_responses_sse
-
-
-def text_reply(text: str) -> SSEReply:
-    return SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop") + DONE)
-
-
-def call_reply(call_id: str, name: str, args: str) -> SSEReply:
-    return SSEReply(
-        chunk({"reasoning_content": "I should call " + name})
-        + chunk(
-            {
-                "tool_calls": [
-                    {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
-                ]
-            },
-            "tool_calls",
-        )
-        + DONE
-    )
-
-
-def json_text(text: str) -> JSONReply:
-    return JSONReply(
-        {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-        }
-    )
-
-
-TOOLS = [
-    {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
-]
 
 
 async def test_multi_turn_with_tool_calls(

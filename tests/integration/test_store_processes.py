@@ -11,22 +11,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
-from tests.support.chat_chunks import DONE, chunk
+from tests.fakes.upstream import FakeUpstream
+from tests.support.chat_replies import reply, sse_reply
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def reply(text: str) -> JSONReply:
-    return JSONReply(
-        {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-        }
-    )
 
 
 class Proc:
@@ -110,10 +98,6 @@ async def test_two_replicas_share_redis(upstream: FakeUpstream, tmp_path: Path, 
         {"role": "assistant", "content": "from a"},
         {"role": "user", "content": "continued on b"},
     ]
-
-
-def sse_reply(text: str) -> SSEReply:
-    return SSEReply(chunk({"role": "assistant", "content": text}, "stop") + DONE)
 
 
 class SlowLink:

@@ -22,9 +22,9 @@ import pytest
 
 from tests.conftest import require_service
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.test_websocket_sdk import TOOLS, plain, text_reply, tool_reply, user
 from tests.support.app_server import ProxyHandle
 from tests.support.ws import FrameRecorder
+from tests.support.ws_replies import TOOLS, plain, text_reply, tool_reply, user
 
 pytestmark = pytest.mark.timeout(120)
 

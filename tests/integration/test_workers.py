@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, JSONReply
-from tests.integration.test_store_processes import reply, sse_reply
+from tests.support.chat_replies import reply, sse_reply
 from tests.support.serve_process import ServedProcess, serve_process
 from tests.support.waiting import wait_until
 

@@ -90,6 +90,19 @@ def test_translator_tests_are_pure() -> None:
     assert bad == []
 
 
+def test_no_test_module_imports_another() -> None:
+    """What two test files share lives in a helper (tests/support/, tests/fakes/, or a kind's own
+    module such as tests/store/helpers.py), never in one of them: a test file is read alone."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in sorted(TESTS.rglob("*.py"))
+        if "fixtures" not in path.relative_to(TESTS).parts
+        for line, name in imports(path)
+        if name.startswith("tests.") and name.split(".")[-1].startswith("test_")
+    ]
+    assert bad == []
+
+
 def test_the_rule_finds_an_impure_import(tmp_path: Path) -> None:
     sample = tmp_path / "test_x.py"
     sample.write_text("import asyncio\nfrom crossfeed.proxy.app import create_app\nfrom tests.support import paths\n")

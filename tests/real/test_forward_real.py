@@ -15,33 +15,12 @@ import pytest
 
 from tests.fakes.tiny_model import AFTER_TOOL_ANSWER, TEXT_ANSWER
 from tests.real.conftest import Direct
+from tests.real.weather import CHAT_WEATHER, WEATHER, collect
 
-WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city",
-    "parameters": WEATHER_PARAMS,
-}
-CHAT_WEATHER = {
-    "type": "function",
-    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": WEATHER_PARAMS},
-}
 # llama-cpp-python calls a tool only when the request names it; llama-server ignores the name
 # (its grammar lets the model choose), and the model calls it anyway.
 NAMED = {"type": "function", "name": "get_weather"}
 CHAT_NAMED = {"type": "function", "function": {"name": "get_weather"}}
-
-
-async def collect(stream: Any) -> tuple[list[str], str, Any]:
-    types, text, final = [], [], None
-    async for ev in stream:
-        types.append(ev.type)
-        if ev.type == "response.output_text.delta":
-            text.append(ev.delta)
-        if ev.type in ("response.completed", "response.incomplete", "response.failed"):
-            final = ev.response
-    return types, "".join(text), final
 
 
 async def test_text_streamed_is_the_servers_text(client: openai.AsyncOpenAI, direct: Direct) -> None:

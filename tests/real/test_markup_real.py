@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Captured, sdk_client
 from tests.real.conftest import Direct, proxy_for
-from tests.real.test_forward_real import CHAT_WEATHER, WEATHER, collect
+from tests.real.weather import CHAT_WEATHER, WEATHER, collect
 
 
 async def sdk_for(

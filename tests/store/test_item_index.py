@@ -16,7 +16,7 @@ from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store import open_store
 from crossfeed.proxy.state.store.base import StoredResponse, item_ids, owner_tag, stored_item
 from crossfeed.proxy.state.store.sqlite import FILENAME
-from tests.store.test_store import rec
+from tests.store.helpers import rec
 
 REDIS_URL = os.environ.get("CROSSFEED_TEST_REDIS_URL")
 

@@ -23,18 +23,16 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import structlog
 
-from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.state import store_health
 from crossfeed.proxy.state.history import KEEPER, STORE
 from crossfeed.proxy.state.store.base import StoreError
 from tests.conftest import Captured, sdk_client
-from tests.fakes.upstream import FakeUpstream, Recorded
-from tests.integration.test_stateful import json_text, text_reply
-from tests.support.app_server import ProxyHandle, start_proxy
+from tests.fakes.upstream import FakeUpstream
+from tests.store.helpers import call, metric, readyz, reply, start
+from tests.support.app_server import ProxyHandle
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, ws_url
@@ -98,12 +96,6 @@ class Breaker:
         return self.kind == "redis-down"
 
 
-def reply(req: Recorded) -> Any:
-    n = len([m for m in req.body.get("messages", []) if m.get("role") == "user"])
-    text = f"answer {n}"
-    return text_reply(text) if req.body.get("stream") else json_text(text)
-
-
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path / "redis")
@@ -112,39 +104,8 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
-async def start(upstream: FakeUpstream, tmp_path: Path, kind: str, redis_url: str | None, **store: Any) -> ProxyHandle:
-    overrides: dict[str, Any] = {
-        "upstream.base_url": upstream.base_url,
-        "store.backend": kind.split("-")[0],
-        "store.operation_timeout_seconds": 3.0,
-        **{f"store.{k}": v for k, v in store.items()},
-    }
-    if kind.startswith("sqlite"):
-        overrides["store.data_dir"] = str(tmp_path / "data")
-    if kind.startswith("redis"):
-        overrides.update({"store.redis_url": redis_url, "store.redis_timeout_seconds": 1.0})
-    return await start_proxy(overrides)
-
-
-async def call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s,
-        s.request(method, url, json=body) as r,
-    ):
-        return r.status, await r.json(content_type=None)
-
-
 async def create(handle: ProxyHandle, **body: Any) -> tuple[int, dict[str, Any]]:
     return await call("POST", handle.base_url + "/responses", {"model": "m", "input": PAD, **body})
-
-
-def metric(handle: ProxyHandle, name: str, *labels: str) -> float:
-    family = getattr(handle.app[METRICS], name)
-    return float(family.labels(*labels)._value.get())
-
-
-async def readyz(handle: ProxyHandle) -> tuple[int, dict[str, Any]]:
-    return await call("GET", handle.url + "/readyz")
 
 
 def kind_param(kind: str) -> Any:

@@ -29,8 +29,7 @@ from crossfeed.proxy.state.store.redis import RedisStore, script_flags_supported
 from crossfeed.proxy.state.store_health import short_reason
 from tests.conftest import Captured, sdk_client
 from tests.fakes.upstream import FakeUpstream
-from tests.store.test_outage import call, metric, readyz, reply, start
-from tests.store.test_store import rec
+from tests.store.helpers import call, metric, readyz, rec, reply, start
 from tests.support.app_server import ProxyHandle
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until

@@ -23,49 +23,9 @@ from crossfeed.proxy.state.store.base import StoredResponse, StoreError, encode_
 from crossfeed.proxy.state.store.memory import MEMORY_DEFAULT_MAX_COUNT
 from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
 from crossfeed.proxy.state.store.sqlite import FILENAME
+from tests.store.helpers import rec
 
 REDIS_URL = os.environ.get("CROSSFEED_TEST_REDIS_URL")
-
-
-def rec(rid: str, *, prev: str | None = None, pad: int = 0) -> StoredResponse:
-    """A realistic record: reasoning, a function call and its output, and a message."""
-    output = [
-        {
-            "type": "reasoning",
-            "id": f"rs_{rid}",
-            "summary": [],
-            "content": [{"type": "reasoning_text", "text": "think… " + "x" * pad}],
-        },
-        {
-            "type": "function_call",
-            "id": f"fc_{rid}",
-            "call_id": f"call_{rid}",
-            "name": "shell",
-            "arguments": '{"cmd": ["ls"]}',
-            "status": "completed",
-        },
-        {
-            "type": "message",
-            "id": f"msg_{rid}",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": "héllo ✓", "annotations": []}],
-        },
-    ]
-    response = {
-        "id": rid,
-        "object": "response",
-        "created_at": 1_700_000_000,
-        "status": "completed",
-        "output": output,
-        "previous_response_id": prev,
-        "usage": {"input_tokens": 3, "output_tokens": 5, "total_tokens": 8},
-    }
-    items = [
-        {"type": "message", "id": f"in_{rid}", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-        {"type": "function_call_output", "id": f"fco_{rid}", "call_id": "call_0", "output": "ok"},
-    ]
-    return StoredResponse(rid, 1_700_000_000, response, items, prev)
 
 
 # -- basic behaviour ------------------------------------------------------------------------
