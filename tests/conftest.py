@@ -1,101 +1,28 @@
 """Shared fixtures: a fake backend on a real port, crossfeed on a real port, and official SDK
 clients whose every streamed body is validated by the strict stream validators.
 
-The SDK clients get an HTTP transport that tees each response body: at the end of the test every
-``text/event-stream`` body from ``/v1/responses`` must pass ``validate_responses_sse`` and every
-one from ``/v1/chat/completions`` must pass ``validate_chat_sse``. No test can produce a stream
-that escapes the validators.
+The SDK clients (tests/support/clients.py) get an HTTP transport that tees each response body: at
+the end of the test every ``text/event-stream`` body from ``/v1/responses`` must pass
+``validate_responses_sse`` and every one from ``/v1/chat/completions`` must pass
+``validate_chat_sse``. No test can produce a stream that escapes the validators. The helpers live
+in tests/support/; this file only makes fixtures of them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx2
 import openai
-import orjson
 import pytest
 
 from crossfeed.translators.ids import SequentialIds
 from tests.fakes.upstream import FakeUpstream
 from tests.support.app_server import ProxyHandle, running_proxy
-from tests.support.open_responses import check_response
-from tests.support.validators import validate_chat_sse, validate_responses_sse
+from tests.support.clients import Captured, sdk_client, validate_captured
+from tests.support.services import require_service
 from tests.support.ws import FrameRecorder
-
-
-@dataclass
-class Captured:
-    path: str
-    content_type: str
-    chunks: list[bytes] = field(default_factory=list)
-
-    @property
-    def raw(self) -> bytes:
-        return b"".join(self.chunks)
-
-
-class _TeeStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, sink: Captured) -> None:
-        self._inner = inner
-        self._sink = sink
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            self._sink.chunks.append(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class TeeTransport(httpx2.AsyncBaseTransport):
-    """Records every response body while passing it through unchanged."""
-
-    def __init__(self, captured: list[Captured]) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self.captured = captured
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
-        sink = Captured(request.url.path, response.headers.get("content-type", ""))
-        self.captured.append(sink)
-        return httpx2.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            stream=_TeeStream(response.stream, sink),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def validate_captured(captured: list[Captured]) -> int:
-    """Validate every SSE body seen, and every Response object answered as JSON (non-streamed
-    creates, GET /v1/responses/{id}) against the Open Responses schema; returns how many were
-    checked."""
-    checked = 0
-    for c in captured:
-        if "application/json" in c.content_type and c.chunks and "/responses" in c.path:
-            try:
-                body = orjson.loads(c.raw)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(body, dict) and body.get("object") == "response":
-                check_response(body, c.path)  # (not counted: the count is of streams)
-            continue
-        if "text/event-stream" not in c.content_type or not c.chunks:
-            continue
-        if c.path.endswith("/responses"):
-            validate_responses_sse(c.raw)
-        elif c.path.endswith("/chat/completions"):
-            validate_chat_sse(c.raw)
-        checked += 1
-    return checked
 
 
 @pytest.fixture
@@ -133,13 +60,6 @@ async def ws_frames() -> AsyncIterator[FrameRecorder]:
     recorder = FrameRecorder()
     yield recorder
     recorder.validate()
-
-
-def sdk_client(base_url: str, captured: list[Captured], *, timeout: float = 30) -> openai.AsyncOpenAI:
-    """The official SDK on ``base_url``, every body it reads recorded in ``captured`` (validated
-    at teardown by the ``captured`` fixture)."""
-    http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=timeout)
-    return openai.AsyncOpenAI(base_url=base_url, api_key="sk-test-client", http_client=http, max_retries=0)
 
 
 @pytest.fixture
@@ -184,13 +104,6 @@ def mcp_urls() -> Iterator[dict[str, str]]:
         for proc in procs:
             proc.terminate()
             proc.wait(10)
-
-
-def require_service(name: str, hint: str) -> None:
-    """Skip locally when an external service is missing; in CI its absence is a failure."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{name} is required in CI but is not available: {hint}")
-    pytest.skip(f"{name} not available: {hint}")
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import require_service
 from tests.support.cli import Server, base_env
 from tests.support.paths import ROOT
+from tests.support.services import require_service
 
 
 def dockerfile() -> str:

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import require_service
 from tests.support.paths import ROOT
+from tests.support.services import require_service
 
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
 KEY_MESSAGE = "set CROSSFEED_INBOUND_KEYS to the comma-separated client keys"

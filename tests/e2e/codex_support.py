@@ -90,7 +90,7 @@ def codex_binary() -> Path | None:
 
 def codex_binary_or_skip() -> Path:
     """The Codex binary; without it the test skips locally and fails in CI (require_service)."""
-    from tests.conftest import require_service
+    from tests.support.services import require_service
 
     exe = codex_binary()
     if exe is None:

@@ -19,8 +19,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.faults.conftest import ENDPOINT, ProxyProcess, proxy_process, request_body
 from tests.faults.fault_upstream import FaultUpstream
+from tests.faults.harness import ENDPOINT, ProxyProcess, proxy_process, request_body
 from tests.support.waiting import wait_until
 
 BATCH = 50

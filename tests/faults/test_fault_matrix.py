@@ -7,7 +7,7 @@ succeeded, with exactly its text (nothing sent after its end leaks). The body is
 no Python exception text. The upstream request is closed within seconds, and the next normal
 request through the same crossfeed succeeds.
 
-crossfeed runs in-process (tests/faults/conftest.py ``fault_config``) with generous timeouts
+crossfeed runs in-process (tests/faults/harness.py ``fault_config``) with generous timeouts
 (first byte 30 s, idle 20 s), except for the two faults whose expected outcome is a timeout:
 ``slow_first_byte`` (first byte 1 s) and ``stall_mid`` (idle 0.75 s), each routed by its model name
 to an upstream with only that timeout small. No answer that must succeed depends on the speed of
@@ -22,16 +22,6 @@ import time
 import aiohttp
 import pytest
 
-from tests.faults.conftest import (
-    DIRECTIONS,
-    ENDPOINT,
-    GENEROUS_TIMEOUTS,
-    TIMEOUT_FAULT_TIMEOUTS,
-    Outcome,
-    fault_config,
-    parse_outcome,
-    request_body,
-)
 from tests.faults.fault_upstream import (
     ERROR_MESSAGE,
     HUGE_TEXT,
@@ -41,6 +31,16 @@ from tests.faults.fault_upstream import (
     TEXT,
     TINY_TEXT,
     FaultUpstream,
+)
+from tests.faults.harness import (
+    DIRECTIONS,
+    ENDPOINT,
+    GENEROUS_TIMEOUTS,
+    TIMEOUT_FAULT_TIMEOUTS,
+    Outcome,
+    fault_config,
+    parse_outcome,
+    request_body,
 )
 from tests.support.app_server import running_proxy
 

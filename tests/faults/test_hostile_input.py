@@ -19,8 +19,8 @@ import orjson
 import pytest
 import structlog
 
-from tests.faults.conftest import check_clean, check_envelope, fault_config, raw_http
 from tests.faults.fault_upstream import FaultUpstream
+from tests.faults.harness import check_clean, check_envelope, fault_config, raw_http
 from tests.support.app_server import running_proxy
 
 

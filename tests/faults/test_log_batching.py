@@ -10,8 +10,8 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.faults.conftest import ENDPOINT, ProxyProcess, request_body
 from tests.faults.fault_upstream import FaultUpstream
+from tests.faults.harness import ENDPOINT, ProxyProcess, request_body
 from tests.support.waiting import wait_until
 
 GUARD = 20.0

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 
 from crossfeed.proxy.runtime.config import Timeouts
-from tests.faults.conftest import API, ENDPOINT, ProxyProcess, raw_http, request_body
 from tests.faults.fault_upstream import FaultUpstream
+from tests.faults.harness import API, ENDPOINT, ProxyProcess, raw_http, request_body
 
 FAULTS = [
     "ok",

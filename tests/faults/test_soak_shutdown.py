@@ -29,8 +29,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.faults.conftest import API, ENDPOINT, ProxyProcess, parse_outcome, proxy_process, raw_http, request_body
 from tests.faults.fault_upstream import ERROR_MESSAGE, FAULTS, REASONING, RETRY_AFTER, TEXT, TOOL, FaultUpstream, paced
+from tests.faults.harness import API, ENDPOINT, ProxyProcess, parse_outcome, proxy_process, raw_http, request_body
 from tests.support.validators import accumulate_chat, validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 

@@ -5,7 +5,7 @@ each response through the strict stream validator, each request-level error fram
 shape. After every bad frame the same socket must still serve a normal turn. Waits are polled
 conditions (``wait_until``) or hang guards, never sleeps; nothing measures speed.
 
-SIGTERM with 20 open sockets runs crossfeed as a real subprocess (tests/faults/conftest.py).
+SIGTERM with 20 open sockets runs crossfeed as a real subprocess (tests/faults/harness.py).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from crossfeed.proxy.http.websocket import SOCKETS
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.logs import configure_logging
 from tests.fakes.upstream import FakeUpstream, SSEReply
-from tests.faults.conftest import ProxyProcess, check_envelope
 from tests.faults.fault_upstream import FAULTS, FaultUpstream, paced
+from tests.faults.harness import ProxyProcess, check_envelope
 from tests.support.app_server import ProxyHandle, running_proxy, start_proxy
 from tests.support.chat_chunks import chunk
 from tests.support.waiting import wait_until

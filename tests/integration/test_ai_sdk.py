@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import require_service
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.app_server import ProxyHandle
 from tests.support.chat_replies import ANSWER, REASONING, reasoning_then
+from tests.support.services import require_service
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "node" / "ai_sdk.mjs"

@@ -28,9 +28,9 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import Captured, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
+from tests.support.clients import Captured, validate_captured
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 RECORDED = sorted(p.name for p in FIXTURES.glob("*.request.json"))

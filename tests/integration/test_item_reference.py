@@ -13,10 +13,10 @@ import pytest
 
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.translators.ids import SequentialIds
-from tests.conftest import Captured, validate_captured
 from tests.fakes.upstream import FakeUpstream
 from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_replies import TOOLS, call_reply, json_text, text_reply
+from tests.support.clients import Captured, validate_captured
 from tests.support.ws import FrameRecorder, ws_url
 
 USER = {"role": "user", "content": "I am Ann."}

@@ -17,11 +17,11 @@ import structlog
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.logs import configure_logging
 from crossfeed.proxy.streaming.lifecycle import PROBES
-from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.app_server import running_proxy, start_proxy
 from tests.support.captures import data_objects, read_capture
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
+from tests.support.clients import Captured, TeeTransport, validate_captured
 from tests.support.validators import validate_chat_sse, validate_responses_sse
 from tests.support.waiting import wait_until
 
@@ -36,7 +36,7 @@ def config_for(upstream: FakeUpstream, tmp_path, **over: object):
 
 
 def sdk_client(base_url: str, captured: list[Captured], **kw: object) -> openai.AsyncOpenAI:
-    """An official SDK client whose every response body is recorded (tests/conftest.py
+    """An official SDK client whose every response body is recorded (tests/support/clients.py
     ``TeeTransport``): the ``captured`` fixture runs each SSE body through the strict validators."""
     http = httpx2.AsyncClient(transport=TeeTransport(captured), timeout=GUARD)
     return openai.AsyncOpenAI(base_url=base_url, http_client=http, max_retries=0, timeout=GUARD, **kw)  # type: ignore[arg-type]

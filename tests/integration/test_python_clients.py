@@ -13,10 +13,10 @@ import httpx2
 import orjson
 import pytest
 
-from tests.conftest import Captured, TeeTransport
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_replies import ANSWER, REASONING, reasoning_then
+from tests.support.clients import Captured, TeeTransport
 
 
 def http(captured: list[Captured]) -> httpx2.AsyncClient:

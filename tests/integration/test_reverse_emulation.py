@@ -17,9 +17,9 @@ import orjson
 import pytest
 import structlog
 
-from tests.conftest import Captured, TeeTransport
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.app_server import ProxyHandle
+from tests.support.clients import Captured, TeeTransport
 from tests.support.responses_replies import answer, event_frame, final_response
 from tests.support.validators import accumulate_chat, sse_frames, validate_chat_chunks
 from tests.support.waiting import wait_until

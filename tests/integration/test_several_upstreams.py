@@ -22,10 +22,10 @@ import pytest
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.translators.responses.response_object import new_response
-from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from tests.support.app_server import ProxyHandle, running_proxy, start_proxy
 from tests.support.chat_chunks import DONE, chunk
+from tests.support.clients import Captured, TeeTransport, validate_captured
 
 
 def stored_response(rid: str, text: str) -> dict[str, Any]:

@@ -8,10 +8,10 @@ import httpx2
 import openai
 import pytest
 
-from tests.conftest import Captured, TeeTransport, validate_captured
 from tests.fakes.upstream import FakeUpstream, JSONReply, SSEReply
 from tests.support.chat_chunks import chunk
 from tests.support.chat_replies import TOOLS, call_reply, json_text, text_reply
+from tests.support.clients import Captured, TeeTransport, validate_captured
 from tests.support.validators import validate_responses_sse
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import require_service
 from tests.fakes.upstream import FakeUpstream
 from tests.support.app_server import ProxyHandle
+from tests.support.services import require_service
 from tests.support.ws import FrameRecorder
 from tests.support.ws_replies import TOOLS, plain, text_reply, tool_reply, user
 

@@ -19,7 +19,7 @@ HELPERS = {"support", "fakes", "fixtures"}
 MIRRORS = {"translators", "proxy"}
 
 # What a translator test may not import: the proxy, anything that does I/O or runs a loop, and the
-# test helpers that start servers (tests/conftest.py's fixtures, tests/fakes/, the app and serve helpers).
+# test helpers that start servers or clients (tests/conftest.py, tests/fakes/, the app, serve and SDK helpers).
 NOT_PURE = {
     "aiohttp",
     "asyncio",
@@ -38,6 +38,7 @@ NOT_PURE_PREFIXES = (
     "tests.conftest",
     "tests.fakes",
     "tests.support.app_server",
+    "tests.support.clients",
     "tests.support.serve_process",
 )
 
@@ -92,13 +93,14 @@ def test_translator_tests_are_pure() -> None:
 
 def test_no_test_module_imports_another() -> None:
     """What two test files share lives in a helper (tests/support/, tests/fakes/, or a kind's own
-    module such as tests/store/helpers.py), never in one of them: a test file is read alone."""
+    module such as tests/store/helpers.py), never in one of them: a test file is read alone. A
+    conftest.py only makes fixtures; nothing imports it."""
     bad = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
         for path in sorted(TESTS.rglob("*.py"))
         if "fixtures" not in path.relative_to(TESTS).parts
         for line, name in imports(path)
-        if name.startswith("tests.") and name.split(".")[-1].startswith("test_")
+        if name.startswith("tests.") and (name.split(".")[-1].startswith("test_") or name.endswith(".conftest"))
     ]
     assert bad == []
 

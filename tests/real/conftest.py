@@ -13,16 +13,15 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import openai
-import orjson
 import pytest
 
-from crossfeed.proxy.runtime.config import load_config
-from tests.conftest import Captured, require_service, sdk_client
 from tests.fakes import llama_servers as ls
 from tests.fakes.tiny_model import write_model
-from tests.support.app_server import ProxyHandle, start_proxy
+from tests.real.backends import Direct, proxy_for
+from tests.support.app_server import ProxyHandle
+from tests.support.clients import Captured, sdk_client
+from tests.support.services import require_service
 
 SERVERS = ("llama-server", "llama-cpp-python")
 
@@ -63,36 +62,6 @@ def server(request: pytest.FixtureRequest) -> tuple[str, str]:
     name = request.param
     url = request.getfixturevalue("llama_server_url" if name == "llama-server" else "llama_cpp_python_url")
     return name, url
-
-
-class Direct:
-    """The server itself, asked the same question: the reference."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-
-    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        async with aiohttp.ClientSession() as s, s.post(self.base_url + path, json=body) as r:
-            return r.status, await r.read()
-
-    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        status, raw = await self.post("/chat/completions", {**body, "stream": False})
-        assert status == 200, raw[:500]
-        return orjson.loads(raw)  # type: ignore[no-any-return]
-
-
-async def proxy_for(url: str, tmp_path: Path, **overrides: Any) -> ProxyHandle:
-    config = load_config(
-        None,
-        {},
-        {
-            "upstream.base_url": url,
-            "store.data_dir": str(tmp_path / "data"),
-            "upstream.tokenizer": "estimate",
-            **overrides,
-        },
-    )
-    return await start_proxy(config)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e import codex_support as cx
 from tests.fakes.tiny_model import AFTER_TOOL_ANSWER, TEXT_ANSWER
-from tests.real.conftest import proxy_for
+from tests.real.backends import proxy_for
 from tests.support.app_server import ProxyHandle
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(400)]

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from tests.fakes.tiny_model import AFTER_TOOL_ANSWER, TEXT_ANSWER
-from tests.real.conftest import Direct
+from tests.real.backends import Direct
 from tests.real.weather import CHAT_WEATHER, WEATHER, collect
 
 # llama-cpp-python calls a tool only when the request names it; llama-server ignores the name

@@ -13,9 +13,9 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import Captured, sdk_client
-from tests.real.conftest import Direct, proxy_for
+from tests.real.backends import Direct, proxy_for
 from tests.real.weather import CHAT_WEATHER, WEATHER, collect
+from tests.support.clients import Captured, sdk_client
 
 
 async def sdk_for(

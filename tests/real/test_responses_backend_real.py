@@ -17,10 +17,10 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import Captured, sdk_client
 from tests.fakes.tiny_model import TEXT_ANSWER
-from tests.real.conftest import Direct, proxy_for
+from tests.real.backends import Direct, proxy_for
 from tests.support.app_server import ProxyHandle
+from tests.support.clients import Captured, sdk_client
 from tests.support.validators import StreamViolation, validate_responses_sse
 
 WEATHER = {

@@ -29,10 +29,10 @@ import structlog
 from crossfeed.proxy.state import store_health
 from crossfeed.proxy.state.history import KEEPER, STORE
 from crossfeed.proxy.state.store.base import StoreError
-from tests.conftest import Captured, sdk_client
 from tests.fakes.upstream import FakeUpstream
 from tests.store.helpers import call, metric, readyz, reply, start
 from tests.support.app_server import ProxyHandle
+from tests.support.clients import Captured, sdk_client
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.waiting import wait_until
 from tests.support.ws import FrameRecorder, ws_url

@@ -27,10 +27,10 @@ from crossfeed.proxy.state.store import open_store
 from crossfeed.proxy.state.store.base import StoredResponse, StoreError
 from crossfeed.proxy.state.store.redis import RedisStore, script_flags_supported
 from crossfeed.proxy.state.store_health import short_reason
-from tests.conftest import Captured, sdk_client
 from tests.fakes.upstream import FakeUpstream
 from tests.store.helpers import call, metric, readyz, rec, reply, start
 from tests.support.app_server import ProxyHandle
+from tests.support.clients import Captured, sdk_client
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 

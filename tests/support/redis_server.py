@@ -4,7 +4,7 @@ starts again (the shared one of CROSSFEED_TEST_REDIS_URL is never touched).
 Its data lives in an append-only file under the test's directory, so a stop (SIGTERM: Redis
 writes the file out) and a start on the same port keep every record, as a restarted production
 Redis with persistence does. A missing ``redis-server`` skips locally and fails in CI
-(tests/conftest.py ``require_service``).
+(tests/support/services.py ``require_service``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import require_service
+from tests.support.services import require_service
 
 
 def free_port() -> int:
