@@ -105,6 +105,33 @@ def test_no_test_module_imports_another() -> None:
     assert bad == []
 
 
+def test_one_app_start_up_and_one_chunk_builder() -> None:
+    """crossfeed's app is served in-process only by tests/support/app_server.py (the one place that
+    imports ``make_runner``), and a chat chunk is built only by tests/support/chat_chunks.py (no
+    other module defines a ``chunk``, ``chat_chunk``, ``_chunk`` or ``usage_chunk`` function of
+    its own)."""
+    builders = {"chunk", "chat_chunk", "_chunk", "usage_chunk"}
+    bad = []
+    for path in sorted(TESTS.rglob("*.py")):
+        rel = path.relative_to(TESTS)
+        if "fixtures" in rel.parts:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        if str(rel) != "support/app_server.py":
+            bad += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: make_runner"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and any(a.name == "make_runner" for a in node.names)
+            ]
+        if str(rel) != "support/chat_chunks.py":
+            bad += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: def {node.name}"
+                for node in tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in builders
+            ]
+    assert bad == []
+
+
 def test_the_rule_finds_an_impure_import(tmp_path: Path) -> None:
     sample = tmp_path / "test_x.py"
     sample.write_text("import asyncio\nfrom crossfeed.proxy.app import create_app\nfrom tests.support import paths\n")
