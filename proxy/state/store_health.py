@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from crossfeed.proxy.state.store.base import StoreError
 
 RECOVERY_HINT_SECONDS = 30.0  # a miss still gets the 503 naming the failed saves this long after they recover
-FRESH_SECONDS = 5.0  # a save outcome older than this is asked again (probe_write) before a miss is explained
+FRESH_SECONDS = 5.0  # the longest a miss waits for its probe write (probe_write) before it is explained
 
 
 def stamp(t: float) -> str:
@@ -49,13 +49,12 @@ class WriteHealth:
         self.clock = clock
         self.failing_since: float | None = None
         self.reason = ""
-        self.last_outcome: float | None = None
         self.recovered_at: float | None = None
         self.failed_from: float | None = None  # the failing_since of the last recovered outage
 
     def ok(self) -> bool:
         """A save went through; True when that ends a failing spell."""
-        now = self.last_outcome = self.clock()
+        now = self.clock()
         if self.failing_since is None:
             return False
         self.failed_from, self.failing_since, self.recovered_at = self.failing_since, None, now
@@ -63,15 +62,12 @@ class WriteHealth:
 
     def failed(self, reason: str) -> bool:
         """A save failed; True when that starts a failing spell."""
-        now = self.last_outcome = self.clock()
+        now = self.clock()
         self.reason = reason
         if self.failing_since is not None:
             return False
         self.failing_since = now
         return True
-
-    def fresh(self) -> bool:
-        return self.last_outcome is not None and self.clock() - self.last_outcome < FRESH_SECONDS
 
     def recently_recovered(self) -> bool:
         return self.recovered_at is not None and self.clock() - self.recovered_at < RECOVERY_HINT_SECONDS

@@ -21,9 +21,10 @@ One ``SaveKeeper`` per process (per worker) stands between the handlers and the 
   a bare 404: a response this process gave up on (a 404 that says so); else, while saves fail or
   for ``RECOVERY_HINT_SECONDS`` after they recover (long enough for every other process to
   write its queue), a 503 that names the failed saves, since the id may be one whose save
-  failed in another process. A process that has not saved in the last ``FRESH_SECONDS`` first
-  asks the store with a small write (``ResponseStore.probe_write``, at most once per
-  ``FRESH_SECONDS``), so that a process with no traffic of its own still knows.
+  failed in another process. Unless its own saves are failing already, a process first asks the
+  store with a small write (``ResponseStore.probe_write``; concurrent misses share one), so that
+  it knows even when its own last save went through a moment before another process's failed.
+  A miss is an error path (an id nobody stored), so the write is not on any turn's way.
 - ``readiness``: a failing or unreachable store leaves the process ready (turns are served,
   follow-ups get their 503) but degraded, with the state in words; only a store never reached
   since start makes it not ready (a wrong URL keeps a new pod out of rotation).
@@ -259,7 +260,9 @@ class SaveKeeper:
         lost = self._lost.get(response_id)
         if lost is not None and lost[0] == owner:
             return Miss.given_up(self.backend, why=lost[1], reason=lost[2])
-        if not self.health.fresh():
+        if self.health.failing_since is None:
+            # A save of ours that went through a moment ago says nothing of a save another
+            # process failed since: the miss asks the store itself (misses share one probe).
             await self._probe_once()
         return self.health.miss(self.backend)
 

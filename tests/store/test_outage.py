@@ -276,6 +276,29 @@ async def test_another_process_that_misses_it_says_the_save_failed_then_finds_it
     assert ws_frames.validate()[1] == 1
 
 
+@pytest.mark.parametrize("kind", [kind_param(k) for k in ["sqlite-full", "redis-readonly"]])
+async def test_a_miss_right_after_a_good_save_still_asks_the_store(
+    upstream: FakeUpstream, tmp_path: Path, kind: str, handles: list[ProxyHandle], request: pytest.FixtureRequest
+) -> None:
+    """B saved a moment ago; then the store stops taking writes and A's save fails. B's fresh
+    success is older than A's failure, so B's miss does not take it for an answer: it asks the
+    store with a probe write and answers 503, never a 404 for a response that exists in A's queue."""
+    upstream.default = reply
+    redis, a = await opened(handles, upstream, tmp_path, kind, request)
+    b = await start(upstream, tmp_path, kind, redis.url if redis else None)
+    handles.append(b)
+    status, _ = await create(b)
+    assert status == 200 and b.app[KEEPER].health.failing_since is None  # B's save went through just now
+    breaker = Breaker(kind, [a, b], redis)
+    await breaker.fail()
+    status, made = await create(a)
+    assert status == 200 and a.app[KEEPER].queue_size == 1
+    status, body = await call("GET", f"{b.base_url}/responses/{made['id']}")
+    assert status == 503 and body["error"]["code"] == "store_unavailable", body
+    assert "has been failing to save since" in body["error"]["message"], body
+    await breaker.heal()
+
+
 async def test_the_retry_queue_is_bounded_and_a_response_given_up_says_its_save_failed(
     upstream: FakeUpstream, tmp_path: Path, handles: list[ProxyHandle]
 ) -> None:
