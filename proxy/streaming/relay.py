@@ -68,6 +68,7 @@ class RelayStats:
     events_out: int = 0
     ending: str = ""
     error: str | None = None
+    first_data: float = 0.0  # the loop's time when the first upstream data came (0: none came)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -139,6 +140,7 @@ async def relay(
                 first = None
                 await write(empty, flush=True)  # the start events, or the headers alone
         if first:
+            stats.first_data = loop.time()
             stats.chunks_in += 1
             out = feed(first)
             stats.events_out += len(out)
@@ -147,7 +149,9 @@ async def relay(
         while not pump.done:
             try:
                 async with deadline.arm():
-                    move_at = deadline.move_at
+                    # Before the first data, 0: the first chunk takes the branch that moves the
+                    # deadline, where its time is kept (nothing more is done per chunk).
+                    move_at = deadline.move_at if stats.chunks_in else 0.0
                     while True:
                         chunk = await readany()
                         if not chunk:
@@ -156,6 +160,8 @@ async def relay(
                         if now > move_at:  # move the deadline at most once a second: cheap
                             deadline.move(now)
                             move_at = deadline.move_at
+                            if not stats.first_data:
+                                stats.first_data = now
                         stats.chunks_in += 1
                         out = feed(chunk)
                         if pump.done:
