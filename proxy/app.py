@@ -43,8 +43,8 @@ from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
 from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
 from crossfeed.proxy.http.standalone_search import alpha_search
 from crossfeed.proxy.http.websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
-from crossfeed.proxy.keys import CLOCK, CONFIG, ENV, IDS, SEAL, SESSION
-from crossfeed.proxy.runtime import turn_trace
+from crossfeed.proxy.keys import CLOCK, CONFIG, ENV, IDS, SEAL, SESSION, TRACER
+from crossfeed.proxy.runtime import tracing, turn_trace
 from crossfeed.proxy.runtime.config import Config, Upstream
 from crossfeed.proxy.runtime.guard import (
     LIMITS,
@@ -126,6 +126,9 @@ def create_app(
     app[PENDING] = set()
     app[SAVING] = {}
     turn_trace.prepare(app, config)  # --log-level debug lines, serve --record
+    app[TRACER] = tracing.configure(environ)
+    if app[TRACER].on:
+        app.on_cleanup.append(_stop_tracing)
     app.cleanup_ctx.append(_session_ctx)
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(probe_ctx(config, SESSION))
@@ -212,6 +215,11 @@ async def _store_ctx(app: web.Application) -> Any:
     await app[STORE].close()
 
 
+async def _stop_tracing(app: web.Application) -> None:
+    """The spans still held are exported (the exporter blocks: off the event loop)."""
+    await asyncio.get_running_loop().run_in_executor(None, app[TRACER].shutdown)
+
+
 async def _session_ctx(app: web.Application) -> Any:
     app[SESSION] = new_session()
     yield
@@ -277,13 +285,14 @@ def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[
 
     async def endpoint(request: web.Request) -> web.StreamResponse:
         body = await read_body(request)
-        turn = _turn(request, body)
-        backend = turn.upstream
-        if backend.api == "responses":
-            if backend.normalize_stream and stream_flag(body):
-                return await normalized_stream(request, body, turn)
-            return await passthrough(request, body=body, upstream=backend)
-        return await on_chat(request, body, turn)
+        with request.app[TRACER].turn(request.headers, request.path, request[SUMMARY], body):
+            turn = _turn(request, body)
+            backend = turn.upstream
+            if backend.api == "responses":
+                if backend.normalize_stream and stream_flag(body):
+                    return await normalized_stream(request, body, turn)
+                return await passthrough(request, body=body, upstream=backend)
+            return await on_chat(request, body, turn)
 
     return endpoint
 
@@ -310,6 +319,11 @@ async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
 
 async def chat_endpoint(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
+    with request.app[TRACER].turn(request.headers, request.path, request[SUMMARY], body):
+        return await _chat(request, body)
+
+
+async def _chat(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
     turn = _turn(request, body)
     if turn.upstream.api == "chat":
         return await passthrough(request, body=body, upstream=turn.upstream)
@@ -359,7 +373,7 @@ async def passthrough(
     """Forward a request unchanged and stream the answer back as it arrives."""
     app = request.app
     backend = upstream or _default_upstream(app[CONFIG])
-    headers = outbound_headers(request, backend)
+    headers = tracing.inject(outbound_headers(request, backend))
     path = request.path[len("/v1") :] if request.path.startswith("/v1") else request.path
     if body is not None and backend.model_map and isinstance(body.get("model"), str):
         body = {**body, "model": backend.model_map.get(body["model"], body["model"])}

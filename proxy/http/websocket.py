@@ -46,7 +46,7 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError, error_code, error_parts
-from crossfeed.proxy.keys import CONFIG, IDS
+from crossfeed.proxy.keys import CONFIG, IDS, TRACER
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.logs import REQUEST_FIELDS
 from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, TurnLog, note_upstream_error, record_request
@@ -280,7 +280,8 @@ class Connection:
         status = 200
         prev = body.get("previous_response_id")
         try:
-            await self._create(body, turn_log)
+            with self.app[TRACER].turn(self.request.headers, ROUTE, turn_log, body):
+                await self._create(body, turn_log)
         except (ProxyError, TranslationError) as exc:
             status, envelope, _ = error_parts(exc)
             if isinstance(exc, UpstreamError):

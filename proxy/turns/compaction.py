@@ -19,7 +19,7 @@ import aiohttp
 import structlog
 
 from crossfeed.proxy.errors import ClientRequestError, UpstreamError
-from crossfeed.proxy.keys import MAX_NONSTREAM_BODY
+from crossfeed.proxy.runtime import tracing
 from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.state.history import final_saver, load_history, save_before_final
 from crossfeed.proxy.streaming.sinks import Sink
@@ -31,10 +31,10 @@ from crossfeed.proxy.turns.exchange import (
     forward_machine,
     map_forward,
     open_leg,
+    read_leg,
     stream_turn,
 )
 from crossfeed.proxy.turns.turn import Create, Turn
-from crossfeed.proxy.upstream import read_json
 from crossfeed.translators import ids as idp
 from crossfeed.translators.forward import compaction as cmp
 from crossfeed.translators.forward.body import feed_completion
@@ -60,6 +60,10 @@ def _leg(turn: Turn, create: Create, framing: Framing | bool = False, *, last: b
         last=last,
         profile=turn.upstream.profile,
     )
+
+
+# A compaction's span (proxy/runtime/tracing.py); its summary call is a leg under it.
+_SPAN = {"gen_ai.operation.name": "compaction"}
 
 
 def _answer_body(plan: MappedRequest, backend: Upstream, summary_text: str) -> dict[str, Any]:
@@ -95,15 +99,16 @@ async def compaction_turn(turn: Turn, create: Create, open_sink: SinkOpener) -> 
     """Streamed: the Response's only item is the compaction (Codex's remote compaction)."""
     chat = create.mapped.chat
     await check_size(turn, chat)
-    ran = await stream_turn(
-        turn,
-        "/chat/completions",
-        chat,
-        lambda framing: _leg(turn, create, framing, last=True),
-        open_sink,
-        before_end=final_saver(turn.app, create.body, None, keep_failed=False),
-        client=create.body,
-    )
+    with tracing.span("compaction", _SPAN):
+        ran = await stream_turn(
+            turn,
+            "/chat/completions",
+            chat,
+            lambda framing: _leg(turn, create, framing, last=True),
+            open_sink,
+            before_end=final_saver(turn.app, create.body, None, keep_failed=False),
+            client=create.body,
+        )
     return ended(turn, ran)
 
 
@@ -120,16 +125,18 @@ async def compacting_turn(turn: Turn, create: Create, open_sink: SinkOpener) -> 
         return _answer_body(plan, backend, leg.summary), leg.main
 
     turn.log["compacted"] = True
-    ran = await stream_turn(
-        turn,
-        "/chat/completions",
-        ask,
-        lambda framing: _leg(turn, create, framing, last=False),
-        open_sink,
-        then=then,
-        before_end=final_saver(turn.app, create.body, create.history, keep_failed=False),
-        client=create.body,
-    )
+    # One relay streams the summary and then the answer: the span holds both legs.
+    with tracing.span("compaction", _SPAN):
+        ran = await stream_turn(
+            turn,
+            "/chat/completions",
+            ask,
+            lambda framing: _leg(turn, create, framing, last=False),
+            open_sink,
+            then=then,
+            before_end=final_saver(turn.app, create.body, create.history, keep_failed=False),
+            client=create.body,
+        )
     return ended(turn, ran)
 
 
@@ -137,8 +144,9 @@ async def _summarise(turn: Turn, chat: dict[str, Any]) -> tuple[str, dict[str, A
     """One non-streamed summary call: the text and the usage (an error status raises)."""
     body = {k: v for k, v in chat.items() if k != "stream_options"}
     body["stream"] = False
-    response = await open_leg(turn, "/chat/completions", body)
-    completion = await read_json(response, turn.upstream, MAX_NONSTREAM_BODY)
+    with tracing.span("compaction", _SPAN):
+        response = await open_leg(turn, "/chat/completions", body)
+        completion = await read_leg(turn, response)
     if isinstance(completion, dict) and isinstance(completion.get("error"), dict):
         err = completion["error"]
         raise UpstreamError(
@@ -170,7 +178,7 @@ async def compact_now(turn: Turn, create: Create) -> dict[str, Any] | None:
         answer = _answer_body(plan, backend, text)
         answer.pop("stream_options", None)
         response = await open_leg(turn, "/chat/completions", {**answer, "stream": False})
-        feed_completion(main, await read_json(response, backend, MAX_NONSTREAM_BODY))
+        feed_completion(main, await read_leg(turn, response))
     final = main.final_response
     assert final is not None
     if final.get("status") != "failed":

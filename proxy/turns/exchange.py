@@ -28,7 +28,8 @@ import aiohttp
 import structlog
 
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError
-from crossfeed.proxy.keys import CONFIG
+from crossfeed.proxy.keys import CONFIG, MAX_NONSTREAM_BODY
+from crossfeed.proxy.runtime import tracing
 from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.observability import METRICS, note_upstream_error, usage_counts, usage_summary
@@ -39,7 +40,7 @@ from crossfeed.proxy.streaming.relay import RelayStats, relay
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.common import note_anomalies, outbound_headers, secrets
 from crossfeed.proxy.turns.turn import Create, Turn
-from crossfeed.proxy.upstream import open_upstream
+from crossfeed.proxy.upstream import open_upstream, read_json
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.forward.request import MappedRequest, responses_request_to_chat
 from crossfeed.translators.options import ToolContext
@@ -134,14 +135,31 @@ def forward_machine(
 
 
 async def open_leg(turn: Turn, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
-    """POST one upstream call; returns once its 2xx headers are in (errors raise)."""
+    """POST one upstream call; returns once its 2xx headers are in (errors raise). A traced turn
+    opens the call's span here (its ``traceparent`` goes in the headers); ``run_leg`` (a stream)
+    or ``read_leg`` (a whole answer) ends it."""
     started = time.monotonic()
     backend = turn.upstream
-    response = await open_upstream(
-        turn.session, backend, path, body, outbound_headers(turn, backend), secrets=secrets(turn, backend)
-    )
+    headers, hidden = outbound_headers(turn, backend), secrets(turn, backend)
+    tracing.leg_start(backend, path, body, headers, hidden)
+    try:
+        response = await open_upstream(turn.session, backend, path, body, headers, secrets=hidden)
+    except BaseException as exc:
+        tracing.leg_end(error=exc)
+        raise
     turn.log["ttfb"] = time.monotonic() - started
     return response
+
+
+async def read_leg(turn: Turn, response: aiohttp.ClientResponse) -> Any:
+    """The whole JSON answer of a call ``open_leg`` opened without ``stream``."""
+    try:
+        result = await read_json(response, turn.upstream, MAX_NONSTREAM_BODY)
+    except BaseException as exc:
+        tracing.leg_end(error=exc)
+        raise
+    tracing.leg_end(result=result)
+    return result
 
 
 async def run_leg(
@@ -185,6 +203,7 @@ async def run_leg(
         if sink.__class__ is TapSink:  # a traced turn ends here: its trace is written all the same
             sink.trace.close("cancelled")
         raise
+    tracing.leg_end(pump=pump, stats=stats)
     turn_log.update({"ending": stats.ending, "events_in": stats.events_in, "events_out": stats.events_out})
     if stats.error:
         turn_log["error"] = stats.error

@@ -14,15 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-from crossfeed.proxy.keys import MAX_NONSTREAM_BODY
 from crossfeed.proxy.state.history import load_history, resolve_item_references, save_before_final
 from crossfeed.proxy.turns.compaction import compact_now, compacting_turn, compaction_turn, over_threshold
-from crossfeed.proxy.turns.exchange import SinkOpener, forward_turn, map_forward, open_leg, reasoning_sealer
+from crossfeed.proxy.turns.exchange import SinkOpener, forward_turn, map_forward, open_leg, read_leg, reasoning_sealer
 from crossfeed.proxy.turns.hosted.mcp import plan_mcp
 from crossfeed.proxy.turns.hosted.search_runner import search_plan
 from crossfeed.proxy.turns.hosted.tool_loop import ToolLoop, hosted_now, hosted_turn
 from crossfeed.proxy.turns.turn import Create, Turn
-from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.forward.request import with_mcp_results
 
@@ -83,7 +81,7 @@ async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
         return await hosted_now(turn, create, loop)
     body, mapped = create.body, create.mapped
     response = await open_leg(turn, "/chat/completions", mapped.chat)
-    completion = await read_json(response, turn.upstream, MAX_NONSTREAM_BODY)
+    completion = await read_leg(turn, response)
     result = chat_completion_to_response(
         completion,
         body,

@@ -28,13 +28,19 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from crossfeed.proxy.keys import MAX_NONSTREAM_BODY
 from crossfeed.proxy.runtime.observability import TurnLog, usage_counts, usage_summary
 from crossfeed.proxy.streaming.sinks import KEEPALIVE_FRAME, SSEOpener, SSESink
 from crossfeed.proxy.turns.common import log
-from crossfeed.proxy.turns.exchange import SinkOpener, chat_ended, open_leg, reverse_turn, stream_flag, stream_turn
+from crossfeed.proxy.turns.exchange import (
+    SinkOpener,
+    chat_ended,
+    open_leg,
+    read_leg,
+    reverse_turn,
+    stream_flag,
+    stream_turn,
+)
 from crossfeed.proxy.turns.turn import Turn
-from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.compaction import estimate_tokens
 from crossfeed.translators.reverse.body import response_to_chat_completion
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
@@ -111,7 +117,7 @@ async def _completion(turn: Turn, rbody: dict[str, Any], limit: int | None, stop
     """One non-streamed Responses call, as a chat.completion."""
     backend = turn.upstream
     response = await open_leg(turn, "/responses", rbody)
-    result = await read_json(response, backend, MAX_NONSTREAM_BODY)
+    result = await read_leg(turn, response)
     if not isinstance(result, dict):
         result = {}
     return response_to_chat_completion(

@@ -5,7 +5,8 @@
 Serves ``/mcp`` (streamable HTTP) or ``/sse`` (SSE) on 127.0.0.1; with ``--token`` every request
 must carry ``Authorization: Bearer TOKEN`` (else 401), so a test can prove the tool's headers
 reach the server. Tools: ``add`` (a + b), ``echo`` (its text), ``lookup`` (read-only), ``slow``
-(sleeps), ``meet`` (answers once two calls are in: concurrency), ``fail`` (raises: an MCP error result), ``big`` (a large output). Prints ``LISTENING``
+(sleeps), ``meet`` (answers once two calls are in: concurrency), ``fail`` (raises: an MCP error result), ``big`` (a large output), ``traceparent`` (the W3C
+``traceparent`` header of the request that called it: tracing's proof). Prints ``LISTENING``
 once it accepts connections.
 """
 
@@ -77,6 +78,27 @@ def big(kib: int) -> str:
     return "x" * (kib * 1024)
 
 
+# The traceparent header of the latest HTTP request (SeeTraceparent): the calling request's,
+# read by the tool it runs.
+SEEN = {"traceparent": ""}
+
+
+@server.tool()
+def traceparent() -> str:
+    """The traceparent header the call came with ("" without one)."""
+    return SEEN["traceparent"] or "none"
+
+
+class SeeTraceparent:
+    def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
+        self.app = app
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http":
+            SEEN["traceparent"] = dict(scope["headers"]).get(b"traceparent", b"").decode()
+        await self.app(scope, receive, send)
+
+
 class RequireToken:
     def __init__(self, app, token: str) -> None:  # type: ignore[no-untyped-def]
         self.app = app
@@ -99,6 +121,7 @@ def main() -> None:
     app = server.streamable_http_app() if args.transport == "streamable-http" else server.sse_app()
     if args.token:
         app = RequireToken(app, args.token)
+    app = SeeTraceparent(app)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
     uv = uvicorn.Server(config)
 

@@ -200,6 +200,14 @@ def test_only_the_store_backends_import_sqlite3_or_redis() -> None:
     assert bad == []
 
 
+def test_only_the_tracing_module_imports_opentelemetry() -> None:
+    """Tracing is an optional extra: one module imports it, and only when tracing is on
+    (proxy/runtime/tracing.py imports it inside ``configure``)."""
+    allowed = {"crossfeed.proxy.runtime.tracing_otel"}
+    bad = [str(e) for e in ALL_EDGES if e.target.split(".")[0] == "opentelemetry" and e.module not in allowed]
+    assert bad == []
+
+
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}

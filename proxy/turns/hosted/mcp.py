@@ -32,11 +32,13 @@ import fnmatch
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import structlog
 
 from crossfeed.proxy.errors import ClientRequestError
+from crossfeed.proxy.runtime import tracing
 from crossfeed.proxy.runtime.config import Mcp
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.hosted.tool_loop import write
@@ -122,20 +124,18 @@ async def _client(server: McpServer, cfg: Mcp) -> AsyncIterator[Any]:
     from mcp.client.sse import sse_client
     from mcp.client.streamable_http import streamable_http_client
 
+    headers = tracing.inject(server.headers)  # a traced turn's traceparent
     if server.url.rstrip("/").endswith("/sse"):
         async with Client(
             sse_client(
-                server.url,
-                headers=server.headers,
-                timeout=cfg.call_timeout_seconds,
-                sse_read_timeout=cfg.call_timeout_seconds,
+                server.url, headers=headers, timeout=cfg.call_timeout_seconds, sse_read_timeout=cfg.call_timeout_seconds
             )
         ) as c:
             yield c
         return
     timeout = httpx2.Timeout(cfg.call_timeout_seconds)
     async with (
-        httpx2.AsyncClient(headers=server.headers, timeout=timeout) as http,
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
         Client(streamable_http_client(server.url, http_client=http)) as c,
     ):
         yield c
@@ -157,12 +157,23 @@ def _why(exc: BaseException, cfg: Mcp) -> str:
     return f"the MCP server failed: {message}"[:500] if message else "the MCP server failed to answer"
 
 
+def _span(server: McpServer, name: str, operation: str) -> Any:
+    """The span of one request to an MCP server (proxy/runtime/tracing.py)."""
+    url = urlsplit(server.url)
+    attributes = {"gen_ai.operation.name": operation, "mcp.server.label": server.label, "server.address": url.hostname}
+    if operation == "execute_tool":
+        attributes |= {"gen_ai.tool.name": name, "gen_ai.tool.type": "extension"}
+    return tracing.span(f"{operation} {name}", {k: v for k, v in attributes.items() if v})
+
+
 async def list_tools(server: McpServer, cfg: Mcp) -> list[dict[str, Any]] | str:
-    try:
-        async with asyncio.timeout(cfg.call_timeout_seconds), _client(server, cfg) as c:
-            found = await c.list_tools()
-    except Exception as exc:  # any failure of the server: this listing fails, not the Response
-        return _why(exc, cfg)
+    with _span(server, "tools/list", "mcp") as span:
+        try:
+            async with asyncio.timeout(cfg.call_timeout_seconds), _client(server, cfg) as c:
+                found = await c.list_tools()
+        except Exception as exc:  # any failure of the server: this listing fails, not the Response
+            span.fail(_why(exc, cfg))
+            return _why(exc, cfg)
     return [
         {
             "name": t.name,
@@ -182,11 +193,15 @@ async def call_tool(server: McpServer, tool: str, arguments: str, cfg: Mcp) -> t
         args = None
     if not isinstance(args, dict):
         return None, "the call's arguments are not a JSON object"
-    try:
-        async with asyncio.timeout(cfg.call_timeout_seconds), _client(server, cfg) as c:
-            result = await c.call_tool(tool, args)
-    except Exception as exc:  # any failure of the server fails this call only
-        return None, _why(exc, cfg)
+    with _span(server, tool, "execute_tool") as span:
+        try:
+            async with asyncio.timeout(cfg.call_timeout_seconds), _client(server, cfg) as c:
+                result = await c.call_tool(tool, args)
+        except Exception as exc:  # any failure of the server fails this call only
+            span.fail(_why(exc, cfg))
+            return None, _why(exc, cfg)
+        if result.is_error:
+            span.fail("the tool reported an error")
     parts = []
     for content in result.content:
         text = getattr(content, "text", None)

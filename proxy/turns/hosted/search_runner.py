@@ -20,6 +20,7 @@ import orjson
 import structlog
 
 from crossfeed.proxy.keys import ENV
+from crossfeed.proxy.runtime import tracing
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.hosted.search_backends import Result, SearchFailed, result_count, results_text, search
 from crossfeed.proxy.turns.hosted.tool_loop import write
@@ -112,24 +113,33 @@ def _query(call: dict[str, str]) -> str | None:
     return query.strip()[:500] if isinstance(query, str) and query.strip() else None
 
 
+# A web search's span (proxy/runtime/tracing.py): a tool crossfeed runs itself.
+_SPAN = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "web_search", "gen_ai.tool.type": "extension"}
+
+
 async def _run(turn: Turn, sp: SearchPlan, query: str | None) -> list[Result] | str:
     """The results, or why there are none."""
     if query is None:
         return 'the search call needs its arguments as {"query": "..."}'
     app = turn.app
-    try:
-        return await search(
-            turn.session,
-            turn.config.web_search,
-            app[ENV],
-            query,
-            count=sp.count,
-            domains=sp.domains,
-            country=sp.country,
-        )
-    except SearchFailed as exc:
-        log.warning("web_search.failed", backend=turn.config.web_search.backend, error=exc.message)
-        return exc.message
+    backend = turn.config.web_search.backend
+    with tracing.span("execute_tool web_search", _SPAN | {"crossfeed.search.backend": backend or ""}) as span:
+        try:
+            found = await search(
+                turn.session,
+                turn.config.web_search,
+                app[ENV],
+                query,
+                count=sp.count,
+                domains=sp.domains,
+                country=sp.country,
+            )
+        except SearchFailed as exc:
+            log.warning("web_search.failed", backend=backend, error=exc.message)
+            span.fail(exc.message)
+            return exc.message
+        span.set({"crossfeed.search.results": len(found)})
+        return found
 
 
 async def _search_calls(

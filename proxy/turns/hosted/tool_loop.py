@@ -23,13 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from crossfeed.proxy.keys import MAX_NONSTREAM_BODY
 from crossfeed.proxy.state.history import final_saver, save_before_final
 from crossfeed.proxy.streaming.sinks import Sink
-from crossfeed.proxy.turns.exchange import SinkOpener, forward_machine, open_leg, stream_turn
+from crossfeed.proxy.turns.exchange import SinkOpener, forward_machine, open_leg, read_leg, stream_turn
 from crossfeed.proxy.turns.hosted.control import Budget, LegEnd, Step, next_step
 from crossfeed.proxy.turns.turn import Create, Turn
-from crossfeed.proxy.upstream import read_json
 from crossfeed.translators.forward.body import feed_completion
 from crossfeed.translators.forward.machine import ChatToResponsesStream, LegDriver
 from crossfeed.translators.forward.mcp_items import redacted
@@ -246,7 +244,7 @@ async def hosted_now(turn: Turn, create: Create, loop: ToolLoop) -> dict[str, An
     start = 0
     while True:
         response = await open_leg(turn, "/chat/completions", {**chat, "stream": False})
-        feed_completion(leg, await read_json(response, up, MAX_NONSTREAM_BODY))
+        feed_completion(leg, await read_leg(turn, response))
         if main.done:
             break
         step = await loop.step(turn, main, None, deadline)

@@ -1,0 +1,204 @@
+"""OpenTelemetry tracing: off unless the ``otel`` extra is installed and the environment asks for it.
+
+Tracing is on when the standard variables name an exporter: ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_TRACES_EXPORTER`` (other than ``none``), and
+``OTEL_SDK_DISABLED`` is not true. Then, and only then, ``proxy/runtime/tracing_otel.py`` is
+imported: the one module that imports ``opentelemetry``. Asked for without the extra installed,
+one warning says so and the application runs untraced.
+
+The hooks are functions of this module that read one context variable, the turn being traced
+(set by ``Tracer.turn`` in the transport). Untraced, it is never set: a hook is a lookup that finds
+None, once per turn, leg or tool call, and never on the per-chunk path. Call sites have no
+branches of their own:
+
+  Tracer.turn(headers, route, log, body)   the transport's turn (HTTP handler, WebSocket frame):
+                                           the span every other one is under; the client's
+                                           ``traceparent`` is its parent
+  leg_start / leg_end                      one backend call (proxy/turns/exchange.py); its
+                                           ``traceparent`` goes to the backend
+  span(name, attributes)                   a hosted tool run, a compaction
+  inject(headers)                          the current span's ``traceparent`` into a request's
+                                           headers (an MCP server's)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+import structlog
+
+log = structlog.get_logger("crossfeed")
+
+_TRUE = ("true", "1", "yes", "on")
+
+
+class SpanHandle(Protocol):
+    """What a ``span`` block gets: a way to say the work failed, and to add attributes."""
+
+    def fail(self, why: str) -> None: ...
+    def set(self, attributes: Mapping[str, Any]) -> None: ...
+
+
+class LegHandle(Protocol):
+    def end(self, *, pump: Any = None, stats: Any = None, result: Any = None, error: Any = None) -> None: ...
+
+
+class TurnTrace(Protocol):
+    """The live side of one traced turn (``tracing_otel.LiveTurn``)."""
+
+    def leg(self, backend: Any, path: str, body: Mapping[str, Any], headers: dict[str, str]) -> LegHandle: ...
+    def span(self, name: str, attributes: Mapping[str, Any]) -> contextlib.AbstractContextManager[SpanHandle]: ...
+    def inject(self, headers: dict[str, str]) -> None: ...
+    def hide(self, secrets: tuple[str, ...]) -> None: ...
+    def end(self, log: Any, error: BaseException | None) -> None: ...
+
+
+class LiveTracer(Protocol):
+    def start_turn(self, headers: Mapping[str, str], route: str, body: Mapping[str, Any]) -> TurnTrace: ...
+    def shutdown(self) -> None: ...
+
+
+class _NoSpan:
+    __slots__ = ()
+
+    def fail(self, why: str) -> None:
+        return None
+
+    def set(self, attributes: Mapping[str, Any]) -> None:
+        return None
+
+
+NO_SPAN = _NoSpan()
+_NULL = contextlib.nullcontext(NO_SPAN)
+_TURN: ContextVar[TurnTrace | None] = ContextVar("crossfeed_traced_turn", default=None)
+_LEG: ContextVar[LegHandle | None] = ContextVar("crossfeed_traced_leg", default=None)
+
+
+def wanted(environ: Mapping[str, str]) -> bool:
+    """The environment asks for traces (the standard ``OTEL_*`` variables)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() in _TRUE:
+        return False
+    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:
+        return exporter != "none"
+    return bool(environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def capture_content(environ: Mapping[str, str]) -> bool:
+    """The GenAI conventions' opt-in to message content on spans."""
+    return environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower() in _TRUE
+
+
+class Tracer:
+    """An application's tracer: ``live`` None (the default) traces nothing."""
+
+    __slots__ = ("live",)
+
+    def __init__(self, live: LiveTracer | None = None) -> None:
+        self.live = live
+
+    @property
+    def on(self) -> bool:
+        return self.live is not None
+
+    def turn(
+        self, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any]
+    ) -> contextlib.AbstractContextManager[Any]:
+        """The block of one client turn; its span ends with the fields of the turn's ``log``."""
+        if self.live is None:
+            return _NULL
+        return _traced_turn(self.live, headers, route, log, body)
+
+    def shutdown(self) -> None:
+        """Export what is left and stop (blocking: run it off the event loop)."""
+        if self.live is not None:
+            self.live.shutdown()
+
+
+@contextlib.contextmanager
+def _traced_turn(
+    live: LiveTracer, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any]
+) -> Iterator[None]:
+    turn = live.start_turn(headers, route, body)
+    token = _TURN.set(turn)
+    failed: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        failed = exc
+        raise
+    finally:
+        _TURN.reset(token)
+        try:
+            turn.end(log, failed)
+        except Exception as exc:
+            _broken(exc)
+
+
+def configure(environ: Mapping[str, str]) -> Tracer:
+    """The application's tracer, from the ``OTEL_*`` variables: untraced unless they ask for it
+    and the extra is installed."""
+    if not wanted(environ):
+        return Tracer()
+    try:
+        from crossfeed.proxy.runtime import tracing_otel
+    except ImportError as exc:
+        log.warning(
+            "tracing.unavailable",
+            error=str(exc),
+            note="OTEL_* variables ask for traces but the extra is not installed: pip install 'crossfeed[otel]'",
+        )
+        return Tracer()
+    return Tracer(tracing_otel.live_tracer(environ, capture_content(environ)))
+
+
+# -- the hooks: each one lookup when untraced ------------------------------------------------------
+
+
+def leg_start(
+    backend: Any, path: str, body: Mapping[str, Any], headers: dict[str, str], secrets: tuple[str, ...]
+) -> None:
+    """A backend call begins: its span, and its ``traceparent`` in ``headers``."""
+    turn = _TURN.get()
+    if turn is not None:
+        try:
+            turn.hide(secrets)
+            _LEG.set(turn.leg(backend, path, body, headers))
+        except Exception as exc:
+            _broken(exc)
+
+
+def leg_end(*, pump: Any = None, stats: Any = None, result: Any = None, error: Any = None) -> None:
+    """The current backend call ended: with a stream's pump (its machine) and relay figures, a
+    whole answer (``result``), or an exception."""
+    leg = _LEG.get()
+    if leg is not None:
+        _LEG.set(None)
+        try:
+            leg.end(pump=pump, stats=stats, result=result, error=error)
+        except Exception as exc:
+            _broken(exc)
+
+
+def _broken(exc: Exception) -> None:
+    """A failure of tracing's own is logged; it never fails the turn it traces."""
+    log.error("tracing.failed", error=repr(exc))
+
+
+def span(name: str, attributes: Mapping[str, Any]) -> contextlib.AbstractContextManager[SpanHandle]:
+    """A span of the traced turn (a tool run, a compaction), current inside the block."""
+    turn = _TURN.get()
+    return _NULL if turn is None else turn.span(name, attributes)
+
+
+def inject(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` with the current span's ``traceparent`` added (the same object untraced)."""
+    turn = _TURN.get()
+    if turn is None:
+        return headers
+    out = dict(headers)
+    turn.inject(out)
+    return out

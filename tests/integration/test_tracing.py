@@ -1,0 +1,261 @@
+"""OpenTelemetry tracing (proxy/runtime/tracing.py): what a collector gets from crossfeed.
+
+A local OTLP/HTTP receiver (tests/fakes/otlp.py) decodes the protobuf the SDK's exporter sends.
+The proxy runs with the standard variables pointing at it; the spans are read once the proxy
+has stopped (its cleanup flushes them). Each test checks the tree: the turn's server span is a
+child of the client's ``traceparent``, every other span is under it, and the ``traceparent``
+the fake backend (or the MCP server) saw names the span of that call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.fakes.otlp import OtlpReceiver, Span
+from tests.fakes.search import FakeSearch
+from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy
+from tests.support.chat_chunks import DONE, chunk
+
+pytestmark = pytest.mark.timeout(60)
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
+SECRET = "sk-upstream-secret-0123456789"
+
+
+@pytest.fixture
+async def otlp() -> AsyncIterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    await receiver.start()
+    yield receiver
+    await receiver.close()
+
+
+@contextlib.asynccontextmanager
+async def traced(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, overrides: dict[str, Any], **env: str
+) -> AsyncIterator[ProxyHandle]:
+    """The proxy with tracing on (the SDK reads the process environment, the app its own)."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_BSP_SCHEDULE_DELAY": "50", **env}
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    async with running_proxy(overrides, environ={**env, "UPKEY": SECRET}) as handle:
+        yield handle
+
+
+def settings(upstream: FakeUpstream, tmp_path: Any, **more: Any) -> dict[str, Any]:
+    return {
+        "upstream.base_url": upstream.base_url,
+        "upstream.api_key_env": "UPKEY",
+        "store.data_dir": str(tmp_path / "data"),
+        **more,
+    }
+
+
+async def post(proxy: ProxyHandle, body: dict[str, Any], path: str = "/v1/responses") -> tuple[int, bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(proxy.url + path, json=body, headers={"traceparent": TRACEPARENT}) as r,
+    ):
+        return r.status, await r.read()
+
+
+def answer(text: str, usage: tuple[int, int] = (90, 12)) -> SSEReply:
+    return SSEReply(
+        chunk({"role": "assistant", "content": ""})
+        + chunk({"content": text}, "stop")
+        + chunk(None, usage=usage)
+        + DONE,
+        max_piece=23,
+    )
+
+
+def call(name: str, args: dict[str, Any]) -> SSEReply:
+    raw = orjson.dumps(args).decode()
+    tool_call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": name, "arguments": raw}}
+    body = chunk({"role": "assistant", "content": ""}) + chunk({"tool_calls": [tool_call]})
+    return SSEReply(body + chunk({}, "tool_calls") + chunk(None, usage=(50, 5)) + DONE, max_piece=31)
+
+
+def tool_then_answer(name: str, args: dict[str, Any]) -> Any:
+    """A model that calls ``name`` once, then answers with what the tool returned."""
+
+    def reply(req: Recorded) -> SSEReply:
+        last = req.body["messages"][-1]
+        return answer(f"The tool said: {last['content']}") if last["role"] == "tool" else call(name, args)
+
+    return reply
+
+
+def turn_span(spans: list[Span]) -> Span:
+    """The turn's server span, a child of the client's traceparent."""
+    servers = [s for s in spans if s.kind == "server"]
+    assert len(servers) == 1, [(s.name, s.kind) for s in spans]
+    turn = servers[0]
+    assert (turn.trace_id, turn.parent_id) == (TRACE_ID, CLIENT_SPAN)
+    assert all(s.trace_id == TRACE_ID for s in spans)
+    assert turn.resource["service.name"] == "crossfeed"
+    return turn
+
+
+def parent_of(traceparent: str) -> tuple[str, str]:
+    version, trace_id, span_id, flags = traceparent.split("-")
+    assert (version, flags) == ("00", "01")
+    return trace_id, span_id
+
+
+def header(req: Recorded, name: str) -> str:
+    return {k.lower(): v for k, v in req.headers.items()}[name]
+
+
+async def test_a_streamed_turn(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    upstream.default = answer("Hello there.")
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path)) as proxy:
+        status, raw = await post(proxy, {"model": "m", "input": "hi", "stream": True, "prompt_cache_key": "conv-1"})
+        assert status == 200 and b"response.completed" in raw
+    turn = turn_span(otlp.spans)
+    legs = [s for s in otlp.spans if s.kind == "client"]
+    assert len(legs) == 1 and len(otlp.spans) == 2
+    leg = legs[0]
+    assert turn.name == "chat m" and leg.name == "chat m"
+    assert leg.parent_id == turn.span_id
+    a = turn.attributes
+    assert a["gen_ai.operation.name"] == "chat"
+    assert (a["gen_ai.request.model"], a["gen_ai.response.model"]) == ("m", "m")
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (90, 12)
+    assert a["gen_ai.response.finish_reasons"] == ["completed"]
+    assert a["gen_ai.conversation.id"] == "conv-1"
+    assert a["crossfeed.route"] == "/v1/responses" and a["crossfeed.stream"] is True
+    assert 0 < a["gen_ai.response.time_to_first_chunk"] < 5
+    assert "gen_ai.input.messages" not in a  # content only when the operator opts in
+    b = leg.attributes
+    assert (b["gen_ai.operation.name"], b["gen_ai.request.model"], b["crossfeed.upstream"]) == ("chat", "m", "default")
+    assert (b["gen_ai.usage.input_tokens"], b["gen_ai.usage.output_tokens"]) == (90, 12)
+    assert b["server.address"] == "127.0.0.1" and b["url.path"].endswith("/chat/completions")
+    assert 0 < b["gen_ai.response.time_to_first_chunk"] <= a["gen_ai.response.time_to_first_chunk"]
+    assert turn.status == leg.status == 0
+    # the backend got the leg's span as its parent, in the client's trace
+    assert parent_of(header(upstream.requests[0], "traceparent")) == (TRACE_ID, leg.span_id)
+
+
+async def test_a_web_search_turn(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    search = FakeSearch(pages={"*": [("https://example.org/a", "A page", "What the page says.")]})
+    await search.start()
+    upstream.default = tool_then_answer("web_search", {"query": "what is a"})
+    overrides = settings(upstream, tmp_path, **{"web_search.backend": "searxng", "web_search.url": search.url})
+    try:
+        async with traced(monkeypatch, otlp, overrides) as proxy:
+            status, raw = await post(
+                proxy, {"model": "m", "input": "a?", "stream": True, "tools": [{"type": "web_search"}]}
+            )
+            assert status == 200 and b"web_search_call" in raw
+    finally:
+        await search.close()
+    turn = turn_span(otlp.spans)
+    legs = sorted((s for s in otlp.spans if s.kind == "client"), key=lambda s: s.start_ns)
+    tools = [s for s in otlp.spans if s.name == "execute_tool web_search"]
+    assert len(legs) == 2 and len(tools) == 1 and len(otlp.spans) == 4
+    assert all(s.parent_id == turn.span_id for s in [*legs, *tools])
+    assert legs[0].end_ns <= tools[0].start_ns and tools[0].end_ns <= legs[1].start_ns
+    t = tools[0].attributes
+    assert (t["gen_ai.operation.name"], t["gen_ai.tool.name"], t["crossfeed.search.backend"]) == (
+        "execute_tool",
+        "web_search",
+        "searxng",
+    )
+    assert t["crossfeed.search.results"] == 1 and tools[0].status == 0
+    assert legs[0].attributes["gen_ai.response.finish_reasons"] == ["tool_calls"]  # what the backend said
+    assert legs[1].attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    a = turn.attributes
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (50 + 90, 5 + 12)
+    assert a["crossfeed.hosted_calls"] == 1
+    seen = [parent_of(header(r, "traceparent")) for r in upstream.requests]
+    assert seen == [(TRACE_ID, legs[0].span_id), (TRACE_ID, legs[1].span_id)]
+
+
+async def test_an_mcp_turn(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any, mcp_urls: dict[str, str]
+) -> None:
+    upstream.default = tool_then_answer("mcp__calc__traceparent", {})
+    tool = {
+        "type": "mcp",
+        "server_label": "calc",
+        "server_url": mcp_urls["http"],
+        "require_approval": "never",
+        "headers": {"Authorization": "Bearer mcp-secret-token-7f3a"},
+    }
+    overrides = settings(upstream, tmp_path, **{"mcp.allowed_servers": ["http://127.0.0.1:*"]})
+    async with traced(monkeypatch, otlp, overrides) as proxy:
+        status, raw = await post(proxy, {"model": "m", "input": "trace?", "stream": True, "tools": [tool]})
+        assert status == 200 and b"response.completed" in raw
+    turn = turn_span(otlp.spans)
+    listing = [s for s in otlp.spans if s.name == "mcp tools/list"]
+    calls = [s for s in otlp.spans if s.name == "execute_tool traceparent"]
+    legs = [s for s in otlp.spans if s.kind == "client"]
+    assert len(listing) == len(calls) == 1 and len(legs) == 2
+    assert all(s.parent_id == turn.span_id for s in [*listing, *calls, *legs])
+    c = calls[0].attributes
+    assert (c["gen_ai.tool.name"], c["mcp.server.label"], c["server.address"]) == ("traceparent", "calc", "127.0.0.1")
+    # the MCP server got the tool call's span as the parent (its tool returns the header it saw)
+    final = [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")][-1]
+    mcp_call = next(o for o in final["response"]["output"] if o["type"] == "mcp_call")
+    assert parent_of(mcp_call["output"]) == (TRACE_ID, calls[0].span_id)
+
+
+async def test_a_failed_backend_call_and_the_content_opt_in(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    upstream.reply(JSONReply({"error": {"message": "overloaded", "type": "server_error"}}, status=503))
+    upstream.reply(
+        JSONReply(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": f"Your key is {SECRET}."},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12},
+            }
+        )
+    )
+    env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path), **env) as proxy:
+        status, _ = await post(proxy, {"model": "m", "input": "hi", "stream": True})
+        assert status == 503
+        body = {"model": "m", "input": f"my key: {SECRET}", "instructions": "be brief", "stream": False}
+        status, _ = await post(proxy, body)
+        assert status == 200
+    turns = sorted((s for s in otlp.spans if s.kind == "server"), key=lambda s: s.start_ns)
+    legs = sorted((s for s in otlp.spans if s.kind == "client"), key=lambda s: s.start_ns)
+    assert len(turns) == len(legs) == 2
+    failed, ok = legs
+    assert failed.status == 2 and failed.attributes["error.type"] == "upstream_error"
+    assert failed.attributes["http.response.status_code"] == 503
+    assert turns[0].status == 2 and "error.type" in turns[0].attributes
+    assert ok.status == 0 and ok.attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    a = turns[1].attributes
+    assert a["gen_ai.system_instructions"] == '"be brief"'
+    assert orjson.loads(a["gen_ai.input.messages"]) == "my key: [redacted]"
+    output = a["gen_ai.output.messages"]
+    assert "Your key is [redacted]." in output and SECRET not in output
+    assert a["crossfeed.stream"] is False and a["gen_ai.response.finish_reasons"] == ["completed"]
