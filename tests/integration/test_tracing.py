@@ -22,6 +22,7 @@ from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk
+from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -85,6 +86,20 @@ def call(name: str, args: dict[str, Any]) -> SSEReply:
     tool_call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": name, "arguments": raw}}
     body = chunk({"role": "assistant", "content": ""}) + chunk({"tool_calls": [tool_call]})
     return SSEReply(body + chunk({}, "tool_calls") + chunk(None, usage=(50, 5)) + DONE, max_piece=31)
+
+
+def chat_json(text: str, usage: tuple[int, int]) -> JSONReply:
+    message = {"role": "assistant", "content": text}
+    return JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+        }
+    )
 
 
 def tool_then_answer(name: str, args: dict[str, Any]) -> Any:
@@ -220,24 +235,7 @@ async def test_a_failed_backend_call_and_the_content_opt_in(
     monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
 ) -> None:
     upstream.reply(JSONReply({"error": {"message": "overloaded", "type": "server_error"}}, status=503))
-    upstream.reply(
-        JSONReply(
-            {
-                "id": "c",
-                "object": "chat.completion",
-                "created": 1,
-                "model": "m",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": f"Your key is {SECRET}."},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12},
-            }
-        )
-    )
+    upstream.reply(chat_json(f"Your key is {SECRET}.", (7, 5)))
     env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
     async with traced(monkeypatch, otlp, settings(upstream, tmp_path), **env) as proxy:
         status, _ = await post(proxy, {"model": "m", "input": "hi", "stream": True})
@@ -259,3 +257,35 @@ async def test_a_failed_backend_call_and_the_content_opt_in(
     output = a["gen_ai.output.messages"]
     assert "Your key is [redacted]." in output and SECRET not in output
     assert a["crossfeed.stream"] is False and a["gen_ai.response.finish_reasons"] == ["completed"]
+
+
+async def test_websocket_turns_and_a_compaction(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any, ws_frames: FrameRecorder
+) -> None:
+    upstream.reply(answer("One."), answer("Two."), chat_json("A summary.", (300, 40)))
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path)) as proxy:
+        url = proxy.url.replace("http", "ws") + "/v1/responses"
+        async with ws_frames.connect(url, headers={"traceparent": TRACEPARENT}) as ws:
+            for text in ("one", "two"):
+                turn = await ws.turn(type="response.create", model="m", input=text, store=False)
+                assert turn.terminal == "response.completed"
+        status, raw = await post(proxy, {"model": "m", "input": "a long story"}, "/v1/responses/compact")
+        assert status == 200 and b"compaction" in raw
+    turns = sorted((s for s in otlp.spans if s.kind == "server"), key=lambda s: s.start_ns)
+    assert len(turns) == 3 and all((s.trace_id, s.parent_id) == (TRACE_ID, CLIENT_SPAN) for s in turns)
+    assert [s.attributes["crossfeed.route"] for s in turns] == [
+        "/v1/responses (websocket)",
+        "/v1/responses (websocket)",
+        "/v1/responses/compact",
+    ]
+    assert [s.attributes["gen_ai.usage.output_tokens"] for s in turns[:2]] == [12, 12]
+    legs = sorted((s for s in otlp.spans if s.kind == "client"), key=lambda s: s.start_ns)
+    assert [leg.parent_id for leg in legs[:2]] == [turns[0].span_id, turns[1].span_id]
+    compaction = [s for s in otlp.spans if s.name == "compaction"]
+    assert len(compaction) == 1 and compaction[0].parent_id == turns[2].span_id
+    assert compaction[0].attributes["gen_ai.operation.name"] == "compaction"
+    summary = legs[2]
+    assert summary.parent_id == compaction[0].span_id
+    assert (summary.attributes["gen_ai.usage.input_tokens"], summary.attributes["crossfeed.stream"]) == (300, False)
+    seen = [parent_of(header(r, "traceparent")) for r in upstream.requests]
+    assert seen == [(TRACE_ID, leg.span_id) for leg in legs]
