@@ -289,3 +289,30 @@ async def test_websocket_turns_and_a_compaction(
     assert (summary.attributes["gen_ai.usage.input_tokens"], summary.attributes["crossfeed.stream"]) == (300, False)
     seen = [parent_of(header(r, "traceparent")) for r in upstream.requests]
     assert seen == [(TRACE_ID, leg.span_id) for leg in legs]
+
+
+async def test_a_chat_turn_on_a_responses_backend(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi."}]}
+    response = {"id": "resp_1", "object": "response", "status": "completed", "model": "m-up", "output": [message]}
+    upstream.reply(JSONReply({**response, "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}}))
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path, **{"upstream.api": "responses"})) as proxy:
+        status, raw = await post(
+            proxy, {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, "/v1/chat/completions"
+        )
+        assert status == 200 and orjson.loads(raw)["choices"][0]["message"]["content"] == "Hi."
+    turn = turn_span(otlp.spans)
+    (leg,) = [s for s in otlp.spans if s.kind == "client"]
+    assert leg.parent_id == turn.span_id and leg.attributes["url.path"].endswith("/responses")
+    b = leg.attributes
+    assert (b["gen_ai.response.model"], b["gen_ai.response.id"], b["gen_ai.response.finish_reasons"]) == (
+        "m-up",
+        "resp_1",
+        ["completed"],
+    )
+    assert (b["gen_ai.usage.input_tokens"], b["gen_ai.usage.output_tokens"]) == (3, 2)
+    a = turn.attributes
+    assert a["crossfeed.route"] == "/v1/chat/completions" and a["gen_ai.response.model"] == "m-up"
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (3, 2)
+    assert parent_of(header(upstream.requests[0], "traceparent")) == (TRACE_ID, leg.span_id)
