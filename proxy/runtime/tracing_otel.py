@@ -87,13 +87,11 @@ class LiveTurn:
         conversation = conversation_id(headers, body)
         if conversation:
             attributes["gen_ai.conversation.id"] = conversation
+        client = propagate.extract(headers)  # the client's traceparent, tracestate and baggage
         self.root = self.tracer.start_span(
-            f"chat {body.get('model') or ''}".strip(),
-            context=propagate.extract(headers),
-            kind=SpanKind.SERVER,
-            attributes=attributes,
+            f"chat {body.get('model') or ''}".strip(), context=client, kind=SpanKind.SERVER, attributes=attributes
         )
-        self.token = otel_context.attach(trace.set_span_in_context(self.root))
+        self.token = otel_context.attach(trace.set_span_in_context(self.root, client))
 
     def hide(self, secrets: tuple[str, ...]) -> None:
         self.hidden.update(secrets)
