@@ -216,8 +216,8 @@ async def _store_ctx(app: web.Application) -> Any:
 
 
 async def _stop_tracing(app: web.Application) -> None:
-    """The spans still held are exported (the exporter blocks: off the event loop)."""
-    await asyncio.get_running_loop().run_in_executor(None, app[TRACER].shutdown)
+    """The spans still held are exported (off the event loop; a few seconds at most)."""
+    await app[TRACER].close()
 
 
 async def _session_ctx(app: web.Application) -> Any:

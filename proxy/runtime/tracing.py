@@ -23,7 +23,9 @@ branches of their own:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol
@@ -33,6 +35,7 @@ import structlog
 log = structlog.get_logger("crossfeed")
 
 _TRUE = ("true", "1", "yes", "on")
+STOP_WAIT = 5.0  # seconds a stopping server waits for the last spans to be exported
 
 
 class SpanHandle(Protocol):
@@ -116,6 +119,39 @@ class Tracer:
         """Export what is left and stop (blocking: run it off the event loop)."""
         if self.live is not None:
             self.live.shutdown()
+
+    async def close(self, wait: float = STOP_WAIT) -> None:
+        """``shutdown`` in a thread of its own, awaited ``wait`` seconds at most: a collector that
+        does not answer (the exporter retries for ``OTEL_EXPORTER_OTLP_TIMEOUT``) does not hold
+        up the server's stop; its spans are then given up, and a warning says so."""
+        if self.live is None:
+            return
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def run() -> None:
+            try:
+                self.shutdown()
+            except Exception as exc:
+                _broken(exc)
+            finally:
+                try:
+                    loop.call_soon_threadsafe(_settle, done)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    pass
+
+        threading.Thread(target=run, name="crossfeed-tracing-stop", daemon=True).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(done), wait)
+        except TimeoutError:
+            log.warning(
+                "tracing.export_abandoned", waited_seconds=wait, note="the collector did not take the last spans"
+            )
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 @contextlib.contextmanager

@@ -208,6 +208,13 @@ def test_only_the_tracing_module_imports_opentelemetry() -> None:
     assert bad == []
 
 
+def test_the_streaming_engine_is_not_traced() -> None:
+    """The per-chunk path has no tracing hook: the relay's figures are read after it (run_leg)."""
+    tracing = ("crossfeed.proxy.runtime.tracing", "opentelemetry")
+    bad = [str(e) for e in ALL_EDGES if room(e.module) == "proxy.streaming" and e.target.startswith(tracing)]
+    assert bad == []
+
+
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -94,3 +96,22 @@ def test_asked_for_without_the_extra_it_warns_and_runs_untraced() -> None:
     )
     assert "OTEL []" in done.stdout
     assert "tracing.unavailable" in done.stdout + done.stderr
+
+
+class _SlowExport:
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+
+    def start_turn(self, *args: object) -> None:
+        raise AssertionError
+
+    def shutdown(self) -> None:
+        self.stopped.wait(5)
+
+
+async def test_a_collector_that_does_not_answer_does_not_hold_up_the_stop() -> None:
+    live = _SlowExport()
+    started = time.monotonic()
+    await tracing.Tracer(live).close(wait=0.2)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 2
+    live.stopped.set()
