@@ -10,7 +10,10 @@ the fake backend (or the MCP server) saw names the span of that call.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,6 +25,7 @@ from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk
+from tests.support.serve_process import SERVE, serve_process
 from tests.support.ws import FrameRecorder
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,7 +67,12 @@ def settings(upstream: FakeUpstream, tmp_path: Any, **more: Any) -> dict[str, An
     }
 
 
-async def post(proxy: ProxyHandle, body: dict[str, Any], path: str = "/v1/responses") -> tuple[int, bytes]:
+@dataclass
+class ServedUrl:
+    url: str
+
+
+async def post(proxy: ProxyHandle | ServedUrl, body: dict[str, Any], path: str = "/v1/responses") -> tuple[int, bytes]:
     async with (
         aiohttp.ClientSession() as session,
         session.post(proxy.url + path, json=body, headers={"traceparent": TRACEPARENT}) as r,
@@ -113,13 +122,17 @@ def tool_then_answer(name: str, args: dict[str, Any]) -> Any:
 
 
 def turn_span(spans: list[Span]) -> Span:
+    return turn_span_of(spans, service="crossfeed")
+
+
+def turn_span_of(spans: list[Span], service: str) -> Span:
     """The turn's server span, a child of the client's traceparent."""
     servers = [s for s in spans if s.kind == "server"]
     assert len(servers) == 1, [(s.name, s.kind) for s in spans]
     turn = servers[0]
     assert (turn.trace_id, turn.parent_id) == (TRACE_ID, CLIENT_SPAN)
     assert all(s.trace_id == TRACE_ID for s in spans)
-    assert turn.resource["service.name"] == "crossfeed"
+    assert turn.resource["service.name"] == service
     return turn
 
 
@@ -316,3 +329,29 @@ async def test_a_chat_turn_on_a_responses_backend(
     assert a["crossfeed.route"] == "/v1/chat/completions" and a["gen_ai.response.model"] == "m-up"
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (3, 2)
     assert parent_of(header(upstream.requests[0], "traceparent")) == (TRACE_ID, leg.span_id)
+
+
+async def test_serve_as_a_process_exports_its_spans_when_it_stops(
+    otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The real command line: the variables from the process environment, the spans a worker
+    still holds exported on SIGTERM (the batch delay is longer than the test)."""
+    upstream.default = answer("Hello.")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CROSSFEED_", "OTEL_"))}
+    env |= {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+        "OTEL_SERVICE_NAME": "crossfeed-test",
+        "OTEL_BSP_SCHEDULE_DELAY": "600000",
+        "CROSSFEED_DATA_DIR": str(tmp_path / "data"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    served = await serve_process([*SERVE, "--upstream", upstream.base_url], env, tmp_path / "serve.log")
+    try:
+        status, raw = await post(ServedUrl(served.url), {"model": "m", "input": "hi", "stream": True})
+        assert status == 200 and b"response.completed" in raw
+        assert otlp.spans == []  # held in the batch
+    finally:
+        assert await served.stop(30) == 0
+    assert sorted(s.kind for s in otlp.spans) == ["client", "server"]
+    turn = turn_span_of(otlp.spans, service="crossfeed-test")
+    assert parent_of(header(upstream.requests[-1], "traceparent"))[0] == TRACE_ID == turn.trace_id
