@@ -238,6 +238,8 @@ async def test_an_mcp_turn(
     assert all(s.parent_id == turn.span_id for s in [*listing, *calls, *legs])
     c = calls[0].attributes
     assert (c["gen_ai.tool.name"], c["mcp.server.label"], c["server.address"]) == ("traceparent", "calc", "127.0.0.1")
+    assert (c["gen_ai.operation.name"], c["mcp.method.name"]) == ("execute_tool", "tools/call")
+    assert listing[0].attributes["mcp.method.name"] == "tools/list" and listing[0].status == 0
     # the MCP server got the tool call's span as the parent (its tool returns the header it saw)
     final = [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")][-1]
     mcp_call = next(o for o in final["response"]["output"] if o["type"] == "mcp_call")

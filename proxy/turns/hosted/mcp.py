@@ -157,17 +157,21 @@ def _why(exc: BaseException, cfg: Mcp) -> str:
     return f"the MCP server failed: {message}"[:500] if message else "the MCP server failed to answer"
 
 
-def _span(server: McpServer, name: str, operation: str) -> Any:
-    """The span of one request to an MCP server (proxy/runtime/tracing.py)."""
+def _span(server: McpServer, tool: str | None) -> Any:
+    """The span of one request to an MCP server (proxy/runtime/tracing.py): a tool's call, or
+    (``tool`` None) the listing."""
     url = urlsplit(server.url)
-    attributes = {"gen_ai.operation.name": operation, "mcp.server.label": server.label, "server.address": url.hostname}
-    if operation == "execute_tool":
-        attributes |= {"gen_ai.tool.name": name, "gen_ai.tool.type": "extension"}
-    return tracing.span(f"{operation} {name}", {k: v for k, v in attributes.items() if v})
+    attributes = {"mcp.method.name": "tools/call" if tool else "tools/list", "mcp.server.label": server.label}
+    if url.hostname:
+        attributes["server.address"] = url.hostname
+    if tool is None:
+        return tracing.span("mcp tools/list", attributes)
+    attributes |= {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "gen_ai.tool.type": "extension"}
+    return tracing.span(f"execute_tool {tool}", attributes)
 
 
 async def list_tools(server: McpServer, cfg: Mcp) -> list[dict[str, Any]] | str:
-    with _span(server, "tools/list", "mcp") as span:
+    with _span(server, None) as span:
         try:
             async with asyncio.timeout(cfg.call_timeout_seconds), _client(server, cfg) as c:
                 found = await c.list_tools()
@@ -193,7 +197,7 @@ async def call_tool(server: McpServer, tool: str, arguments: str, cfg: Mcp) -> t
         args = None
     if not isinstance(args, dict):
         return None, "the call's arguments are not a JSON object"
-    with _span(server, tool, "execute_tool") as span:
+    with _span(server, tool) as span:
         try:
             async with asyncio.timeout(cfg.call_timeout_seconds), _client(server, cfg) as c:
                 result = await c.call_tool(tool, args)
