@@ -158,7 +158,12 @@ def _settle(done: asyncio.Future[None]) -> None:
 def _traced_turn(
     live: LiveTracer, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any]
 ) -> Iterator[None]:
-    turn = live.start_turn(headers, route, body)
+    try:
+        turn = live.start_turn(headers, route, body)
+    except Exception as exc:  # the turn runs untraced
+        _broken(exc)
+        yield
+        return
     token = _TURN.set(turn)
     failed: BaseException | None = None
     try:

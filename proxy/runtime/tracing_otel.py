@@ -112,8 +112,15 @@ class LiveTurn:
 
     def end(self, log: Any, error: BaseException | None) -> None:
         left = None if error is None or isinstance(error, asyncio.CancelledError) else error
-        for leg in list(self.open):  # a leg the turn left (cancelled, or failed between two reads)
-            leg.end(error=left)
+        try:
+            for leg in list(self.open):  # a leg the turn left (cancelled, or failed between two reads)
+                leg.end(error=left)
+            self._record(log, error)
+        finally:  # the span ends and the context is restored whatever went wrong in recording it
+            self.root.end()
+            otel_context.detach(self.token)
+
+    def _record(self, log: Any, error: BaseException | None) -> None:
         span = self.root
         model = log.get("model")
         if model:
@@ -140,8 +147,6 @@ class LiveTurn:
             span.set_attributes(self._content())
         if error is not None:
             _failed(span, error, server=True)
-        span.end()
-        otel_context.detach(self.token)
 
     def _content(self) -> dict[str, str]:
         """The opted-in message content, credentials redacted."""
@@ -185,10 +190,16 @@ class LiveLeg:
         )
 
     def end(self, *, pump: Any = None, stats: Any = None, result: Any = None, error: Any = None) -> None:
-        turn, span = self.turn, self.span
-        if self not in turn.open:
+        if self not in self.turn.open:
             return
-        turn.open.discard(self)
+        self.turn.open.discard(self)
+        try:
+            self._record(pump, stats, result, error)
+        finally:  # the span ends whatever went wrong in recording it
+            self.span.end()
+
+    def _record(self, pump: Any, stats: Any, result: Any, error: Any) -> None:
+        turn, span = self.turn, self.span
         if pump is not None:
             self._machine(pump.machine)
         if isinstance(result, dict):
@@ -206,7 +217,6 @@ class LiveLeg:
             _failed(span, error)
             if isinstance(error, UpstreamHTTPError):
                 span.set_attribute("http.response.status_code", error.status)
-        span.end()
 
     def _machine(self, machine: Any) -> None:
         """What a stream's machine knows of this call: the forward machines (a tool loop's or a

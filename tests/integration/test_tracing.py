@@ -357,3 +357,24 @@ async def test_serve_as_a_process_exports_its_spans_when_it_stops(
     assert sorted(s.kind for s in otlp.spans) == ["client", "server"]
     turn = turn_span_of(otlp.spans, service="crossfeed-test")
     assert parent_of(header(upstream.requests[-1], "traceparent"))[0] == TRACE_ID == turn.trace_id
+
+
+async def test_a_failure_of_tracing_never_fails_the_turn(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    from crossfeed.proxy.runtime import tracing_otel
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in tracing")
+
+    monkeypatch.setattr(tracing_otel.LiveLeg, "_machine", broken)
+    monkeypatch.setattr(tracing_otel.LiveTurn, "_content", broken)
+    upstream.default = answer("Still here.")
+    env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path), **env) as proxy:
+        status, raw = await post(proxy, {"model": "m", "input": "hi", "stream": True})
+        assert status == 200 and b"Still here." in raw and b"response.completed" in raw
+    # both spans were still ended (the turn's without the content, the leg's without the machine's figures)
+    assert sorted(s.kind for s in otlp.spans) == ["client", "server"]
+    turn = turn_span(otlp.spans)
+    assert "gen_ai.input.messages" not in turn.attributes and turn.attributes["gen_ai.usage.output_tokens"] == 12
