@@ -193,6 +193,13 @@ def configure(environ: Mapping[str, str]) -> Tracer:
             note="OTEL_* variables ask for traces but the extra is not installed: pip install 'crossfeed[otel]'",
         )
         return Tracer()
+    protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    if protocol.strip().lower() not in ("", "http/protobuf"):
+        log.warning(
+            "tracing.protocol_unsupported",
+            protocol=protocol,
+            note="the spans are sent as OTLP over HTTP with protobuf (the collector's HTTP port, 4318 by default)",
+        )
     return Tracer(tracing_otel.live_tracer(environ, capture_content(environ)))
 
 

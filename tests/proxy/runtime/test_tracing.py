@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+import structlog.testing
 
 from crossfeed.proxy.runtime import tracing
 from tests.support.paths import ROOT
@@ -115,3 +116,14 @@ async def test_a_collector_that_does_not_answer_does_not_hold_up_the_stop() -> N
     await tracing.Tracer(live).close(wait=0.2)  # type: ignore[arg-type]
     assert time.monotonic() - started < 2
     live.stopped.set()
+
+
+def test_a_protocol_other_than_http_protobuf_is_named_in_a_warning() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    with structlog.testing.capture_logs() as logs:
+        tracer = tracing.configure({"OTEL_TRACES_EXPORTER": "console", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    try:
+        assert tracer.on
+        assert [e["event"] for e in logs] == ["tracing.protocol_unsupported"]
+    finally:
+        tracer.shutdown()
