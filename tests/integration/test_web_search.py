@@ -181,6 +181,23 @@ async def test_streamed_search_inside_the_response(
     assert search.requests[0].query == {"q": "rust 1.80 release", "format": "json"}
 
 
+async def test_every_legs_tokens_reach_the_token_counters(
+    proxy: ProxyHandle, client: openai.AsyncOpenAI, upstream: FakeUpstream, search: FakeSearch
+) -> None:
+    """A searched turn's usage (both legs summed) is on its summary line and in the token
+    counters, streamed as well as answered whole."""
+    upstream.default = auto(model)
+    stream = await client.responses.create(model="m", input="What is new in Rust 1.80?", tools=SEARCH, stream=True)
+    final = [e async for e in stream][-1].response
+    assert final.usage is not None and (final.usage.input_tokens, final.usage.output_tokens) == (400, 30)
+    whole = await client.responses.create(model="m", input="What is new in Rust 1.80?", tools=SEARCH)
+    assert whole.usage is not None and (whole.usage.input_tokens, whole.usage.output_tokens) == (200, 20)
+    async with httpx2.AsyncClient() as http:
+        text = (await http.get(proxy.url + "/metrics")).text
+    assert 'crossfeed_tokens_total{direction="in",model="m"} 600.0' in text, text
+    assert 'crossfeed_tokens_total{direction="out",model="m"} 50.0' in text, text
+
+
 async def test_not_streamed(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
     upstream.default = auto(model)
     resp = await client.responses.create(model="m", input="What is new in Rust 1.80?", tools=SEARCH)

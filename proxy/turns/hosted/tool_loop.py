@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from crossfeed.proxy.state.history import final_saver, save_before_final
 from crossfeed.proxy.streaming.sinks import Sink
-from crossfeed.proxy.turns.exchange import SinkOpener, forward_machine, open_leg, read_leg, stream_turn
+from crossfeed.proxy.turns.exchange import SinkOpener, ended, forward_machine, open_leg, read_leg, stream_turn
 from crossfeed.proxy.turns.hosted.control import Budget, LegEnd, Step, next_step
 from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.translators.forward.body import feed_completion
@@ -226,10 +226,9 @@ async def hosted_turn(turn: Turn, create: Create, loop: ToolLoop, open_sink: Sin
         before_end=save,
         client=body,
     )
-    if ran is None:
-        return None
-    final = ran[0].final_response
-    turn.log.update({"terminal": final.get("status") if final else ran[1].ending, "hosted_calls": loop.used})
+    final = ended(turn, ran)  # the terminal status and the usage of every leg, on the summary line
+    if ran is not None:
+        turn.log["hosted_calls"] = loop.used
     return final
 
 
