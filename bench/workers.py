@@ -87,7 +87,8 @@ async def one_run(workers: int, up: Proc, logdir: Path, args: argparse.Namespace
         "streams_per_s": res["streams_per_s"],
         "chunks_per_s": chunks / wall,
         "errors": res["errors"],
-        "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / chunks,
+        # (a window too short for the upstream to count a frame is nan, not a crash)
+        "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / chunks if chunks else float("nan"),
         "crossfeed_cores": (cpu1 - cpu0) / wall,
         "upstream_cores": (up1 - up0) / wall,
         "loadgen_cores": res["loadgen_cpu_s"] / wall,

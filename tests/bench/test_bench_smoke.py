@@ -67,7 +67,7 @@ def test_the_workers_cell_and_the_store_latency_run_complete(script: str) -> Non
     """bench/workers.py (--workers 1 against 2) and bench/store_latency.py (sqlite; redis when the
     suite has one) at their smallest: every run finishes, every row is printed, no stream failed."""
     args = (
-        ["--seconds", "1", "--repeat", "1", "--concurrency", "4"]
+        ["--seconds", "2", "--repeat", "1", "--concurrency", "4"]
         if script == "workers.py"
         else ["--requests", "5", "--concurrency", "1", "2"]
     )
