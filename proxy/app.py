@@ -11,6 +11,7 @@ Routes:
   GET  /v1/responses, /responses    WebSocket mode (websocket.py): the same turns as JSON text frames
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
   POST /v1/alpha/search             Codex's standalone web search, on [web_search] (standalone_search.py)
+  GET  /inspector...                the live translation inspector, on [inspector] (inspector.py)
 
 Every error a client sees is OpenAI's envelope; no handler lets an exception escape as a 500
 page or a traceback (``error_middleware``).
@@ -39,6 +40,7 @@ from crossfeed.proxy.errors import (
     error_response,
     upstream_error_body,
 )
+from crossfeed.proxy.http import inspector
 from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
 from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
 from crossfeed.proxy.http.standalone_search import alpha_search
@@ -157,6 +159,7 @@ def create_app(
         app.router.add_route(method, "/v1/responses/{response_id}", _stored(handler))
     app.router.add_get("/v1/responses/{response_id}/input_items", _stored(list_input_items))
     app.router.add_post("/v1/chat/completions", chat_endpoint)
+    inspector.install(app, config, environ, tuple(key for key, _ in keys))
     return app
 
 

@@ -164,9 +164,25 @@ def _add_translate(sub: Subcommands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tr.add_argument(
-        "--from", dest="source", required=True, choices=["chat", "responses"], help="the API of the captured stream"
+        "--from",
+        dest="source",
+        choices=["chat", "responses"],
+        help="the API of the captured stream (required without --case)",
     )
-    tr.add_argument("--to", dest="target", required=True, choices=["chat", "responses"], help="the API to translate to")
+    tr.add_argument(
+        "--to", dest="target", choices=["chat", "responses"], help="the API to translate to (required without --case)"
+    )
+    tr.add_argument(
+        "--case",
+        type=Path,
+        metavar="FILE",
+        help="a test case saved from the inspector: its stream, request and options (in place of FILE and the flags)",
+    )
+    tr.add_argument(
+        "--check",
+        action="store_true",
+        help="with --case: compare the replay with the case's recorded events (ids and timestamps aside); exit 1 if they differ",
+    )
     tr.add_argument("file", nargs="?", type=Path, metavar="FILE", help="captured stream (default: stdin)")
     tr.add_argument(
         "--request",
@@ -219,7 +235,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         return demo_main(use_sdk=not args.no_sdk, delay=args.delay)
     if args.command == "translate":
-        if args.source == args.target:
+        if args.source == args.target and args.source is not None:
             parser.error("translate: --from and --to must differ (chat -> responses or responses -> chat)")
         from crossfeed.proxy.cli.translate import run as translate_run
 

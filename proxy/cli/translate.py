@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
 import os
 import re
 import sys
@@ -33,6 +34,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from crossfeed.proxy.cli.replay_case import CaseError, differences, events_of, load_case, normalized
 from crossfeed.translators.errors import TranslationError
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
@@ -348,6 +350,14 @@ def translate_stream(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.case is not None:
+        return run_case(args)
+    if args.check:
+        print("crossfeed translate: --check needs --case", file=sys.stderr)
+        return 2
+    if args.source is None or args.target is None:
+        print("crossfeed translate: --from and --to are required (or --case FILE)", file=sys.stderr)
+        return 2
     path: Path | None = args.file
     try:
         request = _load_request(args.request)
@@ -386,6 +396,56 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"crossfeed translate: {args.source} -> {args.target}: {summary['events_in']} events in, "
         f"{summary['events_out']} out, ended: {summary['ending']}{extra}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def run_case(args: argparse.Namespace) -> int:
+    """``--case FILE``: replay a case saved from the inspector; ``--check``: compare with its events."""
+    try:
+        case = load_case(args.case)
+    except CaseError as exc:
+        print(f"crossfeed translate: {exc}", file=sys.stderr)
+        return 2
+    for flag, key in (("--from", "source"), ("--to", "target")):
+        given = getattr(args, key)
+        if given is not None and given != case["from" if key == "source" else "to"]:
+            print(
+                f"crossfeed translate: {flag} {given} contradicts the case ({case['from']} -> {case['to']})",
+                file=sys.stderr,
+            )
+            return 2
+    jsonl = bool(case.get("jsonl")) or args.jsonl
+    out = io.BytesIO() if args.check else sys.stdout.buffer
+    request = case.get("request") if isinstance(case.get("request"), dict) else None
+    summary = translate_stream(
+        io.BytesIO(case["upstream"].encode()),
+        out,
+        source=case["from"],
+        request=request,
+        jsonl=jsonl,
+        reasoning_field=str(case.get("reasoning_field") or "reasoning_content"),
+    )
+    for note in case.get("notes") or ():
+        print(f"crossfeed translate: case note: {note}", file=sys.stderr)
+    if not args.check:
+        print(
+            f"crossfeed translate: {case['from']} -> {case['to']}: {summary['events_out']} events, ended: {summary['ending']}",
+            file=sys.stderr,
+        )
+        return 0
+    assert isinstance(out, io.BytesIO)
+    recorded = normalized(events_of(case["events"].encode(), bool(case.get("jsonl"))))
+    replayed = normalized(events_of(out.getvalue(), jsonl))
+    found = differences(recorded, replayed)
+    if found:
+        print("crossfeed translate: the replay differs from the recorded events:", file=sys.stderr)
+        for line in found:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    print(
+        f"crossfeed translate: the replay matches the {len(recorded)} recorded events (ids and timestamps aside)",
         file=sys.stderr,
     )
     return 0

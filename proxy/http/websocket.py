@@ -48,7 +48,7 @@ from aiohttp import WSMsgType, web
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError, error_code, error_parts
 from crossfeed.proxy.keys import CONFIG, IDS, TRACER
 from crossfeed.proxy.runtime.guard import KEY_NAME
-from crossfeed.proxy.runtime.logs import REQUEST_FIELDS
+from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS
 from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, TurnLog, note_upstream_error, record_request
 from crossfeed.proxy.state.history import save_before_final
 from crossfeed.proxy.streaming.relay import Draining
@@ -277,6 +277,7 @@ class Connection:
             {"request_id": f"{self.request.get(REQUEST_ID, 'ws')}.{n}", "route": ROUTE, "method": "WS"}
         )
         start = time.monotonic()
+        ARRIVED.set(start)
         status = 200
         prev = body.get("previous_response_id")
         try:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config_errors import Sources, explain, misspelt_variables, source_of
+from crossfeed.proxy.runtime.inspector_config import InspectorConfig
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.translators.options import BackendProfile
 
@@ -325,6 +326,7 @@ class Config(_Model):
     mcp: Mcp = Field(default_factory=Mcp)
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    inspector: InspectorConfig = Field(default_factory=InspectorConfig)
     codex_models: dict[str, CodexModel] = Field(
         default_factory=dict, description="per-model entries of the catalog Codex reads from GET /v1/models"
     )
@@ -372,6 +374,11 @@ class Config(_Model):
                 f'server.workers = {self.server.workers!r} with store.backend = "memory": each worker '
                 "would keep its own responses and a follow-up on another worker would not find them; "
                 "use the sqlite (default) or redis store, or one worker"
+            )
+        if self.server.workers != 1 and self.inspector.enabled:
+            raise ValueError(
+                f"server.workers = {self.server.workers!r} with inspector.enabled: the inspector keeps its "
+                "turns in its process's memory, so a page would see one worker's turns; inspect with one worker"
             )
         return self
 

@@ -22,7 +22,7 @@ from crossfeed.proxy.errors import ClientRequestError, ConfigError, error_respon
 from crossfeed.proxy.runtime.config import Config, Upstream
 from crossfeed.proxy.runtime.observability import SUMMARY
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # and /inspector..., which checks its own key
 
 
 def inbound_keys(config: Config, environ: Mapping[str, str]) -> tuple[tuple[bytes, str], ...]:
@@ -91,7 +91,8 @@ def auth_middleware(keys: tuple[tuple[bytes, str], ...]) -> Callable[..., Any]:
 
     @web.middleware
     async def check(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS:
+        path = request.path
+        if path not in OPEN_PATHS and not (path.startswith("/inspector") and path[10:11] in ("", "/")):
             header = request.headers.get("Authorization", "")
             token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
             name = None

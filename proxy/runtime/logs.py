@@ -23,6 +23,9 @@ _REDACT = ("authorization", "Authorization", "api_key", "x-api-key", "proxy-auth
 # written while handling it. One variable set once per request: structlog's per-key context
 # variables cost a context copy and a scan on every bind, clear and log call.
 REQUEST_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("crossfeed_request_fields", default=None)
+# When the request (or WebSocket frame) being served arrived (time.monotonic()): the inspector's
+# timings count from it.
+ARRIVED: ContextVar[float] = ContextVar("crossfeed_arrived", default=0.0)
 
 
 _LEVEL_NAMES = {"warn": "warning", "exception": "error"}
@@ -33,20 +36,23 @@ class TraceSwitch:
     level is debug (set by ``configure_logging``); ``recording``, an application of this process
     records its turns (``[logging] record_dir``); ``on``, either. A turn reads ``on`` once, when
     its stream opens, and nothing more when it is false: the per-chunk path never checks a level.
-    ``max_chars``: debug lines cut longer strings to this (``[logging] debug_max_chars``)."""
+    ``max_chars``: debug lines cut longer strings to this (``[logging] debug_max_chars``).
+    ``inspecting``: an application of this process keeps its turns for ``/inspector``."""
 
-    __slots__ = ("debug", "recording", "on", "max_chars")
+    __slots__ = ("debug", "recording", "inspecting", "on", "max_chars")
 
     def __init__(self) -> None:
-        self.debug = self.recording = self.on = False
+        self.debug = self.recording = self.inspecting = self.on = False
         self.max_chars = 2000
 
-    def set(self, *, debug: bool | None = None, recording: bool | None = None) -> None:
+    def set(self, *, debug: bool | None = None, recording: bool | None = None, inspecting: bool | None = None) -> None:
         if debug is not None:
             self.debug = debug
         if recording is not None:
             self.recording = recording
-        self.on = self.debug or self.recording
+        if inspecting is not None:
+            self.inspecting = inspecting
+        self.on = self.debug or self.recording or self.inspecting
 
 
 TRACE = TraceSwitch()

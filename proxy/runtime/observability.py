@@ -27,7 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from crossfeed.proxy.errors import ClientRequestError, error_response
-from crossfeed.proxy.runtime.logs import REQUEST_FIELDS
+from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS
 
 # Request ids: a random per-process prefix and a counter: unique across replicas and restarts,
 # and far cheaper than a uuid per request.
@@ -281,6 +281,7 @@ async def observe_middleware(request: web.Request, handler: Callable[[web.Reques
     route = _route_of(request)
     token = REQUEST_FIELDS.set({"request_id": request_id, "route": route, "method": request.method})
     start = time.monotonic()
+    ARRIVED.set(start)
     status = 500
     try:
         response = await handler(request)

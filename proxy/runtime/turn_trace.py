@@ -45,7 +45,8 @@ from aiohttp import web
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config import Config, Upstream
-from crossfeed.proxy.runtime.logs import REQUEST_FIELDS, TRACE
+from crossfeed.proxy.runtime.inspector import INSPECTOR, Ring, Watched
+from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS, TRACE
 from crossfeed.translators.pump import Machine, Out, Pump
 
 log = structlog.get_logger("crossfeed")
@@ -80,6 +81,10 @@ def prepare(app: web.Application, config: Config) -> None:
     """At start: the record directory made (a ``ConfigError`` when it cannot be), the debug
     lines' string limit, and the process's switch turned on when this application records."""
     TRACE.max_chars = config.logging.debug_max_chars
+    if config.inspector.enabled:
+        app[INSPECTOR] = Ring(config.inspector, redact)
+        TRACE.set(inspecting=True)
+        app.on_cleanup.append(_stop_inspecting)
     where = config.logging.record_dir
     if not where:
         return
@@ -102,6 +107,10 @@ def prepare(app: web.Application, config: Config) -> None:
         note="every streamed turn is written there (the backend's stream, the request, the events): "
         "a debugging switch, not for production",
     )
+
+
+async def _stop_inspecting(app: web.Application) -> None:
+    TRACE.set(inspecting=False)
 
 
 # -- redaction ------------------------------------------------------------------------------------
@@ -211,14 +220,31 @@ def open_trace(
     client_body: dict[str, Any] | None,
     hidden: tuple[str, ...],
 ) -> Trace | None:
-    """The turn's trace, or None when this application neither logs at debug nor records.
-    ``hidden``: secret values cut out of whatever is logged or written (the backend key)."""
+    """The turn's trace, or None when this application neither logs at debug, records, nor keeps
+    turns for the inspector. ``hidden``: secret values cut out of whatever is logged, written or
+    kept (the backend key)."""
     record = app.get(RECORD_DIR)
-    if not TRACE.debug and record is None:
+    ring = app.get(INSPECTOR)
+    if not TRACE.debug and record is None and ring is None:
         return None
     fields = REQUEST_FIELDS.get() or {}
     hidden = (*hidden, *header_secrets(client_headers))  # the backend key; the client's own
-    return Trace(up, path, upstream_body, client_body, hidden, record, str(fields.get("request_id") or "turn"))
+    request_id = str(fields.get("request_id") or "turn")
+    trace = Trace(up, path, upstream_body, client_body, hidden, record, request_id)
+    if ring is not None:
+        watch = trace.watch = ring.open(
+            request_id=request_id,
+            started=ARRIVED.get() or time.monotonic(),
+            transport="websocket" if fields.get("method") == "WS" else "http",
+            upstream=up.name,
+            path=path,
+            client=client_body,
+            sent=upstream_body,
+            headers=client_headers,
+            hidden=trace.hidden,
+        )
+        watch.reasoning_field = up.profile.reasoning_field
+    return trace
 
 
 class Trace:
@@ -247,21 +273,25 @@ class Trace:
         self.legs: list[Leg] = []
         self.quirks: list[dict[str, Any]] = []
         self.events: list[bytes] | None = [] if record is not None else None
+        self.watch: Watched | None = None  # the inspector's record of the turn
         self.jsonl = False
         self.closed = False
 
     def sink(self, sink: Any) -> TapSink:
         return TapSink(sink, self)
 
-    def pump(self, machine: Machine, upstream: Any) -> Pump:
-        """The pump of the turn's next leg (``upstream``: its answer, for the status and headers)."""
-        leg = Leg(self, len(self.legs) + 1, upstream)
+    def pump(self, machine: Machine, upstream: Any, answered_after: float = 0.0) -> Pump:
+        """The pump of the turn's next leg (``upstream``: its answer, for the status and headers;
+        ``answered_after``: the seconds it took to answer)."""
+        leg = Leg(self, len(self.legs) + 1, upstream, answered_after)
         self.legs.append(leg)
         return TapPump(machine, leg)
 
     def quirk(self, kind: str, count: int, leg: Leg, chunk: bytes | None) -> None:
         where = {"leg": leg.index, "read": leg.reads} if chunk is not None else {"leg": leg.index, "at": "end"}
         self.quirks.append({"kind": kind, "count": count, **where})
+        if self.watch is not None:
+            self.watch.quirk({"kind": kind, "count": count, **where})
         if self.debug:
             log.debug(
                 "translation.quirk",
@@ -273,16 +303,19 @@ class Trace:
             )
 
     def sent(self, payload: Any) -> None:
-        """What a write to the client carried (recording only)."""
-        events = self.events
-        if events is None or not payload:
+        """What a write to the client carried (recording, the inspector)."""
+        if not payload or (self.events is None and self.watch is None):
             return
         if payload.__class__ is bytes:
-            events.append(payload)
-            return
-        self.jsonl = True  # WebSocket documents (or a choice's outputs): one JSON value a line
-        for doc in payload:
-            events.append((doc if isinstance(doc, bytes) else orjson.dumps(doc)) + b"\n")
+            data = payload
+        else:
+            self.jsonl = True  # WebSocket documents (or a choice's outputs): one JSON value a line
+            data = b"".join((doc if isinstance(doc, bytes) else orjson.dumps(doc)) + b"\n" for doc in payload)
+        if self.events is not None:
+            self.events.append(data)
+        if self.watch is not None:
+            self.watch.jsonl = self.jsonl
+            self.watch.event(data)
 
     def close(self, ending: str) -> None:
         """The turn is over: the last chunks logged, the turn written. Acts once; never raises
@@ -290,6 +323,8 @@ class Trace:
         if self.closed:
             return
         self.closed = True
+        if self.watch is not None:
+            self.watch.end(ending)
         if self.debug:
             for leg in self.legs:
                 log.debug(
@@ -390,7 +425,7 @@ class Leg:
 
     __slots__ = ("trace", "index", "file", "url", "status", "headers", "reads", "size", "first", "last", "chunks")
 
-    def __init__(self, trace: Trace, index: int, upstream: Any) -> None:
+    def __init__(self, trace: Trace, index: int, upstream: Any, answered_after: float = 0.0) -> None:
         self.trace = trace
         self.index = index
         self.file = "upstream.sse" if index == 1 else f"upstream-{index}.sse"
@@ -402,6 +437,8 @@ class Leg:
         self.first: bytes | None = None
         self.last: bytes | None = None
         self.chunks: list[bytes] = []
+        if trace.watch is not None:
+            trace.watch.leg(index, shown_url(self.url), self.status, self.headers, answered_after)
 
     def read(self, chunk: bytes) -> None:
         self.reads += 1
@@ -410,6 +447,8 @@ class Leg:
         trace = self.trace
         if trace.events is not None:
             self.chunks.append(chunk)
+        if trace.watch is not None:
+            trace.watch.chunk(self.index, chunk)
         if self.first is None:
             self.first = chunk
             if trace.debug:
@@ -470,7 +509,7 @@ class TapSink:
         self.render = inner.render
         self.empty = inner.empty
         self.framing = inner.framing
-        self.write = self._write if trace.events is not None else inner.write
+        self.write = self._write if trace.events is not None or trace.watch is not None else inner.write
 
     @property
     def open_stream(self) -> Any:

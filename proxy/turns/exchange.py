@@ -255,7 +255,7 @@ async def stream_turn(
         stats = await run_leg(
             turn,
             response,
-            Pump(machine) if trace is None else trace.pump(machine, response),
+            Pump(machine) if trace is None else trace.pump(machine, response, turn.log.get("ttfb", 0.0)),
             sink,
             initial=initial,
             close=then is None,
@@ -309,7 +309,11 @@ async def _later_legs(
                 turn_log["ending"] = exc.code
                 await _end(sink, machine, machine.fail(str(exc.code), exc.message), before_end)
                 return stats
-            pump = Pump(machine) if sink.__class__ is not TapSink else sink.trace.pump(machine, response)
+            pump = (
+                Pump(machine)
+                if sink.__class__ is not TapSink
+                else sink.trace.pump(machine, response, turn.log.get("ttfb", 0.0))
+            )
             stats = await run_leg(turn, response, pump, sink, close=False, before_end=before_end)
         if stats.ending != "client_disconnected":
             await _end(sink, machine, [], before_end)
