@@ -18,13 +18,22 @@ branches of their own:
                                            ``traceparent`` goes to the backend
   span(name, attributes)                   a hosted tool run, a compaction
   inject(headers)                          the current span's ``traceparent`` into a request's
-                                           headers (an MCP server's)
+                                           headers (a pass-through's, a tokenizer's, an MCP
+                                           server's)
+
+Untraced, the client's W3C trace context is passed on as it came: ``Tracer.turn`` keeps a valid
+``traceparent`` (and its ``tracestate``, when bounded) in a second context variable, and
+``leg_start`` and ``inject`` add those headers to every backend and MCP request of the turn. A
+client that sends no ``traceparent`` costs a header lookup per turn; one that sends it, a
+variable set per turn and a dict update per backend call. These two hooks are the one place the
+trace headers of an upstream request are decided, traced or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
@@ -78,6 +87,12 @@ NO_SPAN = _NoSpan()
 _NULL = contextlib.nullcontext(NO_SPAN)
 _TURN: ContextVar[TurnTrace | None] = ContextVar("crossfeed_traced_turn", default=None)
 _LEG: ContextVar[LegHandle | None] = ContextVar("crossfeed_traced_leg", default=None)
+# Untraced: the client's trace context headers, passed on unchanged to the turn's upstream calls.
+_PASSED: ContextVar[dict[str, str] | None] = ContextVar("crossfeed_client_trace", default=None)
+
+# W3C Trace Context, version 00: trace id and parent id in lower-case hex, neither all zeros.
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACESTATE = re.compile(r"[\x20-\x7e]{1,512}")  # printable ASCII, at most the 512 the spec asks to keep
 
 
 def wanted(environ: Mapping[str, str]) -> bool:
@@ -110,9 +125,11 @@ class Tracer:
     def turn(
         self, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any]
     ) -> contextlib.AbstractContextManager[Any]:
-        """The block of one client turn; its span ends with the fields of the turn's ``log``."""
+        """The block of one client turn; its span ends with the fields of the turn's ``log``. Untraced, the block passes the client's trace
+        context on (``client_context``)."""
         if self.live is None:
-            return _NULL
+            passed = client_context(headers)
+            return _NULL if passed is None else _Passing(passed)
         return _traced_turn(self.live, headers, route, log, body)
 
     def shutdown(self) -> None:
@@ -154,15 +171,47 @@ def _settle(done: asyncio.Future[None]) -> None:
         done.set_result(None)
 
 
+def client_context(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The client's W3C trace context to pass on untraced: its ``traceparent`` when it is a valid
+    version 00 one, with its ``tracestate`` when that is printable and at most 512 characters;
+    None otherwise (an invalid ``traceparent`` is dropped, and its ``tracestate`` with it)."""
+    parent = headers.get("traceparent")
+    if not parent or _TRACEPARENT.fullmatch(parent) is None:
+        return None
+    getall = getattr(headers, "getall", None)  # a header sent more than once is one list (RFC 9110)
+    state = ",".join(getall("tracestate", ())) if getall is not None else headers.get("tracestate")
+    if state and _TRACESTATE.fullmatch(state):
+        return {"traceparent": parent, "tracestate": state}
+    return {"traceparent": parent}
+
+
+class _Passing:
+    """An untraced turn's block when the client sent a trace context: set for the turn, then reset
+    (an HTTP connection's next request runs in the same task)."""
+
+    __slots__ = ("passed", "token")
+
+    def __init__(self, passed: dict[str, str]) -> None:
+        self.passed = passed
+
+    def __enter__(self) -> None:
+        self.token = _PASSED.set(self.passed)
+
+    def __exit__(self, *exc: object) -> None:
+        _PASSED.reset(self.token)
+
+
 @contextlib.contextmanager
 def _traced_turn(
     live: LiveTracer, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any]
 ) -> Iterator[None]:
     try:
         turn = live.start_turn(headers, route, body)
-    except Exception as exc:  # the turn runs untraced
+    except Exception as exc:  # the turn runs untraced, the client's trace context passed on
         _broken(exc)
-        yield
+        passed = client_context(headers)
+        with contextlib.nullcontext() if passed is None else _Passing(passed):
+            yield
         return
     token = _TURN.set(turn)
     failed: BaseException | None = None
@@ -209,9 +258,14 @@ def configure(environ: Mapping[str, str]) -> Tracer:
 def leg_start(
     backend: Any, path: str, body: Mapping[str, Any], headers: dict[str, str], secrets: tuple[str, ...]
 ) -> None:
-    """A backend call begins: its span, and its ``traceparent`` in ``headers``."""
+    """A backend call begins: its span, and its ``traceparent`` in ``headers`` (untraced, the
+    client's trace context, if it sent one)."""
     turn = _TURN.get()
-    if turn is not None:
+    if turn is None:
+        passed = _PASSED.get()
+        if passed is not None:
+            headers.update(passed)
+    else:
         try:
             turn.hide(secrets)
             _LEG.set(turn.leg(backend, path, body, headers))
@@ -243,10 +297,12 @@ def span(name: str, attributes: Mapping[str, Any]) -> contextlib.AbstractContext
 
 
 def inject(headers: dict[str, str]) -> dict[str, str]:
-    """``headers`` with the current span's ``traceparent`` added (the same object untraced)."""
+    """``headers`` with the current span's ``traceparent`` added; untraced, with the client's
+    trace context if it sent one (else the same object)."""
     turn = _TURN.get()
     if turn is None:
-        return headers
+        passed = _PASSED.get()
+        return headers if passed is None else {**headers, **passed}
     out = dict(headers)
     turn.inject(out)
     return out

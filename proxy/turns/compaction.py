@@ -231,7 +231,7 @@ async def count_tokens(turn: Turn, chat: dict[str, Any]) -> tuple[int, str]:
 
 async def _tokenize(turn: Turn, chat: dict[str, Any]) -> int:
     session, backend = turn.session, turn.upstream
-    headers = outbound_headers(turn, backend)
+    headers = tracing.inject(outbound_headers(turn, backend))  # the turn's trace context
     timeout = aiohttp.ClientTimeout(total=backend.timeouts.first_byte)
     url = backend.tokenize_endpoint
     if backend.tokenizer == "vllm":  # vLLM renders the chat template itself

@@ -51,6 +51,44 @@ async def test_the_hooks_do_nothing_outside_a_traced_turn() -> None:
     assert headers == {"a": "b"}
 
 
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+async def test_untraced_the_client_trace_context_is_passed_within_its_turn_only() -> None:
+    sent = {"traceparent": PARENT, "tracestate": "a=1"}
+    with tracing.Tracer().turn(sent, "/v1/responses", {}, {}):
+        assert tracing.inject({"x": "y"}) == {"x": "y", **sent}
+        headers = {"x": "y"}
+        tracing.leg_start(None, "/x", {}, headers, ())
+        assert headers == {"x": "y", **sent}
+    headers = {"x": "y"}
+    assert tracing.inject(headers) is headers  # the turn is over
+
+
+@pytest.mark.parametrize(
+    ("sent", "passed"),
+    [
+        ({"traceparent": PARENT, "tracestate": "a=1,b=2"}, {"traceparent": PARENT, "tracestate": "a=1,b=2"}),
+        ({"traceparent": PARENT, "tracestate": "a=" + "x" * 511}, {"traceparent": PARENT}),
+        ({"traceparent": PARENT, "tracestate": "a=1\x00"}, {"traceparent": PARENT}),
+        ({"traceparent": PARENT.upper()}, None),
+        ({"traceparent": PARENT[:-1]}, None),
+        ({"traceparent": "ff" + PARENT[2:]}, None),
+        ({"tracestate": "a=1"}, None),
+        ({}, None),
+    ],
+)
+def test_which_client_trace_context_is_passed(sent: dict[str, str], passed: dict[str, str] | None) -> None:
+    assert tracing.client_context(sent) == passed
+
+
+def test_a_tracestate_sent_twice_is_one_list() -> None:
+    from multidict import CIMultiDict
+
+    sent = CIMultiDict([("traceparent", PARENT), ("tracestate", "a=1"), ("TraceState", "b=2")])
+    assert tracing.client_context(sent) == {"traceparent": PARENT, "tracestate": "a=1,b=2"}
+
+
 SERVE_ONE_TURN = """
 import asyncio, sys, tempfile
 {block}
