@@ -7,7 +7,7 @@ Routes:
   GET  /v1/models                   passed to the upstream unchanged
   POST /v1/responses                chat upstream: translated (exchange.py); responses upstream: passed through
   POST /v1/responses/compact        chat upstream: compacted by crossfeed (compaction.py); responses: passed
-  POST /v1/responses/input_tokens   chat upstream: counted (tokenizer or estimate); responses: passed
+  POST /v1/responses/input_tokens   chat upstream: counted (tokenizer or estimate); responses: asked (one leg)
   GET  /v1/responses, /responses    WebSocket mode (websocket.py): the same turns as JSON text frames
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
   POST /v1/alpha/search             Codex's standalone web search, on [web_search] (standalone_search.py)
@@ -90,7 +90,7 @@ from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from crossfeed.proxy.streaming.sinks import sse_opener
 from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
-from crossfeed.proxy.turns.compaction import compact, input_tokens
+from crossfeed.proxy.turns.compaction import compact, input_tokens, upstream_count
 from crossfeed.proxy.turns.exchange import relay_turn, stream_flag
 from crossfeed.proxy.turns.forward import respond
 from crossfeed.proxy.turns.reverse import chat_call, reverse_now, reverse_streamed
@@ -301,22 +301,29 @@ def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[
 
 
 async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
-    """``model`` may be left out here (as in the API): the default upstream counts."""
+    """``model`` may be left out here (as in the API): the default upstream counts. Traced as a
+    turn of its own (``gen_ai.operation.name`` ``count_tokens``)."""
     body = await read_body(request)
-    given = body.get("model") is not None
-    if given:
-        turn = _turn(request, body)
-    else:
-        backend = _default_upstream(request.app[CONFIG])
-        request[SUMMARY].update({"upstream": backend.name})
-        turn = new_turn(request.app, request.headers, backend, request[SUMMARY])
-    if turn.upstream.api == "responses":
-        return await passthrough(request, body=body, upstream=turn.upstream)
-    count, how = await input_tokens(turn, body if given else {**body, "model": turn.upstream.name}, model_given=given)
+    with request.app[TRACER].turn(request.headers, request.path, request[SUMMARY], body, "count_tokens"):
+        given = body.get("model") is not None
+        if given:
+            turn = _turn(request, body)
+        else:
+            backend = _default_upstream(request.app[CONFIG])
+            request[SUMMARY].update({"upstream": backend.name})
+            turn = new_turn(request.app, request.headers, backend, request[SUMMARY])
+        if turn.upstream.api == "responses":  # the backend's answer, as it came
+            answer = await upstream_count(turn, body)
+            count, how = answer.get("input_tokens"), "upstream"
+        else:
+            count, how = await input_tokens(
+                turn, {**body, "model": turn.upstream.name} if not given else body, model_given=given
+            )
+            answer = {"object": "response.input_tokens", "input_tokens": count}
+        if isinstance(count, int):
+            request[SUMMARY].update({"counted": count, "counted_by": how})
     return web.Response(
-        body=orjson.dumps({"object": "response.input_tokens", "input_tokens": count}),
-        content_type="application/json",
-        headers={"x-crossfeed-token-count": how},
+        body=orjson.dumps(answer), content_type="application/json", headers={"x-crossfeed-token-count": how}
     )
 
 

@@ -69,7 +69,9 @@ class TurnTrace(Protocol):
 
 
 class LiveTracer(Protocol):
-    def start_turn(self, headers: Mapping[str, str], route: str, body: Mapping[str, Any]) -> TurnTrace: ...
+    def start_turn(
+        self, headers: Mapping[str, str], route: str, body: Mapping[str, Any], operation: str
+    ) -> TurnTrace: ...
     def shutdown(self) -> None: ...
 
 
@@ -123,14 +125,15 @@ class Tracer:
         return self.live is not None
 
     def turn(
-        self, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any]
+        self, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any], operation: str = "chat"
     ) -> contextlib.AbstractContextManager[Any]:
-        """The block of one client turn; its span ends with the fields of the turn's ``log``. Untraced, the block passes the client's trace
+        """The block of one client turn; its span (``gen_ai.operation.name`` ``operation``) ends
+        with the fields of the turn's ``log``. Untraced, the block passes the client's trace
         context on (``client_context``)."""
         if self.live is None:
             passed = client_context(headers)
             return _NULL if passed is None else _Passing(passed)
-        return _traced_turn(self.live, headers, route, log, body)
+        return _traced_turn(self.live, headers, route, log, body, operation)
 
     def shutdown(self) -> None:
         """Export what is left and stop (blocking: run it off the event loop)."""
@@ -203,10 +206,10 @@ class _Passing:
 
 @contextlib.contextmanager
 def _traced_turn(
-    live: LiveTracer, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any]
+    live: LiveTracer, headers: Mapping[str, str], route: str, log: Any, body: Mapping[str, Any], operation: str
 ) -> Iterator[None]:
     try:
-        turn = live.start_turn(headers, route, body)
+        turn = live.start_turn(headers, route, body, operation)
     except Exception as exc:  # the turn runs untraced, the client's trace context passed on
         _broken(exc)
         passed = client_context(headers)

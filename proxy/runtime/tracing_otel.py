@@ -59,8 +59,10 @@ class LiveTracer:
         self.tracer = provider.get_tracer(SCOPE)
         self.content = content
 
-    def start_turn(self, headers: Mapping[str, str], route: str, body: Mapping[str, Any]) -> LiveTurn:
-        return LiveTurn(self, headers, route, body)
+    def start_turn(
+        self, headers: Mapping[str, str], route: str, body: Mapping[str, Any], operation: str = "chat"
+    ) -> LiveTurn:
+        return LiveTurn(self, headers, route, body, operation)
 
     def shutdown(self) -> None:
         self.provider.shutdown()
@@ -73,8 +75,11 @@ def _now() -> float:
 class LiveTurn:
     """One traced client turn: its span (current while the turn runs) and what its legs found."""
 
-    def __init__(self, tracer: LiveTracer, headers: Mapping[str, str], route: str, body: Mapping[str, Any]) -> None:
+    def __init__(
+        self, tracer: LiveTracer, headers: Mapping[str, str], route: str, body: Mapping[str, Any], operation: str
+    ) -> None:
         self.tracer = tracer.tracer
+        self.operation = operation  # gen_ai.operation.name: "chat", or "count_tokens" (input_tokens)
         self.body = body if tracer.content else None
         self.hidden = set(header_secrets(headers))
         self.started = _now()
@@ -83,13 +88,16 @@ class LiveTurn:
         self.tokens = [0, 0]  # the legs' usage, in and out: the turn's when its log has none
         self.output: Any = None
         self.open: set[LiveLeg] = set()
-        attributes = {"gen_ai.operation.name": "chat", "crossfeed.route": route}
+        attributes = {"gen_ai.operation.name": operation, "crossfeed.route": route}
         conversation = conversation_id(headers, body)
         if conversation:
             attributes["gen_ai.conversation.id"] = conversation
         client = propagate.extract(headers)  # the client's traceparent, tracestate and baggage
         self.root = self.tracer.start_span(
-            f"chat {body.get('model') or ''}".strip(), context=client, kind=SpanKind.SERVER, attributes=attributes
+            f"{operation} {body.get('model') or ''}".strip(),
+            context=client,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
         )
         self.token = otel_context.attach(trace.set_span_in_context(self.root, client))
 
@@ -124,14 +132,14 @@ class LiveTurn:
         span = self.root
         model = log.get("model")
         if model:
-            span.update_name(f"chat {model}")
+            span.update_name(f"{self.operation} {model}")
         usage = log.get("usage") or ({"in": self.tokens[0], "out": self.tokens[1]} if any(self.tokens) else {})
         span.set_attributes(
             _present(
                 {
                     "gen_ai.request.model": model,
                     "gen_ai.response.model": self.response_model,
-                    "gen_ai.usage.input_tokens": usage.get("in"),
+                    "gen_ai.usage.input_tokens": usage.get("in", log.get("counted")),
                     "gen_ai.usage.output_tokens": usage.get("out"),
                     "gen_ai.response.finish_reasons": [log["terminal"]] if log.get("terminal") else None,
                     "gen_ai.response.time_to_first_chunk": self.first_data - self.started if self.first_data else None,
@@ -140,6 +148,7 @@ class LiveTurn:
                     "crossfeed.ending": log.get("ending"),
                     "crossfeed.hosted_calls": log.get("hosted_calls"),
                     "crossfeed.compacted": log.get("compacted"),
+                    "crossfeed.token_count": log.get("counted_by"),
                 }
             )
         )
@@ -169,11 +178,11 @@ class LiveLeg:
         model = body.get("model")
         url = urlsplit(backend.base_url)
         self.span = turn.tracer.start_span(
-            f"chat {model or ''}".strip(),
+            f"{turn.operation} {model or ''}".strip(),
             kind=SpanKind.CLIENT,
             attributes=_present(
                 {
-                    "gen_ai.operation.name": "chat",
+                    "gen_ai.operation.name": turn.operation,
                     "gen_ai.provider.name": "openai",
                     "gen_ai.request.model": model,
                     "gen_ai.request.max_tokens": body.get("max_tokens", body.get("max_output_tokens")),
@@ -262,6 +271,8 @@ class LiveLeg:
             )
         )
         _usage(span, result.get("usage"), turn.tokens)
+        if result.get("object") == "response.input_tokens":  # a token count's answer
+            span.set_attributes(_present({"gen_ai.usage.input_tokens": result.get("input_tokens")}))
 
 
 class Handle:

@@ -5,6 +5,7 @@
   compact_now           the same two without streaming (a create with stream false)
   compact               POST /v1/responses/compact: the compacted window, as ``response.compaction``
   input_tokens          POST /v1/responses/input_tokens: the count ``response.input_tokens`` gives
+  upstream_count        the same on a Responses upstream: its own answer, as one backend call
 
 A compaction that fails (the backend's error, a cut stream, an empty summary) ends its Response
 as failed and is never stored; a compaction the client would replay is always one crossfeed
@@ -264,3 +265,16 @@ async def input_tokens(turn: Turn, body: dict[str, Any], *, model_given: bool = 
     plan = map_forward(turn, {**create, "stream": False}, history)
     chat = plan.chat if model_given else {k: v for k, v in plan.chat.items() if k != "model"}
     return await count_tokens(turn, chat)
+
+
+async def upstream_count(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/responses/input_tokens`` on a Responses upstream: the backend's answer, read
+    whole. One leg (``open_leg``), so a traced count has the backend call's span; the body goes
+    as the client sent it, its model renamed as the upstream's ``model_map`` says."""
+    backend, model = turn.upstream, body.get("model")
+    if isinstance(model, str) and model in backend.model_map:
+        body = {**body, "model": backend.model_map[model]}
+    answer = await read_leg(turn, await open_leg(turn, "/responses/input_tokens", body))
+    if not isinstance(answer, dict):
+        raise UpstreamError("the upstream answered the token count with something other than a JSON object")
+    return answer

@@ -20,7 +20,7 @@ import pytest
 from crossfeed.proxy.keys import TRACER
 from tests.fakes.mcp_server import TEST_TOKEN
 from tests.fakes.search import FakeSearch
-from tests.fakes.upstream import FakeUpstream, Recorded
+from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded
 from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_replies import call_reply, json_text, text_reply
 from tests.support.ws import FrameRecorder
@@ -169,3 +169,23 @@ async def test_an_mcp_server_gets_it(
     mcp_call = next(o for o in final["response"]["output"] if o["type"] == "mcp_call")
     assert mcp_call["output"] == TRACEPARENT  # the header the MCP server saw
     assert [context(r) for r in upstream.requests] == [CONTEXT, CONTEXT]
+
+
+async def test_a_token_count_passes_it_to_the_tokenizer(
+    monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    upstream.reply(JSONReply({"count": 42, "max_model_len": 8192, "tokens": []}))
+    async with untraced(monkeypatch, upstream, tmp_path, **{"upstream.tokenizer": "vllm"}) as proxy:
+        raw = await post(proxy, {"model": "m", "input": "hi"}, CONTEXT, "/v1/responses/input_tokens")
+    assert orjson.loads(raw)["input_tokens"] == 42
+    assert upstream.requests[0].path == "/tokenize" and context(upstream.requests[0]) == CONTEXT
+
+
+async def test_a_token_count_on_a_responses_backend_passes_it_on(
+    monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    upstream.reply(JSONReply({"object": "response.input_tokens", "input_tokens": 7}))
+    async with untraced(monkeypatch, upstream, tmp_path, **{"upstream.api": "responses"}) as proxy:
+        raw = await post(proxy, {"model": "m", "input": "hi"}, CONTEXT, "/v1/responses/input_tokens")
+    assert orjson.loads(raw) == {"object": "response.input_tokens", "input_tokens": 7}
+    assert upstream.requests[0].path == "/v1/responses/input_tokens" and context(upstream.requests[0]) == CONTEXT

@@ -378,3 +378,51 @@ async def test_a_failure_of_tracing_never_fails_the_turn(
     assert sorted(s.kind for s in otlp.spans) == ["client", "server"]
     turn = turn_span(otlp.spans)
     assert "gen_ai.input.messages" not in turn.attributes and turn.attributes["gen_ai.usage.output_tokens"] == 12
+
+
+async def test_a_token_count_counted_by_crossfeed(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    """A chat backend's count (its vLLM tokenizer): one server span, ``count_tokens``, with the
+    count and how it was made; the tokenizer gets the span's ``traceparent``."""
+    upstream.reply(JSONReply({"count": 4242, "max_model_len": 8192, "tokens": []}))
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path, **{"upstream.tokenizer": "vllm"})) as proxy:
+        status, raw = await post(proxy, {"model": "m", "input": "hi"}, "/v1/responses/input_tokens")
+        assert status == 200 and orjson.loads(raw)["input_tokens"] == 4242
+    turn = turn_span(otlp.spans)
+    assert len(otlp.spans) == 1 and turn.name == "count_tokens m"
+    a = turn.attributes
+    assert (a["gen_ai.operation.name"], a["gen_ai.request.model"], a["crossfeed.route"]) == (
+        "count_tokens",
+        "m",
+        "/v1/responses/input_tokens",
+    )
+    assert (a["gen_ai.usage.input_tokens"], a["crossfeed.token_count"]) == (4242, "vllm")
+    assert "gen_ai.usage.output_tokens" not in a and turn.status == 0
+    assert upstream.requests[0].path == "/tokenize"
+    assert parent_of(header(upstream.requests[0], "traceparent")) == (TRACE_ID, turn.span_id)
+
+
+async def test_a_token_count_on_a_responses_backend(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    """A Responses backend counts: its call is a client span under the turn's, and the count it
+    gave is the turn's input tokens."""
+    upstream.reply(JSONReply({"object": "response.input_tokens", "input_tokens": 17}))
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path, **{"upstream.api": "responses"})) as proxy:
+        status, raw = await post(proxy, {"model": "m", "input": "hi"}, "/v1/responses/input_tokens")
+        assert status == 200 and orjson.loads(raw) == {"object": "response.input_tokens", "input_tokens": 17}
+    turn = turn_span(otlp.spans)
+    (leg,) = [s for s in otlp.spans if s.kind == "client"]
+    assert len(otlp.spans) == 2 and leg.parent_id == turn.span_id
+    assert (turn.name, leg.name) == ("count_tokens m", "count_tokens m")
+    a, b = turn.attributes, leg.attributes
+    assert (a["gen_ai.operation.name"], a["gen_ai.request.model"]) == ("count_tokens", "m")
+    assert (a["gen_ai.usage.input_tokens"], a["crossfeed.token_count"]) == (17, "upstream")
+    assert (b["gen_ai.operation.name"], b["gen_ai.request.model"], b["gen_ai.usage.input_tokens"]) == (
+        "count_tokens",
+        "m",
+        17,
+    )
+    assert b["url.path"].endswith("/responses/input_tokens") and b["crossfeed.upstream.api"] == "responses"
+    assert parent_of(header(upstream.requests[0], "traceparent")) == (TRACE_ID, leg.span_id)
