@@ -349,8 +349,10 @@ class ProxyProcess:
         timeouts: Timeouts | None = None,
         log_level: str = "debug",
         workers: int = 1,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.tmp = tmp
+        self.env = env or {}  # more variables for the process (CROSSFEED_* settings among them)
         self.workers = workers  # > 1: ``serve --workers N``; the figures below are summed over the processes
         self.upstream_url = upstream_url
         self.api = api
@@ -393,6 +395,7 @@ class ProxyProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
         env[self.KEY_ENV] = self.upstream_key
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,

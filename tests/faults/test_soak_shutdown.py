@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from tests.faults.fault_upstream import ERROR_MESSAGE, FAULTS, REASONING, RETRY_AFTER, TEXT, TOOL, FaultUpstream, paced
@@ -126,14 +127,23 @@ FDS_SLACK = 2
 FDS_HALVES_SLACK = 4
 
 
-async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8, processes: int = 1) -> dict[str, Any]:
+async def soak(
+    tmp_path: Path,
+    direction: str,
+    seconds: float,
+    workers: int = 8,
+    processes: int = 1,
+    inspector: Inspector | None = None,
+) -> dict[str, Any]:
     """At least ``seconds`` of traffic, and until every scenario ran at least once more after the
     warm-up: on a slow machine the soak takes longer, its checks stay the same. ``workers``:
-    concurrent clients; ``processes``: crossfeed's ``--workers``."""
+    concurrent clients; ``processes``: crossfeed's ``--workers``; ``inspector``: crossfeed runs
+    with the inspector on, a page follows its live feed all along, and its ring is checked."""
     plan = scenarios(direction)
+    env = inspector.env() if inspector else None
     async with (
         FaultUpstream() as up,
-        proxy_process(tmp_path, up.base_url, api=API[direction], workers=processes) as proxy,
+        proxy_process(tmp_path, up.base_url, api=API[direction], workers=processes, env=env) as proxy,
     ):
         # warm-up: every scenario, `workers` at a time, so that the allocator and the connection
         # pools have their working size before the first sample; then a baseline of descriptors
@@ -181,7 +191,8 @@ async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8,
                 done.set()
 
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=workers)) as session:
-            await asyncio.gather(sampler(), workload(session))
+            watching = [inspector.watch(proxy.url, done)] if inspector else []
+            await asyncio.gather(sampler(), workload(session), *watching)
         duration = time.monotonic() - start
         # every client connection let go of and every upstream request closed (polled), then the
         # descriptors beyond the upstream connections back to the baseline
@@ -219,10 +230,67 @@ async def soak(tmp_path: Path, direction: str, seconds: float, workers: int = 8,
         "fds_final": final_fds,
         "by_scenario": dict(counts),
     }
+    if inspector:
+        figures["inspector"] = inspector.figures()
     print(f"\nsoak[{direction}, {processes} process(es)]: {figures}")
     assert not unexpected, f"{len(unexpected)} unexpected results, first: {unexpected[:3]}"
     assert all(counts[name] > 0 for name, _ in plan), counts
     return figures
+
+
+class Inspector:
+    """The inspector on during a soak: a page follows the live feed (every message parsed) and the
+    ring's summary is read every half second; each reading must be within the ring's bounds."""
+
+    KEY = "soak-inspector-admin-key-5e1f"
+
+    def __init__(self, turns: int = 20, max_turn_bytes: int = 16384) -> None:
+        self.turns, self.max_turn_bytes = turns, max_turn_bytes
+        self.readings: list[tuple[int, int, int]] = []  # (turns listed, bytes held, bound)
+        self.messages = 0
+
+    def env(self) -> dict[str, str]:
+        return {
+            "CROSSFEED_INSPECTOR__ENABLED": "true",
+            "CROSSFEED_INSPECTOR__ADMIN_KEY_ENV": "CF_SOAK_INSPECTOR_KEY",
+            "CF_SOAK_INSPECTOR_KEY": self.KEY,
+            "CROSSFEED_INSPECTOR__TURNS": str(self.turns),
+            "CROSSFEED_INSPECTOR__MAX_TURN_BYTES": str(self.max_turn_bytes),
+        }
+
+    async def watch(self, url: str, done: asyncio.Event) -> None:
+        auth = {"Authorization": f"Bearer {self.KEY}"}
+        async with aiohttp.ClientSession(headers=auth) as s, s.get(url + "/inspector/api/live") as feed:
+            assert feed.status == 200
+
+            async def follow() -> None:
+                async for line in feed.content:
+                    if line.startswith(b"data: "):
+                        orjson.loads(line[6:])
+                        self.messages += 1
+
+            follower = asyncio.create_task(follow())
+            try:
+                while not done.is_set():  # the sleep is the sampling period, not a wait for anything
+                    async with s.get(url + "/inspector/api/turns") as r:
+                        body = await r.json()
+                    self.readings.append((len(body["turns"]), body["held_bytes"], body["bound_bytes"]))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(done.wait(), 0.5)
+            finally:
+                follower.cancel()
+
+    def figures(self) -> dict[str, Any]:
+        assert self.readings, "the inspector was never read"
+        for listed, held, bound in self.readings:
+            assert listed <= self.turns and held <= bound, (listed, held, bound)
+        return {
+            "readings": len(self.readings),
+            "max_turns": max(r[0] for r in self.readings),
+            "max_held_kb": round(max(r[1] for r in self.readings) / 1024, 1),
+            "bound_kb": round(self.readings[0][2] / 1024, 1),
+            "live_messages": self.messages,
+        }
 
 
 def assert_flat(figures: dict[str, Any], rss_slack_mb: float) -> None:
@@ -242,6 +310,22 @@ async def test_soak_short(tmp_path: Path, direction: str, workers: int) -> None:
     # 1,200 (machine loaded) to 4,500 requests in the second half on a 2-core machine: a leak of
     # 10 KB or more per request fails. A slower machine runs fewer: a weaker check, never a flakier one.
     assert_flat(figures, rss_slack_mb=12.0)
+
+
+async def test_soak_short_with_the_inspector(tmp_path: Path) -> None:
+    """The inspector on, a page following it: the ring stays within its bounds (it is full after
+    the warm-up, so every later turn forgets one) and RSS stays flat as without it."""
+    inspector = Inspector()
+    figures = await soak(tmp_path, "forward", seconds=4.0, inspector=inspector)
+    assert figures["inspector"]["max_turns"] == inspector.turns and figures["inspector"]["live_messages"] > 100
+    assert_flat(figures, rss_slack_mb=12.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+async def test_soak_two_minutes_with_the_inspector(tmp_path: Path) -> None:
+    figures = await soak(tmp_path, "forward", seconds=120.0, workers=12, inspector=Inspector())
+    assert_flat(figures, rss_slack_mb=6.0)
 
 
 @pytest.mark.slow
