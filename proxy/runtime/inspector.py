@@ -155,6 +155,7 @@ class Watched:
         self.chunks: list[tuple[float, int, bytes]] = []  # (ms since started, leg, bytes read)
         self.events: list[tuple[float, bytes]] = []  # (ms since started, bytes sent)
         self.quirks: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []  # hosted tool runs between legs
         self.marks: dict[str, float] = {}  # upstream_sent, backend_first_byte, first_event, end
         self.jsonl = False
         self.kept = 0
@@ -216,6 +217,21 @@ class Watched:
         if self.ring.listeners:
             self.ring.publish({"kind": "turn", "turn": self.summary()})
 
+    def tool_run(self, calls: list[dict[str, str]], results: Mapping[str, str], seconds: float) -> None:
+        """A hosted tool round crossfeed ran between two legs (web searches, MCP calls)."""
+        limit = self.ring.config.max_body_chars
+        redact = self.ring.redact
+        for call in calls:
+            run = {
+                "t": self.now(),
+                "name": call.get("name", ""),
+                "arguments": redact(str(call.get("arguments", "")), self.hidden, limit),
+                "result": redact(str(results.get(call.get("call_id", ""), "")), self.hidden, limit),
+                "ms": round(seconds * 1000, 2),
+            }
+            self.tools.append(run)
+            self.ring.publish({"kind": "tool", "turn": self.id, "tool": run})
+
     def quirk(self, mark: dict[str, Any]) -> None:
         mark = {**mark, "t": self.now()}
         self.quirks.append(mark)
@@ -271,6 +287,7 @@ class Watched:
             "chunks": [{"t": t, "leg": leg, "data": d.decode("utf-8", "replace")} for t, leg, d in self.chunks],
             "events": [{"t": t, "data": d.decode("utf-8", "replace")} for t, d in self.events],
             "quirk_marks": self.quirks,
+            "tool_runs": self.tools,
             "kept_bytes": self.kept,
             "dropped_bytes": self.dropped,
         }

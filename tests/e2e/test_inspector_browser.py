@@ -136,6 +136,7 @@ async def test_inspector_page_in_chromium(
         await searched.click()
         await page.wait_for_function("document.querySelectorAll('.legs li').length === 2", timeout=WAIT)
         assert "web_search_call" in await page.locator("#stream").inner_text()
+        assert "hosted tool ran: web_search" in await page.locator(".row-tool").first.inner_text()
 
         # live: a slow stream appears, and its chunks show while the backend holds the rest
         hold = asyncio.Event()

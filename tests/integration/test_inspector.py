@@ -33,6 +33,7 @@ from crossfeed.proxy.runtime.inspector import INSPECTOR
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.app_server import ProxyHandle, running_proxy
+from tests.support.chat_chunks import DONE, chunk
 from tests.support.inspector_turns import (
     ADMIN_KEY,
     BACKEND_KEY,
@@ -49,6 +50,7 @@ from tests.support.inspector_turns import (
     websocket_turn,
 )
 from tests.support.paths import ROOT
+from tests.support.validators import validate_responses_sse
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -187,6 +189,9 @@ async def test_turns_show_requests_chunks_events_and_quirks(upstream: FakeUpstre
     assert [leg["index"] for leg in searched["leg_calls"]] == [1, 2]
     assert {c["leg"] for c in searched["chunks"]} == {1, 2}
     assert "web_search_call" in "".join(e["data"] for e in searched["events"])
+    (run,) = searched["tool_runs"]  # the search crossfeed ran between the two legs
+    assert run["name"] == "web_search" and "rust 1.80" in run["arguments"] and "LazyCell" in run["result"]
+    assert searched["leg_calls"][0]["at"] <= run["t"] <= searched["leg_calls"][1]["at"]
     # no secret anywhere
     shown = orjson.dumps([tool, quirk, ws, searched]).decode()
     assert BACKEND_KEY not in shown and CLIENT_KEY not in shown and ADMIN_KEY not in shown
@@ -298,3 +303,54 @@ async def test_the_ring_stays_within_its_bounds(upstream: FakeUpstream) -> None:
         big = await detail(handle, listed[-1]["id"])  # an odd turn: a long answer, cut
         assert big["dropped_bytes"] > 0 and big["kept_bytes"] <= 4096
         assert ring.held() <= bound
+
+
+async def test_an_mcp_turn_shows_its_call_and_hides_the_server_token(
+    upstream: FakeUpstream, mcp_urls: dict[str, str]
+) -> None:
+    from tests.fakes.mcp_server import TEST_TOKEN
+
+    def model(req: Any) -> SSEReply:
+        if req.body["messages"][-1]["role"] == "tool":
+            return SSEReply(text_stream("It is 42."), max_piece=23)
+        args = orjson.dumps({"a": 2, "b": 40}).decode()
+        call = {
+            "index": 0,
+            "id": "call_m",
+            "type": "function",
+            "function": {"name": "mcp__calc__add", "arguments": args},
+        }
+        return SSEReply(
+            chunk({"role": "assistant", "content": ""}) + chunk({"tool_calls": [call]}) + chunk({}, "tool_calls") + DONE
+        )
+
+    tool = {
+        "type": "mcp",
+        "server_label": "calc",
+        "server_url": mcp_urls["http"],
+        "require_approval": "never",
+        "headers": {"Authorization": f"Bearer {TEST_TOKEN}"},
+    }
+    upstream.default = model
+    more = {"mcp.allowed_servers": ["http://127.0.0.1:*"], "mcp.call_timeout_seconds": 5}
+    async with running_proxy(settings(upstream, **more), environ=ENVIRON) as handle:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                handle.base_url + "/responses",
+                json={"model": "m", "input": "2+40?", "stream": True, "tools": [tool]},
+                headers={"Authorization": f"Bearer {CLIENT_KEY}"},
+            ) as r,
+        ):
+            raw = await r.read()
+            assert r.status == 200
+        validate_responses_sse(raw)
+        (turn,) = await turns_of(handle)
+        shown = await detail(handle, turn["id"])
+    assert [leg["index"] for leg in shown["leg_calls"]] == [1, 2]
+    (run,) = shown["tool_runs"]
+    assert run["name"] == "mcp__calc__add" and '"a": 2' in run["arguments"].replace('"a":2', '"a": 2')
+    assert "42" in run["result"]
+    assert "mcp_call" in "".join(e["data"] for e in shown["events"])
+    assert shown["client_request"]["tools"][0]["headers"] == {"Authorization": "[redacted]"}
+    assert TEST_TOKEN not in orjson.dumps(shown).decode()

@@ -99,6 +99,8 @@ function streamRow(kind, item) {
     cells.push(el("td"));
   } else if (kind === "event") {
     cells.push(el("td"), el("td", { class: "event" }, pre(item.data)));
+  } else if (kind === "tool") {
+    cells.push(el("td", { class: "tool", colspan: "2", text: `hosted tool ran: ${item.name}(${item.arguments}) in ${ms(item.ms)} → ${item.result}` }));
   } else {
     const where = item.read ? `leg ${item.leg}, read ${item.read}` : `leg ${item.leg}, at the end`;
     cells.push(el("td", { class: "quirk", colspan: "2", text: `repaired: ${item.kind} ×${item.count} (${where})` }));
@@ -139,6 +141,7 @@ function renderDetail() {
   for (const c of d.chunks) rows.push(["chunk", c]);
   for (const e of d.events) rows.push(["event", e]);
   for (const q of d.quirk_marks) rows.push(["quirk", q]);
+  for (const r of d.tool_runs) rows.push(["tool", r]);
   rows.sort((a, b) => a[1].t - b[1].t);
   const stream = el(
     "table",
@@ -199,6 +202,7 @@ function onMessage(msg) {
   const stream = $("stream");
   if (msg.kind === "chunk") { d.chunks.push(msg); stream && stream.append(streamRow("chunk", msg)); }
   else if (msg.kind === "event") { d.events.push(msg); stream && stream.append(streamRow("event", msg)); }
+  else if (msg.kind === "tool") { d.tool_runs.push(msg.tool); stream && stream.append(streamRow("tool", msg.tool)); }
   else if (msg.kind === "quirk") { d.quirk_marks.push(msg.quirk); stream && stream.append(streamRow("quirk", msg.quirk)); }
 }
 

@@ -87,9 +87,14 @@ class ToolLoop:
                 mine.append(call)
             else:
                 self.results[call["call_id"]] = REFUSED
+        watch = getattr(getattr(sink, "trace", None), "watch", None)  # the inspector's record of the turn
         for runner, allowed in plan:
             if allowed:
-                self.results.update(await runner.run(turn, main, allowed, sink))
+                started = time.monotonic()
+                results = await runner.run(turn, main, allowed, sink)
+                self.results.update(results)
+                if watch is not None:
+                    watch.tool_run(allowed, results, time.monotonic() - started)
         return not any(r.stop for r in self.runners)
 
     async def step(self, turn: Turn, main: ChatToResponsesStream, sink: Sink | None, deadline: float) -> Step:
