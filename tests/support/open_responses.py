@@ -6,7 +6,8 @@ SDK read it), and this check maps it before validating; each difference is one l
 in the README:
 
 - OpenAI names reasoning content events ``response.reasoning_text.delta/done``; Open Responses
-  ``response.reasoning.delta/done``.
+  ``response.reasoning.delta/done`` (what crossfeed sends with ``event_dialect =
+  "open_responses"``: those pass unmapped; the strict validator's ``dialect`` says which to expect).
 - Items and tools outside the Open Responses schema (hosted tools: ``web_search_call``, ``mcp_*``,
   ``custom_tool_call``; ``custom``, ``web_search``, ``mcp`` tools) are left out of the Response
   before it is validated, and events of those items are not checked here (the strict validator

@@ -8,8 +8,8 @@ naming the event/chunk position and the rule.
 
 Public interface::
 
-    validate_responses_events(events, *, require_terminal=True) -> None
-    validate_responses_sse(raw, *, require_terminal=True)      -> list[dict]  (parsed events)
+    validate_responses_events(events, *, require_terminal=True, dialect="openai") -> None
+    validate_responses_sse(raw, *, require_terminal=True, dialect="openai") -> list[dict]  (parsed events)
     validate_chat_chunks(chunks, *, expect_usage=None)         -> None
     validate_chat_sse(raw, *, expect_usage=None)               -> list[dict]  (chunks, no [DONE])
     accumulate_chat(chunks, *, reasoning_field="reasoning_content") -> dict
@@ -17,6 +17,10 @@ Public interface::
 
 SSE framing is parsed here by ``sse_frames``, a small strict parser that shares no code with
 ``translators.sse``, so a bug in crossfeed's own decoder cannot hide itself in the tests.
+
+``dialect``: the client's event names (crossfeed's ``event_dialect``): OpenAI's
+(``response.reasoning_text.delta``/``.done``), or ``"open_responses"``, where the raw reasoning
+events are ``response.reasoning.delta``/``.done`` and OpenAI's names of them are violations.
 
 Deliberate limits: Chat streams are checked for ``n=1`` only (crossfeed rejects ``n>1``);
 ``input_tokens_details.cache_write_tokens`` is not required (real OpenAI captures lack it).
@@ -115,6 +119,12 @@ _UNSCOPED = {
     *_TERMINAL,
 }
 KNOWN_RESPONSES_EVENTS = frozenset(_ITEM_FAMILY) | frozenset(_INDEX_ONLY) | frozenset(_UNSCOPED)
+# The Open Responses dialect's names -> OpenAI's, which the rules below are written in.
+_OPEN_RESPONSES_NAMES = {
+    "response.reasoning.delta": "response.reasoning_text.delta",
+    "response.reasoning.done": "response.reasoning_text.done",
+}
+_DIALECTS = ("openai", "open_responses")
 
 # Text streamed into a content part: delta event prefix -> (part type, field of part and of *.done).
 _PART_TEXT = {
@@ -198,7 +208,10 @@ class _Item:
 
 
 class _ResponsesChecker:
-    def __init__(self) -> None:
+    def __init__(self, dialect: str = "openai") -> None:
+        if dialect not in _DIALECTS:
+            raise ValueError(f"unknown dialect {dialect!r}")
+        self.renamed = _OPEN_RESPONSES_NAMES if dialect == "open_responses" else {}
         self.items: list[_Item] = []
         self.ids: set[str] = set()
         self.call_ids: set[str] = set()
@@ -233,6 +246,10 @@ class _ResponsesChecker:
         if not isinstance(event, dict) or not _nonempty_str(event.get("type")):
             self.fail("event is not an object with a string `type`")
         self.etype = etype = event["type"]
+        if self.renamed:
+            if etype in self.renamed.values():
+                self.fail(f"{etype!r} is OpenAI's name; the open_responses dialect names it otherwise")
+            self.etype = etype = self.renamed.get(etype, etype)
         seq = event.get("sequence_number")
         if not _is_int(seq):
             self.fail("missing or non-integer sequence_number")
@@ -588,7 +605,7 @@ class _ResponsesChecker:
 
 
 def validate_responses_events(
-    events: list[dict], *, require_terminal: bool = True, open_responses: bool = True
+    events: list[dict], *, require_terminal: bool = True, open_responses: bool = True, dialect: str = "openai"
 ) -> None:
     """Check parsed Responses events against every strict-client rule; raise StreamViolation.
 
@@ -596,8 +613,9 @@ def validate_responses_events(
     event present is still checked); a terminal event, if present, is checked in full.
     ``open_responses``: also validate every event and Response against the Open Responses schema
     (tests/support/open_responses.py); off only for streams crossfeed did not produce (captures).
+    ``dialect``: the event names expected (the module docstring).
     """
-    _ResponsesChecker().run(events, require_terminal)
+    _ResponsesChecker(dialect).run(events, require_terminal)
     if open_responses:
         check_events(events)
 
@@ -673,7 +691,9 @@ def _parse(data: bytes, where: str) -> dict:
     return value
 
 
-def validate_responses_sse(raw: bytes, *, require_terminal: bool = True, open_responses: bool = True) -> list[dict]:
+def validate_responses_sse(
+    raw: bytes, *, require_terminal: bool = True, open_responses: bool = True, dialect: str = "openai"
+) -> list[dict]:
     """Parse a Responses SSE body, check its framing and events, return the events.
 
     Framing (``sse_frames``): every frame has an ``event:`` line equal to its data's ``type``;
@@ -690,7 +710,7 @@ def validate_responses_sse(raw: bytes, *, require_terminal: bool = True, open_re
         if name != event.get("type"):
             raise StreamViolation(f"frame #{pos}: event line {name!r} != data type {event.get('type')!r}")
         events.append(event)
-    validate_responses_events(events, require_terminal=require_terminal, open_responses=open_responses)
+    validate_responses_events(events, require_terminal=require_terminal, open_responses=open_responses, dialect=dialect)
     return events
 
 

@@ -137,8 +137,9 @@ class Turn:
 class FrameLog:
     """Every frame one connection received, in order, parsed."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, dialect: str = "openai") -> None:
         self.label = label
+        self.dialect = dialect  # the event names expected (validators.py)
         self.frames: list[dict[str, Any]] = []
         self.problems: list[str] = []  # violations found while recording (a binary frame, not JSON)
         self.cut_allowed = False
@@ -198,7 +199,7 @@ class FrameLog:
         ids: set[str] = set()
         for n, events in enumerate(responses):
             try:
-                validate_responses_events(events)
+                validate_responses_events(events, dialect=self.dialect)
             except StreamViolation as exc:
                 raise FrameViolation(f"{self.label} response #{n}: {exc}") from None
             rid = events[0]["response"]["id"]
@@ -213,7 +214,7 @@ class FrameLog:
                     f"{self.label}: a response ({len(open_response)} events, last "
                     f"{open_response[-1]['type']!r}) never got its terminal event"
                 )
-            validate_responses_events(open_response, require_terminal=False)
+            validate_responses_events(open_response, require_terminal=False, dialect=self.dialect)
         return len(responses), len(errors)
 
 
@@ -335,20 +336,21 @@ class FrameRecorder:
     def __init__(self) -> None:
         self.logs: list[FrameLog] = []
 
-    def log(self, label: str = "") -> FrameLog:
-        log = FrameLog(label or f"socket {len(self.logs)}")
+    def log(self, label: str = "", dialect: str = "openai") -> FrameLog:
+        log = FrameLog(label or f"socket {len(self.logs)}", dialect)
         self.logs.append(log)
         return log
 
     @contextlib.asynccontextmanager
     async def connect(
-        self, url: str, *, headers: dict[str, str] | None = None, label: str = "", **kw: Any
+        self, url: str, *, headers: dict[str, str] | None = None, label: str = "", dialect: str = "openai", **kw: Any
     ) -> AsyncIterator[RawWS]:
-        """A raw aiohttp WebSocket to ``url`` (its own session); closed on the way out."""
+        """A raw aiohttp WebSocket to ``url`` (its own session); closed on the way out. ``dialect``:
+        the event names its responses are validated with (validators.py)."""
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=GUARD)) as session:
             ws = await session.ws_connect(url, headers=headers, autoping=True, **kw)
             try:
-                yield RawWS(ws, self.log(label))
+                yield RawWS(ws, self.log(label, dialect))
             finally:
                 await ws.close()
 
