@@ -73,3 +73,23 @@ class ToolContext:
 
 
 NO_TOOLS = ToolContext()
+
+
+# The client's dialect of the Responses events: OpenAI's names (the SDKs', Codex's; the default)
+# or the Open Responses specification's, which names the raw reasoning events differently.
+EventDialect = Literal["openai", "open_responses"]
+
+
+@dataclass(frozen=True, slots=True)
+class EventNames:
+    """The names of the events the two dialects name differently (the raw reasoning deltas and
+    their done event; every field they carry, and the ``reasoning_text`` content part, are the
+    same in both). Chosen once per stream: the machine reads them when an item opens or closes."""
+
+    reasoning_delta: str = "response.reasoning_text.delta"
+    reasoning_done: str = "response.reasoning_text.done"
+
+
+OPENAI_EVENTS = EventNames()
+OPEN_RESPONSES_EVENTS = EventNames("response.reasoning.delta", "response.reasoning.done")
+EVENT_NAMES: Mapping[EventDialect, EventNames] = {"openai": OPENAI_EVENTS, "open_responses": OPEN_RESPONSES_EVENTS}

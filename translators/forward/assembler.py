@@ -44,7 +44,7 @@ from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.forward.citations import citations
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.json_string_stream import JsonStringField
-from crossfeed.translators.options import NO_TOOLS, ToolContext
+from crossfeed.translators.options import NO_TOOLS, OPENAI_EVENTS, EventNames, ToolContext
 from crossfeed.translators.responses.numbering import Event, NumberedStream
 from crossfeed.translators.responses.response_object import map_usage, new_response
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
@@ -136,6 +136,11 @@ def _summed(usages: list[dict[str, Any] | None]) -> dict[str, Any]:
 class ResponseAssembler(NumberedStream):
     """The Response and its items (see the module docstring); the chunk reader extends it."""
 
+    # The client's event names (options.py ``EventNames``): a slot, as the numbering core's
+    # attributes are, so the instance dict keeps its 29 (read once per item, never per token);
+    # every other attribute is in the dict.
+    __slots__ = ("_events", "__dict__")
+
     def __init__(
         self,
         request: dict[str, Any],
@@ -145,6 +150,7 @@ class ResponseAssembler(NumberedStream):
         tools: ToolContext = NO_TOOLS,
         seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
         wire: bool | Framing = False,
+        events: EventNames = OPENAI_EVENTS,
     ) -> None:
         """Args: as ``ChatToResponsesStream``'s (machine.py), but the backend's profile.
 
@@ -160,6 +166,7 @@ class ResponseAssembler(NumberedStream):
         self._end = b"}" + self._framing.end
         self._tools = tools
         self._seal = seal_reasoning
+        self._events = events
         self._resp = new_response(
             request, response_id=ids.new(idp.RESPONSE), created_at=now(), model=str(request.get("model") or "")
         )
@@ -420,7 +427,7 @@ class ResponseAssembler(NumberedStream):
             summary.append(part)
         elif item.parts:  # (an item opened for the backend's reasoning_details alone has none)
             text = "".join(item.parts[0][1])
-            self._emit({"type": "response.reasoning_text.done", **base, "content_index": 0, "text": text})
+            self._emit({"type": self._events.reasoning_done, **base, "content_index": 0, "text": text})
             part = {"type": "reasoning_text", "text": text}
             self._emit(self._part_event("response.content_part.done", item, 0, part))
             content.append(part)

@@ -47,7 +47,6 @@ from crossfeed.translators.json_string_stream import JsonStringField
 
 _dumps = orjson.dumps
 _TEXT_DELTA = "response.output_text.delta"
-_REASONING_DELTA = "response.reasoning_text.delta"
 _SUMMARY_DELTA = "response.reasoning_summary_text.delta"
 _ARGS_DELTA = "response.function_call_arguments.delta"
 _TEXT_TAIL = b',"logprobs":[],"sequence_number":'
@@ -88,7 +87,7 @@ class ContentWriter(ResponseAssembler):
                 or (
                     self._head(item, _SUMMARY_DELTA, 0, b"summary_index")
                     if self._summaries
-                    else self._head(item, _REASONING_DELTA, 0)
+                    else self._head(item, self._events.reasoning_delta, 0)
                 ),
                 text,
             )
@@ -106,7 +105,7 @@ class ContentWriter(ResponseAssembler):
             return
         self._emit(
             {
-                "type": "response.reasoning_text.delta",
+                "type": self._events.reasoning_delta,
                 "item_id": item.id,
                 "output_index": item.index,
                 "content_index": 0,

@@ -54,7 +54,14 @@ from crossfeed.translators.forward.chunk_frames import FRAME_ERRORS, as_dict, de
 from crossfeed.translators.forward.content_split import ContentSplitter, Split, function_schemas
 from crossfeed.translators.forward.content_writer import ContentWriter
 from crossfeed.translators.ids import IdFactory
-from crossfeed.translators.options import DEFAULT_PROFILE, NO_TOOLS, BackendProfile, ToolContext
+from crossfeed.translators.options import (
+    DEFAULT_PROFILE,
+    NO_TOOLS,
+    OPENAI_EVENTS,
+    BackendProfile,
+    EventNames,
+    ToolContext,
+)
 from crossfeed.translators.sse import Framing, Out
 
 # Reasons that say the generation failed: finish_reason -> (error code, message).
@@ -84,6 +91,7 @@ class ChatToResponsesStream(ContentWriter):
         seal_reasoning: Callable[[str, list[dict[str, Any]] | None], str] | None = None,
         profile: BackendProfile = DEFAULT_PROFILE,
         wire: bool | Framing = False,
+        events: EventNames = OPENAI_EVENTS,
     ) -> None:
         """Args:
         request: the client's Responses request (echoed on the Response object).
@@ -100,8 +108,12 @@ class ChatToResponsesStream(ContentWriter):
             other event stays a dict. ``translators.sse.render_responses`` writes both kinds,
             and the bytes are exactly what it would make of the dict. True frames them for SSE;
             a ``Framing`` (``JSON_FRAMING``: WebSocket text frames) is the sink's own choice.
+        events: the client's dialect of event names (options.py): OpenAI's, or the Open
+            Responses names of the raw reasoning events (``response.reasoning.delta``/``.done``).
         """
-        super().__init__(request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning, wire=wire)
+        super().__init__(
+            request, ids=ids, now=now, tools=tools, seal_reasoning=seal_reasoning, wire=wire, events=events
+        )
         self._think = (
             ContentSplitter(
                 think_tags=profile.think_tags, tool_markup=profile.tool_markup, schemas=function_schemas(request)

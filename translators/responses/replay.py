@@ -3,18 +3,21 @@
 Used by ``GET /v1/responses/{id}?stream=true`` to replay a stored response. The events follow the
 same lifecycle rules as a live stream (docs/wire-facts.md, Lifecycle order): created, in_progress, then per item
 ``output_item.added``, its part events with the whole text as one delta, ``output_item.done``, then
-the terminal event matching the stored status.
+the terminal event matching the stored status. ``events``: the client's dialect of event names
+(translators/options.py), as a live stream to that client would name them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from crossfeed.translators.options import OPENAI_EVENTS, EventNames
+
 Event = dict[str, Any]
 _TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 
 
-def replay_events(response: dict[str, Any]) -> list[Event]:
+def replay_events(response: dict[str, Any], events: EventNames = OPENAI_EVENTS) -> list[Event]:
     out: list[Event] = []
 
     def emit(ev: Event) -> None:
@@ -32,12 +35,12 @@ def replay_events(response: dict[str, Any]) -> list[Event]:
     emit({"type": "response.created", "response": start})
     emit({"type": "response.in_progress", "response": start})
     for index, item in enumerate(response.get("output") or ()):
-        _item_events(index, item, emit)
+        _item_events(index, item, emit, events)
     emit({"type": _TERMINAL.get(str(response.get("status")), "response.completed"), "response": response})
     return out
 
 
-def _item_events(index: int, item: dict[str, Any], emit: Any) -> None:
+def _item_events(index: int, item: dict[str, Any], emit: Any, names: EventNames) -> None:
     kind = item.get("type")
     base = {"item_id": item.get("id", ""), "output_index": index}
     if kind == "message":
@@ -76,12 +79,14 @@ def _item_events(index: int, item: dict[str, Any], emit: Any) -> None:
     elif kind == "reasoning":
         added = {k: v for k, v in item.items() if k != "encrypted_content"}
         added.update(summary=[], content=[])
+        if "status" in added:  # crossfeed's own reasoning items carry one: added, it is in progress
+            added["status"] = "in_progress"
         emit({"type": "response.output_item.added", "output_index": index, "item": added})
         for ci, part in enumerate(item.get("content") or ()):
             text = part.get("text", "")
             emit({"type": "response.content_part.added", **base, "content_index": ci, "part": {**part, "text": ""}})
-            emit({"type": "response.reasoning_text.delta", **base, "content_index": ci, "delta": text})
-            emit({"type": "response.reasoning_text.done", **base, "content_index": ci, "text": text})
+            emit({"type": names.reasoning_delta, **base, "content_index": ci, "delta": text})
+            emit({"type": names.reasoning_done, **base, "content_index": ci, "text": text})
             emit({"type": "response.content_part.done", **base, "content_index": ci, "part": part})
     elif kind in ("function_call", "custom_tool_call"):
         field, family = (
