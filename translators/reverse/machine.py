@@ -25,8 +25,8 @@ Rules:
   empty answer, or an error), ``content: null`` when it is a tool call, reasoning or a refusal (a
   client such as the AI SDK opens a text part for ``content: ""``).
 - ``output_text.delta`` -> ``content`` (+ logprobs -> ``choices[0].logprobs.content``);
-  ``refusal.delta`` -> ``refusal``; ``reasoning_text.delta`` / ``reasoning_summary_text.delta`` ->
-  ``options.reasoning_field``. A new message item's text, and each new reasoning segment (summary
+  ``refusal.delta`` -> ``refusal``; ``reasoning_text.delta`` (or Open Responses' name of it,
+  ``reasoning.delta``) / ``reasoning_summary_text.delta`` -> ``options.reasoning_field``. A new message item's text, and each new reasoning segment (summary
   part, or reasoning item), starts with a blank line when text of that kind was sent before.
   Empty deltas send nothing.
 - ``function_call`` items -> ``tool_calls`` with ``index`` 0, 1, 2... in order of appearance (never
@@ -391,12 +391,14 @@ _HANDLERS: dict[Any, Callable[[ResponsesToChatStream, dict[str, Any]], list[Out]
     "response.output_text.delta": _S._on_text_delta,
     "response.reasoning_summary_text.delta": _S._on_other_delta,
     "response.reasoning_text.delta": _S._on_other_delta,
+    "response.reasoning.delta": _S._on_other_delta,  # Open Responses' name of reasoning_text.delta
     "response.function_call_arguments.delta": _S._on_args_delta,
     "response.custom_tool_call_input.delta": _S._on_args_delta,
     "response.refusal.delta": _S._on_other_delta,
     "response.output_text.done": _S._on_text_done,
     "response.refusal.done": _S._on_text_done,
     "response.reasoning_text.done": _S._on_text_done,
+    "response.reasoning.done": _S._on_text_done,
     "response.reasoning_summary_text.done": _S._on_text_done,
     "response.reasoning_summary_part.done": _S._on_text_done,
     "response.content_part.done": _S._on_part_done,

@@ -53,6 +53,7 @@ DELTA_KINDS: Final[dict[str, PartKind]] = {
     "response.refusal.delta": REFUSAL,
     "response.reasoning_summary_text.delta": SUMMARY_TEXT,
     "response.reasoning_text.delta": REASONING_TEXT,
+    "response.reasoning.delta": REASONING_TEXT,  # the Open Responses name of the same event
 }
 # A content part (of a message or a reasoning item) by its ``type``.
 PART_FIELDS: Final[dict[str | None, PartField]] = {
@@ -64,6 +65,7 @@ DONE_FIELDS: Final = {
     "response.output_text.done": DoneField(OUTPUT_TEXT, "content_index", "text"),
     "response.refusal.done": DoneField(REFUSAL, "content_index", "refusal"),
     "response.reasoning_text.done": DoneField(REASONING_TEXT, "content_index", "text"),
+    "response.reasoning.done": DoneField(REASONING_TEXT, "content_index", "text"),
     "response.reasoning_summary_text.done": DoneField(SUMMARY_TEXT, "summary_index", "text"),
 }
 

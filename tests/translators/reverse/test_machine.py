@@ -355,6 +355,23 @@ def test_done_only_refusal_reasoning_and_arguments() -> None:
     assert acc["tool_calls"] == [{"id": "call_a", "name": "f", "arguments": '{"a":1}'}]
 
 
+def test_open_responses_names_of_the_reasoning_events_are_read_as_openais() -> None:
+    def stream(name: str) -> list:
+        return [
+            created(),
+            added(0, {"type": "reasoning", "id": "it_0", "summary": [], "content": []}),
+            ev(f"{name}.delta", 0, content_index=0, delta="Let me "),
+            ev(f"{name}.delta", 0, content_index=0, delta="think"),
+            ev(f"{name}.done", 0, content_index=0, text="Let me think."),
+            text_delta("Hi", 1),
+            completed(),
+        ]
+
+    out, m = run(stream("reasoning"))
+    assert accumulate_chat(out)["reasoning"] == "Let me think." and not m.diagnostics
+    assert out == run(stream("reasoning_text"))[0]
+
+
 def test_response_with_no_item_events_is_replayed_from_the_terminal_output() -> None:
     output = [
         {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
