@@ -24,7 +24,7 @@ from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config_errors import Sources, explain, misspelt_variables, source_of
 from crossfeed.proxy.runtime.inspector_config import InspectorConfig
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.options import EVENT_NAMES, BackendProfile, EventDialect, EventNames
 
 MAX_WORKERS = 256
 
@@ -146,6 +146,9 @@ class InboundKey(_Model):
     max_concurrent_streams: int | None = Field(
         None, ge=0, description="this key's open streams at most (0 = unlimited; default: server.max_streams_per_key)"
     )
+    event_dialect: EventDialect | None = Field(
+        None, description="the event names this key's clients read (default: server.event_dialect)"
+    )
 
 
 class Server(_Model):
@@ -164,6 +167,11 @@ class Server(_Model):
     websocket_max_seconds: float = Field(3600.0, gt=0, description="a WebSocket connection's lifetime")
     max_streams_per_key: int = Field(
         0, ge=0, description="open streams one inbound key may have (0 = unlimited); per worker process"
+    )
+    event_dialect: EventDialect = Field(
+        "openai",
+        description="the Responses event names clients read: OpenAI's (response.reasoning_text.delta/.done), "
+        "or open_responses (response.reasoning.delta/.done, the Open Responses specification's)",
     )
     workers: int | Literal["auto"] = Field(1, description="worker processes serving the port (auto: one per core)")
     allow_unauthenticated: bool = Field(
@@ -201,6 +209,15 @@ class Server(_Model):
                 f"metrics_port {self.metrics_port} is the main port: leave it unset to serve /metrics there"
             )
         return self
+
+    @cached_property
+    def _key_events(self) -> dict[str, EventNames]:
+        return {k.name: EVENT_NAMES[k.event_dialect] for k in self.inbound_keys if k.event_dialect is not None}
+
+    def event_names(self, key: str | None) -> EventNames:
+        """The event names for a client of the inbound key named ``key`` (None or "": no key):
+        that key's own ``event_dialect``, else the server's. Read once per stream."""
+        return (self._key_events.get(key) if key else None) or EVENT_NAMES[self.event_dialect]
 
     @property
     def loopback_only(self) -> bool:
@@ -530,6 +547,7 @@ _ENV_KEYS = {
     "CROSSFEED_LOG_LEVEL": "logging.level",
     "CROSSFEED_LOG_FORMAT": "logging.format",
     "CROSSFEED_RECORD_DIR": "logging.record_dir",
+    "CROSSFEED_EVENT_DIALECT": "server.event_dialect",
 }
 
 

@@ -298,7 +298,7 @@ async def _record(request: web.Request) -> StoredResponse:
 async def get_response(request: web.Request) -> web.StreamResponse:
     record = await _record(request)
     if request.query.get("stream") in ("true", "1"):
-        events = replay_events(record.response)
+        events = replay_events(record.response, request.app[CONFIG].server.event_names(KEY_NAME.get()))
         after = request.query.get("starting_after")
         if after is not None and after.lstrip("-").isdigit():
             events = [e for e in events if e["sequence_number"] > int(after)]

@@ -131,6 +131,7 @@ def forward_machine(
         seal_reasoning=reasoning_sealer(turn, mapped),
         profile=turn.upstream.profile,
         wire=framing,
+        events=turn.config.server.event_names(turn.owner),
     )
 
 

@@ -183,3 +183,31 @@ def test_a_misspelt_variable_is_named_with_the_right_one(tmp_path: Path) -> None
         },
     )
     assert cfg.upstreams[0].api_key_env == "CROSSFEED_HOSTS"  # one letter from CROSSFEED_HOST, but named
+
+
+def test_event_dialect_server_wide_and_per_key(tmp_path: Path) -> None:
+    from crossfeed.translators.options import OPEN_RESPONSES_EVENTS, OPENAI_EVENTS
+
+    assert load_config(None, {}).server.event_names(None) is OPENAI_EVENTS  # the default: OpenAI's names
+    f = tmp_path / "c.toml"
+    f.write_text(
+        '[server]\nevent_dialect = "open_responses"\n'
+        '[[server.inbound_keys]]\nname = "sdk"\nkey_env = "K1"\nevent_dialect = "openai"\n'
+        '[[server.inbound_keys]]\nname = "other"\nkey_env = "K2"\n'
+    )
+    server = load_config(f, {}).server
+    assert server.event_names("sdk") is OPENAI_EVENTS  # the key's own setting wins
+    assert server.event_names("other") is OPEN_RESPONSES_EVENTS  # else the server's
+    assert server.event_names("key-1") is server.event_names("") is OPEN_RESPONSES_EVENTS
+    env = load_config(None, {"CROSSFEED_EVENT_DIALECT": "open_responses"})
+    assert env.server.event_names(None) is OPEN_RESPONSES_EVENTS
+    assert env.origin("server", "event_dialect") == "$CROSSFEED_EVENT_DIALECT"
+
+
+def test_a_bad_event_dialect_names_its_key_and_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"server.event_dialect \(from \$CROSSFEED_EVENT_DIALECT\): must be one of"):
+        load_config(None, {"CROSSFEED_EVENT_DIALECT": "openresponses"})
+    f = tmp_path / "c.toml"
+    f.write_text('[[server.inbound_keys]]\nname = "a"\nkey_env = "K"\nevent_dialect = "open-responses"\n')
+    with pytest.raises(ConfigError, match=r"server.inbound_keys.0.event_dialect \(in .*c.toml\): must be one of"):
+        load_config(f, {})
