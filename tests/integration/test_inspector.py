@@ -354,3 +354,39 @@ async def test_an_mcp_turn_shows_its_call_and_hides_the_server_token(
     assert "mcp_call" in "".join(e["data"] for e in shown["events"])
     assert shown["client_request"]["tools"][0]["headers"] == {"Authorization": "[redacted]"}
     assert TEST_TOKEN not in orjson.dumps(shown).decode()
+
+
+async def test_a_reverse_turn_is_shown_and_its_case_replays(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """A chat client in front of a Responses backend: the backend's Responses events beside the
+    chat chunks sent, and a case that replays ``--from responses --to chat``."""
+    from tests.support.responses_replies import answer
+
+    upstream.reply(SSEReply(b"".join(answer(["Hel", "lo ", "there."])), max_piece=53))
+    more = {"upstream.api": "responses"}
+    async with running_proxy(settings(upstream, **more), environ=ENVIRON) as handle:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                handle.base_url + "/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+                headers={"Authorization": f"Bearer {CLIENT_KEY}"},
+            ) as r,
+        ):
+            raw = await r.read()
+            assert r.status == 200
+        (turn,) = await turns_of(handle)
+        shown = await detail(handle, turn["id"])
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"{handle.url}/inspector/api/turns/{turn['id']}/case", headers=ADMIN) as r,
+        ):
+            case = tmp_path / "reverse.json"
+            case.write_bytes(await r.read())
+    assert shown["path"] == "/responses" and shown["upstream_request"]["input"]
+    assert {c["field"]: c["change"] for c in shown["changes"]}["messages"] == "mapped"
+    assert "response.output_text.delta" in "".join(c["data"] for c in shown["chunks"])
+    assert "".join(e["data"] for e in shown["events"]).encode() == raw
+    saved = orjson.loads(case.read_bytes())
+    assert (saved["from"], saved["to"]) == ("responses", "chat")
+    done = replay(case)
+    assert done.returncode == 0, done.stderr
