@@ -11,6 +11,7 @@ Routes:
   GET  /v1/responses, /responses    WebSocket mode (websocket.py): the same turns as JSON text frames
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
   POST /v1/alpha/search             Codex's standalone web search, on [web_search] (standalone_search.py)
+  *    /v1/conversations...         the Conversations API, on the response store (state/conversations.py)
   GET  /inspector...                the live translation inspector, on [inspector] (inspector.py)
 
 Every error a client sees is OpenAI's envelope; no handler lets an exception escape as a 500
@@ -73,18 +74,11 @@ from crossfeed.proxy.runtime.observability import (
     observe_middleware,
     usage_summary,
 )
-from crossfeed.proxy.state.history import (
-    KEEPER,
-    PENDING,
-    SAVING,
-    STORE,
-    delete_response,
-    drain_saves,
-    get_response,
-    list_input_items,
-)
+from crossfeed.proxy.state import conversations
+from crossfeed.proxy.state.history import PENDING, SAVING, delete_response, drain_saves, get_response, list_input_items
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.proxy.state.store import open_store
+from crossfeed.proxy.state.store_access import KEEPER, STORE
 from crossfeed.proxy.state.store_retry import SaveKeeper
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
@@ -159,6 +153,7 @@ def create_app(
         app.router.add_route(method, "/v1/responses/{response_id}", _stored(handler))
     app.router.add_get("/v1/responses/{response_id}/input_items", _stored(list_input_items))
     app.router.add_post("/v1/chat/completions", chat_endpoint)
+    conversations.install(app)
     inspector.install(app, config, environ, tuple(key for key, _ in keys))
     return app
 

@@ -39,14 +39,15 @@ import orjson
 import structlog
 from aiohttp import web
 
-from crossfeed.proxy.errors import ClientRequestError, ProxyError
+from crossfeed.proxy.errors import ClientRequestError
 from crossfeed.proxy.keys import CONFIG, IDS
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import METRICS
-from crossfeed.proxy.state.store.base import ResponseStore, StoredResponse, StoreError, stored_item
+from crossfeed.proxy.state.conversations import CURRENT, append_turn, is_conversation
+from crossfeed.proxy.state.conversations import history as conversation_history
+from crossfeed.proxy.state.store.base import StoredResponse, StoreError, stored_item
 from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
-from crossfeed.proxy.state.store_health import short_reason
-from crossfeed.proxy.state.store_retry import SaveKeeper
+from crossfeed.proxy.state.store_access import KEEPER, StoreUnavailable, owned, unavailable
 from crossfeed.translators.forward.input import bare_reasoning, fill_reasoning, item_references, resolve_references
 from crossfeed.translators.responses.input_items import continued_history, normalize_input
 from crossfeed.translators.responses.replay import replay_events
@@ -54,21 +55,17 @@ from crossfeed.translators.sse import render_responses
 
 log = structlog.get_logger("crossfeed")
 
-STORE = web.AppKey("store", ResponseStore)
-KEEPER = web.AppKey("store_keeper", SaveKeeper)
 PENDING: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("pending_saves", set)
 SAVING: web.AppKey[dict[str, asyncio.Task[None]]] = web.AppKey("saving_by_id", dict)
 
 
-class StoreUnavailable(ProxyError):
-    status = 503
-    code = "store_unavailable"
-
-
 async def load_history(app: web.Application, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The conversation a ``previous_response_id`` continues, or None without one. The body's
+    """The conversation a ``previous_response_id`` continues, or the items of the ``conversation``
+    a create names (proxy/state/conversations.py), or None without either. The body's
     ``item_reference`` input items are resolved here too (``resolve_item_references``)."""
-    history = await _previous(app, body)
+    history = await conversation_history(app, body)
+    if history is None:
+        history = await _previous(app, body)
     await resolve_item_references(app, body)
     return history
 
@@ -132,7 +129,7 @@ async def _find_items(app: web.Application, item_ids: list[str]) -> dict[str, di
         try:
             record = visible(await keeper.get_by_item(item_id, owner))
         except StoreError as exc:
-            raise _unavailable(app, exc, "get", f"input item '{item_id}'") from None
+            raise unavailable(app, exc, "get", f"input item '{item_id}'") from None
         if record is None:
             continue
         for other in [item_id, *left]:
@@ -178,7 +175,7 @@ async def _lookup(app: web.Application, rid: str, subject: str) -> tuple[StoredR
     try:
         record = visible(await keeper.get(rid))
     except StoreError as exc:
-        raise _unavailable(app, exc, "get", subject[0].lower() + subject[1:]) from None
+        raise unavailable(app, exc, "get", subject[0].lower() + subject[1:]) from None
     if record is not None:
         return record, None
     miss = await keeper.explain_miss(rid, KEY_NAME.get())
@@ -189,14 +186,6 @@ async def _lookup(app: web.Application, rid: str, subject: str) -> tuple[StoredR
     return None, miss.message(subject)
 
 
-def _unavailable(app: web.Application, exc: StoreError, op: str, what: str) -> StoreUnavailable:
-    _count_failure(app, op, exc)
-    return StoreUnavailable(
-        f"The response store ({app[STORE].backend}) is unavailable ({short_reason(exc)}): {what} could not be "
-        "looked up. Try again later."
-    )
-
-
 async def save_before_final(
     app: web.Application,
     body: dict[str, Any],
@@ -205,8 +194,12 @@ async def save_before_final(
     ids: Any,
 ) -> None:
     """Save ``response`` and wait for it, up to ``save_timeout_seconds`` (then it finishes in the
-    background, and a wait in this process still finds it)."""
-    task = schedule_save(app, body, response, history, ids)
+    background, and a wait in this process still finds it). A turn of a conversation appends its
+    items to it (``store`` false too)."""
+    new_items = normalize_input(body.get("input"), ids)
+    if response is not None and CURRENT.get() is not None:
+        await append_turn(app, body, response, new_items)
+    task = schedule_save(app, body, response, history, new_items)
     if task is None:
         return
     timeout = app[CONFIG].store.save_timeout_seconds
@@ -242,12 +235,13 @@ def schedule_save(
     body: dict[str, Any],
     response: dict[str, Any] | None,
     history: list[dict[str, Any]] | None,
-    ids: Any,
+    new_items: list[dict[str, Any]],
 ) -> asyncio.Task[None] | None:
-    """Start saving ``response`` (a background task, returned); None when nothing is saved."""
+    """Start saving ``response`` (a background task, returned); None when nothing is saved.
+    ``new_items``: the request's input as stored items."""
     if response is None or body.get("store") is False:
         return None
-    items = (history or []) + normalize_input(body.get("input"), ids)
+    items = (history or []) + new_items
     record = StoredResponse(
         id=response["id"],
         created_at=int(response.get("created_at") or 0),
@@ -272,17 +266,11 @@ async def _save(app: web.Application, record: StoredResponse) -> None:
     await app[KEEPER].save(record)  # a failure is counted, logged and kept for retry: never raised
 
 
-def _count_failure(app: web.Application, op: str, exc: StoreError) -> None:
-    app[METRICS].store_failures.labels(op).inc()
-    log.warning("store.failed", operation=op, error=str(exc))
-
-
 def visible(record: StoredResponse | None) -> StoredResponse | None:
-    """The record, if the current request's key may see it: with inbound keys, a stored response
-    belongs to the key that made it, and to any other key it is as if it did not exist."""
-    if record is None or record.owner == KEY_NAME.get():
-        return record
-    return None
+    """The stored response, if the current request's key may see it (``owned``); a conversation
+    (proxy/state/conversations.py) is never a response."""
+    record = owned(record)
+    return None if record is None or is_conversation(record) else record
 
 
 async def _record(request: web.Request) -> StoredResponse:
@@ -321,7 +309,7 @@ async def delete_response(request: web.Request) -> web.Response:
         deleted = await keeper.delete(rid) or queued
     except StoreError as exc:
         if not queued:  # (a queued one was never stored: deleted all the same)
-            raise _unavailable(request.app, exc, "delete", f"response with id '{rid}'") from None
+            raise unavailable(request.app, exc, "delete", f"response with id '{rid}'") from None
         deleted = True
     if not deleted:
         raise ClientRequestError(

@@ -34,6 +34,7 @@ from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.observability import METRICS, note_upstream_error, usage_counts, usage_summary
 from crossfeed.proxy.runtime.turn_trace import TapSink, open_trace
+from crossfeed.proxy.state.conversations import CURRENT as CONVERSATION
 from crossfeed.proxy.state.history import final_saver
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS
 from crossfeed.proxy.streaming.relay import RelayStats, relay
@@ -350,7 +351,9 @@ async def forward_turn(turn: Turn, create: Create, open_sink: SinkOpener) -> dic
         lambda framing: forward_machine(turn, body, mapped, framing),
         open_sink,
         # a Response the client asked not to store has nothing to hand to the store
-        before_end=None if mapped.store is False else final_saver(turn.app, body, create.history),
+        before_end=None
+        if mapped.store is False and CONVERSATION.get() is None
+        else final_saver(turn.app, body, create.history),
         client=body,
     )
     return ended(turn, ran)

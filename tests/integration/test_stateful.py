@@ -179,7 +179,7 @@ async def test_a_slow_store_does_not_hold_the_answer(
     """The terminal event waits for the save only up to save_timeout_seconds: a slower store gets
     the save finished in the background (counted as save_late), and the response is found then."""
     from crossfeed.proxy.runtime.observability import METRICS
-    from crossfeed.proxy.state.history import STORE
+    from crossfeed.proxy.state.store_access import STORE
 
     store = proxy.app[STORE]
     real_save = store.save
@@ -248,7 +248,7 @@ async def test_save_timeout_zero_never_waits_and_this_process_still_finds_it(
     """``save_timeout_seconds = 0``: the terminal event goes out without waiting for the save (not
     counted as late: nothing waited), and a follow-up to this process waits for the save."""
     from crossfeed.proxy.runtime.observability import METRICS
-    from crossfeed.proxy.state.history import STORE
+    from crossfeed.proxy.state.store_access import STORE
 
     store = proxy.app[STORE]
     real_save = store.save

@@ -100,6 +100,35 @@ async def test_two_replicas_share_redis(upstream: FakeUpstream, tmp_path: Path, 
     ]
 
 
+@pytest.mark.redis
+async def test_a_conversation_is_shared_by_two_replicas(upstream: FakeUpstream, tmp_path: Path, redis_url: str) -> None:
+    """Created on a, continued on b (its turn appended there), read back on a, deleted on b."""
+    cfg = write_config(tmp_path / "c.toml", upstream, f'backend = "redis"\nkey_prefix = "cf-conv-{os.getpid()}:"')
+    upstream.reply(reply("Hello Ada."))
+    a = await start(cfg, {"CROSSFEED_REDIS_URL": redis_url})
+    b = await start(cfg, {"CROSSFEED_REDIS_URL": redis_url})
+    try:
+        async with (
+            openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0) as on_a,
+            openai.AsyncOpenAI(base_url=b.url + "/v1", api_key="k", max_retries=0) as on_b,
+        ):
+            conv = await on_a.conversations.create(items=[{"type": "message", "role": "user", "content": "I am Ada."}])
+            answer = await on_b.responses.create(model="m", input="Hi!", conversation=conv.id)
+            assert answer.output_text == "Hello Ada."
+            items = [i async for i in on_a.conversations.items.list(conv.id, order="asc")]
+            assert [i.role for i in items] == ["user", "user", "assistant"]  # type: ignore[union-attr]
+            assert (await on_b.conversations.delete(conv.id)).deleted
+            with pytest.raises(openai.NotFoundError):
+                await on_a.conversations.retrieve(conv.id)
+    finally:
+        assert await a.stop() == 0
+        assert await b.stop() == 0
+    assert upstream.requests[-1].body["messages"] == [
+        {"role": "user", "content": "I am Ada."},
+        {"role": "user", "content": "Hi!"},
+    ]
+
+
 class SlowLink:
     """A TCP relay on loopback that holds every chunk a client sends for ``delay`` seconds before
     passing it on: replica A's Redis is then slow to write to, as a busy or distant one is."""

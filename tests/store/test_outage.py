@@ -27,8 +27,8 @@ import pytest
 import structlog
 
 from crossfeed.proxy.state import store_health
-from crossfeed.proxy.state.history import KEEPER, STORE
 from crossfeed.proxy.state.store.base import StoreError
+from crossfeed.proxy.state.store_access import KEEPER, STORE
 from tests.fakes.upstream import FakeUpstream
 from tests.store.helpers import call, metric, readyz, reply, start
 from tests.support.app_server import ProxyHandle

@@ -22,10 +22,10 @@ import structlog
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.proxy.state.history import KEEPER
 from crossfeed.proxy.state.store import open_store
 from crossfeed.proxy.state.store.base import StoredResponse, StoreError
 from crossfeed.proxy.state.store.redis import RedisStore, script_flags_supported
+from crossfeed.proxy.state.store_access import KEEPER
 from crossfeed.proxy.state.store_health import short_reason
 from tests.fakes.upstream import FakeUpstream
 from tests.store.helpers import call, metric, readyz, rec, reply, start

@@ -46,7 +46,9 @@ Rules:
       unanswered requests, mcp_list_tools -> nothing (mcp_items.py)
   web_search_call items, with web_search (crossfeed runs web search) -> the tool
       exchange they were (web_search_items.replayed); without it -> dropped, ignored
-  conversation, prompt, background:true -> 400 naming the param
+  conversation                 -> not sent: its items are the history the caller resolved (the
+      proxy's Conversations API, proxy/state/conversations.py); ``history`` holds them
+  prompt, background:true -> 400 naming the param
   truncation:"auto", service_tier, prompt_cache_key, safety_identifier, max_tool_calls,
   stream_options, unknown fields (client_metadata...) -> not sent, listed in ignored; the
   documented ones are still type-checked (_check_ignored): a wrong type -> 400 naming it
@@ -120,7 +122,7 @@ _HANDLED_FIELDS = frozenset(
 )
 # The fields each group of checks reads: a group whose fields are all absent (the usual request
 # sends a handful of fields) is skipped with one set test instead of a lookup per field.
-_UNSUPPORTED_KEYS = frozenset({"conversation", "prompt", "background"})
+_UNSUPPORTED_KEYS = frozenset({"prompt", "background"})
 _SAMPLING_KEYS = frozenset({"max_output_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty"})
 _INCLUDE_KEYS = frozenset({"include", "top_logprobs"})
 _CHECKED_IGNORED_KEYS = frozenset(
@@ -327,11 +329,6 @@ def _hosted(
 
 
 def _reject_unsupported(body: dict[str, Any]) -> None:
-    if body.get("conversation") is not None:
-        raise UnsupportedFeature(
-            "crossfeed keeps no conversation objects: send the full input, or chain turns with previous_response_id.",
-            param="conversation",
-        )
     if body.get("prompt") is not None:
         raise UnsupportedFeature(
             "Stored prompt templates live on OpenAI's servers and cannot be resolved by a chat "

@@ -14,9 +14,10 @@ from crossfeed.proxy.errors import ProxyError
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import METRICS, Metrics
 from crossfeed.proxy.runtime.store_config import StoreConfig
-from crossfeed.proxy.state.history import KEEPER, SAVING, STORE, resolve_item_references
+from crossfeed.proxy.state.history import SAVING, resolve_item_references
 from crossfeed.proxy.state.store.base import StoredResponse, StoreError
 from crossfeed.proxy.state.store.memory import MemoryStore
+from crossfeed.proxy.state.store_access import KEEPER, STORE
 from crossfeed.proxy.state.store_retry import SaveKeeper
 from crossfeed.translators.errors import InvalidRequest
 from tests.support.items import ASSISTANT, BARE, CALL, REASONING, USER

@@ -218,7 +218,6 @@ ERROR_ROWS = [
     ("metadata-value-number", body(metadata={"k": 1}), "metadata.k", InvalidRequest),
     ("store-string", body(store="no"), "store", InvalidRequest),
     ("truncation-bad", body(truncation="sometimes"), "truncation", InvalidRequest),
-    ("conversation", body(conversation="conv_1"), "conversation", UnsupportedFeature),
     ("prompt", body(prompt={"id": "pmpt_1"}), "prompt", UnsupportedFeature),
     ("background-true", body(background=True), "background", UnsupportedFeature),
     ("text-not-object", body(text="json"), "text", InvalidRequest),
@@ -452,8 +451,14 @@ def test_errors(row_id: str, req: Any, param: str | None, exc: type[Exception]) 
     assert err.message
 
 
+def test_a_conversation_is_not_sent_to_the_backend() -> None:
+    """The caller resolved the conversation's items into the history: the chat body has no trace of it."""
+    chat = mapped(body(conversation={"id": "conv_1"})).chat
+    assert "conversation" not in chat
+
+
 def test_unsupported_messages_say_why() -> None:
-    for field, value in (("conversation", "c"), ("prompt", {"id": "p"}), ("background", True)):
+    for field, value in (("prompt", {"id": "p"}), ("background", True)):
         with pytest.raises(UnsupportedFeature) as info:
             mapped(body(**{field: value}))
         assert (
