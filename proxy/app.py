@@ -10,6 +10,7 @@ Routes:
   POST /v1/responses/input_tokens   chat upstream: counted (tokenizer or estimate); responses: asked (one leg)
   GET  /v1/responses, /responses    WebSocket mode (websocket.py): the same turns as JSON text frames
   POST /v1/chat/completions         chat upstream: passed through; responses upstream: translated (reverse.py)
+  POST /v1/embeddings, /v1/completions, ... (PASSED_BY_MODEL): to the model's upstream, unchanged
   POST /v1/alpha/search             Codex's standalone web search, on [web_search] (standalone_search.py)
   *    /v1/conversations...         the Conversations API, on the response store (state/conversations.py)
   GET  /inspector...                the live translation inspector, on [inspector] (inspector.py)
@@ -153,6 +154,8 @@ def create_app(
         app.router.add_route(method, "/v1/responses/{response_id}", _stored(handler))
     app.router.add_get("/v1/responses/{response_id}/input_items", _stored(list_input_items))
     app.router.add_post("/v1/chat/completions", chat_endpoint)
+    for path in PASSED_BY_MODEL:
+        app.router.add_post(path, model_endpoint)
     conversations.install(app)
     inspector.install(app, config, environ, tuple(key for key, _ in keys))
     return app
@@ -320,6 +323,28 @@ async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
     return web.Response(
         body=orjson.dumps(answer), content_type="application/json", headers={"x-crossfeed-token-count": how}
     )
+
+
+# The rest of an OpenAI-compatible backend's API: JSON bodies with a ``model``, routed as a create is
+# and passed through unchanged (the model renamed by the upstream's model_map), answered unbuffered.
+PASSED_BY_MODEL = (
+    "/v1/embeddings",
+    "/v1/completions",
+    "/v1/moderations",
+    "/v1/rerank",
+    "/v1/score",
+    "/v1/images/generations",
+    "/v1/audio/speech",
+)
+
+
+async def model_endpoint(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/embeddings`` and the others of ``PASSED_BY_MODEL``: to the upstream the body's
+    model routes to, whatever API it speaks, unchanged."""
+    body = await read_body(request)
+    with request.app[TRACER].turn(request.headers, request.path, request[SUMMARY], body):
+        turn = _turn(request, body)
+        return await passthrough(request, body=body, upstream=turn.upstream)
 
 
 async def chat_endpoint(request: web.Request) -> web.StreamResponse:
