@@ -113,12 +113,11 @@ def routing_table(config: Config, path: Path | None, environ: Mapping[str, str])
     A setting from no file, variable or flag is marked ``(built-in default)``, one from a variable
     or flag names it; the rest came from the file."""
     from crossfeed.proxy.cli.startup import store_location
-    from crossfeed.proxy.runtime import config as config_module
+    from crossfeed.proxy.runtime.config_sources import ENV_KEYS, INBOUND_KEYS_VAR
 
     src = config.origin_note
     lines = [f"{path}: valid" if path else "configuration: valid"]
-    env_keys = getattr(config_module, "_ENV_KEYS", {})
-    applied = sorted(k for k in [*env_keys, config_module.INBOUND_KEYS_VAR] if environ.get(k))
+    applied = sorted(k for k in [*ENV_KEYS, INBOUND_KEYS_VAR] if environ.get(k))
     if applied:
         lines.append("environment overrides applied: " + ", ".join(applied))
     lines.append("")

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from crossfeed.proxy.runtime.config import INBOUND_KEYS_VAR, Config
+from crossfeed.proxy.runtime.config import Config
+from crossfeed.proxy.runtime.config_sources import INBOUND_KEYS_VAR
 
 log = structlog.get_logger("crossfeed")
 
