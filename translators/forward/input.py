@@ -14,6 +14,7 @@ from crossfeed.translators.checks import expect_dict, expect_list, missing, opt_
 from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.forward import compaction as cmp
 from crossfeed.translators.forward import mcp_items as mcp
+from crossfeed.translators.forward import tool_search as ts
 from crossfeed.translators.forward.tools import flat_name
 from crossfeed.translators.forward.web_search_items import replayed
 from crossfeed.translators.options import CUSTOM_ARG, BackendProfile
@@ -37,8 +38,6 @@ _DROPPED_ITEM_TYPES = frozenset(
         "shell_call_output",
         "apply_patch_call",
         "apply_patch_call_output",
-        "tool_search_call",
-        "tool_search_output",
         "compaction_summary",
     }
 )
@@ -203,6 +202,10 @@ class InputMessages:
         self.reasoning_at: str | None = None
         self.deferred: list[dict[str, Any]] = []  # tool-output media for a following user message
         self.extra_tools: list[tuple[str, Any]] = []  # tools declared by additional_tools items
+        self.tool_search: str | None = None  # the search function, when the request has deferred tools
+        self.loaded: list[tuple[str, Any]] = []  # tools tool_search_output items loaded
+        self.revealed: set[str] = set()  # their chat names
+        self.searches: dict[Any, dict[str, Any]] = {}  # call_id -> a tool_search_call not yet answered
         self.calls: set[Any] = set()  # the call_id of every call item so far
         self.check_outputs = False  # a tool output must answer one of them (set for the input)
 
@@ -238,6 +241,8 @@ class InputMessages:
             self._assistant().setdefault("tool_calls", []).append(call)
             self._close()
             self.out.append(result)
+        elif kind in ("tool_search_call", "tool_search_output"):
+            self._tool_search(kind, item, p)
         elif kind in _MCP_ITEMS:
             self._mcp(kind, item, p)
         elif kind == cmp.ITEM:
@@ -410,6 +415,28 @@ class InputMessages:
         self._close()
         self.deferred = pending
         self.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+
+    def _tool_search(self, kind: str, item: dict[str, Any], p: str) -> None:
+        """An earlier tool search: the tools it loaded stay loaded (``loaded``, ``revealed``);
+        with a search function offered, the call and its output are the tool exchange they were
+        (the call waits for its output: a call with none is left out), else both are dropped."""
+        call_id = item.get("call_id") or item.get("id")
+        if kind == "tool_search_call":
+            self.calls.add(call_id)
+            if self.tool_search and isinstance(call_id, str):
+                self.searches[call_id] = item
+                return
+        else:
+            tools = expect_list(item.get("tools") or [], f"{p}.tools")
+            self.loaded += [(f"{p}.tools[{j}]", t) for j, t in enumerate(tools)]
+            self.revealed |= ts.loaded_names(tools)
+            call = self.searches.pop(call_id, None)
+            if self.tool_search and call is not None and isinstance(call_id, str):
+                self._assistant().setdefault("tool_calls", []).append(ts.replayed_call(call, self.tool_search, call_id))
+                self._close()
+                self.out.append(ts.replayed_output(item, call_id))
+                return
+        self.ignored.append(f"{p} {kind}")
 
     def _mcp(self, kind: str, item: dict[str, Any], p: str) -> None:
         """MCP items of earlier turns, as the tool exchanges they were (mcp_items.py)."""

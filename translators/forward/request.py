@@ -75,6 +75,7 @@ from crossfeed.translators.checks import (
 from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.forward import compaction as cmp
 from crossfeed.translators.forward import mcp_items
+from crossfeed.translators.forward import tool_search as ts
 from crossfeed.translators.forward.input import InputMessages, OpenSummary, Reveal
 from crossfeed.translators.forward.tools import ToolTable, map_text, map_tool_choice, map_tools
 from crossfeed.translators.forward.web_search_items import WebSearchRequest, search_function_name, search_request
@@ -158,6 +159,7 @@ class HostedTools:
     listed: Mapping[str, list[dict[str, Any]]]  # server_label -> the tools the conversation listed
     client_functions: frozenset[Any]  # the names of the client's own functions
     approved: list[dict[str, Any]] | None = None  # the messages with the answered approvals (PENDING)
+    catalog: ts.ToolCatalog | None = None  # deferred tools: the proxy runs the tool search
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,11 +210,12 @@ def responses_request_to_chat(
     msgs.client_functions = frozenset(
         t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
     )
+    msgs.tool_search = ts.function_name(body.get("tools")) if ts.has_deferred(body.get("tools")) else None
     chat["messages"] = _messages(body, history, msgs, mcp_results)
     if not chat["messages"]:
         raise missing("input")
 
-    table = _map_tool_fields(body, chat, ignored, msgs.extra_tools)
+    table, catalog = _map_tool_fields(body, chat, ignored, msgs)
     tokens = _map_sampling(body, options, chat) if not keys.isdisjoint(_SAMPLING_KEYS) else None
     map_text(body.get("text"), chat, ignored)
     _map_reasoning(body.get("reasoning"), chat, ignored)
@@ -222,10 +225,10 @@ def responses_request_to_chat(
     threshold = cmp.compact_threshold(body)
     if trigger:
         chat = cmp.summary_request(chat, options.compaction_prompt or cmp.COMPACTION_PROMPT)
-    hosted = _hosted(body, history, msgs, include) if body.get("tools") or msgs.answers else None
+    hosted = _hosted(body, history, msgs, include, catalog) if body.get("tools") or msgs.answers else None
     if hosted is not None and msgs.answers and mcp_results is None and not trigger:
         again = InputMessages(options, reveal_reasoning, [], open_summary, search_function)
-        again.client_functions = msgs.client_functions
+        again.client_functions, again.tool_search = msgs.client_functions, msgs.tool_search
         approved = _messages(body, history, again, dict.fromkeys(msgs.answers, PENDING))
         hosted = dataclasses.replace(hosted, approved=approved)
     return MappedRequest(
@@ -284,12 +287,16 @@ def _messages(
 
 
 def _map_tool_fields(
-    body: dict[str, Any], chat: dict[str, Any], ignored: list[str], extra: list[tuple[str, Any]]
-) -> ToolTable:
-    """tools, tool_choice and parallel_tool_calls (tools.map_tools / map_tool_choice)."""
-    table = map_tools(body.get("tools"), ignored, CUSTOM_ARG, extra)
+    body: dict[str, Any], chat: dict[str, Any], ignored: list[str], msgs: InputMessages
+) -> tuple[ToolTable, ts.ToolCatalog | None]:
+    """tools, tool_choice and parallel_tool_calls (tools.map_tools / map_tool_choice); with
+    deferred tools, the catalogue that keeps them out until a tool search reveals them."""
+    table = map_tools(body.get("tools"), ignored, CUSTOM_ARG, msgs.extra_tools, msgs.loaded)
     choice, allowed = map_tool_choice(body.get("tool_choice"), table, ignored)
     tools = [t for t in table.chat if allowed is None or t["function"]["name"] in allowed]
+    catalog = _catalog(table, msgs, choice, allowed) if table.deferred and msgs.tool_search else None
+    if catalog is not None:
+        tools = catalog.tools(catalog.revealed)
     parallel = opt_bool(body, "parallel_tool_calls", "")
     if tools:
         chat["tools"] = tools
@@ -299,13 +306,50 @@ def _map_tool_fields(
             chat["parallel_tool_calls"] = parallel
     elif choice not in (None, "none", "auto"):
         ignored.append(f"tool_choice {choice} (no function tools to call)")
-    return table
+    return table, catalog
+
+
+def _catalog(table: ToolTable, msgs: InputMessages, choice: Any, allowed: set[str] | None) -> ts.ToolCatalog:
+    """The deferred tools set apart: revealed are those an earlier tool search of the
+    conversation loaded, and one ``tool_choice`` names (the backend must know the function)."""
+    hidden = {name for name, _, _ in table.deferred}
+    revealed = set(msgs.revealed) & hidden
+    if isinstance(choice, dict):
+        revealed.add(choice["function"]["name"])
+    deferred = tuple(
+        ts.Deferred(
+            name=name,
+            chat=next(t for t in table.chat if t["function"]["name"] == name),
+            tool=tool,
+            namespace=space,
+            label=f"{space.get('name')}.{tool.get('name')}" if space is not None else name,
+            line=ts.one_line(tool.get("description")),
+        )
+        for name, tool, space in table.deferred
+    )
+    assert msgs.tool_search is not None
+    return ts.ToolCatalog(
+        function=msgs.tool_search,
+        visible=tuple(
+            t
+            for t in table.chat
+            if t["function"]["name"] not in hidden and (allowed is None or t["function"]["name"] in allowed)
+        ),
+        deferred=deferred,
+        revealed=frozenset(revealed & hidden),
+        allowed=frozenset(allowed) if allowed is not None else None,
+    )
 
 
 def _hosted(
-    body: dict[str, Any], history: list[dict] | None, msgs: InputMessages, include: frozenset[str]
+    body: dict[str, Any],
+    history: list[dict] | None,
+    msgs: InputMessages,
+    include: frozenset[str],
+    catalog: ts.ToolCatalog | None,
 ) -> HostedTools | None:
-    """The request's hosted search and MCP tools, and the MCP approvals its input answers."""
+    """The request's hosted search and MCP tools, the MCP approvals its input answers, and its
+    deferred tools' catalogue."""
     tools = body.get("tools")
     search = search_request(tools, body.get("tool_choice"), include)
     servers = (
@@ -313,7 +357,7 @@ def _hosted(
         if isinstance(tools, list)
         else ()
     )
-    if search is None and not servers and not msgs.answers:
+    if search is None and not servers and not msgs.answers and catalog is None:
         return None
     inp = body.get("input")
     earlier = [*(history or ()), *(inp if isinstance(inp, list) else ())] if servers or msgs.answers else []
@@ -325,6 +369,7 @@ def _hosted(
         requests=mcp_items.requests(earlier),
         listed=mcp_items.listed(earlier),
         client_functions=msgs.client_functions,
+        catalog=catalog,
     )
 
 

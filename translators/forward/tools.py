@@ -170,12 +170,17 @@ class ToolTable:
         self.custom: set[str] = set()
         self.namespaced: dict[str, tuple[str, str]] = {}
         self.by_choice: dict[tuple[str, str | None], str] = {}  # (name, namespace) -> chat name
+        # (chat name, tool, its namespace tool or None) of each defer_loading tool, in order
+        self.deferred: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
+        self.loading = False  # mapping tools a tool_search_output loaded: a name already here is skipped
 
     def add(
         self, chat_tool: dict[str, Any], param: str, *, namespace: str | None = None, member: str, custom: bool
     ) -> None:
         name = chat_tool["function"]["name"]
         if any(t["function"]["name"] == name for t in self.chat):
+            if self.loading:
+                return
             raise value_error(f"{param}.name", f"duplicate tool name {name!r}.")
         self.chat.append(chat_tool)
         if custom:
@@ -191,14 +196,22 @@ class ToolTable:
         return ToolContext(custom_tools=frozenset(self.custom), namespaced=dict(self.namespaced), custom_arg=arg)
 
 
-def map_tools(tools: Any, ignored: list[str], arg: str, extra: list[tuple[str, Any]] | None = None) -> ToolTable:
+def map_tools(
+    tools: Any,
+    ignored: list[str],
+    arg: str,
+    extra: list[tuple[str, Any]] | None = None,
+    loaded: list[tuple[str, Any]] | None = None,
+) -> ToolTable:
     """Map Responses ``tools`` onto Chat function tools.
 
     Rules:
       function {name, description?, parameters?, strict?} -> {type:function, function:{...}};
           strict always sent: as given, else true iff the schema is already strict-conformant
           (Responses treats an omitted strict as strict; a chat backend cannot normalise a schema)
-      function.defer_loading      -> dropped (tool always visible); listed in ignored
+      defer_loading true (function, custom, namespace member) -> mapped, and recorded in
+          ToolTable.deferred: the request mapping keeps it out of the backend's tools until a
+          tool search reveals it (tool_search.py); defer_loading false -> listed in ignored
       custom {name, description?, format?} -> function taking one required string `arg`; the
           description carries the original text plus the grammar (syntax + definition) or a
           free-text note; the name is recorded in ToolContext.custom_tools
@@ -208,32 +221,43 @@ def map_tools(tools: Any, ignored: list[str], arg: str, extra: list[tuple[str, A
       duplicate chat names -> 400 tools[i].name
       extra: (param, tool) pairs declared elsewhere (Codex's ``additional_tools`` input items),
           mapped by the same rules after ``tools``
+      loaded: (param, tool) pairs a ``tool_search_output`` item of the conversation loaded, mapped
+          last; one whose name is already declared is skipped (it is that tool), the others are
+          sent like any tool
     """
     table = ToolTable()
     pairs = [] if tools is None else [(f"tools[{i}]", raw) for i, raw in enumerate(expect_list(tools, "tools"))]
     pairs += extra or []
     for param, raw in pairs:
-        tool = expect_dict(raw, param)
-        kind = tool.get("type")
-        if kind == "function" or kind == "custom":
-            name = req_str(tool, "name", param)
-            _add_member(table, tool, kind, param, name, None, name, ignored, arg)
-        elif kind == "namespace":
-            ns = req_str(tool, "name", param)
-            for j, raw_member in enumerate(expect_list(tool.get("tools") or [], f"{param}.tools")):
-                mparam = f"{param}.tools[{j}]"
-                member = expect_dict(raw_member, mparam)
-                mkind = member.get("type")
-                if mkind not in ("function", "custom"):
-                    ignored.append(f"{mparam} {mkind}")
-                    continue
-                mname = req_str(member, "name", mparam)
-                _add_member(table, member, mkind, mparam, flat_name(ns, mname), ns, mname, ignored, arg)
-        elif isinstance(kind, str):
-            ignored.append(f"{param} {kind}")
-        else:
-            raise missing(f"{param}.type") if kind is None else type_error(f"{param}.type", "a string", kind)
+        _map_tool(table, param, raw, ignored, arg)
+    table.loading = True
+    for param, raw in loaded or ():
+        _map_tool(table, param, raw, ignored, arg)
+    table.loading = False
     return table
+
+
+def _map_tool(table: ToolTable, param: str, raw: Any, ignored: list[str], arg: str) -> None:
+    tool = expect_dict(raw, param)
+    kind = tool.get("type")
+    if kind == "function" or kind == "custom":
+        name = req_str(tool, "name", param)
+        _add_member(table, tool, kind, param, name, None, name, ignored, arg)
+    elif kind == "namespace":
+        ns = req_str(tool, "name", param)
+        for j, raw_member in enumerate(expect_list(tool.get("tools") or [], f"{param}.tools")):
+            mparam = f"{param}.tools[{j}]"
+            member = expect_dict(raw_member, mparam)
+            mkind = member.get("type")
+            if mkind not in ("function", "custom"):
+                ignored.append(f"{mparam} {mkind}")
+                continue
+            mname = req_str(member, "name", mparam)
+            _add_member(table, member, mkind, mparam, flat_name(ns, mname), ns, mname, ignored, arg, tool)
+    elif isinstance(kind, str):
+        ignored.append(f"{param} {kind}")
+    else:
+        raise missing(f"{param}.type") if kind is None else type_error(f"{param}.type", "a string", kind)
 
 
 def _add_member(
@@ -246,13 +270,14 @@ def _add_member(
     member: str,
     ignored: list[str],
     arg: str,
+    space: dict[str, Any] | None = None,
 ) -> None:
-    if kind == "function":
-        chat_tool = _function(chat_name, tool, param)
-        if opt_bool(tool, "defer_loading", param) is not None:
-            ignored.append(f"{param}.defer_loading")
-    else:
-        chat_tool = _custom(chat_name, tool, param, arg)
+    chat_tool = _function(chat_name, tool, param) if kind == "function" else _custom(chat_name, tool, param, arg)
+    defer = opt_bool(tool, "defer_loading", param)
+    if defer and not table.loading:
+        table.deferred.append((chat_name, tool, space))
+    elif defer is not None and kind == "function":
+        ignored.append(f"{param}.defer_loading")
     table.add(chat_tool, param, namespace=ns, member=member, custom=kind == "custom")
 
 

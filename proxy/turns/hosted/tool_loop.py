@@ -184,6 +184,9 @@ def next_body(
         ),
     ]
     out = {**body, "messages": messages}
+    retool = next((r.leg_tools for r in loop.runners if hasattr(r, "leg_tools")), None)
+    if retool is not None:  # a tool search revealed tools: they join the request's, in their place
+        out["tools"] = [*retool(), *(t for r in loop.runners for t in r.tools)]
     if any(r.forced for r in loop.runners):
         out["tool_choice"] = "auto"
     if final:

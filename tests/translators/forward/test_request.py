@@ -925,7 +925,14 @@ TOOL_ROWS = [
         None,
         (),
     ),
-    ("defer-loading-dropped", [{**FN, "defer_loading": True}], None, [FN_CHAT], None, ("tools[0].defer_loading",)),
+    (
+        "defer-loading-false-ignored",
+        [{**FN, "defer_loading": False}],
+        None,
+        [FN_CHAT],
+        None,
+        ("tools[0].defer_loading",),
+    ),
     (
         "custom-text",
         [CUSTOM_TEXT],
