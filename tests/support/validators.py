@@ -150,7 +150,15 @@ _CALL_ID_TYPES = {"function_call", "custom_tool_call", "shell_call", "shell_call
 # Required on these types in output_item.added / .done and in the terminal response.output;
 # real OpenAI reasoning items carry none, so there it is optional but, when
 # present, held to the same values. Added items are always in_progress.
-_STATUS_REQUIRED = frozenset({"message", "function_call", "custom_tool_call", "web_search_call"})
+_STATUS_REQUIRED = frozenset(
+    {"message", "function_call", "custom_tool_call", "web_search_call", "tool_search_call", "tool_search_output"}
+)
+# The fields of the tool search items (openai-python's ResponseToolSearchCall and
+# ResponseToolSearchOutputItem): no other key, each of its type.
+_TOOL_SEARCH_KEYS = {
+    "tool_search_call": frozenset({"id", "type", "call_id", "execution", "status", "arguments", "created_by"}),
+    "tool_search_output": frozenset({"id", "type", "call_id", "execution", "status", "tools", "created_by"}),
+}
 _DONE_STATUSES = {
     "message": ("completed", "incomplete"),
     "function_call": ("completed", "incomplete"),
@@ -410,6 +418,8 @@ class _ResponsesChecker:
                 self.fail(f"added {item['type']} item must start with {key}={value!r}")
         if item["type"] == "reasoning" and item.get("content", []) != []:
             self.fail("added reasoning item must start with content=[]")
+        if item["type"] in _TOOL_SEARCH_KEYS:
+            self.tool_search_item(item)
         self.items.append(_Item(item))
 
     def on_output_item_done(self, event: dict) -> None:
@@ -434,12 +444,48 @@ class _ResponsesChecker:
                 self.fail(f"done item {field} differs from the streamed deltas")
         if slot.type == "message" and _parts(item.get("content")) != _parts([p.final for p in slot.parts]):
             self.fail("done message content differs from the content_part.done parts")
+        if slot.type in _TOOL_SEARCH_KEYS:
+            self.tool_search_item(item)
+            if slot.type == "tool_search_output" and item.get("execution") == "server":
+                calls = {
+                    s.final.get("call_id")
+                    for s in self.items
+                    if s.type == "tool_search_call" and s.final is not None and s.final.get("execution") == "server"
+                }
+                if item.get("call_id") not in calls:
+                    self.fail("tool_search_output answers no completed tool_search_call of this response")
         if slot.type == "reasoning":
             if item.get("summary") != [p.final for p in slot.summary]:
                 self.fail("done reasoning summary differs from the reasoning_summary_part.done parts")
             if item.get("content", []) != [p.final for p in slot.parts]:
                 self.fail("done reasoning content differs from the content_part.done parts")
         slot.final = item
+
+    def tool_search_item(self, item: dict) -> None:
+        """A ``tool_search_call`` / ``tool_search_output`` as the SDK types define it."""
+        kind = item["type"]
+        extra = set(item) - _TOOL_SEARCH_KEYS[kind]
+        if extra:
+            self.fail(f"{kind} item has unknown fields {sorted(extra)}")
+        if item.get("execution") not in ("server", "client"):
+            self.fail(f"{kind} item needs execution 'server' or 'client', got {item.get('execution')!r}")
+        if item.get("call_id") is not None and not _nonempty_str(item.get("call_id")):
+            self.fail(f"{kind} item call_id must be a non-empty string or null")
+        if kind == "tool_search_call" and not isinstance(item.get("arguments"), dict):
+            self.fail("tool_search_call item needs its arguments as an object")
+        if kind == "tool_search_output":
+            tools = item.get("tools")
+            if not isinstance(tools, list) or not all(
+                isinstance(t, dict) and _nonempty_str(t.get("type")) for t in tools
+            ):
+                self.fail("tool_search_output item needs tools: a list of tool objects")
+            for t in tools:
+                if t["type"] == "namespace" and not (
+                    _nonempty_str(t.get("name"))
+                    and isinstance(t.get("description"), str)
+                    and isinstance(t.get("tools"), list)
+                ):
+                    self.fail("a namespace tool needs name, description and tools")
 
     def item_status(self, item: dict, label: str, allowed: tuple[str, ...]) -> None:
         """``status`` must be present on the types that require it and, if present, allowed."""

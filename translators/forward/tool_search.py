@@ -36,6 +36,7 @@ DEFAULT_LIMIT = 8  # tools a search returns when the call does not say (Codex's 
 MAX_LIMIT = 20
 _LINE = 120  # characters of a catalogue line's description
 _WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset({"the", "and", "for", "with", "from", "that", "this", "into", "tool", "tools", "use", "can"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +97,10 @@ class ToolCatalog:
     def search(self, query: str, limit: int = DEFAULT_LIMIT) -> list[Deferred]:
         """The best matches of ``query``: a tool named in it first (by its chat name, its
         catalogue name or its member name), then by the query's words found in the tool's name
-        (3 each) and description (1 each); ties keep the request's order; at most ``limit``."""
+        (3 each) and description (1 each); ties keep the request's order; at most ``limit``, and
+        none scoring under half the best (a word in passing does not load a tool)."""
         text = query.lower()
-        words = _words(text)
+        words = {w for w in _words(text) if len(w) > 2 and w not in _STOP}
         scored = []
         for order, d in enumerate(self.deferred):
             names = {d.name.lower(), d.label.lower(), d.label.lower().rsplit(".", 1)[-1]}
@@ -109,7 +111,8 @@ class ToolCatalog:
             if score:
                 scored.append((-score, order, d))
         scored.sort(key=lambda s: (s[0], s[1]))
-        return [d for _, _, d in scored[: max(1, min(limit, MAX_LIMIT))]]
+        best = -scored[0][0] if scored else 0
+        return [d for score, _, d in scored[: max(1, min(limit, MAX_LIMIT))] if -score * 2 >= best]
 
 
 def _words(text: str) -> set[str]:
