@@ -45,6 +45,9 @@ class BackendProfile:
     # Chat request fields a Responses backend lacks (seed, logit_bias, vendor extras...) that the
     # reverse request mapping drops, reported in its ``ignored`` list, instead of answering 400.
     drop_params: tuple[str, ...] = ()
+    # reasoning.effort values -> what the chat backend accepts ("omit": the field is not sent);
+    # pairs, so the profile stays hashable. Values not listed pass as they are.
+    reasoning_effort_map: tuple[tuple[str, str], ...] = ()
 
 
 DEFAULT_PROFILE = BackendProfile()

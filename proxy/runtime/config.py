@@ -88,6 +88,10 @@ class Upstream(_Model):
     context_window: int = Field(
         0, ge=0, description="the backend's context in tokens (0 = unknown): a longer compaction request is a 400"
     )
+    reasoning_effort_map: dict[str, str] = Field(
+        default_factory=dict,
+        description='api = chat: reasoning.effort values -> what this backend accepts ("omit": not sent)',
+    )
     drop_params: tuple[str, ...] = Field(
         (),
         description="api = responses: chat request fields the backend lacks (seed, logit_bias, ...) that are "
@@ -116,7 +120,7 @@ class Upstream(_Model):
         if self.api == "chat":
             wrong = [k for k in ("normalize_stream", "min_output_tokens", "drop_params") if k in self.model_fields_set]
         else:
-            wrong = [k for k in ("think_tags", "tool_markup") if k in self.model_fields_set]
+            wrong = [k for k in ("think_tags", "tool_markup", "reasoning_effort_map") if k in self.model_fields_set]
         if wrong:
             other = "responses" if self.api == "chat" else "chat"
             raise ValueError(
@@ -138,6 +142,7 @@ class Upstream(_Model):
             normalize_stream=self.normalize_stream,
             min_output_tokens=self.min_output_tokens,
             drop_params=self.drop_params,
+            reasoning_effort_map=tuple(self.reasoning_effort_map.items()),
         )
 
     def matches_pattern(self, model: str) -> bool:

@@ -28,7 +28,8 @@ Rules:
   text.format json_schema      -> response_format {type:json_schema, json_schema:{...}}
   text.format json_object      -> response_format {type:json_object}; text -> nothing
   text.verbosity               -> verbosity
-  reasoning.effort             -> reasoning_effort; reasoning.summary: the reasoning streams as a
+  reasoning.effort             -> reasoning_effort (renamed by the profile's reasoning_effort_map;
+      "omit": not sent); reasoning.summary: the reasoning streams as a
                                   summary part (chat_to_responses); others -> ignored
   include logprobs / top_logprobs -> logprobs:true (+ top_logprobs)
   include reasoning.encrypted_content -> honoured by crossfeed (not sent); others -> ignored
@@ -218,7 +219,7 @@ def responses_request_to_chat(
     table, catalog = _map_tool_fields(body, chat, ignored, msgs)
     tokens = _map_sampling(body, options, chat) if not keys.isdisjoint(_SAMPLING_KEYS) else None
     map_text(body.get("text"), chat, ignored)
-    _map_reasoning(body.get("reasoning"), chat, ignored)
+    _map_reasoning(body.get("reasoning"), chat, ignored, options)
     include = _map_include(body, chat, ignored) if not keys.isdisjoint(_INCLUDE_KEYS) else frozenset()
     store, max_tool_calls = _map_misc(body, chat, ignored)
     stream = chat["stream"]
@@ -409,12 +410,14 @@ def _map_sampling(body: dict[str, Any], options: BackendProfile, chat: dict[str,
     return tokens
 
 
-def _map_reasoning(reasoning: Any, chat: dict[str, Any], ignored: list[str]) -> None:
+def _map_reasoning(reasoning: Any, chat: dict[str, Any], ignored: list[str], options: BackendProfile) -> None:
     if reasoning is None:
         return
     reasoning = expect_dict(reasoning, "reasoning")
     effort = opt_str(reasoning, "effort", "reasoning")
-    if effort is not None:
+    if effort is not None and options.reasoning_effort_map:  # what this backend accepts ("omit": nothing)
+        effort = dict(options.reasoning_effort_map).get(effort, effort)
+    if effort is not None and effort != "omit":
         chat["reasoning_effort"] = effort
     for key in ("summary", "generate_summary"):  # typed (strings or null); the stream machine reads summary
         opt_str(reasoning, key, "reasoning")

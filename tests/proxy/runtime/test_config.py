@@ -211,3 +211,13 @@ def test_a_bad_event_dialect_names_its_key_and_source(tmp_path: Path) -> None:
     f.write_text('[[server.inbound_keys]]\nname = "a"\nkey_env = "K"\nevent_dialect = "open-responses"\n')
     with pytest.raises(ConfigError, match=r"server.inbound_keys.0.event_dialect \(in .*c.toml\): must be one of"):
         load_config(f, {})
+
+
+def test_reasoning_effort_map_reaches_the_profile(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[[upstreams]]\nname = "a"\nreasoning_effort_map = { minimal = "low", xhigh = "omit" }\n')
+    up = load_config(f, {}).upstreams[0]
+    assert dict(up.profile.reasoning_effort_map) == {"minimal": "low", "xhigh": "omit"}
+    f.write_text('[[upstreams]]\nname = "a"\napi = "responses"\nreasoning_effort_map = { minimal = "low" }\n')
+    with pytest.raises(ConfigError, match="reasoning_effort_map only applies"):
+        load_config(f, {})

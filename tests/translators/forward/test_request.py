@@ -1269,3 +1269,12 @@ def test_flat_names_always_fit_chat_and_stay_unique(namespace: str, member: str)
     assert name == flat_name(namespace, member)  # deterministic: history replay needs the same name
     assert name != flat_name(namespace, member + "x") and name != flat_name(namespace + "x", member)
     assert flat_name("mcp__demo__", "x") == "mcp__demo__x" and flat_name("ns", "x") == "ns__x"  # short: unchanged
+
+
+def test_reasoning_effort_map_renames_or_omits() -> None:
+    """A backend whose template knows other effort names, or answers 500 to one it does not know."""
+    profile = BackendProfile(reasoning_effort_map=(("minimal", "low"), ("xhigh", "omit")))
+    assert mapped(body(reasoning={"effort": "minimal"}), profile).chat["reasoning_effort"] == "low"
+    assert "reasoning_effort" not in mapped(body(reasoning={"effort": "xhigh"}), profile).chat
+    assert mapped(body(reasoning={"effort": "high"}), profile).chat["reasoning_effort"] == "high"
+    assert mapped(body(reasoning={"effort": "minimal"})).chat["reasoning_effort"] == "minimal"  # no map: as sent
