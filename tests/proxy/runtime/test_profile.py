@@ -23,20 +23,23 @@ NON_DEFAULT = {
     "normalize_stream": True,
     "min_output_tokens": 1,
     "drop_params": ("seed", "logit_bias"),
+    "reasoning_effort_map": (("minimal", "low"), ("xhigh", "omit")),
 }
 
 
 CONFIG_NAME = {"system_placement": "system_messages"}
+# Profile values the config spells otherwise: the effort map is a table in the config, pairs in the profile.
+CONFIG_VALUE = {"reasoning_effort_map": dict}
 
 
 def test_every_profile_field_is_configurable() -> None:
     fields = {f.name for f in dataclasses.fields(BackendProfile)}
     assert fields == set(NON_DEFAULT), "a new profile field needs a config key and a line here"
     responses_only = {"normalize_stream", "min_output_tokens", "drop_params"}
-    chat_only = {"think_tags", "tool_markup"}
+    chat_only = {"think_tags", "tool_markup", "reasoning_effort_map"}
     for api, skip in (("chat", responses_only), ("responses", chat_only)):
         given = {k: v for k, v in NON_DEFAULT.items() if k not in skip}
-        up = Upstream(api=api, **{CONFIG_NAME.get(k, k): v for k, v in given.items()})
+        up = Upstream(api=api, **{CONFIG_NAME.get(k, k): CONFIG_VALUE.get(k, lambda v: v)(v) for k, v in given.items()})
         got = dataclasses.asdict(up.profile)
         assert {k: got[k] for k in given} == given
 
