@@ -30,6 +30,7 @@ from crossfeed.proxy.runtime.config_sources import (
     set_key,
     short_inbound_keys,
 )
+from crossfeed.proxy.runtime.images_config import ImagesConfig
 from crossfeed.proxy.runtime.inspector_config import InspectorConfig
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.translators.options import EVENT_NAMES, BackendProfile, EventDialect, EventNames
@@ -354,6 +355,7 @@ class Config(_Model):
     reasoning: Reasoning = Field(default_factory=Reasoning)
     web_search: WebSearch = Field(default_factory=WebSearch)
     mcp: Mcp = Field(default_factory=Mcp)
+    images: ImagesConfig = Field(default_factory=ImagesConfig)
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
     store: StoreConfig = Field(default_factory=StoreConfig)
     inspector: InspectorConfig = Field(default_factory=InspectorConfig)

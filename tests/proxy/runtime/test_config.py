@@ -221,3 +221,34 @@ def test_reasoning_effort_map_reaches_the_profile(tmp_path: Path) -> None:
     f.write_text('[[upstreams]]\nname = "a"\napi = "responses"\nreasoning_effort_map = { minimal = "low" }\n')
     with pytest.raises(ConfigError, match="reasoning_effort_map only applies"):
         load_config(f, {})
+
+
+def test_images_section(tmp_path: Path) -> None:
+    assert load_config(None, {}).images.backend_url is None  # the default: no images backend
+    f = tmp_path / "c.toml"
+    f.write_text('[images]\nbackend_url = "http://127.0.0.1:8080/v1/"\nsizes = ["512x512", "1024x1024"]\n')
+    images = load_config(f, {}).images
+    assert images.endpoint == "http://127.0.0.1:8080/v1/images/generations" and images.size == "512x512"
+    env = load_config(
+        None, {"CROSSFEED_IMAGES__BACKEND_URL": "http://h/v1", "CROSSFEED_IMAGES__DEFAULT_SIZE": "1536x1024"}
+    )
+    assert env.images.size == "1536x1024" and env.origin("images", "backend_url") == "$CROSSFEED_IMAGES__BACKEND_URL"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('[images]\nbackend_url = "localhost:8080"\n', r"images.backend_url \(in .*c.toml\): .*http:// or https://"),
+        ('[images]\nsizes = ["big"]\n', r"images.sizes \(in .*c.toml\): .*WIDTHxHEIGHT .*'big'"),
+        ('[images]\ndefault_size = "640x480"\n', r"images \(in .*c.toml\): .*default_size '640x480' is not one of"),
+        ("[images]\nmax_calls = 0\n", r"images.max_calls \(in .*c.toml\)"),
+        ('[images]\nbackend = "localai"\n', r"images.backend \(in .*c.toml\): unknown key"),
+    ],
+)
+def test_a_bad_images_section_names_its_key_and_source(tmp_path: Path, text: str, fragment: str) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(f, {})
+    with pytest.raises(ConfigError, match=r"images.timeout_seconds \(from \$CROSSFEED_IMAGES__TIMEOUT_SECONDS\)"):
+        load_config(None, {"CROSSFEED_IMAGES__TIMEOUT_SECONDS": "0"})
