@@ -917,6 +917,70 @@ def test_web_search_call_status_is_required_and_may_be_failed() -> None:
         validate_responses_events(_web_search_stream({**base, "status": "in_progress"}, {**base, **action}))
 
 
+def _image_stream(phases: list[dict], added: dict, done: dict) -> list[dict]:
+    """An image_generation_call stream with the item-scoped events ``phases`` (each an event
+    without item_id/output_index) between its added and done events."""
+    scoped = [{**p, "item_id": "ig_1", "output_index": 0} for p in phases]
+    events = [
+        {"type": "response.created", "response": _response("in_progress", [])},
+        {"type": "response.in_progress", "response": _response("in_progress", [])},
+        {"type": "response.output_item.added", "output_index": 0, "item": added},
+        *scoped,
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        {
+            "type": "response.completed",
+            "response": _response("completed", [copy.deepcopy(done)], usage=copy.deepcopy(USAGE)),
+        },
+    ]
+    return _renumber(events)
+
+
+IMG = {"id": "ig_1", "type": "image_generation_call"}
+IMG_ADDED = {**IMG, "status": "in_progress", "result": None}
+IMG_DONE = {**IMG, "status": "completed", "result": "iVBORw0KGgo="}
+
+
+def _img(phase: str, **fields: object) -> dict:
+    return {"type": f"response.image_generation_call.{phase}", **fields}
+
+
+def _partial(n: int) -> dict:
+    return _img("partial_image", partial_image_b64="iVBO", partial_image_index=n)
+
+
+def test_image_generation_call_events_in_order() -> None:
+    whole = [_img("in_progress"), _img("generating"), _partial(0), _partial(1), _img("completed")]
+    validate_responses_events(_image_stream(whole, IMG_ADDED, IMG_DONE))
+    failed = {**IMG, "status": "failed", "result": None}
+    validate_responses_events(_image_stream(whole[:3], IMG_ADDED, failed))
+    bad = {
+        "partial before generating": ([_img("in_progress"), _partial(0)], IMG_DONE, "must follow .generating"),
+        "partial index skips": (
+            [_img("in_progress"), _img("generating"), _partial(1)],
+            IMG_DONE,
+            "partial_image_index 1, expected 0",
+        ),
+        "partial without b64": (
+            [_img("in_progress"), _img("generating"), _img("partial_image", partial_image_index=0)],
+            IMG_DONE,
+            "non-empty partial_image_b64",
+        ),
+        "completed without its event": ([_img("in_progress"), _img("generating")], IMG_DONE, "its .completed event"),
+        "completed twice": ([*whole, _img("completed")], IMG_DONE, "precede .completed"),
+        "generating first": ([_img("generating")], IMG_DONE, "generating after"),
+        "failed after completed": (whole, {**IMG, "status": "failed", "result": None}, "'failed' after"),
+        "completed without result": (whole, {**IMG, "status": "completed", "result": None}, "base64 result"),
+    }
+    for name, (phases, done, message) in bad.items():
+        with pytest.raises(StreamViolation, match=re.escape(message)):
+            validate_responses_events(_image_stream(phases, IMG_ADDED, done))
+            pytest.fail(name)
+    with pytest.raises(StreamViolation, match="start with result null"):
+        validate_responses_events(_image_stream(whole, {**IMG_ADDED, "result": "x"}, IMG_DONE))
+    with pytest.raises(StreamViolation, match=r"added item \(image_generation_call\) has no `status`"):
+        validate_responses_events(_image_stream(whole, dict(IMG), IMG_DONE))
+
+
 # ---------------------------------------------------------------------------------------------
 # The validator's own SSE frame parser
 # ---------------------------------------------------------------------------------------------

@@ -151,7 +151,15 @@ _CALL_ID_TYPES = {"function_call", "custom_tool_call", "shell_call", "shell_call
 # real OpenAI reasoning items carry none, so there it is optional but, when
 # present, held to the same values. Added items are always in_progress.
 _STATUS_REQUIRED = frozenset(
-    {"message", "function_call", "custom_tool_call", "web_search_call", "tool_search_call", "tool_search_output"}
+    {
+        "message",
+        "function_call",
+        "custom_tool_call",
+        "web_search_call",
+        "tool_search_call",
+        "tool_search_output",
+        "image_generation_call",
+    }
 )
 # The fields of the tool search items (openai-python's ResponseToolSearchCall and
 # ResponseToolSearchOutputItem): no other key, each of its type.
@@ -200,7 +208,7 @@ class _Part:
 
 
 class _Item:
-    __slots__ = ("added", "parts", "summary", "streams", "streams_done", "final")
+    __slots__ = ("added", "parts", "summary", "streams", "streams_done", "final", "phases")
 
     def __init__(self, added: dict) -> None:
         self.added = added
@@ -209,6 +217,7 @@ class _Item:
         self.streams: dict[str, list[str]] = {}
         self.streams_done: set[str] = set()
         self.final: dict | None = None
+        self.phases: list[str] = []  # an image_generation_call's events, in order
 
     @property
     def type(self) -> str:
@@ -420,6 +429,8 @@ class _ResponsesChecker:
             self.fail("added reasoning item must start with content=[]")
         if item["type"] in _TOOL_SEARCH_KEYS:
             self.tool_search_item(item)
+        if item["type"] == "image_generation_call" and item.get("result") is not None:
+            self.fail("added image_generation_call item must start with result null")
         self.items.append(_Item(item))
 
     def on_output_item_done(self, event: dict) -> None:
@@ -459,6 +470,8 @@ class _ResponsesChecker:
                 self.fail("done reasoning summary differs from the reasoning_summary_part.done parts")
             if item.get("content", []) != [p.final for p in slot.parts]:
                 self.fail("done reasoning content differs from the content_part.done parts")
+        if slot.type == "image_generation_call":
+            self.image_done(slot, item)
         slot.final = item
 
     def tool_search_item(self, item: dict) -> None:
@@ -535,6 +548,36 @@ class _ResponsesChecker:
             self.summary_text(slot, event, phase)
         elif prefix in _ITEM_TEXT:
             self.item_text(slot, event, prefix, phase)
+        elif prefix == "response.image_generation_call":
+            self.image_phase(slot, event, phase)
+
+    # -- image generation calls (openai.types.responses.response_image_gen_call_*_event) ---
+
+    def image_phase(self, slot: _Item, event: dict, phase: str) -> None:
+        """in_progress, generating, partial_image (0-based, consecutive), completed: in that order."""
+        seen = slot.phases
+        expected = {"in_progress": [], "generating": ["in_progress"]}
+        if phase in expected and seen != expected[phase]:
+            self.fail(f"image_generation_call.{phase} after {seen!r}")
+        if phase in ("partial_image", "completed") and (
+            seen[:2] != ["in_progress", "generating"] or "completed" in seen
+        ):
+            self.fail(f"image_generation_call.{phase} must follow .generating and precede .completed")
+        if phase == "partial_image":
+            if not _nonempty_str(event.get("partial_image_b64")):
+                self.fail("partial_image needs a non-empty partial_image_b64")
+            index = event.get("partial_image_index")
+            if not _is_int(index) or index != seen.count("partial_image"):
+                self.fail(f"partial_image_index {index!r}, expected {seen.count('partial_image')} (0-based, in order)")
+        seen.append(phase)
+
+    def image_done(self, slot: _Item, item: dict) -> None:
+        completed = "completed" in slot.phases
+        if item.get("status") == "completed":
+            if not completed or not _nonempty_str(item.get("result")):
+                self.fail("a completed image_generation_call needs its .completed event and a base64 result")
+        elif completed:
+            self.fail(f"image_generation_call is {item.get('status')!r} after its .completed event")
 
     # -- content parts ---------------------------------------------------------------------
 
