@@ -5,7 +5,7 @@ conversation before the input (history), maps the request, and picks the plan:
 
 input ending with compaction_trigger         -> compaction.compaction_turn / compact_now
 context_management over its threshold        -> compaction.compacting_turn / compact_now
-hosted tools crossfeed runs (tool search, web search, MCP) -> tool_loop.hosted_turn / hosted_now
+hosted tools crossfeed runs (tool search, web search, images, MCP) -> tool_loop.hosted_turn / hosted_now
 anything else                                -> exchange.forward_turn / one completion
 """
 
@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from crossfeed.proxy.state.history import load_history, resolve_item_references, save_before_final
 from crossfeed.proxy.turns.compaction import compact_now, compacting_turn, compaction_turn, over_threshold
 from crossfeed.proxy.turns.exchange import SinkOpener, forward_turn, map_forward, open_leg, read_leg, reasoning_sealer
+from crossfeed.proxy.turns.hosted.images import image_plan
 from crossfeed.proxy.turns.hosted.mcp import plan_mcp
 from crossfeed.proxy.turns.hosted.search_runner import search_plan
 from crossfeed.proxy.turns.hosted.tool_loop import ToolLoop, hosted_now, hosted_turn
@@ -98,13 +99,15 @@ async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
 
 async def tool_loop(turn: Turn, create: Create) -> tuple[ToolLoop | None, Create]:
     """The hosted tools a create asks for that crossfeed runs (tool search over deferred tools,
-    web search, remote MCP), if any;
+    web search, images, remote MCP), if any;
     and the create, with what came of the MCP approvals this input answers (the calls were made)
     in its chat request. What the request asks is the mapping's (``MappedRequest.hosted``)."""
     mapped = create.mapped
     if mapped.compact or mapped.hosted is None:  # no hosted tool, no MCP approval answered
         return None, create
-    runners: list[Any] = [r for r in (tool_search_plan(mapped), search_plan(turn, mapped)) if r is not None]
+    runners: list[Any] = [
+        r for r in (tool_search_plan(mapped), search_plan(turn, mapped), image_plan(turn, mapped)) if r is not None
+    ]
     mcp, results = await plan_mcp(turn, mapped.hosted)
     if results is not None:
         create = dataclasses.replace(create, mapped=with_mcp_results(mapped, results))

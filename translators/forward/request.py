@@ -8,7 +8,7 @@ reason for each choice, is ``docs/request-mapping.md``.
 The request is read here once: what the proxy needs of it later (``stream``, ``store``,
 ``max_output_tokens``, ``max_tool_calls``, the ``include`` flags, and for the tools crossfeed runs
 itself the hosted search options, the MCP tools, the approvals the input answers and the
-conversation's listings and approval requests: ``HostedTools``) is on the ``MappedRequest``; no
+conversation's listings and approval requests, the image_generation tool: ``HostedTools``) is on the ``MappedRequest``; no
 proxy code reads the body for it after the mapping. The approvals' results are the proxy's (it
 makes the calls): ``with_mcp_results`` puts them in the messages mapped for them.
 
@@ -77,6 +77,7 @@ from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.forward import compaction as cmp
 from crossfeed.translators.forward import mcp_items
 from crossfeed.translators.forward import tool_search as ts
+from crossfeed.translators.forward.image_items import ImageRequest, image_request
 from crossfeed.translators.forward.input import InputMessages, OpenSummary, Reveal
 from crossfeed.translators.forward.tools import ToolTable, map_text, map_tool_choice, map_tools
 from crossfeed.translators.forward.web_search_items import WebSearchRequest, search_function_name, search_request
@@ -161,6 +162,7 @@ class HostedTools:
     client_functions: frozenset[Any]  # the names of the client's own functions
     approved: list[dict[str, Any]] | None = None  # the messages with the answered approvals (PENDING)
     catalog: ts.ToolCatalog | None = None  # deferred tools: the proxy runs the tool search
+    images: ImageRequest | None = None  # an image_generation tool (the proxy runs it, or refuses it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,16 +351,17 @@ def _hosted(
     include: frozenset[str],
     catalog: ts.ToolCatalog | None,
 ) -> HostedTools | None:
-    """The request's hosted search and MCP tools, the MCP approvals its input answers, and its
-    deferred tools' catalogue."""
+    """The request's hosted search, image and MCP tools, the MCP approvals its input answers, and
+    its deferred tools' catalogue."""
     tools = body.get("tools")
     search = search_request(tools, body.get("tool_choice"), include)
+    images = image_request(tools, body.get("tool_choice"))
     servers = (
         tuple((i, t) for i, t in enumerate(tools) if isinstance(t, dict) and t.get("type") == "mcp")
         if isinstance(tools, list)
         else ()
     )
-    if search is None and not servers and not msgs.answers and catalog is None:
+    if search is None and images is None and not servers and not msgs.answers and catalog is None:
         return None
     inp = body.get("input")
     earlier = [*(history or ()), *(inp if isinstance(inp, list) else ())] if servers or msgs.answers else []
@@ -371,6 +374,7 @@ def _hosted(
         listed=mcp_items.listed(earlier),
         client_functions=msgs.client_functions,
         catalog=catalog,
+        images=images,
     )
 
 
