@@ -556,10 +556,10 @@ async def test_prewarm_generate_false_is_not_sent_upstream(
     [
         {},
         {"tools": []},
-        {"tools": [WEB_SEARCH, TOOL_SEARCH, IMAGE_GENERATION]},
-        {"tools": [WEB_SEARCH, IMAGE_GENERATION], "tool_choice": "required"},
+        {"tools": [WEB_SEARCH, TOOL_SEARCH]},
+        {"tools": [WEB_SEARCH, TOOL_SEARCH], "tool_choice": "required"},
         {"tools": [WEB_SEARCH], "tool_choice": {"type": "web_search"}},
-        {"tools": [IMAGE_GENERATION], "tool_choice": {"type": "image_generation"}},
+        {"tools": [TOOL_SEARCH], "tool_choice": {"type": "image_generation"}},
         {"tools": [{"type": "namespace", "name": "ns", "tools": [WEB_SEARCH]}]},
     ],
     ids=[
@@ -593,7 +593,8 @@ async def test_stream_without_function_tools(
         {"type": "web_search", "external_web_access": True},
         {"type": "web_search_preview", "search_context_size": "low"},
         TOOL_SEARCH,
-        IMAGE_GENERATION,
+        # image_generation is not left out: crossfeed runs it on its [images] backend, or answers
+        # 400 naming it when it has none (below, and tests/integration/test_image_generation.py)
         {"type": "file_search", "vector_store_ids": ["vs_1"]},
         {"type": "code_interpreter", "container": {"type": "auto"}},
         # {"type": "mcp", ...} is not left out: crossfeed runs it, or answers 400 for a server the
@@ -615,6 +616,18 @@ async def test_hosted_tool_is_left_out(
     assert tool_names(body) == ["exec_command"]
     assert not any(t["type"] in HOSTED_TOOL_TYPES - {"custom"} for t in body["tools"])
     assert body["tool_choice"] == "auto" and body["parallel_tool_calls"] is True
+
+
+async def test_image_generation_without_an_images_backend_is_a_400(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    """Codex's image_generation tool on a crossfeed with no [images] backend: refused, naming
+    the tool, never dropped silently (the user would get text where they asked for an image)."""
+    with pytest.raises(openai.BadRequestError) as info:
+        await send(client, codex_body(tools=[EXEC, IMAGE_GENERATION]))
+    body = info.value.body
+    assert isinstance(body, dict) and body["param"] == "tools[1]" and body["code"] == "image_generation_not_configured"
+    assert upstream.requests == []
 
 
 # ---------------------------------------------------------------- tool_choice shapes
@@ -805,7 +818,7 @@ async def test_replayed_hosted_tool_items_never_reach_the_backend(
 ) -> None:
     """A history from a session with OpenAI's hosted tools carries their call items; a chat
     backend has no message for them, so they are left out (the answer text around them stays)."""
-    request = codex_body(tools=[EXEC, WEB_SEARCH, IMAGE_GENERATION])
+    request = codex_body(tools=[EXEC, WEB_SEARCH])
     request["input"] += [
         {
             "type": "web_search_call",
