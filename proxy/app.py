@@ -75,7 +75,7 @@ from crossfeed.proxy.runtime.observability import (
     observe_middleware,
     usage_summary,
 )
-from crossfeed.proxy.state import conversations
+from crossfeed.proxy.state import conversations, rate_limits
 from crossfeed.proxy.state.history import PENDING, SAVING, delete_response, drain_saves, get_response, list_input_items
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.proxy.state.store import open_store
@@ -105,6 +105,8 @@ def create_app(
     keys = inbound_keys(config, environ)
     upstream_keys(config, environ)
     middlewares = [observe_middleware, error_middleware, *([auth_middleware(keys)] if keys else [])]
+    if keys and rate_limits.any_limits(config):  # per-key rates (proxy/state/rate_limits.py)
+        middlewares.append(rate_limits.middleware())
     app = web.Application(client_max_size=config.server.max_body_bytes, middlewares=middlewares)
     app[CONFIG] = config
     metrics = app[METRICS] = Metrics(
@@ -130,6 +132,8 @@ def create_app(
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(probe_ctx(config, SESSION))
     app.on_response_prepare.append(add_request_id_header)
+    if keys and rate_limits.any_limits(config):
+        app.on_response_prepare.append(rate_limits.add_headers)
     app[SOCKETS] = set()
     app[SEARCH_SESSIONS] = collections.OrderedDict()
     app.on_shutdown.append(mark_stopping)

@@ -163,6 +163,14 @@ class InboundKey(_Model):
     event_dialect: EventDialect | None = Field(
         None, description="the event names this key's clients read (default: server.event_dialect)"
     )
+    requests_per_minute: int | None = Field(
+        None,
+        ge=0,
+        description="this key's requests a minute (0 = unlimited; default: server.requests_per_minute_per_key)",
+    )
+    tokens_per_minute: int | None = Field(
+        None, ge=0, description="this key's tokens a minute (0 = unlimited; default: server.tokens_per_minute_per_key)"
+    )
 
 
 class Server(_Model):
@@ -179,6 +187,12 @@ class Server(_Model):
     max_headers: int = Field(100, ge=8, description="most request headers")
     websocket: bool = Field(True, description="WebSocket mode on GET /v1/responses (false: 426, clients use HTTP)")
     websocket_max_seconds: float = Field(3600.0, gt=0, description="a WebSocket connection's lifetime")
+    requests_per_minute_per_key: int = Field(
+        0, ge=0, description="requests a minute each inbound key may make (0 = unlimited); shared through the store"
+    )
+    tokens_per_minute_per_key: int = Field(
+        0, ge=0, description="tokens a minute each inbound key may use (0 = unlimited); shared through the store"
+    )
     max_streams_per_key: int = Field(
         0, ge=0, description="open streams one inbound key may have (0 = unlimited); per worker process"
     )

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import sys
 from pathlib import Path
 
 import openai
@@ -13,39 +11,9 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.support.chat_replies import reply, sse_reply
+from tests.support.replicas import start
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Proc:
-    def __init__(self, proc: asyncio.subprocess.Process, url: str) -> None:
-        self.proc, self.url = proc, url
-
-    async def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), 20)
-
-
-async def start(config: Path, env: dict[str, str]) -> Proc:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "crossfeed",
-        "serve",
-        "--config",
-        str(config),
-        "--port",
-        "0",
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
-    assert "listening on" in line, line
-    url = line.split("listening on ")[1].split()[0]
-    return Proc(proc, url)
 
 
 def write_config(path: Path, upstream: FakeUpstream, store: str) -> Path:

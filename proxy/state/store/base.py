@@ -168,6 +168,13 @@ class ResponseStore(ABC):
         await self.ping()
 
     @abstractmethod
+    async def count(self, name: str, amount: int, window: int) -> tuple[int, float]:
+        """Add ``amount`` to the counter ``name`` of the current ``window`` (seconds, windows
+        aligned on the epoch) and return its total after the addition and the seconds left until the
+        window ends: the per-key rate limits (proxy/state/rate_limits.py), shared by every process
+        and replica that shares the store."""
+
+    @abstractmethod
     async def close(self) -> None:
         """Release resources; later calls raise ``StoreError``. Idempotent."""
 

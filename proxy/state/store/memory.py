@@ -35,6 +35,7 @@ class MemoryStore(ResponseStore):
         self._max_bytes = config.max_bytes
         self._interval = config.sweep_interval_seconds
         self._clock = clock
+        self._counters: dict[str, tuple[float, int]] = {}  # name -> (window start, total)
         self._data: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # oldest saved first
         # (owner tag, item id) -> the ids of the records holding it, oldest saved first; and
         # each record's index keys, so that dropping a record drops its index entries.
@@ -121,6 +122,17 @@ class MemoryStore(ResponseStore):
         self._check_open()
         entry = self._drop(response_id)
         return entry is not None and entry[0] > self._clock()
+
+    async def count(self, name: str, amount: int, window: int) -> tuple[int, float]:
+        self._check_open()
+        now = self._clock()
+        start = now - now % window
+        began, total = self._counters.get(name, (start, 0))
+        total = (total if began == start else 0) + amount
+        self._counters[name] = (start, total)
+        if len(self._counters) > 100_000:  # old windows' counters go
+            self._counters = {k: v for k, v in self._counters.items() if v[0] == start}
+        return total, start + window - now
 
     async def sweep(self) -> int:
         self._check_open()

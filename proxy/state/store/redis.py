@@ -234,6 +234,7 @@ class RedisStore(ResponseStore):
         self._seq = f"{config.key_prefix}seq"
         self._item_prefix = f"{config.key_prefix}item:"
         self._probe_key = f"{config.key_prefix}probe"
+        self._counter_prefix = f"{config.key_prefix}count:"
         self._closed = False
         self._evicted = 0
         self._expired = 0
@@ -371,6 +372,20 @@ class RedisStore(ResponseStore):
             return bool(deleted) and exp is not None and float(exp) > self._clock()
         except (RedisError, OSError, ValueError) as exc:
             raise self._wrap(exc) from exc
+
+    async def count(self, name: str, amount: int, window: int) -> tuple[int, float]:
+        self._check_open()
+        now = self._clock()
+        start = now - now % window
+        key = f"{self._counter_prefix}{name}:{int(start)}"
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.incrby(key, amount)
+                pipe.expire(key, window * 2)
+                total, _ = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise self._wrap(exc) from exc
+        return int(total), start + window - now
 
     async def sweep(self) -> int:
         """Redis expires records by itself; this also drops expired ids from the index."""

@@ -72,6 +72,11 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (owner, item_id, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS items_seq ON items(seq);
+CREATE TABLE IF NOT EXISTS counters (  -- the per-key rate limits' windows (store/base.py count)
+    name  TEXT    PRIMARY KEY,
+    start REAL    NOT NULL,
+    total INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS responses_items_del AFTER DELETE ON responses BEGIN
     DELETE FROM items WHERE seq = OLD.seq;
 END;
@@ -264,6 +269,17 @@ class SQLiteStore(ResponseStore):
                 conn.execute("DELETE FROM responses WHERE seq <= ?", (cutoff,))
                 self._evicted += n
 
+    def _count_sync(self, name: str, amount: int, window: int, now: float) -> tuple[int, float]:
+        start = now - now % window
+        conn = self._connect()
+        row = conn.execute(
+            "INSERT INTO counters (name, start, total) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+            "total = CASE WHEN counters.start = excluded.start THEN counters.total + excluded.total "
+            "ELSE excluded.total END, start = excluded.start RETURNING total",
+            (name, start, amount),
+        ).fetchone()
+        return int(row[0]), start + window - now
+
     def _sweep_sync(self, now: float) -> int:
         conn = self._connect()
         cur = conn.execute(
@@ -351,6 +367,9 @@ class SQLiteStore(ResponseStore):
 
     async def sweep(self) -> int:
         return await self._run(self._sweep_sync, self._clock())
+
+    async def count(self, name: str, amount: int, window: int) -> tuple[int, float]:
+        return await self._run(self._count_sync, name, amount, window, self._clock())
 
     async def stats(self) -> StoreStats:
         return await self._run(self._stats_sync)
