@@ -134,6 +134,13 @@ class Pump:
             return []
         return self.machine.fail(code, message)
 
+    def cancel(self, message: str) -> list[Out]:
+        """End as cancelled: the machine's ``cancel`` (the Responses ones), else its ``fail``."""
+        if self._clean or self.machine.done:
+            return []
+        cancel = getattr(self.machine, "cancel", None)
+        return cancel(message) if cancel is not None else self.machine.fail("cancelled", message)
+
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError

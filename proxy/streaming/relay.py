@@ -49,6 +49,14 @@ class Draining(Exception):
         self.message = message
 
 
+class Cancelled(Draining):
+    """Raised into a relay's upstream read when the client cancelled its response (a WebSocket's
+    ``response.cancel``): the stream ends with ``response.failed`` carrying status ``cancelled``."""
+
+    def __init__(self) -> None:
+        super().__init__("cancelled", "the client cancelled the response")
+
+
 class OpenStream:
     """A handle on one running relay, so shutdown can end it with a proper terminal event."""
 
@@ -195,7 +203,7 @@ async def relay(
         stats.ending = "client_disconnected"
         return stats
     except Draining as exc:
-        await _fail(pump, write, sink, stats, exc.code, exc.message)
+        await _fail(pump, write, sink, stats, exc.code, exc.message, cancel=isinstance(exc, Cancelled))
     except _IdleTimeout as exc:
         await _fail(
             pump,
@@ -260,10 +268,19 @@ class _Write(Protocol[_P_in]):
     def __call__(self, data: _P_in, *, last: bool = False, flush: bool = False) -> Awaitable[None]: ...
 
 
-async def _fail(pump: Pump, write: _Write[P], sink: FrameSink[P], stats: RelayStats, code: str, message: str) -> None:
+async def _fail(
+    pump: Pump,
+    write: _Write[P],
+    sink: FrameSink[P],
+    stats: RelayStats,
+    code: str,
+    message: str,
+    *,
+    cancel: bool = False,
+) -> None:
     stats.ending = code
-    stats.error = message
-    out = pump.fail(code, message)
+    stats.error = None if cancel else message
+    out = pump.cancel(message) if cancel else pump.fail(code, message)
     stats.events_out += len(out)
     try:
         await write(sink.render(out) if out else sink.empty, last=True)

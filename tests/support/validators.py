@@ -343,6 +343,11 @@ class _ResponsesChecker:
         response = self.lifecycle_response(event)
         status = _TERMINAL[self.etype]
         self.terminal = self.etype
+        if self.etype == "response.failed" and response.get("status") == "cancelled":
+            # a response the client cancelled (WebSocket response.cancel): no error, no error event
+            status = "cancelled"
+            if response.get("error") is not None or self.error_at is not None:
+                self.fail("a cancelled response has error null and no error event")
         if response.get("status") != status:
             self.fail(f"response.status {response.get('status')!r}, expected {status!r}")
         for index, item in enumerate(self.items):
@@ -367,6 +372,8 @@ class _ResponsesChecker:
                 isinstance(error, dict) and _nonempty_str(error.get("code")) and _nonempty_str(error.get("message"))
             ):
                 self.fail("response.failed needs response.error {code, message}")
+            return
+        if status == "cancelled":
             return
         if status == "incomplete":
             details = response.get("incomplete_details")

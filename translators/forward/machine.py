@@ -463,3 +463,6 @@ class LegDriver:
     @property
     def final_response(self) -> dict[str, Any] | None:
         return self.main.final_response
+
+    def cancel(self, message: str) -> list[Any]:
+        return self.main.cancel(message)

@@ -53,5 +53,19 @@ class NumberedStream:
             }
         )
 
+    def cancel(self, message: str) -> list[Any]:
+        """End the stream as cancelled (the client asked it to stop): ``fail``'s ending (open
+        items closed ``incomplete``), without its ``error`` event; the terminal event is
+        ``response.failed`` carrying ``status: "cancelled"`` and no error (the SDKs' event
+        union has no other terminal event for a cancelled Response)."""
+        out: list[Any] = self.fail("cancelled", message)  # type: ignore[attr-defined]
+        error = next(i for i, e in enumerate(out) if e.__class__ is dict and e.get("type") == "error")
+        del out[error]
+        self._seq -= 1
+        last = out[-1]
+        last["sequence_number"] -= 1
+        last["response"].update(status="cancelled", error=None)  # the machine's final Response too
+        return out
+
     def _note(self, kind: str) -> None:
         self.diagnostics[kind] = self.diagnostics.get(kind, 0) + 1
