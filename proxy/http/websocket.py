@@ -7,7 +7,7 @@ goes out as one JSON text frame (``WebSocketSink``), numbered as over SSE, with 
 
   - Inbound keys are checked in the handshake (the auth middleware): a bad key gets the HTTP 401
     envelope before any upgrade. ``[server] websocket = false`` answers the upgrade with 426.
-  - The connection remembers its last response (resolved input and output), so a turn that
+  - Each lane remembers its last response (resolved input and output), so a turn that
     sends only new items plus ``previous_response_id`` works with ``store: false``; any other id
     is looked up in the store; an unknown one is ``previous_response_not_found``. A continuation
     that fails evicts the remembered response.
@@ -16,8 +16,10 @@ goes out as one JSON text frame (``WebSocketSink``), numbered as over SSE, with 
     none). ``generate`` never goes upstream; ``stream: true`` is accepted (Codex sends it in
     every frame) and dropped, ``stream: false``, ``stream_options`` and ``background`` are refused
     with an error frame naming the param. ``previous_response_not_found`` has status 400.
-  - One response in flight: a second ``response.create`` meanwhile gets an error frame and
-    changes nothing. After ``[server] websocket_max_seconds`` (60 minutes) a response in flight
+  - One response in flight on the default lane: a second ``response.create`` without
+    ``stream_id`` meanwhile gets an error frame and changes nothing. With a ``stream_id`` a
+    create runs on that lane, beside the others (``[server] websocket_max_streams`` at once);
+    ``response.cancel`` and ``response.steer``: proxy/http/ws_streams.py. After ``[server] websocket_max_seconds`` (60 minutes) a response in flight
     is ended (``error`` + ``response.failed``, code ``websocket_connection_limit_reached``), then
     an error frame of that code and a clean close (1000).
   - Request errors are in-band ``{"type": "error", "status", "error": {...}}`` frames and the
@@ -46,15 +48,16 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError, error_code, error_parts
+from crossfeed.proxy.http.ws_streams import Lane, LaneSink, Remembered, StreamsMixin
 from crossfeed.proxy.keys import CONFIG, IDS, TRACER
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS
 from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, TurnLog, note_upstream_error, record_request
 from crossfeed.proxy.state.history import save_before_final
 from crossfeed.proxy.streaming.relay import Draining
-from crossfeed.proxy.streaming.sinks import WebSocketSink
 from crossfeed.proxy.turns.exchange import relay_turn
 from crossfeed.proxy.turns.forward import conversation, respond
+from crossfeed.proxy.turns.steering import STEERING, Steer, Steering
 from crossfeed.proxy.turns.turn import Turn, new_turn, route
 from crossfeed.translators.errors import TranslationError
 from crossfeed.translators.responses.input_items import continued_history, normalize_input
@@ -138,29 +141,17 @@ def _create_flags(body: dict[str, Any]) -> bool:
     return generate
 
 
-class _Remembered:
-    __slots__ = ("id", "items", "response", "settings")
-
-    def __init__(
-        self, rid: str, items: list[dict[str, Any]], response: dict[str, Any], settings: dict[str, Any] | None
-    ) -> None:
-        self.id = rid
-        self.items = items  # the whole resolved input of that response
-        self.response = response
-        self.settings = settings  # a primed response's instructions and tools
-
-
-class Connection:
-    """One client socket: reads frames, runs one turn at a time in a task of its own."""
+class Connection(StreamsMixin):
+    """One client socket: reads frames, runs each lane's responses in a task of its own."""
 
     def __init__(self, request: web.Request, ws: web.WebSocketResponse) -> None:
         self.request = request
         self.app = request.app
         self.ws = ws
-        self.sink = WebSocketSink(ws, request)
-        self.turn: asyncio.Task[None] | None = None
+        self.lanes: dict[str | None, Lane] = {}
+        self.busy = 0  # responses running or waiting on the socket, all lanes together
         self.turns = 0
-        self.last: _Remembered | None = None
+        self.steer_seq = 0
         self.closing = False
         self._limit: asyncio.TimerHandle | None = None
         self._closer: asyncio.Task[None] | None = None  # the lifetime limit's closing
@@ -181,9 +172,10 @@ class Connection:
                     break
         finally:
             self._limit.cancel()
-            if self.turn is not None and not self.turn.done():
-                self.turn.cancel()  # the client went away: the upstream request is closed
-                await asyncio.gather(self.turn, return_exceptions=True)
+            tasks = [lane.task for lane in self.lanes.values() if lane.running()]
+            for task in tasks:
+                task.cancel()  # the client went away: the upstream requests are closed
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def shut_down(self) -> None:
         """After the drain (which ended every open stream properly): close with 1001."""
@@ -210,13 +202,16 @@ class Connection:
         self._closer = asyncio.get_running_loop().create_task(close())
 
     async def _settle(self, reason: Draining) -> None:
-        """End the turn in flight, if any: a streaming response gets its terminal event
+        """End every lane's response in flight: a streaming one gets its terminal event
         (``reason``); one still waiting for the upstream's headers has sent nothing and is
-        cancelled."""
-        turn = self.turn
-        if turn is None or turn.done():
-            return
-        stream = self.sink.open_stream
+        cancelled. Creates still waiting on a lane are dropped (the socket is closing)."""
+        for lane in self.lanes.values():
+            lane.queue.clear()
+        await asyncio.gather(*(self._settle_lane(lane, reason) for lane in self.lanes.values() if lane.running()))
+
+    async def _settle_lane(self, lane: Lane, reason: Draining) -> None:
+        turn = lane.task
+        stream = lane.sink.open_stream if lane.sink is not None else None
         if stream is not None:
             stream.end(reason)
             done, _ = await asyncio.wait([turn], timeout=5)
@@ -240,39 +235,81 @@ class Connection:
             await self._error(400, "a frame must be a JSON object", code="invalid_type")
             return
         kind = event.get("type")
-        if kind != "response.create":
+        if kind == "response.steer":
+            await self._steer(event)
+        elif kind == "response.cancel":
+            await self._cancel(event)
+        elif kind != "response.create":
             await self._error(
                 400,
-                f"unsupported event type {kind!r}: send 'response.create'"
+                f"unsupported event type {kind!r}: send 'response.create', 'response.steer' or 'response.cancel'"
                 if isinstance(kind, str)
                 else "the frame has no string `type`",
                 code="invalid_value" if isinstance(kind, str) else "missing_required_parameter",
                 param="type",
             )
-            return
+        else:
+            await self._create_frame(event)
+
+    async def _create_frame(self, event: dict[str, Any]) -> None:
+        stream_id = event.get("stream_id")
         if self.closing:
             await self._error(
                 503,
                 "crossfeed is shutting down; open a new connection",
                 code="server_shutting_down",
                 error_type="server_error",
+                stream_id=stream_id if isinstance(stream_id, str) else None,
             )
             return
-        if self.turn is not None and not self.turn.done():
+        if stream_id is not None and (not isinstance(stream_id, str) or not stream_id):
+            await self._error(400, "`stream_id` must be a non-empty string", code="invalid_type", param="stream_id")
+            return
+        lane = self.lanes.get(stream_id)
+        if stream_id is None and lane is not None and lane.running():
             await self._error(
                 409,
-                "a response is already in progress on this connection; wait for its terminal event",
+                "a response is already in progress on this connection; wait for its terminal event "
+                "(or give each response a `stream_id` to run several at once)",
                 code="response_already_in_progress",
             )
             return
-        body = {k: v for k, v in event.items() if k != "type"}
+        limit = self.app[CONFIG].server.websocket_max_streams
+        if self.busy >= limit:
+            await self._error(
+                429,
+                f"this connection already runs or queues {self.busy} responses, the most "
+                f"`[server] websocket_max_streams` ({limit}) allows; wait for a terminal event",
+                code="websocket_stream_limit_reached",
+                param="stream_id",
+                stream_id=stream_id,
+            )
+            return
+        if lane is None:
+            lane = self.lanes[stream_id] = Lane(stream_id)
         self.turns += 1
-        self.turn = asyncio.get_running_loop().create_task(self._turn(body, self.turns))
+        self._enqueue(lane, {k: v for k, v in event.items() if k not in ("type", "stream_id")}, [])
 
-    async def _turn(self, body: dict[str, Any], n: int) -> None:
+    def _enqueue(self, lane: Lane, body: dict[str, Any], steers: list[Steer]) -> None:
+        self.busy += 1
+        lane.queue.append((body, self.turns, steers))
+        if not lane.running():
+            lane.task = asyncio.get_running_loop().create_task(self._run_lane(lane))
+
+    async def _run_lane(self, lane: Lane) -> None:
+        while lane.queue:
+            body, n, carried = lane.queue.popleft()
+            try:
+                await self._turn(lane, await self._with_pending(lane, body), n, carried)
+            finally:
+                self.busy -= 1
+
+    async def _turn(self, lane: Lane, body: dict[str, Any], n: int, carried: list[Steer]) -> None:
         turn_log: TurnLog = {"transport": "websocket"}
         if KEY_NAME.get() is not None:
             turn_log["key"] = KEY_NAME.get()
+        if lane.stream_id is not None:
+            turn_log["stream_id"] = lane.stream_id
         token = REQUEST_FIELDS.set(
             {"request_id": f"{self.request.get(REQUEST_ID, 'ws')}.{n}", "route": ROUTE, "method": "WS"}
         )
@@ -280,9 +317,14 @@ class Connection:
         ARRIVED.set(start)
         status = 200
         prev = body.get("previous_response_id")
+        sink = lane.sink = LaneSink(self.ws, self.request, lane.stream_id)
+        steering = lane.steering = Steering()
+        STEERING.set(steering)
+        final: dict[str, Any] | None = None
+        settings = {k: v for k, v in body.items() if k not in ("input", "previous_response_id")}
         try:
             with self.app[TRACER].turn(self.request.headers, ROUTE, turn_log, body):
-                await self._create(body, turn_log)
+                final = await self._create(lane, sink, body, turn_log)
         except (ProxyError, TranslationError) as exc:
             status, envelope, _ = error_parts(exc)
             if isinstance(exc, UpstreamError):
@@ -290,7 +332,7 @@ class Connection:
             self._forget(prev)
             if getattr(exc, "code", None) == "previous_response_not_found":
                 status = 400  # what Codex takes as "start over with the full input" (docs/codex.md)
-            await self._send_error(status, envelope["error"])
+            await self._send_error(status, envelope["error"], lane.stream_id)
         except asyncio.CancelledError:
             turn_log.setdefault("terminal", "client_disconnected")
             raise
@@ -299,28 +341,40 @@ class Connection:
             log.exception("request.failed", path=ROUTE)
             self._forget(prev)
             await self._error(
-                500, "crossfeed failed to handle the request", code="internal_error", error_type="server_error"
+                500,
+                "crossfeed failed to handle the request",
+                code="internal_error",
+                error_type="server_error",
+                stream_id=lane.stream_id,
             )
         finally:
+            lane.steering = None
             record_request(self.app, ROUTE, turn_log, status, time.monotonic() - start)
             REQUEST_FIELDS.reset(token)
+        committed = sink.response_id is not None  # a successor's response.created commits what it carried
+        await self._steers_after(lane, final, settings, steering.queued, [] if committed else carried)
 
-    async def _create(self, body: dict[str, Any], turn_log: TurnLog) -> None:
+    async def _create(
+        self, lane: Lane, sink: LaneSink, body: dict[str, Any], turn_log: TurnLog
+    ) -> dict[str, Any] | None:
         generate = _create_flags(body)
         turn = new_turn(self.app, self.request.headers, route(self.app[CONFIG], body, turn_log), turn_log)
         turn_log["stream"] = True
         prev = body.get("previous_response_id")
-        remembered = self.last if self.last is not None and prev is not None and self.last.id == prev else None
+        remembered = self._remembered(lane, prev)
         if remembered is not None and remembered.settings:
             for key in _INHERITED:
                 if body.get(key) is None and key in remembered.settings:
                     body[key] = remembered.settings[key]
         earlier = continued_history(remembered.items, remembered.response) if remembered is not None else None
+
+        async def open_sink() -> LaneSink | None:
+            return None if self.ws.closed else sink
+
         if not generate:
-            await self._prime(turn, body, earlier)
-            return
+            return await self._prime(lane, sink, turn, body, earlier)
         if turn.upstream.api == "chat":
-            final, history = await respond(turn, body, self._open_sink, earlier=earlier)
+            final, history = await respond(turn, body, open_sink, earlier=earlier)
         else:
             # The upstream never saw a remembered response: the whole conversation goes to it.
             # A turn that continued from the upstream's own store is not remembered (its history
@@ -328,32 +382,47 @@ class Connection:
             if earlier is not None:
                 body = {k: v for k, v in body.items() if k != "previous_response_id"}
                 body["input"] = earlier + normalize_input(body.get("input"), turn.ids)
-            final = await relay_turn(turn, body, self._open_sink)
+            final = await relay_turn(turn, body, open_sink)
             if prev is not None and earlier is None:
-                self.last = None
-                return
+                lane.last = None
+                return final
             history = None
         if final is None or final.get("status") == "failed":
             self._forget(prev)
-        else:
-            self._remember(body, history, final)
+        elif final.get("status") != "cancelled":
+            self._remember(lane, body, history, final)
+        return final
 
-    async def _prime(self, turn: Turn, body: dict[str, Any], earlier: list[dict[str, Any]] | None) -> None:
+    async def _prime(
+        self, lane: Lane, sink: LaneSink, turn: Turn, body: dict[str, Any], earlier: list[dict[str, Any]] | None
+    ) -> dict[str, Any] | None:
         """``generate: false``: a completed Response with no output, saved and remembered; no upstream call."""
         history = await conversation(turn, body, earlier)
         events = primed_response_events(body, ids=turn.ids, now=turn.clock)
         final = events[-1]["response"]
         await save_before_final(self.app, body, final, history, turn.ids)  # before its terminal event
         try:
-            await self.sink.write(self.sink.render(events))
+            await sink.write(sink.render(events))
         except ConnectionResetError:
             turn.log["terminal"] = "client_disconnected"
-            return
+            return None
         turn.log.update({"terminal": "completed", "primed": True})
-        self._remember(body, history, final, primed=True)
+        self._remember(lane, body, history, final, primed=True)
+        return final
+
+    def _remembered(self, lane: Lane, prev: Any) -> Remembered | None:
+        """The remembered response ``prev`` names: the lane's own, else another lane's (a lane
+        may fork from a response of another)."""
+        if prev is None:
+            return None
+        for last in (lane.last, *(other.last for other in self.lanes.values() if other is not lane)):
+            if last is not None and last.id == prev:
+                return last
+        return None
 
     def _remember(
         self,
+        lane: Lane,
         body: dict[str, Any],
         history: list[dict[str, Any]] | None,
         response: dict[str, Any],
@@ -362,15 +431,13 @@ class Connection:
     ) -> None:
         items = (history or []) + normalize_input(body.get("input"), self.app[IDS])
         settings = {k: body[k] for k in _INHERITED if body.get(k) is not None} if primed else None
-        self.last = _Remembered(str(response.get("id")), items, response, settings)
+        lane.last = Remembered(str(response.get("id")), items, response, settings)
 
     def _forget(self, prev: Any) -> None:
-        """A continuation of the remembered response failed: it is not remembered any more."""
-        if prev is not None and self.last is not None and self.last.id == prev:
-            self.last = None
-
-    async def _open_sink(self) -> WebSocketSink | None:
-        return None if self.ws.closed else self.sink
+        """A continuation of a remembered response failed: it is not remembered any more."""
+        for lane in self.lanes.values():
+            if prev is not None and lane.last is not None and lane.last.id == prev:
+                lane.last = None
 
     async def _error(
         self,
@@ -380,11 +447,13 @@ class Connection:
         code: str,
         param: str | None = None,
         error_type: str = "invalid_request_error",
+        stream_id: str | None = None,
     ) -> None:
-        await self._send_error(status, {"type": error_type, "code": code, "message": message, "param": param})
+        error = {"type": error_type, "code": code, "message": message, "param": param}
+        await self._send_error(status, error, stream_id)
 
-    async def _send_error(self, status: int, error: dict[str, Any]) -> None:
-        frame = {
+    async def _send_error(self, status: int, error: dict[str, Any], stream_id: str | None = None) -> None:
+        frame: dict[str, Any] = {
             "type": "error",
             "status": status,
             "error": {
@@ -394,6 +463,11 @@ class Connection:
                 "param": error.get("param"),
             },
         }
+        if stream_id is not None:
+            frame["stream_id"] = stream_id
+        await self._send(frame)
+
+    async def _send(self, frame: dict[str, Any]) -> None:
         try:
             await self.ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
         except (ConnectionResetError, RuntimeError, OSError):

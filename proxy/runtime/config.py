@@ -193,6 +193,7 @@ class Server(_Model):
     tokens_per_minute_per_key: int = Field(
         0, ge=0, description="tokens a minute each inbound key may use (0 = unlimited); shared through the store"
     )
+    websocket_max_streams: int = Field(4, ge=1, description="responses a WebSocket runs or queues at once")
     max_streams_per_key: int = Field(
         0, ge=0, description="open streams one inbound key may have (0 = unlimited); per worker process"
     )

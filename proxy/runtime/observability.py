@@ -57,6 +57,8 @@ class TurnLog(TypedDict, total=False):
     terminal: str | None  # the Response's status, or the chat finish reason
     usage: dict[str, int] | None  # tokens in and out
     hosted_calls: int
+    steered: int  # WebSocket steering input items applied inside the Response
+    stream_id: str  # the WebSocket lane of a multiplexed turn
     counted: int  # POST /v1/responses/input_tokens: the count
     counted_by: str  # how: the tokenizer's kind, "estimate", or "upstream" (a Responses backend's)
     turns: int  # a socket's turns

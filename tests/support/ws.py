@@ -69,9 +69,44 @@ def is_request_error(frame: dict[str, Any]) -> bool:
     return frame.get("type") == "error" and "sequence_number" not in frame
 
 
+def is_steer_event(frame: dict[str, Any]) -> bool:
+    return str(frame.get("type", "")).startswith("response.steer.")
+
+
+_SERVER_EVENTS: dict[str, Any] = {}
+
+
+def check_sdk_event(frame: dict[str, Any], where: str) -> None:
+    """The frame is the official SDK's model of its WebSocket server event (a member of
+    ``ResponsesServerEvent``, which knows ``stream_id`` and the steering events), validated
+    strictly by that pydantic model."""
+    if not _SERVER_EVENTS:
+        import typing
+
+        from openai.types.responses.responses_server_event import ResponsesServerEvent
+
+        union = typing.get_args(ResponsesServerEvent)[0]
+        for model in typing.get_args(union):
+            for kind in typing.get_args(model.model_fields["type"].annotation):
+                _SERVER_EVENTS[kind] = model
+    model = _SERVER_EVENTS.get(frame.get("type"))
+    if model is None:
+        raise FrameViolation(f"{where}: {frame.get('type')!r} is no SDK ResponsesServerEvent")
+    try:
+        model.model_validate(frame)
+    except ValidationError as exc:
+        raise FrameViolation(f"{where}: not an SDK {model.__name__}: {exc}") from None
+
+
 def check_error_frame(frame: dict[str, Any], where: str = "error frame") -> dict[str, Any]:
-    """A request-level error frame has exactly ``{"type", "status", "error"}``, its ``error``
-    exactly ``{"type", "code", "message", "param"}``. Returns ``error``."""
+    """A request-level error frame has exactly ``{"type", "status", "error"}`` (and the lane's
+    ``stream_id`` when a create on a lane is refused), its ``error`` exactly ``{"type", "code",
+    "message", "param"}``. Returns ``error``."""
+    if "stream_id" in frame:
+        if not isinstance(frame["stream_id"], str) or not frame["stream_id"]:
+            raise FrameViolation(f"{where}: stream_id {frame['stream_id']!r} is not a non-empty string")
+        check_sdk_event(frame, where)
+        frame = {k: v for k, v in frame.items() if k != "stream_id"}
     if set(frame) != {"type", "status", "error"}:
         raise FrameViolation(f"{where}: keys {sorted(frame)} != ['error', 'status', 'type']: {frame!r}")
     status = frame["status"]
@@ -106,6 +141,7 @@ class Turn:
 
     events: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    steers: list[dict[str, Any]] = field(default_factory=list)  # response.steer.* events meanwhile
 
     @property
     def terminal(self) -> str | None:
@@ -169,27 +205,43 @@ class FrameLog:
         self.problems.append(f"{self.label}: a binary frame ({len(data)} bytes); every server frame is JSON text")
         raise FrameViolation(self.problems[-1])
 
+    def lanes(self) -> dict[str | None, list[dict[str, Any]]]:
+        """The frames of each lane (``stream_id``; None: frames without one), in order; steering
+        events and request-level error frames are left out (``steer_events``, ``split``)."""
+        lanes: dict[str | None, list[dict[str, Any]]] = {}
+        for frame in self.frames:
+            if not is_request_error(frame) and not is_steer_event(frame):
+                lanes.setdefault(frame.get("stream_id"), []).append(frame)
+        return lanes
+
+    def steer_events(self) -> list[dict[str, Any]]:
+        return [f for f in self.frames if is_steer_event(f)]
+
     def split(self) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]] | None]:
-        """(complete responses, request-level error frames, the response left open or None)."""
+        """(complete responses, request-level error frames, the responses left open or None).
+        Responses are split per lane: the frames of a ``stream_id`` make a stream of their own,
+        which may interleave with the others'."""
         responses: list[list[dict[str, Any]]] = []
-        errors: list[dict[str, Any]] = []
-        current: list[dict[str, Any]] | None = None
-        for n, frame in enumerate(self.frames):
-            if is_request_error(frame):
-                errors.append(frame)
-            elif current is None:
-                if frame["type"] != "response.created":
-                    raise FrameViolation(
-                        f"{self.label} frame #{n}: {frame['type']!r} outside a response "
-                        "(a response starts with response.created)"
-                    )
-                current = [frame]
-            else:
-                current.append(frame)
-            if current is not None and current[-1]["type"] in TERMINAL:
-                responses.append(current)
-                current = None
-        return responses, errors, current
+        errors = [f for f in self.frames if is_request_error(f)]
+        left: list[dict[str, Any]] = []
+        for stream_id, frames in self.lanes().items():
+            current: list[dict[str, Any]] | None = None
+            for n, frame in enumerate(frames):
+                if current is None:
+                    if frame["type"] != "response.created":
+                        raise FrameViolation(
+                            f"{self.label} lane {stream_id!r} frame #{n}: {frame['type']!r} outside a response "
+                            "(a response starts with response.created)"
+                        )
+                    current = [frame]
+                else:
+                    current.append(frame)
+                if current[-1]["type"] in TERMINAL:
+                    responses.append(current)
+                    current = None
+            if current is not None:
+                left += current
+        return responses, errors, left or None
 
     def validate(self) -> tuple[int, int]:
         """Check every frame; returns (responses, error frames) checked."""
@@ -198,6 +250,11 @@ class FrameLog:
         responses, errors, open_response = self.split()
         ids: set[str] = set()
         for n, events in enumerate(responses):
+            lane = events[0].get("stream_id")
+            if lane is not None:
+                for m, event in enumerate(events):
+                    check_sdk_event(event, f"{self.label} lane {lane!r} response #{n} event #{m}")
+                events = [{k: v for k, v in e.items() if k != "stream_id"} for e in events]
             try:
                 validate_responses_events(events, dialect=self.dialect)
             except StreamViolation as exc:
@@ -208,14 +265,43 @@ class FrameLog:
             ids.add(rid)
         for n, frame in enumerate(errors):
             check_error_frame(frame, f"{self.label} error frame #{n}")
+        self.validate_steering()
         if open_response is not None:
             if not self.cut_allowed:
                 raise FrameViolation(
                     f"{self.label}: a response ({len(open_response)} events, last "
                     f"{open_response[-1]['type']!r}) never got its terminal event"
                 )
-            validate_responses_events(open_response, require_terminal=False, dialect=self.dialect)
+            stripped = [{k: v for k, v in e.items() if k != "stream_id"} for e in open_response]
+            validate_responses_events(stripped, require_terminal=False, dialect=self.dialect)
         return len(responses), len(errors)
+
+    def validate_steering(self) -> None:
+        """Each steering event is the SDK's model of it, numbered per socket from 0 (apart from
+        the responses' numbering); those of one steering id go accepted, then at most one of
+        pending / failed; a failed one returns the input."""
+        seen: dict[str, list[str]] = {}
+        for n, frame in enumerate(self.steer_events()):
+            where = f"{self.label} steering event #{n}"
+            check_sdk_event(frame, where)
+            if frame["sequence_number"] != n:
+                raise FrameViolation(f"{where}: sequence_number {frame['sequence_number']} != {n}")
+            kind = frame["type"].rsplit(".", 1)[1]
+            steer = frame["steer"]
+            if kind == "failed" and "input" not in steer:
+                raise FrameViolation(f"{where}: response.steer.failed without the input it returns")
+            if "id" not in steer:  # failed before it was accepted
+                continue
+            history = seen.setdefault(steer["id"], [])
+            after = history[-1] if history else None
+            if (after, kind) not in {
+                (None, "accepted"),
+                ("accepted", "pending"),
+                ("accepted", "failed"),
+                ("pending", "failed"),
+            }:
+                raise FrameViolation(f"{where}: {kind} after {history or 'nothing'} for steer {steer['id']!r}")
+            history.append(kind)
 
 
 class RawWS:
@@ -253,6 +339,9 @@ class RawWS:
         turn = Turn()
         for _ in range(MAX_FRAMES):
             frame = await self.recv(timeout)
+            if is_steer_event(frame):
+                turn.steers.append(frame)
+                continue
             if is_request_error(frame):
                 turn.errors.append(frame)
                 if not turn.events:
@@ -315,6 +404,9 @@ class SDKWS:
             event = await self.recv(timeout)
             frame = self.log.frames[-1]
             parsed.append(event)
+            if is_steer_event(frame):
+                turn.steers.append(frame)
+                continue
             if is_request_error(frame):
                 turn.errors.append(frame)
                 if not turn.events:

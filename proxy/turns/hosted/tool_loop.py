@@ -27,6 +27,7 @@ from crossfeed.proxy.state.history import final_saver, save_before_final
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.exchange import SinkOpener, ended, forward_machine, open_leg, read_leg, stream_turn
 from crossfeed.proxy.turns.hosted.control import Budget, LegEnd, Step, next_step
+from crossfeed.proxy.turns.steering import steered
 from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.translators.forward.body import feed_completion
 from crossfeed.translators.forward.machine import ChatToResponsesStream, LegDriver
@@ -219,7 +220,8 @@ async def hosted_turn(turn: Turn, create: Create, loop: ToolLoop, open_sink: Sin
             await save(leg)  # saved before the terminal event goes out
             await write(sink, events)
             return None
-        state["body"] = next_body(state["body"], main, loop, state["start"], up.profile.reasoning_field, step.final)
+        chat = next_body(state["body"], main, loop, state["start"], up.profile.reasoning_field, step.final)
+        state["body"] = steered(turn, body, chat)  # input a WebSocket client queued meanwhile
         main.next_leg()
         state["start"] = main.output_count
         return state["body"], leg
