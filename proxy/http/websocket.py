@@ -53,6 +53,7 @@ from crossfeed.proxy.keys import CONFIG, IDS, TRACER
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS
 from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, TurnLog, note_upstream_error, record_request
+from crossfeed.proxy.state import rate_limits
 from crossfeed.proxy.state.history import save_before_final
 from crossfeed.proxy.streaming.relay import Draining
 from crossfeed.proxy.turns.exchange import relay_turn
@@ -322,7 +323,10 @@ class Connection(StreamsMixin):
         STEERING.set(steering)
         final: dict[str, Any] | None = None
         settings = {k: v for k, v in body.items() if k not in ("input", "previous_response_id")}
+        key = KEY_NAME.get()
         try:
+            if key is not None:  # a turn is a request of its key's rates (proxy/state/rate_limits.py)
+                await rate_limits.admit(self.app, key)
             with self.app[TRACER].turn(self.request.headers, ROUTE, turn_log, body):
                 final = await self._create(lane, sink, body, turn_log)
         except (ProxyError, TranslationError) as exc:
@@ -350,6 +354,8 @@ class Connection(StreamsMixin):
         finally:
             lane.steering = None
             record_request(self.app, ROUTE, turn_log, status, time.monotonic() - start)
+            if key is not None and status != 429:
+                await rate_limits.spend(self.app, key, rate_limits.turn_tokens(turn_log, body))
             REQUEST_FIELDS.reset(token)
         committed = sink.response_id is not None  # a successor's response.created commits what it carried
         await self._steers_after(lane, final, settings, steering.queued, [] if committed else carried)

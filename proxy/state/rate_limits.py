@@ -8,8 +8,8 @@ one Redis, or the workers of one node on its SQLite file, count together.
 
 - Before any backend call: the request is counted; past the key's requests per minute, or with
   the key's tokens of this minute already spent, it is a 429 ``rate_limit_exceeded`` in OpenAI's
-  envelope with ``Retry-After`` and the ``x-ratelimit-*`` headers. A WebSocket turn counts as a
-  request (its 429 is an error frame).
+  envelope with ``Retry-After`` and the ``x-ratelimit-*`` headers. Each WebSocket turn counts as a
+  request of its own (its 429 is an error frame), besides the socket's opening.
 - After the request: its tokens (the usage the backend reported, streamed or not; without one, an
   estimate of a quarter of the request's bytes) are added to the key's tokens of the minute.
 - A store that cannot count lets the request through (logged): a limiter that fails closed would
@@ -19,7 +19,7 @@ one Redis, or the workers of one node on its SQLite file, count together.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from crossfeed.proxy.errors import ClientRequestError, error_response
 from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.runtime.config import Config
 from crossfeed.proxy.runtime.guard import KEY_NAME
-from crossfeed.proxy.runtime.observability import SUMMARY
+from crossfeed.proxy.runtime.observability import SUMMARY, TurnLog
 from crossfeed.proxy.state.store.base import StoreError
 from crossfeed.proxy.state.store_access import STORE
 
@@ -120,11 +120,21 @@ def _limited(key: str, what: str, limit: int, left: float, headers: dict[str, st
 
 def tokens_of(request: web.Request) -> int:
     """The tokens a finished request used: the reported usage, else a quarter of its bytes."""
-    usage = request[SUMMARY].get("usage")
+    summary: TurnLog = request[SUMMARY]
+    return _tokens(summary, request.content_length or 0)
+
+
+def turn_tokens(turn_log: Mapping[str, object], body: Any) -> int:
+    """The tokens a WebSocket turn used (as ``tokens_of``; its bytes: its ``input``'s)."""
+    return _tokens(turn_log, len(str(body.get("input") or "")) if isinstance(body, dict) else 0)
+
+
+def _tokens(summary: Mapping[str, object], size: int) -> int:
+    usage = summary.get("usage")
     if isinstance(usage, dict):
         return int(usage.get("in") or 0) + int(usage.get("out") or 0)
-    if request[SUMMARY].get("model"):  # a model call whose backend reported no usage
-        return (request.content_length or 0) // 4
+    if summary.get("model"):  # a model call whose backend reported no usage
+        return size // 4
     return 0
 
 
@@ -134,8 +144,8 @@ def middleware() -> Callable[..., Any]:
     @web.middleware
     async def limit(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
         key = KEY_NAME.get()
-        if key is None:  # an open path (/healthz, /metrics, /inspector...)
-            return await handler(request)
+        if key is None or request.headers.get("Upgrade", "").lower() == "websocket":
+            return await handler(request)  # an open path (/healthz...), or a socket: each of its turns counts
         try:
             request[LIMITED] = await admit(request.app, key)
         except ClientRequestError as exc:

@@ -28,6 +28,7 @@ from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.app_server import running_proxy
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.replicas import start
+from tests.support.ws import FrameLog, RawWS, ws_url
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -129,3 +130,25 @@ async def test_two_replicas_count_together(upstream: FakeUpstream, tmp_path: Pat
         assert await a.stop() == 0
         assert await b.stop() == 0
     assert len(upstream.requests) == 3
+
+
+async def test_websocket_turns_count_one_by_one(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """Each turn on a socket is a request of its key; the socket's opening is not."""
+    keys = '[[server.inbound_keys]]\nname = "ws"\nkey_env = "CF_RL_WS"\nrequests_per_minute = 2\n'
+    cfg = load_config(config_file(tmp_path, upstream, 'backend = "memory"', keys), {})
+    upstream.default = lambda req: answer()
+    await fresh_window()
+    async with running_proxy(cfg, environ={"CF_RL_WS": "sk-ws"}) as handle:
+        log = FrameLog("rate-limited socket")
+        async with (
+            aiohttp.ClientSession() as s,
+            s.ws_connect(ws_url(handle.url), headers={"Authorization": "Bearer sk-ws"}) as ws,
+        ):
+            sock = RawWS(ws, log)
+            for _ in range(2):
+                assert (await sock.turn(model="m", input="hi")).terminal == "response.completed"
+            refused = await sock.turn(model="m", input="hi")
+            assert refused.errors and refused.errors[0]["status"] == 429, refused.errors
+            assert refused.errors[0]["error"]["code"] == "rate_limit_exceeded"
+        log.validate()
+    assert len(upstream.requests) == 2
