@@ -323,13 +323,6 @@ async def test_soak_short_with_the_inspector(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-async def test_soak_two_minutes_with_the_inspector(tmp_path: Path) -> None:
-    figures = await soak(tmp_path, "forward", seconds=120.0, workers=12, inspector=Inspector())
-    assert_flat(figures, rss_slack_mb=6.0)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(400)
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 async def test_soak_two_minutes(tmp_path: Path, direction: str) -> None:
     figures = await soak(tmp_path, direction, seconds=120.0, workers=12)
