@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from tests.support.inspector_turns import (
     ENVIRON,
     PAGES,
     quirk_turn,
+    replay_case,
     search_turn,
     settings,
     slow_turn,
@@ -169,15 +168,6 @@ async def test_inspector_page_in_chromium(
         assert download.suggested_filename.startswith("crossfeed-case-")
         case = tmp_path / download.suggested_filename
         await download.save_as(str(case))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "crossfeed", "translate", "--case", str(case), "--check"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = replay_case(case)
     assert done.returncode == 0, done.stderr
     assert "the replay matches the" in done.stderr

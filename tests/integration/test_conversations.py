@@ -19,9 +19,10 @@ import openai
 import pytest
 from agents import Agent, OpenAIConversationsSession, OpenAIResponsesModel, RunConfig, Runner, set_tracing_disabled
 
-from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.fakes.upstream import FakeUpstream, Recorded, SSEReply
 from tests.support.app_server import running_proxy
 from tests.support.chat_chunks import DONE, chunk
+from tests.support.chat_replies import json_text
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,17 +31,7 @@ def said(text: str) -> SSEReply:
     return SSEReply(chunk({"role": "assistant", "content": ""}) + chunk({"content": text}, "stop", usage=(7, 3)) + DONE)
 
 
-def said_json(text: str) -> JSONReply:
-    return JSONReply(
-        {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
-        }
-    )
+said_json = json_text
 
 
 def contents(req: Recorded) -> list[tuple[str, str]]:

@@ -15,9 +15,6 @@ its test cases, its bounds. The browser's view of the same is tests/e2e/test_ins
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,7 @@ from tests.support.inspector_turns import (
     ENVIRON,
     PAGES,
     quirk_turn,
+    replay_case,
     search_turn,
     settings,
     slow_stream,
@@ -49,7 +47,6 @@ from tests.support.inspector_turns import (
     text_stream,
     websocket_turn,
 )
-from tests.support.paths import ROOT
 from tests.support.validators import validate_responses_sse
 from tests.support.waiting import wait_until
 
@@ -236,17 +233,7 @@ async def test_the_live_feed_shows_a_slow_stream_while_it_runs(upstream: FakeUps
 # -- test cases ------------------------------------------------------------------------------------
 
 
-def replay(case: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
-    return subprocess.run(
-        [sys.executable, "-m", "crossfeed", "translate", "--case", str(case), "--check"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+replay = replay_case
 
 
 async def test_saved_case_replays_to_the_same_events(upstream: FakeUpstream, tmp_path: Path) -> None:

@@ -7,6 +7,10 @@ quirk, and a slow stream that a test holds open. Every stream and frame passes t
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,6 +22,7 @@ from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, Recorded, SSEReply
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.clients import Captured, TeeTransport, validate_captured
+from tests.support.paths import ROOT
 from tests.support.validators import validate_responses_sse
 from tests.support.ws import FrameLog, RawWS, ws_url
 
@@ -182,3 +187,17 @@ async def slow_turn(upstream: FakeUpstream, base_url: str, hold: asyncio.Event) 
         raw = await r.read()
     validate_responses_sse(raw)
     return raw
+
+
+def replay_case(case: Path) -> subprocess.CompletedProcess[str]:
+    """``crossfeed translate --case CASE --check`` as a user runs it (no CROSSFEED_* settings)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSFEED_")}
+    return subprocess.run(
+        [sys.executable, "-m", "crossfeed", "translate", "--case", str(case), "--check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
