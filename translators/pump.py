@@ -9,6 +9,7 @@ ignored, so nothing the upstream sends after its end can leak through.
   pump.feed(chunk)   -> outputs          for every upstream read
   pump.finish()      -> outputs          the upstream closed the connection (EOF)
   pump.fail(code, m) -> outputs          transport failure or timeout, decided by the driver
+  pump.cancel(m), pump.steer(m)          the client cancelled or steered the response (WebSocket)
 
 A machine may also offer ``feed_frame(data)``: an event's JSON bytes in, outputs out, or None
 when the bytes are not of the shape it decodes itself (they are then parsed and fed as usual).
@@ -133,6 +134,19 @@ class Pump:
         if self._clean or self.machine.done:
             return []
         return self.machine.fail(code, message)
+
+    @property
+    def steerable(self) -> bool:
+        """The machine may end here for steering input (the forward machine's ``steerable``)."""
+        return not self._clean and bool(getattr(self.machine, "steerable", False))
+
+    def steer(self, message: str) -> list[Out]:
+        """End for steering input: the machine's ``steer`` (``response.incomplete``, ``steered``);
+        one without it (never asked: it is not ``steerable``) fails."""
+        if self._clean or self.machine.done:
+            return []
+        steer = getattr(self.machine, "steer", None)
+        return steer() if steer is not None else self.machine.fail("steered", message)
 
     def cancel(self, message: str) -> list[Out]:
         """End as cancelled: the machine's ``cancel`` (the Responses ones), else its ``fail``."""

@@ -11,9 +11,16 @@ Steering (``response.steer``, OpenAI's WebSocket event): accepted at once
 then, whichever comes first:
 
   - applied between two legs of a hosted tool loop (the next leg gets it as user messages);
-  - after a response that completed with nothing for the client to run: a successor response on
-    the same lane, continuing from it, with the queued input (its ``response.created`` is the
-    commit point; a successor that fails before it returns the input, ``successor_creation_failed``);
+  - a plain streamed answer whose backend stream is at a safe boundary when the steer comes
+    (between two text or reasoning deltas, no call open, its finish_reason not read) ends at
+    once: the upstream request is closed, the open item closes ``incomplete`` and the response
+    ends ``response.incomplete`` with reason ``steered`` (saved and remembered as any other);
+    then, as after a completed one, the successor below. A steer that comes while a call's
+    arguments stream lets the response run on;
+  - after a response that completed (or was steered) with nothing for the client to run: a
+    successor response on the same lane, continuing from it (its partial answer too), with the
+    queued input (its ``response.created`` is the commit point; a successor that fails before it
+    returns the input, ``successor_creation_failed``);
   - after a response that stopped for the client's tool outputs: ``response.steer.pending``
     (``waiting_for_required_input``, the calls' stubs), and the input is prepended to the next
     create on the lane that continues from it;
@@ -92,6 +99,10 @@ class LaneSink(WebSocketSink):
         self.cancelled = True
         if self._stream is not None:
             self._stream.end(Cancelled())
+
+    def steer(self) -> bool:
+        """End the response in flight for steering input, if its stream is at a safe boundary."""
+        return self._stream is not None and self._stream.steer()
 
     def _first_render(self, events: list[Any]) -> list[bytes]:
         docs = render_json(events)
@@ -274,8 +285,11 @@ class StreamsMixin:
             await self._send(self._failed(lane, asked, "too_many_pending_steers", message))
             return
         steer = Steer(self.app[IDS].new("steer_"), target, value, items)
-        lane.steering.queued.append(steer)
+        steering = lane.steering
+        steering.queued.append(steer)
         await self._send(self._steer_event(lane, "accepted", steer_record(steer)))
+        if steering.stoppable and lane.steering is steering and lane.sink is not None:
+            lane.sink.steer()  # a plain answer ends at a safe boundary now; its successor takes the input
 
     async def _with_pending(self, lane: Lane, body: dict[str, Any]) -> dict[str, Any]:
         """A create on a lane whose steers wait for tool outputs: their input goes first when it
@@ -315,7 +329,9 @@ class StreamsMixin:
         if not steers:
             return
         status = final.get("status") if final is not None else None
-        if status != "completed" or final is None:
+        if final is not None and status == "incomplete" and final.get("incomplete_details") == {"reason": "steered"}:
+            status = "steered"  # ended for these steers: as a completed one, a successor takes them
+        if status not in ("completed", "steered") or final is None:
             message = f"the response ended {status or 'before it began'}: the input was not applied"
             await self._fail_steers(lane, steers, "response_not_active", message)
             return

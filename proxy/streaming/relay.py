@@ -10,6 +10,8 @@ exactly one ending:
   - no upstream bytes for ``idle`` seconds           -> pump.fail("upstream_idle_timeout")
   - the connection drops or the total timeout fires  -> pump.fail(...)
   - clean EOF without [DONE]                         -> pump.finish(): the machine decides
+  - ``Draining`` raised into the read (``OpenStream``) -> pump.fail(...); its ``Cancelled`` ->
+    pump.cancel(...), its ``Steered`` -> pump.steer(...) (a WebSocket client's asking)
 
 While the upstream is silent, the sink's keepalive (an SSE comment, a WebSocket ping) goes out
 every ``keepalive`` seconds, so clients and intermediaries do not time out during long reasoning.
@@ -39,6 +41,8 @@ class Draining(Exception):
     """Raised into a relay's upstream read to end its stream now, properly: the server's drain
     period is over, or the client's connection reached its lifetime."""
 
+    how = ""  # how the stream ends: failed (""), or as the client asked ("cancelled", "steered")
+
     def __init__(
         self,
         code: str = "server_shutting_down",
@@ -53,20 +57,43 @@ class Cancelled(Draining):
     """Raised into a relay's upstream read when the client cancelled its response (a WebSocket's
     ``response.cancel``): the stream ends with ``response.failed`` carrying status ``cancelled``."""
 
+    how = "cancelled"
+
     def __init__(self) -> None:
         super().__init__("cancelled", "the client cancelled the response")
+
+
+class Steered(Draining):
+    """Raised into a relay's upstream read when the client steered its response (a WebSocket's
+    ``response.steer``) while the machine was at a safe boundary (``OpenStream.steer``): the
+    stream ends with ``response.incomplete``, reason ``steered``."""
+
+    how = "steered"
+
+    def __init__(self) -> None:
+        super().__init__("steered", "the client steered the response")
 
 
 class OpenStream:
     """A handle on one running relay, so shutdown can end it with a proper terminal event."""
 
-    __slots__ = ("upstream",)
+    __slots__ = ("upstream", "pump")
 
-    def __init__(self, upstream: aiohttp.ClientResponse) -> None:
+    def __init__(self, upstream: aiohttp.ClientResponse, pump: Pump | None = None) -> None:
         self.upstream = upstream
+        self.pump = pump
 
     def end(self, reason: Draining | None = None) -> None:
         self.upstream.content.set_exception(reason or Draining())
+
+    def steer(self) -> bool:
+        """End the stream for steering input if its machine is at a safe boundary now (between
+        two text or reasoning deltas, no call open): ``Steered`` is raised into the relay's next
+        read, before any more upstream data is fed (the machine's state is the one checked)."""
+        if self.pump is None or not self.pump.steerable:
+            return False
+        self.end(Steered())
+        return True
 
 
 @dataclass(slots=True)
@@ -105,7 +132,7 @@ async def relay(
     the write that carries the terminal event (the exchange saves the Response there).
     """
     stats = stats or RelayStats()
-    handle = sink.open_stream = OpenStream(upstream)
+    handle = sink.open_stream = OpenStream(upstream, pump)
     if registry is not None:
         registry.add(handle)
     loop = asyncio.get_running_loop()
@@ -203,7 +230,7 @@ async def relay(
         stats.ending = "client_disconnected"
         return stats
     except Draining as exc:
-        await _fail(pump, write, sink, stats, exc.code, exc.message, cancel=isinstance(exc, Cancelled))
+        await _fail(pump, write, sink, stats, exc.code, exc.message, how=exc.how)
     except _IdleTimeout as exc:
         await _fail(
             pump,
@@ -269,18 +296,16 @@ class _Write(Protocol[_P_in]):
 
 
 async def _fail(
-    pump: Pump,
-    write: _Write[P],
-    sink: FrameSink[P],
-    stats: RelayStats,
-    code: str,
-    message: str,
-    *,
-    cancel: bool = False,
+    pump: Pump, write: _Write[P], sink: FrameSink[P], stats: RelayStats, code: str, message: str, *, how: str = ""
 ) -> None:
+    """End the stream on ``code``: failed, or ``how`` the client asked (``cancelled``, ``steered``)."""
     stats.ending = code
-    stats.error = None if cancel else message
-    out = pump.cancel(message) if cancel else pump.fail(code, message)
+    if how == "cancelled":
+        out, stats.error = pump.cancel(message), None
+    elif how == "steered":
+        out, stats.error = pump.steer(message), None
+    else:
+        out, stats.error = pump.fail(code, message), message
     stats.events_out += len(out)
     try:
         await write(sink.render(out) if out else sink.empty, last=True)

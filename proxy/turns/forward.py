@@ -22,6 +22,7 @@ from crossfeed.proxy.turns.hosted.mcp import plan_mcp
 from crossfeed.proxy.turns.hosted.search_runner import search_plan
 from crossfeed.proxy.turns.hosted.tool_loop import ToolLoop, hosted_now, hosted_turn
 from crossfeed.proxy.turns.hosted.tool_search_runner import tool_search_plan
+from crossfeed.proxy.turns.steering import stoppable
 from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.forward.request import with_mcp_results
@@ -70,6 +71,7 @@ async def forward_streamed(turn: Turn, create: Create, open_sink: SinkOpener) ->
     loop, create = await tool_loop(turn, create)
     if loop is not None:
         return await hosted_turn(turn, create, loop, open_sink)
+    stoppable()  # (a WebSocket's steering may end this one at a safe boundary)
     return await forward_turn(turn, create, open_sink)
 
 

@@ -4,9 +4,11 @@ The socket (proxy/http/ws_streams.py) accepts the input at once and queues it on
 ``Steering``, which it hands to the turn's task in ``STEERING``. A plan that can take new input
 in the middle of a Response takes it here: the hosted tool loop (proxy/turns/hosted/tool_loop.py)
 adds it, as user messages after the tool results, to the next leg (``steered``). The items join
-the Response's input (``body["input"]``), so the store and the socket remember them. Whatever is
-still queued when the Response ends is the socket's to settle (a successor response, pending for
-the client's tool outputs, or returned in ``response.steer.failed``): never dropped.
+the Response's input (``body["input"]``), so the store and the socket remember them. A plain
+streamed answer (one leg, ``stoppable``) may instead be ended by the socket at a safe boundary,
+``response.incomplete`` with reason ``steered`` (proxy/streaming/relay.py ``OpenStream.steer``).
+Whatever is still queued when the Response ends is the socket's to settle (a successor response,
+pending for the client's tool outputs, or returned in ``response.steer.failed``): never dropped.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Steer:
 class Steering:
     queued: list[Steer] = field(default_factory=list)
     applied: list[Steer] = field(default_factory=list)
+    stoppable: bool = False  # the plan is a plain answer: steering may end it at a safe boundary
 
     def take(self) -> list[Steer]:
         taken, self.queued = self.queued, []
@@ -40,6 +43,14 @@ class Steering:
 
 
 STEERING: ContextVar[Steering | None] = ContextVar("crossfeed_steering", default=None)
+
+
+def stoppable() -> None:
+    """The turn's plan is a plain streamed answer (no hosted loop, no compaction): steering
+    input may end it at a safe boundary, its successor taking the input."""
+    steering = STEERING.get()
+    if steering is not None:
+        steering.stoppable = True
 
 
 def steered(turn: Turn, body: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import openai
 import orjson
 import pytest
@@ -48,6 +49,11 @@ def held(reply: SSEReply, at: int | None = None) -> tuple[SSEReply, asyncio.Even
     gate = asyncio.Event()
     reply.holds[at if at is not None else len(reply.data) // 2] = gate
     return reply, gate
+
+
+def frame_end(reply: SSEReply, frames: int) -> int:
+    """The byte offset right after the first ``frames`` SSE frames of ``reply``."""
+    return sum(len(f) + 2 for f in reply.data.split(b"\n\n")[:frames])
 
 
 def by_input(replies: dict[str, SSEReply]) -> Callable[[Recorded], SSEReply]:
@@ -188,11 +194,17 @@ async def test_cancel_ends_one_response_and_closes_its_upstream_request(
 async def test_steer_without_a_lane_becomes_a_successor_response(
     sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
 ) -> None:
-    first, gate = held(text_reply("Paris ", "is ", "big."))
+    # The steer comes after the backend's finish_reason (on the last text chunk): the answer is
+    # over, so it completes and the successor follows (no early end).
+    body = chunk({"role": "assistant", "content": ""}) + chunk({"content": "Paris "}) + chunk({"content": "is "})
+    body += chunk({"content": "big."}, "stop") + chunk(None, usage=(11, 4)) + DONE
+    reply = SSEReply(body, seed=1, max_piece=17)
+    first, gate = held(reply, frame_end(reply, 4))
     upstream.reply(first, text_reply("Lyon ", "too."))
     async with sdk() as ws:
         await ws.conn.response.create(model=MODEL, input="Tell me about Paris", store=False)
-        rid = (await until(ws, lambda f: f["type"] == "response.created"))[-1]["response"]["id"]
+        frames = await until(ws, lambda f: f["type"] == "response.output_text.delta" and f["delta"] == "big.")
+        rid = frames[0]["response"]["id"]
         await ws.conn.response.steer(input="Mention Lyon as well", previous_response_id=rid)
         accepted = (await until(ws, lambda f: f["type"].startswith("response.steer.")))[-1]
         assert accepted["type"] == "response.steer.accepted" and accepted["steer"]["previous_response_id"] == rid
@@ -212,11 +224,13 @@ async def test_steer_without_a_lane_becomes_a_successor_response(
 async def test_steer_is_pending_while_the_client_runs_its_tool(
     sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
 ) -> None:
-    call, gate = held(tool_reply("call_1", "get_weather", {"city": "Bern"}))
+    reply = tool_reply("call_1", "get_weather", {"city": "Bern"})
+    call, gate = held(reply, frame_end(reply, 3))  # inside the call's arguments
     upstream.reply(call, text_reply("Sunny; and in Celsius."))
     async with sdk() as ws:
         await ws.conn.response.create(model=MODEL, input="Weather in Bern?", tools=TOOLS, stream_id="w")
-        rid = (await until(ws, lambda f: f["type"] == "response.created"))[-1]["response"]["id"]
+        frames = await until(ws, lambda f: f["type"] == "response.function_call_arguments.delta")
+        rid = frames[0]["response"]["id"]
         await ws.conn.response.steer(input="Use Celsius", previous_response_id=rid)
         await until(ws, lambda f: f["type"] == "response.steer.accepted")
         gate.set()
@@ -292,3 +306,88 @@ async def test_steer_is_applied_after_a_hosted_search_round(
     assert len(upstream.requests) == 2  # applied inside the Response: no successor
     assert not [f for f in ws.log.frames if f["type"] in ("response.steer.pending", "response.steer.failed")]
     assert ws_frames.validate() == (1, 0)
+
+
+async def test_steer_ends_a_streaming_answer_at_a_safe_boundary_and_a_successor_continues(
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder, proxy: ProxyHandle
+) -> None:
+    reply = text_reply("Once ", "upon ", "a ", "time.")
+    first, _ = held(reply, frame_end(reply, 3))  # "Once upon " streamed; the rest never comes
+    upstream.reply(first, text_reply("Lyon ", "it is."))
+    async with sdk() as ws:
+        await ws.conn.response.create(model=MODEL, input="Tell me a story", stream_id="s")
+        frames = await until(ws, lambda f: f["type"] == "response.output_text.delta" and f["delta"] == "upon ")
+        rid = frames[0]["response"]["id"]
+        await ws.conn.response.steer(input="Set it in Lyon", previous_response_id=rid)
+        steered = await until(ws, terminal("s"))
+        successor = await until(ws, terminal("s"))
+    assert [f["type"] for f in steered] == [
+        "response.steer.accepted",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
+    final = steered[-1]["response"]
+    assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "steered"}
+    assert [(i["type"], i["status"]) for i in final["output"]] == [("message", "incomplete")]
+    assert final["output"][0]["content"][0]["text"] == "Once upon "
+    assert await wait_until(lambda: upstream.cancelled == 1, 5)  # its backend request was closed
+    created = successor[0]
+    assert created["type"] == "response.created" and created["stream_id"] == "s"
+    assert created["response"]["previous_response_id"] == rid
+    assert successor[-1]["type"] == "response.completed" and text_of(successor, "s") == "Lyon it is."
+    assert plain(upstream.requests[1].body["messages"]) == [
+        ("user", "Tell me a story"),
+        ("assistant", "Once upon "),
+        ("user", "Set it in Lyon"),
+    ]
+    async with aiohttp.ClientSession() as session:  # stored as any other response
+        got = await session.get(f"{proxy.base_url}/responses/{rid}", headers={"Authorization": "Bearer sk-test-client"})
+        stored = await got.json()
+    assert stored["status"] == "incomplete" and stored["incomplete_details"] == {"reason": "steered"}
+    assert not [f for f in ws.log.frames if f["type"] in ("response.steer.pending", "response.steer.failed")]
+    assert ws_frames.validate() == (2, 0)
+
+
+async def test_steer_never_cuts_a_call_but_ends_the_text_after_its_output(
+    sdk: Callable[..., Any], upstream: FakeUpstream, ws_frames: FrameRecorder
+) -> None:
+    call = tool_reply("call_1", "get_weather", {"city": "Bern"})
+    calling, gate = held(call, frame_end(call, 3))  # the call's arguments are streaming
+    answer = text_reply("In ", "Bern ", "it is ", "21 C.")
+    answering, _ = held(answer, frame_end(answer, 3))  # "In Bern " streamed
+    upstream.reply(calling, answering, text_reply("Tomorrow too."))
+    async with sdk() as ws:
+        await ws.conn.response.create(model=MODEL, input="Weather in Bern?", tools=TOOLS, stream_id="w")
+        frames = await until(ws, lambda f: f["type"] == "response.function_call_arguments.delta")
+        rid = frames[0]["response"]["id"]
+        await ws.conn.response.steer(input="Use Celsius", previous_response_id=rid)
+        await until(ws, lambda f: f["type"] == "response.steer.accepted")
+        gate.set()
+        done = (await until(ws, terminal("w")))[-1]["response"]
+        pending = (await until(ws, lambda f: f["type"].startswith("response.steer.")))[-1]
+        # the call ran to its end, whole: the steer waits for its output
+        assert done["status"] == "completed" and upstream.cancelled == 0
+        assert [(i["type"], i["status"], i["arguments"]) for i in done["output"]] == [
+            ("function_call", "completed", '{"city":"Bern"}')
+        ]
+        assert pending["type"] == "response.steer.pending"
+        output = {"type": "function_call_output", "call_id": "call_1", "output": "21 C"}
+        await ws.conn.response.create(model=MODEL, input=[output], tools=TOOLS, stream_id="w", previous_response_id=rid)
+        frames = await until(ws, lambda f: f["type"] == "response.output_text.delta" and f["delta"] == "Bern ")
+        rid2 = frames[0]["response"]["id"]
+        # the answer after the tool output is text: a steer ends it there
+        await ws.conn.response.steer(input="And tomorrow?", previous_response_id=rid2)
+        steered = (await until(ws, terminal("w")))[-1]["response"]
+        successor = await until(ws, terminal("w"))
+    assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
+    assert steered["output"][0]["content"][0]["text"] == "In Bern "
+    assert successor[0]["response"]["previous_response_id"] == rid2 and successor[-1]["type"] == "response.completed"
+    assert plain(upstream.requests[2].body["messages"])[-3:] == [
+        ("user", "Use Celsius"),
+        ("assistant", "In Bern "),
+        ("user", "And tomorrow?"),
+    ]
+    assert await wait_until(lambda: upstream.cancelled == 1, 5)
+    assert ws_frames.validate() == (3, 0)

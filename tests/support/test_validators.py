@@ -705,6 +705,22 @@ def test_incomplete_terminal_rules(mutate: Callable[[list[dict]], None], fragmen
         validate_responses_events(events)
 
 
+def _steered(ev: list[dict]) -> None:
+    ev[-1]["response"]["incomplete_details"] = {"reason": "steered"}
+
+
+def test_steered_response_may_leave_only_its_last_text_incomplete() -> None:
+    events = build_responses("incomplete")
+    _steered(events)
+    validate_responses_events(events)  # stopped between two items: nothing incomplete
+    for index, fragment in ((1, "is not its last item"), (3, "only text or reasoning")):
+        events = build_responses("incomplete")
+        _steered(events)
+        _incomplete_item_everywhere(index)(events)
+        with pytest.raises(StreamViolation, match=fragment):
+            validate_responses_events(events)
+
+
 @pytest.mark.parametrize(
     "mutate, fragment",
     [

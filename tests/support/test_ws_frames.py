@@ -123,3 +123,48 @@ def test_binary_and_non_json_frames_are_violations() -> None:
             bad(log)
         with pytest.raises(FrameViolation):  # and recorded: teardown fails too
             log.validate()
+
+
+def steered_then(*after: dict[str, Any], accepted: bool = True) -> FrameLog:
+    """A response ended ``incomplete`` (reason ``steered``), a steer for it accepted first (or
+    not), then the ``after`` frames."""
+    first = response("resp_1", "incomplete")
+    first[-1]["response"]["incomplete_details"] = {"reason": "steered"}
+    accept = {"type": "response.steer.accepted", "sequence_number": 0}
+    accept["steer"] = {"id": "steer_1", "previous_response_id": "resp_1"}
+    return log_of(*first[:2], *([accept] if accepted else []), first[-1], *after)
+
+
+def successor(previous: str | None) -> list[dict[str, Any]]:
+    events = response("resp_2")
+    for event in events:
+        event["response"]["previous_response_id"] = previous
+    return events
+
+
+def test_a_steered_response_is_followed_by_its_successor() -> None:
+    assert steered_then(*successor("resp_1")).validate() == (2, 0)
+    pending = {
+        "type": "response.steer.pending",
+        "sequence_number": 1,
+        "reason": "waiting_for_required_input",
+        "required_input": [{"type": "function_call_output", "call_id": "call_1", "name": "f"}],
+        "steer": {"id": "steer_1", "previous_response_id": "resp_1"},
+    }
+    assert steered_then(pending).validate() == (1, 0)  # it stopped for the client's tool output
+
+
+@pytest.mark.parametrize(
+    "log, fragment",
+    [
+        pytest.param(
+            lambda: steered_then(*successor("resp_1"), accepted=False), "no response.steer.accepted", id="unasked"
+        ),
+        pytest.param(lambda: steered_then(), "does not continue from it", id="no-successor"),
+        pytest.param(lambda: steered_then(*successor("resp_0")), "does not continue from it", id="other-parent"),
+        pytest.param(lambda: steered_then(*successor(None)), "does not continue from it", id="fresh-response"),
+    ],
+)
+def test_a_steered_response_needs_its_steer_and_its_successor(log: Any, fragment: str) -> None:
+    with pytest.raises(FrameViolation, match=fragment):
+        log().validate()

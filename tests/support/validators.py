@@ -379,6 +379,8 @@ class _ResponsesChecker:
             details = response.get("incomplete_details")
             if not isinstance(details, dict) or details.get("reason") not in _INCOMPLETE_REASONS:
                 self.fail(f"incomplete_details.reason must be one of {sorted(_INCOMPLETE_REASONS)}")
+            if details["reason"] == "steered":
+                self.steered(done)
         elif response.get("error") is not None or response.get("incomplete_details") is not None:
             self.fail("a completed response must have error and incomplete_details null")
         self.usage(response.get("usage"))
@@ -386,6 +388,18 @@ class _ResponsesChecker:
             for index, item in enumerate(done):
                 if item.get("status") == "incomplete":
                     self.fail(f"item {index} is 'incomplete' inside response.completed")
+
+    def steered(self, done: list[dict]) -> None:
+        """A response steering ended (WebSocket ``response.steer``) stopped at a safe boundary:
+        between two deltas of a message's text or reasoning, never inside a call. Only its last
+        item may be ``incomplete`` (the one that was streaming), and only a message or reasoning."""
+        for index, item in enumerate(done):
+            if item.get("status") != "incomplete":
+                continue
+            if index != len(done) - 1:
+                self.fail(f"item {index} is 'incomplete' in a steered response but is not its last item")
+            if item.get("type") not in ("message", "reasoning"):
+                self.fail(f"item {index} ({item.get('type')!r}) was cut by steering: only text or reasoning may be")
 
     def usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):

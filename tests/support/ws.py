@@ -12,6 +12,8 @@ connection's frames are split into
     validator ``tests.support.validators.validate_responses_events`` (the SSE streams' rules:
     ``sequence_number`` from 0, one terminal event, items and parts consistent, ...), and every
     response id on a connection is new;
+    A response ended ``incomplete`` with reason ``steered`` must have had a steer accepted for
+    it and be followed on its lane by its successor (``validate_steered``);
   - request-level error frames, ``{"type": "error", "status": N, "error": {"type", "code",
     "message", "param"}}``: exactly that shape, ``status`` an int >= 400, ``code`` a non-empty
     string (the Open Responses ``WebSocketErrorEvent``, also validated by its model), ``message``
@@ -266,6 +268,7 @@ class FrameLog:
         for n, frame in enumerate(errors):
             check_error_frame(frame, f"{self.label} error frame #{n}")
         self.validate_steering()
+        self.validate_steered(responses)
         if open_response is not None:
             if not self.cut_allowed:
                 raise FrameViolation(
@@ -302,6 +305,34 @@ class FrameLog:
             }:
                 raise FrameViolation(f"{where}: {kind} after {history or 'nothing'} for steer {steer['id']!r}")
             history.append(kind)
+
+    def validate_steered(self, responses: list[list[dict[str, Any]]]) -> None:
+        """A response that ended ``incomplete`` with reason ``steered`` was steered: a
+        ``response.steer.accepted`` naming it came before its terminal event; after it, the next
+        response of its lane is its successor (``previous_response_id`` naming it), unless a
+        ``response.steer.pending`` or ``.failed`` naming it says why there is none."""
+        at = {id(frame): n for n, frame in enumerate(self.frames)}
+        steers = self.steer_events()
+        for n, events in enumerate(responses):
+            final = events[-1]["response"]
+            if events[-1]["type"] != "response.incomplete" or final.get("incomplete_details") != {"reason": "steered"}:
+                continue
+            where, rid, end = f"{self.label} response #{n} (steered)", final["id"], at[id(events[-1])]
+            named = [(at[id(f)], f["type"]) for f in steers if f["steer"].get("previous_response_id") == rid]
+            if not any(pos < end and kind == "response.steer.accepted" for pos, kind in named):
+                raise FrameViolation(f"{where}: no response.steer.accepted for {rid!r} before its terminal event")
+            if any(pos > end and kind != "response.steer.accepted" for pos, kind in named):
+                continue  # pending for the client's tool outputs, or failed with its input
+            lane = events[0].get("stream_id")
+            later = [r for r in responses if r[0].get("stream_id") == lane and at[id(r[0])] > end]
+            if not later and self.cut_allowed:
+                continue  # the client left before its successor ended
+            successor = later[0][0]["response"] if later else None
+            if successor is None or successor.get("previous_response_id") != rid:
+                got = successor.get("previous_response_id") if successor is not None else "no response"
+                raise FrameViolation(
+                    f"{where}: the next response of its lane does not continue from it (previous_response_id: {got!r})"
+                )
 
 
 class RawWS:

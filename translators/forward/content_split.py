@@ -34,6 +34,11 @@ class ContentSplitter:
             return self._calls([("text", text)])
         return self._calls(self._think.feed(text))
 
+    @property
+    def in_call(self) -> bool:
+        """A call written as markup may be under way (the parser holds it back)."""
+        return self._markup is not None and self._markup.holding
+
     def finish(self) -> list[Split]:
         out = self._calls(self._think.finish()) if self._think is not None else []
         if self._markup is not None:

@@ -37,7 +37,9 @@ closes everything and emits one terminal event: ``stop``/``tool_calls``/none -> 
 ``length`` and ``model_length`` -> incomplete (``max_output_tokens``); ``content_filter`` ->
 incomplete (``content_filter``); ``insufficient_system_resource``, ``error`` and ``abort`` ->
 failed; any other reason -> completed, counted in ``diagnostics``. ``fail()`` closes open items as
-``incomplete`` and emits ``error`` then ``response.failed``.
+``incomplete`` and emits ``error`` then ``response.failed``. ``steer()`` (a WebSocket client's
+steering input, while ``steerable``: no call open) ends the response at once as a length stop
+does, ``response.incomplete`` with reason ``steered``.
 """
 
 from __future__ import annotations
@@ -242,32 +244,34 @@ class ChatToResponsesStream(ContentWriter):
             out += self.end_response()
         return out
 
-    def end_leg(self, *, clean: bool = True) -> list[Out]:
+    def end_leg(self, *, clean: bool = True, stopped: bool = False) -> list[Out]:
         """End of one upstream call: close its items and record what the model asked for
         (``leg``: finish reason, usage, the calls it made). The Response stays open, so the
         exchange may run a hosted tool and feed another leg (``next_leg``) or end it
         (``end_response``). A leg that failed (cut, or a failing finish_reason) ends the
-        response with ``fail`` here."""
+        response with ``fail`` here. ``stopped``: crossfeed ended the leg itself (``steer``):
+        its items close ``incomplete``, as a length stop closes them."""
         if self.phase is not Phase.STREAMING:
             raise StreamStateError(f"end_leg() in phase {self.phase.value}")
         reason = self._finish_reason
-        if not clean and reason is None:
-            return self.fail("upstream_truncated", "the upstream closed the stream before it finished")
-        failed = _FAILED_REASONS.get(reason or "")
-        if failed is not None:
-            return self.fail(*failed)
-        if reason is None and self._open is None and not self._open_calls and len(self._output) == self._leg_start:
-            # [DONE] with nothing before it, not even a finish_reason: a request the server cut
-            # short (llama-cpp-python interrupts one for the next), never a successful empty answer.
-            return self.fail("upstream_truncated", "the upstream ended the stream without an answer")
-        if reason is not None and reason not in _KNOWN_FINISH:
-            self._note("unknown_finish_reason")
+        if not stopped:
+            if not clean and reason is None:
+                return self.fail("upstream_truncated", "the upstream closed the stream before it finished")
+            failed = _FAILED_REASONS.get(reason or "")
+            if failed is not None:
+                return self.fail(*failed)
+            if reason is None and self._open is None and not self._open_calls and len(self._output) == self._leg_start:
+                # [DONE] with nothing before it, not even a finish_reason: a request the server cut
+                # short (llama-cpp-python interrupts one for the next), never a successful empty answer.
+                return self.fail("upstream_truncated", "the upstream ended the stream without an answer")
+            if reason is not None and reason not in _KNOWN_FINISH:
+                self._note("unknown_finish_reason")
+            if self._usage is None:  # e.g. llama-cpp-python ignores include_usage: usage counts 0
+                self._note("usage_not_reported")
         out = self._out = []
-        if self._usage is None:  # e.g. llama-cpp-python ignores include_usage: usage counts 0
-            self._note("usage_not_reported")
         self._flush()
         first = self._leg_start
-        self._close_all("incomplete" if INCOMPLETE_REASONS.get(reason or "") else "completed")
+        self._close_all("incomplete" if stopped or INCOMPLETE_REASONS.get(reason or "") else "completed")
         self._seal_details_left()
         self._live = False
         self.leg = LegEnd(
@@ -275,6 +279,27 @@ class ChatToResponsesStream(ContentWriter):
         )
         self._hosted = []
         return out
+
+    @property
+    def steerable(self) -> bool:
+        """The stream is at a safe boundary for steering input: between two deltas of a message's
+        text or reasoning (or before any), no call open (nor its markup held back), the model's
+        finish_reason not yet read."""
+        return (
+            self._live
+            and not self._open_calls
+            and self._finish_reason is None
+            and (self._think is None or not self._think.in_call)
+        )
+
+    def steer(self) -> list[Out]:
+        """Steering input ends the response here (``steerable``; the caller closes the upstream
+        request): the open item closes ``incomplete``, then ``response.incomplete`` with reason
+        ``steered`` and the usage known so far."""
+        if not self.steerable:
+            raise StreamStateError("steer() needs a streaming response at a safe boundary")
+        out = self.end_leg(stopped=True)
+        return out + self.end_response(incomplete="steered")
 
     def next_leg(self) -> None:
         """Open the response to another upstream call (after ``end_leg``): numbering goes on,

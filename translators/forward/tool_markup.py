@@ -87,6 +87,12 @@ class ToolMarkupParser:
         self._run(out)
         return out
 
+    @property
+    def holding(self) -> bool:
+        """Markup that may be a call is held (an opening tag under way, a call being read, the
+        gap after one): the text so far is not at a boundary of its own."""
+        return self._state != _TEXT or bool(self._buf)
+
     def finish(self) -> list[Piece]:
         """End of the stream: a call still open is text (and what follows its tag is read again)."""
         out: list[Piece] = []

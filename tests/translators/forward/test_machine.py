@@ -11,7 +11,7 @@ from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.forward.assembler import Phase
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
-from crossfeed.translators.options import ToolContext
+from crossfeed.translators.options import BackendProfile, ToolContext
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.sse import render_responses
 from tests.support.captures import data_objects, read_capture
@@ -438,3 +438,57 @@ def test_details_left_after_the_text_get_a_reasoning_item_at_the_end() -> None:
     output = out[-1]["response"]["output"]
     assert [i["type"] for i in output] == ["message", "reasoning"] and output[1]["encrypted_content"] == "t"
     assert seals[0] == [{"type": "reasoning.encrypted", "data": "z"}]
+
+
+def test_steer_ends_the_streaming_text_incomplete_with_reason_steered() -> None:
+    m = machine()
+    out = m.start()
+    assert m.steerable  # before any output too
+    out += m.feed(chat_chunk({"role": "assistant", "content": ""}))
+    out += m.feed(chat_chunk({"reasoning_content": "Hmm."}))
+    out += m.feed(chat_chunk({"content": "Once "}))
+    out += m.feed(chat_chunk({"content": "upon"}))
+    assert m.steerable
+    steered = m.steer()
+    out += steered
+    check(out)
+    assert [e["type"] for e in steered] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
+    final = steered[-1]["response"]
+    assert final["incomplete_details"] == {"reason": "steered"} and final["status"] == "incomplete"
+    assert [(i["type"], i["status"]) for i in final["output"]] == [
+        ("reasoning", "completed"),
+        ("message", "incomplete"),
+    ]
+    assert final["output"][1]["content"][0]["text"] == "Once upon"
+    assert final["usage"]["output_tokens"] == 0  # none reported yet
+    assert m.diagnostics == {}  # no finish_reason, no usage: not an anomaly of the backend
+
+
+def test_steer_never_ends_a_call_nor_an_answer_the_backend_finished() -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a'}}
+    m = machine()
+    m.start()
+    m.feed(chat_chunk({"content": "Let me look."}))
+    m.feed(chat_chunk({"tool_calls": [call]}))
+    assert not m.steerable
+    with pytest.raises(StreamStateError):
+        m.steer()
+    done = machine()
+    done.start()
+    done.feed(chat_chunk({"content": "All said."}, "stop"))
+    assert not done.steerable
+    assert not Pump(done).steerable and not Pump(machine()).steerable  # nor before start()
+
+
+def test_steer_waits_while_a_call_written_as_markup_is_read() -> None:
+    m = machine(profile=BackendProfile(tool_markup="hermes"))
+    m.start()
+    m.feed(chat_chunk({"content": "Checking. "}))
+    assert m.steerable
+    m.feed(chat_chunk({"content": '<tool_call>{"name": "f", "argu'}))
+    assert not m.steerable
