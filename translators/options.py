@@ -67,12 +67,16 @@ class ToolContext:
     ``namespaced``: chat function name -> (namespace, member name) for flattened namespace tools.
     ``hosted``: chat function names that stand for tools crossfeed runs itself (web search): a
     call to one streams nothing to the client; the exchange reads it from the leg's end.
+    ``client_search``: the chat function standing for a ``tool_search`` the client runs itself
+    (``execution: "client"``, Codex's): a call to it becomes a ``tool_search_call`` item for the
+    client, as a function call would (forward/tool_search.py).
     """
 
     custom_tools: frozenset[str] = frozenset()
     namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     custom_arg: str = CUSTOM_ARG
     hosted: frozenset[str] = frozenset()
+    client_search: str | None = None
 
 
 NO_TOOLS = ToolContext()

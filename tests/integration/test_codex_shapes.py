@@ -316,7 +316,8 @@ def tool_names(body: dict[str, Any]) -> list[str]:
 def expected_tool_names(request: dict[str, Any]) -> list[str]:
     """Chat function names for a Codex request, by the README's rule: function and custom tools
     keep their name, namespace members become ``<namespace>__<member>``, hosted tools are left
-    out; tools declared by ``additional_tools`` input items come after ``tools``."""
+    out; tools declared by ``additional_tools`` input items come after ``tools``; a ``tool_search``
+    Codex runs itself (``execution: "client"``) is the last function, ``tool_search``."""
     declared = list(request.get("tools") or [])
     for item in request.get("input") or []:
         if isinstance(item, dict) and item.get("type") == "additional_tools":
@@ -327,6 +328,8 @@ def expected_tool_names(request: dict[str, Any]) -> list[str]:
             names.append(tool["name"])
         elif tool["type"] == "namespace":
             names += [f"{tool['name']}__{m['name']}" for m in tool["tools"] if m["type"] in ("function", "custom")]
+    if any(t["type"] == "tool_search" and t.get("execution") == "client" for t in declared):
+        names.append("tool_search")
     return names
 
 
@@ -377,9 +380,11 @@ TOOL_SEARCH = {
         "additionalProperties": False,
     },
 }
+SERVER_TOOL_SEARCH = {**TOOL_SEARCH, "execution": "server"}  # crossfeed searches: offers nothing without deferred tools
 IMAGE_GENERATION = {"type": "image_generation", "output_format": "png"}
 CODEX_TOOLS = [EXEC, APPLY_PATCH, MULTI_AGENT, TOOL_SEARCH, WEB_SEARCH]
-CODEX_TOOL_NAMES = ["exec_command", "apply_patch", "multi_agent_v1__wait_agent"]
+# Codex's tool_search runs in Codex (execution "client"): the backend gets a search function for it
+CODEX_TOOL_NAMES = ["exec_command", "apply_patch", "multi_agent_v1__wait_agent", "tool_search"]
 
 
 def codex_body(**kw: Any) -> dict[str, Any]:
@@ -556,10 +561,10 @@ async def test_prewarm_generate_false_is_not_sent_upstream(
     [
         {},
         {"tools": []},
-        {"tools": [WEB_SEARCH, TOOL_SEARCH]},
-        {"tools": [WEB_SEARCH, TOOL_SEARCH], "tool_choice": "required"},
+        {"tools": [WEB_SEARCH, SERVER_TOOL_SEARCH]},
+        {"tools": [WEB_SEARCH, SERVER_TOOL_SEARCH], "tool_choice": "required"},
         {"tools": [WEB_SEARCH], "tool_choice": {"type": "web_search"}},
-        {"tools": [TOOL_SEARCH], "tool_choice": {"type": "image_generation"}},
+        {"tools": [SERVER_TOOL_SEARCH], "tool_choice": {"type": "image_generation"}},
         {"tools": [{"type": "namespace", "name": "ns", "tools": [WEB_SEARCH]}]},
     ],
     ids=[
@@ -592,7 +597,7 @@ async def test_stream_without_function_tools(
         WEB_SEARCH,
         {"type": "web_search", "external_web_access": True},
         {"type": "web_search_preview", "search_context_size": "low"},
-        TOOL_SEARCH,
+        SERVER_TOOL_SEARCH,  # Codex's own (execution "client") is offered: test_tool_choice_shapes
         # image_generation is not left out: crossfeed runs it on its [images] backend, or answers
         # 400 naming it when it has none (below, and tests/integration/test_image_generation.py)
         {"type": "file_search", "vector_store_ids": ["vs_1"]},

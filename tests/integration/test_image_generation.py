@@ -289,5 +289,5 @@ async def test_codex_shaped_request(
     assert final.output[0].result == PNG and final.output_text == ANSWER
     names = [t["function"]["name"] for t in upstream.requests[0].body["tools"]]
     declared = [t["name"] for t in request["tools"] if t["type"] in ("function", "custom")]
-    assert names == [*declared, "image_generation"]
+    assert names == [*declared, "tool_search", "image_generation"]  # Codex's own tool_search: offered
     assert "stream" not in images.requests[0].body  # Codex asks no partial images

@@ -43,7 +43,8 @@ ISSUE = {
     "defer_loading": True,
 }
 GITHUB = {"type": "namespace", "name": "mcp__github__", "description": "GitHub", "tools": [ISSUE]}
-TOOLS = [*({**t, "defer_loading": True} if t.get("name") in DEFER else t for t in CODEX["tools"]), GITHUB]
+SERVER_RUN = [{**t, "execution": "server"} if t["type"] == "tool_search" else t for t in CODEX["tools"]]
+TOOLS = [*({**t, "defer_loading": True} if t.get("name") in DEFER else t for t in SERVER_RUN), GITHUB]
 VISIBLE = ["exec_command", "write_stdin", "request_user_input", "apply_patch"]
 FOUND = "mcp__github__create_issue"
 
@@ -212,6 +213,67 @@ async def test_without_deferred_tools_the_backend_gets_no_search_function(
     client: openai.AsyncOpenAI, upstream: FakeUpstream
 ) -> None:
     upstream.reply(answer_reply("Hi."))
-    stream = await client.responses.create(model="m", input="hi", tools=CODEX["tools"], stream=True)
+    stream = await client.responses.create(model="m", input="hi", tools=SERVER_RUN, stream=True)  # type: ignore[arg-type]
     assert [e async for e in stream][-1].type == "response.completed"
     assert names(upstream.requests[0]) == [*VISIBLE, "view_image", "get_goal", "create_goal", "update_goal"]
+
+
+def client_model(req: Recorded) -> SSEReply | JSONReply:
+    """Searches (Codex runs the search) until the tool is offered, then calls it."""
+    tools = [t["function"]["name"] for t in req.body.get("tools") or ()]
+    reply = (
+        call_reply(FOUND, {"title": "Crash on start"}, "call_issue")
+        if FOUND in tools
+        else call_reply("tool_search", {"query": "open a github issue"}, "call_search")
+    )
+    return reply if req.body.get("stream") else as_json(reply)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_client_run_search_goes_to_the_client_and_its_output_reveals_the_tools(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, stream: bool
+) -> None:
+    """Codex's own ``tool_search`` (``execution: "client"``) with no deferred tool declared: the
+    backend gets the search function; its call ends the Response as a ``tool_search_call`` for
+    the client (crossfeed searches nothing); the client's ``tool_search_output`` reveals the
+    tools it loaded to the backend, and the model calls one."""
+    upstream.default = client_model
+    if stream:
+        events = [
+            e
+            async for e in await client.responses.create(
+                model="m", input="File a bug", tools=CODEX["tools"], stream=True
+            )
+        ]
+        assert events[-1].type == "response.completed"
+        final = events[-1].response
+    else:
+        final = await client.responses.create(model="m", input="File a bug", tools=CODEX["tools"])
+    (searched,) = [o.model_dump(exclude_none=True) for o in final.output]
+    assert final.status == "completed"
+    assert (searched["type"], searched["execution"], searched["call_id"]) == (
+        "tool_search_call",
+        "client",
+        "call_search",
+    )
+    assert searched["arguments"] == {"query": "open a github issue"} and searched["status"] == "completed"
+    (first,) = upstream.requests
+    assert names(first) == [*VISIBLE, *sorted(DEFER, key=[t.get("name") for t in CODEX["tools"]].index), "tool_search"]
+
+    upstream.requests.clear()
+    loaded = {
+        "type": "tool_search_output",
+        "call_id": "call_search",
+        "execution": "client",
+        "status": "completed",
+        "tools": [GITHUB],
+    }
+    replay = [{"role": "user", "content": "File a bug"}, searched, loaded]
+    again = await client.responses.create(model="m", input=replay, tools=CODEX["tools"], stream=stream)  # type: ignore[arg-type]
+    done = [e async for e in again][-1].response if stream else again  # type: ignore[union-attr]
+    (call,) = [o.model_dump(exclude_none=True) for o in done.output]  # type: ignore[union-attr]
+    assert (call["type"], call["namespace"], call["name"]) == ("function_call", "mcp__github__", "create_issue")
+    (only,) = upstream.requests
+    assert names(only)[-2:] == [FOUND, "tool_search"]
+    roles = [(m["role"], [c["function"]["name"] for c in m.get("tool_calls") or ()]) for m in only.body["messages"]]
+    assert roles == [("user", []), ("assistant", ["tool_search"]), ("tool", [])]

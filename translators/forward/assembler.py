@@ -42,6 +42,7 @@ import orjson
 from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.forward.citations import citations
+from crossfeed.translators.forward.tool_search import search_arguments
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.json_string_stream import JsonStringField
 from crossfeed.translators.options import NO_TOOLS, OPENAI_EVENTS, EventNames, ToolContext
@@ -75,6 +76,7 @@ INCOMPLETE_REASONS = {
 
 MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_CALL = "message", "reasoning", "function_call", "custom_tool_call"
 HOSTED_CALL = "hosted_call"  # a call to a tool crossfeed runs: never an output item of its own
+SEARCH_CALL = "tool_search_call"  # a call to the tool search the client runs (ToolContext.client_search)
 
 
 class Item:
@@ -96,7 +98,7 @@ class Item:
         self.head_ci = -1  # ... for this content_index
 
 
-CALL_TYPES = frozenset({FUNCTION_CALL, CUSTOM_CALL})
+CALL_TYPES = frozenset({FUNCTION_CALL, CUSTOM_CALL, SEARCH_CALL})
 
 
 class LegEnd:
@@ -382,6 +384,8 @@ class ResponseAssembler(NumberedStream):
             args = "".join(item.args)
             self._emit({"type": "response.function_call_arguments.done", **base, "name": item.name, "arguments": args})
             done = self._call_body(item, status, args)
+        elif item.kind == SEARCH_CALL:
+            done = self._call_body(item, status, "".join(item.args))
         else:
             done = self._call_body(item, status, self._close_custom(item, base))
         self._output.append(done)
@@ -469,6 +473,8 @@ class ResponseAssembler(NumberedStream):
 
     def _call_body(self, item: Item, status: str, payload: str = "") -> dict[str, Any]:
         body: dict[str, Any] = {"id": item.id, "type": item.kind, "status": status}
+        if item.kind == SEARCH_CALL:  # no delta events: its arguments are an object, whole at the end
+            return {**body, "call_id": item.call_id, "execution": "client", "arguments": search_arguments(payload)}
         if item.kind == CUSTOM_CALL:
             body["call_id"] = item.call_id
             body["name"] = item.name

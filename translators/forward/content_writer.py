@@ -38,6 +38,7 @@ from crossfeed.translators.forward.assembler import (
     HOSTED_CALL,
     MESSAGE,
     REASONING,
+    SEARCH_CALL,
     SUMMARY_TEXT,
     Item,
     ResponseAssembler,
@@ -244,7 +245,9 @@ class ContentWriter(ResponseAssembler):
                 self._note("duplicate_call_id_replaced")  # clients reject two items with one call_id
             call_id = self._ids.new(idp.CALL)
         self._call_ids.add(call_id)
-        if custom:
+        if name == self._tools.client_search:  # the client's tool search: a tool_search_call
+            item = self._new_item(SEARCH_CALL, idp.TOOL_SEARCH_CALL)
+        elif custom:
             item = self._new_item(CUSTOM_CALL, idp.CUSTOM_TOOL_CALL)
             item.unwrap = JsonStringField(self._tools.custom_arg)
         else:
@@ -266,7 +269,7 @@ class ContentWriter(ResponseAssembler):
 
     def _append_args(self, call: Item, args: str) -> None:
         call.args.append(args)
-        if call.kind is HOSTED_CALL:
+        if call.kind is HOSTED_CALL or call.kind is SEARCH_CALL:
             return
         if call.unwrap is None:
             if self._wire:

@@ -213,7 +213,10 @@ def responses_request_to_chat(
     msgs.client_functions = frozenset(
         t.get("name") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
     )
-    msgs.tool_search = ts.function_name(body.get("tools")) if ts.has_deferred(body.get("tools")) else None
+    searched = (
+        ts.has_deferred(body.get("tools")) or ts.client_tool(body.get("tools"), body.get("tool_choice")) is not None
+    )
+    msgs.tool_search = ts.function_name(body.get("tools")) if searched else None
     chat["messages"] = _messages(body, history, msgs, mcp_results)
     if not chat["messages"]:
         raise missing("input")
@@ -228,7 +231,8 @@ def responses_request_to_chat(
     threshold = cmp.compact_threshold(body)
     if trigger:
         chat = cmp.summary_request(chat, options.compaction_prompt or cmp.COMPACTION_PROMPT)
-    hosted = _hosted(body, history, msgs, include, catalog) if body.get("tools") or msgs.answers else None
+    run_search = catalog if catalog is not None and catalog.client is None else None  # the client runs its own
+    hosted = _hosted(body, history, msgs, include, run_search) if body.get("tools") or msgs.answers else None
     if hosted is not None and msgs.answers and mcp_results is None and not trigger:
         again = InputMessages(options, reveal_reasoning, [], open_summary, search_function)
         again.client_functions, again.tool_search = msgs.client_functions, msgs.tool_search
@@ -236,7 +240,7 @@ def responses_request_to_chat(
         hosted = dataclasses.replace(hosted, approved=approved)
     return MappedRequest(
         chat=chat,
-        tools=table.context(CUSTOM_ARG),
+        tools=ts.with_client_search(table.context(CUSTOM_ARG), catalog),
         ignored=tuple(ignored),
         model=model,
         compact="trigger" if trigger else None,
@@ -297,7 +301,10 @@ def _map_tool_fields(
     table = map_tools(body.get("tools"), ignored, CUSTOM_ARG, msgs.extra_tools, msgs.loaded)
     choice, allowed = map_tool_choice(body.get("tool_choice"), table, ignored)
     tools = [t for t in table.chat if allowed is None or t["function"]["name"] in allowed]
-    catalog = _catalog(table, msgs, choice, allowed) if table.deferred and msgs.tool_search else None
+    client = ts.client_tool(body.get("tools"), body.get("tool_choice"))
+    catalog = (
+        _catalog(table, msgs, choice, allowed, client) if (table.deferred or client) and msgs.tool_search else None
+    )
     if catalog is not None:
         tools = catalog.tools(catalog.revealed)
     parallel = opt_bool(body, "parallel_tool_calls", "")
@@ -312,9 +319,12 @@ def _map_tool_fields(
     return table, catalog
 
 
-def _catalog(table: ToolTable, msgs: InputMessages, choice: Any, allowed: set[str] | None) -> ts.ToolCatalog:
+def _catalog(
+    table: ToolTable, msgs: InputMessages, choice: Any, allowed: set[str] | None, client: dict[str, Any] | None
+) -> ts.ToolCatalog:
     """The deferred tools set apart: revealed are those an earlier tool search of the
-    conversation loaded, and one ``tool_choice`` names (the backend must know the function)."""
+    conversation loaded, and one ``tool_choice`` names (the backend must know the function).
+    ``client``: the tool_search tool the client runs itself (then deferred tools may be none)."""
     hidden = {name for name, _, _ in table.deferred}
     revealed = set(msgs.revealed) & hidden
     if isinstance(choice, dict):
@@ -341,6 +351,7 @@ def _catalog(table: ToolTable, msgs: InputMessages, choice: Any, allowed: set[st
         deferred=deferred,
         revealed=frozenset(revealed & hidden),
         allowed=frozenset(allowed) if allowed is not None else None,
+        client=client,
     )
 
 

@@ -18,10 +18,19 @@ so a backend's prefix cache survives a reveal up to the first newly revealed too
 A request without deferred tools is not touched: no search function, the same bytes.
 Deferred tools without a ``tool_search`` tool are still deferred: the API defines them as loaded
 only by a tool search, and their point is to stay out of the prompt.
+
+A ``tool_search`` tool with ``execution: "client"`` is searched by the client itself (Codex
+declares one, and keeps its MCP tools out of ``tools`` altogether: it names their namespaces in a
+developer message). The backend then gets the search function with the client's description and
+parameters (the deferred tools' catalogue appended, if the request has any), deferred tools or
+not; a call to it goes to the client as a ``tool_search_call`` item (``execution: "client"``,
+``ToolContext.client_search``), ending the Response as a function call does; the client's next
+request carries the ``tool_search_output`` item whose tools are then sent (input.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +38,7 @@ from typing import Any
 import orjson
 
 from crossfeed.translators.forward.tools import flat_name
+from crossfeed.translators.options import ToolContext
 
 SEARCH_FUNCTION = "tool_search"
 CLASH_NAME = "crossfeed_tool_search"
@@ -60,6 +70,7 @@ class ToolCatalog:
     deferred: tuple[Deferred, ...]  # in request order
     revealed: frozenset[str]  # chat names an earlier search (or tool_choice) revealed
     allowed: frozenset[str] | None = None  # tool_choice allowed_tools, in chat names
+    client: dict[str, Any] | None = None  # the request's tool_search tool when the client runs it
 
     def tools(self, revealed: frozenset[str] | set[str]) -> list[dict[str, Any]]:
         """The chat tools of a leg: the visible ones, the revealed deferred ones, the search."""
@@ -69,30 +80,14 @@ class ToolCatalog:
 
     def search_tool(self) -> dict[str, Any]:
         lines = "\n".join(f"- {d.label}: {d.line}" if d.line else f"- {d.label}" for d in self.deferred)
+        if self.client is not None:
+            return _client_search_tool(self.function, self.client, lines)
         description = (
             "Load tools that are not in your tool list yet. Search the deferred tools below by name or "
             "keywords; the matching tools become callable functions from your next step on (call them "
             "then by the name the search returns).\n\nDeferred tools:\n" + lines
         )
-        return {
-            "type": "function",
-            "function": {
-                "name": self.function,
-                "description": description,
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "query": {"type": "string", "description": "tool names or keywords of what you need"},
-                        "limit": {
-                            "type": "integer",
-                            "description": f"at most this many tools (default {DEFAULT_LIMIT})",
-                        },
-                    },
-                    "required": ["query"],
-                },
-                "strict": False,
-            },
-        }
+        return _function(self.function, description, _PARAMETERS)
 
     def search(self, query: str, limit: int = DEFAULT_LIMIT) -> list[Deferred]:
         """The best matches of ``query``: a tool named in it first (by its chat name, its
@@ -113,6 +108,67 @@ class ToolCatalog:
         scored.sort(key=lambda s: (s[0], s[1]))
         best = -scored[0][0] if scored else 0
         return [d for score, _, d in scored[: max(1, min(limit, MAX_LIMIT))] if -score * 2 >= best]
+
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "tool names or keywords of what you need"},
+        "limit": {"type": "integer", "description": f"at most this many tools (default {DEFAULT_LIMIT})"},
+    },
+    "required": ["query"],
+}
+
+
+def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters, "strict": False},
+    }
+
+
+def _client_search_tool(name: str, tool: dict[str, Any], lines: str) -> dict[str, Any]:
+    """The search function of a client-run tool search: the client's description and parameters
+    (its search reads its own catalogue), the request's deferred tools listed after them."""
+    description = tool.get("description")
+    description = description if isinstance(description, str) and description.strip() else _CLIENT_DESCRIPTION
+    if lines:
+        description += "\n\nDeferred tools:\n" + lines
+    parameters = tool.get("parameters")
+    return _function(name, description, parameters if isinstance(parameters, dict) else _PARAMETERS)
+
+
+_CLIENT_DESCRIPTION = (
+    "Search the tools that are not in your tool list yet by name or keywords; the matching tools "
+    "become callable functions from your next step on."
+)
+
+
+def client_tool(tools: Any, choice: Any = None) -> dict[str, Any] | None:
+    """The request's ``tool_search`` tool when the client runs it (``execution: "client"``), unless
+    a ``tool_choice`` of ``allowed_tools`` leaves it out."""
+    if not isinstance(tools, list):
+        return None
+    listed = choice.get("tools") if isinstance(choice, dict) and choice.get("type") == "allowed_tools" else None
+    if isinstance(listed, list) and not any(isinstance(t, dict) and t.get("type") == "tool_search" for t in listed):
+        return None
+    return next(
+        (t for t in tools if isinstance(t, dict) and t.get("type") == "tool_search" and t.get("execution") == "client"),
+        None,
+    )
+
+
+def with_client_search(tools: ToolContext, catalog: ToolCatalog | None) -> ToolContext:
+    """The request's tool context, knowing the search function when the client runs the search."""
+    if catalog is None or catalog.client is None:
+        return tools
+    return dataclasses.replace(tools, client_search=catalog.function)
+
+
+def search_arguments(raw: str) -> dict[str, Any]:
+    """A search call's arguments as the object a ``tool_search_call`` item carries ({} when
+    they are not a JSON object)."""
+    return arguments(raw)[0]
 
 
 def _words(text: str) -> set[str]:
