@@ -472,3 +472,67 @@ async def test_a_codex_session_logs_no_5xx(upstream: FakeUpstream, tmp_path: Pat
         (closed,) = [e for e in summary if e["event"] == "websocket.closed"]
         assert closed["status"] == 101 and closed["ending"] in ("client_disconnected", "closed"), closed
         assert closed["turns"] >= 2
+
+
+async def test_mcp_tools_load_through_codexs_own_tool_search(
+    proxy, upstream: FakeUpstream, tmp_path: Path, setup: str, mcp_urls: dict[str, str]
+) -> None:
+    """Codex 0.171 with an MCP server and a model whose catalog entry has
+    ``supports_search_tool`` (``gpt-5.5``) declares none of the server's tools: it names their
+    namespace (``mcp__fake``) in a developer message and declares ``tool_search`` with
+    ``execution: "client"``. The backend gets a ``tool_search`` function; the model's call to it
+    reaches Codex as a ``tool_search_call``, Codex searches and sends the ``tool_search_output``,
+    whose tools crossfeed then offers; the model calls one, Codex calls the MCP server, and the
+    model answers from the result."""
+    from tests.fakes.mcp_server import TEST_TOKEN
+
+    def model(req: Recorded) -> SSEReply:
+        offered = [t["function"]["name"] for t in req.body.get("tools") or ()]
+        outputs = tool_outputs(req)
+        if len(upstream.requests) > 4:  # without the bridge the search loops: fail fast, not at the timeout
+            return text("Gave up.")
+        if "call_add" in outputs:
+            return text("The MCP server says " + ("42" if "42" in outputs["call_add"] else "nothing") + ".")
+        if "mcp__fake__add" in offered:
+            return calls(("call_add", "mcp__fake__add", {"a": 20, "b": 22}))
+        return calls(("call_find", "tool_search", {"query": "add two integers"}))
+
+    upstream.default = model
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    server = {"url": mcp_urls["http"], "http_headers": {"Authorization": f"Bearer {TEST_TOKEN}"}}
+    write = cx.write_codex_home if setup == "provider" else cx.write_codex_home_builtin
+    env = write(home, base_url=proxy.base_url, model=cx.APPLY_PATCH_MODEL, extra={"mcp_servers": {"fake": server}})
+    proc = await asyncio.to_thread(
+        cx.run_codex_exec, "add 20 and 22 with the MCP tool", cwd=work, env=env, timeout=180, ephemeral=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = cx.parse_events(proc.stdout)
+    assert cx.agent_messages(events)[-1] == "The MCP server says 42."
+    mcp_calls = [
+        e["item"] for e in events if e.get("type") == "item.completed" and e["item"]["type"] == "mcp_tool_call"
+    ]
+    assert [(c["server"], c["tool"], c["status"]) for c in mcp_calls] == [("fake", "add", "completed")]
+
+    first, second, third = (r.body for r in upstream.requests)
+    names = [t["function"]["name"] for t in first["tools"]]
+    assert names[-1] == "tool_search" and not any(n.startswith("mcp__fake") for n in names)
+    assert first["tools"][-1]["function"]["description"].startswith("# Tool discovery")
+    assert "mcp__fake" in orjson.dumps(first["messages"]).decode()  # Codex names the namespace
+    revealed = [t["function"]["name"] for t in second["tools"]]
+    assert "mcp__fake__add" in revealed and revealed[-1] == "tool_search"
+    assert revealed[: len(names) - 1] == names[:-1]  # the request's own tools first, as before
+    search = next(m for m in second["messages"] if m.get("tool_calls"))
+    assert [c["function"]["name"] for c in search["tool_calls"]] == ["tool_search"]
+    assert "mcp__fake__add" in tool_outputs(upstream.requests[1])["call_find"]
+    assert "42" in tool_outputs(upstream.requests[2])["call_add"]
+    assert "mcp__fake__add" in [t["function"]["name"] for t in third["tools"]]
+
+    items = rollout_items(home)
+    (searched,) = [i for i in items if i.get("type") == "tool_search_call"]
+    assert searched["execution"] == "client" and searched["arguments"] == {"query": "add two integers"}
+    (loaded,) = [i for i in items if i.get("type") == "tool_search_output"]
+    assert loaded["execution"] == "client" and loaded["call_id"] == searched["call_id"] == "call_find"
+    spaces = {t["name"]: [m["name"] for m in t["tools"]] for t in loaded["tools"] if t["type"] == "namespace"}
+    assert "add" in spaces["mcp__fake"]
+    check_transport(proxy, proc, setup, 3)
