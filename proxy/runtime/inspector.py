@@ -158,6 +158,7 @@ class Watched:
         self.tools: list[dict[str, Any]] = []  # hosted tool runs between legs
         self.marks: dict[str, float] = {}  # upstream_sent, backend_first_byte, first_event, end
         self.jsonl = False
+        self.whole = False  # a turn answered whole (stream false): its one answer and one body
         self.kept = 0
         self.dropped = 0
         self.ending: str | None = None
@@ -274,6 +275,7 @@ class Watched:
             "ending": self.ending,
             "quirks": len(self.quirks),
             "legs": len(self.legs),
+            "stream": not self.whole,
             "timings": self.timings(),
         }
 
@@ -298,6 +300,8 @@ class Watched:
         source = "chat" if self.path == "/chat/completions" else "responses"
         target = "chat" if isinstance(self.client, dict) and "messages" in self.client else "responses"
         notes = []
+        if self.whole:
+            notes.append("a whole answer (stream false): crossfeed translate replays streams, not this")
         if self.dropped:
             notes.append(f"{self.dropped} bytes past the inspector's max_turn_bytes were not kept: a partial turn")
         if len(self.legs) > 1:
@@ -315,7 +319,7 @@ class Watched:
             "events": b"".join(d for _, d in self.events).decode("utf-8", "replace"),
             "ending": self.ending,
             "quirks": self.quirks,
-            "complete": not self.dropped and len(self.legs) <= 1,
+            "complete": not self.dropped and len(self.legs) <= 1 and not self.whole,
             "notes": notes,
         }
 

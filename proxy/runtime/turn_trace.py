@@ -247,6 +247,43 @@ def open_trace(
     return trace
 
 
+def inspect_whole(
+    app: web.Application,
+    client_headers: Mapping[str, str],
+    up: Upstream,
+    path: str,
+    sent: dict[str, Any],
+    client: dict[str, Any],
+    answer: Any,
+    result: dict[str, Any],
+    answered_after: float,
+    hidden: tuple[str, ...],
+) -> None:
+    """A turn answered whole (``stream`` false), for the inspector: the body sent, the backend's
+    answer, and the body the client got. Nothing when the inspector is off."""
+    ring = app.get(INSPECTOR)
+    if ring is None:
+        return
+    fields = REQUEST_FIELDS.get() or {}
+    hidden = tuple(s for s in (*hidden, *header_secrets(client_headers)) if len(s) >= 4)
+    watch = ring.open(
+        request_id=str(fields.get("request_id") or "turn"),
+        started=ARRIVED.get() or time.monotonic(),
+        transport="websocket" if fields.get("method") == "WS" else "http",
+        upstream=up.name,
+        path=path,
+        client=client,
+        sent=sent,
+        headers=client_headers,
+        hidden=hidden,
+    )
+    watch.whole = True
+    watch.leg(1, shown_url(up.base_url + path), 200, {}, answered_after)
+    watch.chunk(1, _scrub(orjson.dumps(redact(answer, hidden)), hidden))
+    watch.event(_scrub(orjson.dumps(redact(result, hidden)), hidden))
+    watch.end(str(result.get("status") or "ok"))
+
+
 class Trace:
     """One streamed turn: its legs' reads, the quirks repaired, what the client was sent."""
 

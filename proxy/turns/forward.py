@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+from crossfeed.proxy.runtime.turn_trace import inspect_whole
 from crossfeed.proxy.state.history import load_history, resolve_item_references, save_before_final
+from crossfeed.proxy.turns.common import secrets
 from crossfeed.proxy.turns.compaction import compact_now, compacting_turn, compaction_turn, over_threshold
 from crossfeed.proxy.turns.exchange import SinkOpener, forward_turn, map_forward, open_leg, read_leg, reasoning_sealer
 from crossfeed.proxy.turns.hosted.images import image_plan
@@ -96,6 +98,19 @@ async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
         profile=turn.upstream.profile,
     )
     await save_before_final(turn.app, body, result, create.history, turn.ids)
+    backend = turn.upstream
+    inspect_whole(
+        turn.app,
+        turn.headers,
+        backend,
+        "/chat/completions",
+        mapped.chat,
+        body,
+        completion,
+        result,
+        turn.log.get("ttfb", 0.0),
+        secrets(turn, backend),
+    )
     return result
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import orjson
 import pytest
 
@@ -377,3 +378,24 @@ async def test_a_reverse_turn_is_shown_and_its_case_replays(upstream: FakeUpstre
     assert (saved["from"], saved["to"]) == ("responses", "chat")
     done = replay(case)
     assert done.returncode == 0, done.stderr
+
+
+async def test_a_whole_answer_is_listed_too(upstream: FakeUpstream) -> None:
+    """``stream: false``: the body sent, the backend's answer and the Response the client got."""
+    from tests.support.chat_replies import json_text
+
+    upstream.reply(json_text("A whole answer."))
+    async with running_proxy(settings(upstream), environ=ENVIRON) as handle:
+        client = openai.AsyncOpenAI(base_url=handle.base_url, api_key=CLIENT_KEY, max_retries=0)
+        got = await client.responses.create(model="m", input="all at once", store=True)
+        (turn,) = await turns_of(handle)
+        shown = await detail(handle, turn["id"])
+        status, case = await get(f"{handle.url}/inspector/api/turns/{turn['id']}/case", ADMIN)
+    assert turn["stream"] is False and turn["ending"] == "completed" and turn["response_id"] == got.id
+    assert shown["upstream_request"]["messages"] == [{"role": "user", "content": "all at once"}]
+    (answer,) = shown["chunks"]
+    assert orjson.loads(answer["data"])["choices"][0]["message"]["content"] == "A whole answer."
+    (sent,) = shown["events"]
+    assert orjson.loads(sent["data"])["id"] == got.id
+    assert BACKEND_KEY not in orjson.dumps(shown).decode() and CLIENT_KEY not in orjson.dumps(shown).decode()
+    assert status == 200 and not case["complete"] and "stream false" in case["notes"][0]

@@ -115,7 +115,7 @@ function renderDetail() {
     "div",
     { class: "head" },
     el("h2", { text: `${d.transport} turn ${d.request_id}` }),
-    el("p", { text: `${d.model} → ${d.upstream} ${d.path} · ${d.ending || "streaming"}${d.response_id ? " · " + d.response_id : ""}` }),
+    el("p", { text: `${d.model} → ${d.upstream} ${d.path} · ${d.stream === false ? "stream false · " : ""}${d.ending || "streaming"}${d.response_id ? " · " + d.response_id : ""}` }),
     el("button", { id: "save-case", type: "button", onclick: saveCase, text: "Save as test case" }),
   );
   const timings = el(
