@@ -232,19 +232,35 @@ def open_trace(
     request_id = str(fields.get("request_id") or "turn")
     trace = Trace(up, path, upstream_body, client_body, hidden, record, request_id)
     if ring is not None:
-        watch = trace.watch = ring.open(
-            request_id=request_id,
-            started=ARRIVED.get() or time.monotonic(),
-            transport="websocket" if fields.get("method") == "WS" else "http",
-            upstream=up.name,
-            path=path,
-            client=client_body,
-            sent=upstream_body,
-            headers=client_headers,
-            hidden=trace.hidden,
-        )
-        watch.reasoning_field = up.profile.reasoning_field
+        trace.watch = _watch(ring, up, path, upstream_body, client_body, client_headers, trace.hidden)
     return trace
+
+
+def _watch(
+    ring: Ring,
+    up: Upstream,
+    path: str,
+    sent: dict[str, Any],
+    client: dict[str, Any] | None,
+    client_headers: Mapping[str, str],
+    hidden: tuple[str, ...],
+) -> Watched:
+    """The inspector's record of the turn being served (its request id and arrival from the
+    request's context)."""
+    fields = REQUEST_FIELDS.get() or {}
+    watch = ring.open(
+        request_id=str(fields.get("request_id") or "turn"),
+        started=ARRIVED.get() or time.monotonic(),
+        transport="websocket" if fields.get("method") == "WS" else "http",
+        upstream=up.name,
+        path=path,
+        client=client,
+        sent=sent,
+        headers=client_headers,
+        hidden=hidden,
+    )
+    watch.reasoning_field = up.profile.reasoning_field
+    return watch
 
 
 def inspect_whole(
@@ -264,19 +280,8 @@ def inspect_whole(
     ring = app.get(INSPECTOR)
     if ring is None:
         return
-    fields = REQUEST_FIELDS.get() or {}
     hidden = tuple(s for s in (*hidden, *header_secrets(client_headers)) if len(s) >= 4)
-    watch = ring.open(
-        request_id=str(fields.get("request_id") or "turn"),
-        started=ARRIVED.get() or time.monotonic(),
-        transport="websocket" if fields.get("method") == "WS" else "http",
-        upstream=up.name,
-        path=path,
-        client=client,
-        sent=sent,
-        headers=client_headers,
-        hidden=hidden,
-    )
+    watch = _watch(ring, up, path, sent, client, client_headers, hidden)
     watch.whole = True
     watch.leg(1, shown_url(up.base_url + path), 200, {}, answered_after)
     watch.chunk(1, _scrub(orjson.dumps(redact(answer, hidden)), hidden))
