@@ -152,3 +152,25 @@ async def test_websocket_turns_count_one_by_one(upstream: FakeUpstream, tmp_path
             assert refused.errors[0]["error"]["code"] == "rate_limit_exceeded"
         log.validate()
     assert len(upstream.requests) == 2
+
+
+@pytest.mark.redis
+async def test_the_count_outlives_a_replica(upstream: FakeUpstream, tmp_path: Path, redis_url: str) -> None:
+    """Requests counted on a replica that then dies (SIGKILL) still count on the other."""
+    keys = 'inbound_keys_env = "CF_RL_KEYS"\nrequests_per_minute_per_key = 2\n'
+    store = f'backend = "redis"\nkey_prefix = "cf-rl-kill-{os.getpid()}-{time.time_ns()}:"'
+    cfg = config_file(tmp_path, upstream, store, keys)
+    upstream.default = lambda req: answer()
+    env = {"CROSSFEED_REDIS_URL": redis_url, "CF_RL_KEYS": "sk-shared"}
+    a = await start(cfg, env)
+    b = await start(cfg, env)
+    try:
+        await fresh_window(15.0)
+        assert [(await post(a.url, "sk-shared"))[0] for _ in range(2)] == [200, 200]
+        a.proc.kill()
+        await asyncio.wait_for(a.proc.wait(), 20)
+        status, _, raw = await post(b.url, "sk-shared")
+        assert status == 429, raw
+    finally:
+        assert await b.stop() == 0
+    assert len(upstream.requests) == 2

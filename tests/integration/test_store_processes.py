@@ -168,3 +168,34 @@ async def test_a_follow_up_on_another_replica_finds_the_response_at_once(
         assert await b.stop() == 0
         await link.close()
     assert misses == 0
+
+
+@pytest.mark.redis
+async def test_a_conversation_outlives_the_replica_that_made_it(
+    upstream: FakeUpstream, tmp_path: Path, redis_url: str
+) -> None:
+    """Replica a creates a conversation and serves a turn of it, then dies (SIGKILL); replica b
+    continues it with the whole history and lists every item."""
+    cfg = write_config(tmp_path / "c.toml", upstream, f'backend = "redis"\nkey_prefix = "cf-conv-kill-{os.getpid()}:"')
+    upstream.reply(reply("Hello Ada."), reply("You are Ada."))
+    a = await start(cfg, {"CROSSFEED_REDIS_URL": redis_url})
+    b = await start(cfg, {"CROSSFEED_REDIS_URL": redis_url})
+    try:
+        async with openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="k", max_retries=0) as on_a:
+            conv = await on_a.conversations.create(items=[{"type": "message", "role": "user", "content": "I am Ada."}])
+            await on_a.responses.create(model="m", input="Hi!", conversation=conv.id)
+        a.proc.kill()
+        await asyncio.wait_for(a.proc.wait(), 20)
+        async with openai.AsyncOpenAI(base_url=b.url + "/v1", api_key="k", max_retries=0) as on_b:
+            answer = await on_b.responses.create(model="m", input="Who am I?", conversation=conv.id)
+            assert answer.output_text == "You are Ada."
+            items = [i async for i in on_b.conversations.items.list(conv.id, order="asc")]
+        assert [i.role for i in items] == ["user", "user", "assistant", "user", "assistant"]  # type: ignore[union-attr]
+    finally:
+        assert await b.stop() == 0
+    assert upstream.requests[-1].body["messages"] == [
+        {"role": "user", "content": "I am Ada."},
+        {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": "Hello Ada."},
+        {"role": "user", "content": "Who am I?"},
+    ]
