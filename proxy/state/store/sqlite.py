@@ -43,6 +43,17 @@ FILENAME = "responses.sqlite3"
 SCHEMA_VERSION = 1
 PROBE_ID = "\x00crossfeed-write-probe"  # never a response id (they are resp_...)
 PROBE_BYTES = 16384
+OPEN_RETRY_SECONDS = 15.0  # how long opening waits out another process setting up the same file
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """True for the transient lock errors another connection causes (SQLITE_BUSY/LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -163,9 +174,26 @@ class SQLiteStore(ResponseStore):
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
+        # Several workers or replicas opening one new file at once: switching it to WAL and
+        # creating the schema take a lock SQLite's busy handler does not always wait for (a
+        # connection recovering or converting the journal answers SQLITE_BUSY at once). Setup
+        # writes nothing twice, so it is simply tried again for a bounded time.
+        deadline = time.monotonic() + OPEN_RETRY_SECONDS
+        while True:
+            try:
+                self._conn = self._open_once()
+                return self._conn
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise self._unwritable(exc) from exc
+            time.sleep(0.05)
+
+    def _open_once(self) -> sqlite3.Connection:
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        except sqlite3.OperationalError:
+            raise
         except (OSError, sqlite3.Error) as exc:
             raise self._unwritable(exc) from exc
         try:
@@ -183,13 +211,15 @@ class SQLiteStore(ResponseStore):
             conn.executescript(_SCHEMA)
             if version != SCHEMA_VERSION:  # written once: opening an existing file writes nothing (a full disk)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.OperationalError:
+            conn.close()
+            raise
         except (OSError, sqlite3.Error) as exc:
             conn.close()
             raise self._unwritable(exc) from exc
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
         return conn
 
     def _unwritable(self, exc: BaseException) -> BaseException:
