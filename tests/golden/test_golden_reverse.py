@@ -57,7 +57,9 @@ def limit_of(request: dict) -> int | None:
     return request.get("max_completion_tokens") or request.get("max_tokens")
 
 
-def body(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[bytes, ResponsesToChatStream]:
+def body(
+    case: Path, pieces: list[bytes], *, wire: bool = True, typed_frames: bool = True
+) -> tuple[bytes, ResponsesToChatStream]:
     """The SSE body a chat client receives for ``pieces`` (without the relay's ``[DONE]``)."""
     request = request_of(case)
     machine = ResponsesToChatStream(
@@ -69,7 +71,7 @@ def body(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[bytes, 
         wire=wire,
         max_output_tokens=limit_of(request),
     )
-    pump = Pump(machine)
+    pump = Pump(machine, typed_frames=typed_frames)
     out: list[dict] = []
     for piece in pieces:
         out += pump.feed(piece)
@@ -77,9 +79,11 @@ def body(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[bytes, 
     return render_chat(out), machine
 
 
-def translate(case: Path, pieces: list[bytes], *, wire: bool = True) -> tuple[list[dict], ResponsesToChatStream]:
+def translate(
+    case: Path, pieces: list[bytes], *, wire: bool = True, typed_frames: bool = True
+) -> tuple[list[dict], ResponsesToChatStream]:
     """The chunks of ``body``, parsed back as the client parses them."""
-    raw, machine = body(case, pieces, wire=wire)
+    raw, machine = body(case, pieces, wire=wire, typed_frames=typed_frames)
     chunks = []
     for name, data in sse_frames(raw):
         assert name is None
@@ -95,6 +99,12 @@ def test_golden(case: Path) -> None:
     check_expected(case / "expected.jsonl", whole)
     # The frames the machine renders itself (wire mode) are the bytes of the dicts' frames.
     assert body(case, [data])[0] == body(case, [data], wire=False)[0]
+    # The typed decoding of text deltas (delta_frames.py) and plain JSON into ``feed`` agree,
+    # to the byte and in what the machine counted.
+    typed_raw, typed_machine = body(case, [data])
+    plain_raw, plain_machine = body(case, [data], typed_frames=False)
+    assert typed_raw == plain_raw
+    assert typed_machine.diagnostics == plain_machine.diagnostics
     assert translate(case, byte_by_byte(data))[0] == whole
     for seed in range(20):
         assert translate(case, split_points(data, seed, 1 + seed * 3))[0] == whole, f"split seed {seed}"

@@ -79,11 +79,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from crossfeed.translators.errors import UpstreamProtocolError, json_kind
 from crossfeed.translators.ids import CHAT_COMPLETION, IdFactory
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.responses.fields import bad_field, error_body, up_dict, up_items, up_list, up_str
 from crossfeed.translators.reverse.body import chat_annotations, chat_usage, incomplete_finish_reason, output_tokens_of
+from crossfeed.translators.reverse.delta_frames import FRAME_ERRORS, TEXT_DELTA, TEXT_DELTA_PREFIX, decode_text_delta
 from crossfeed.translators.reverse.stream_state import (
     CALL_TYPES,
     OUTPUT_TEXT,
@@ -96,6 +99,7 @@ from crossfeed.translators.reverse.stream_state import (
 from crossfeed.translators.reverse.tool_calls import CallStream
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
 
+_dumps = orjson.dumps
 WAITING, STREAMING, DONE = "waiting", "streaming", "done"  # the phases of a stream
 _LIFECYCLE = frozenset(
     {"response.created", "response.queued", "response.in_progress", "response.completed", "response.incomplete"}
@@ -215,6 +219,34 @@ class ResponsesToChatStream(CallStream):
             return self._with_role(out + self._malformed(exc.message))
         except _MALFORMED as exc:
             return self._with_role(out + self._malformed(f"malformed upstream event ({type(exc).__name__})"))
+
+    def feed_frame(self, data: bytes) -> list[Out] | None:
+        """``feed`` for a text delta still in its JSON bytes (delta_frames.py); None for any other
+        frame, or a text delta of a shape the general path should judge (the pump then parses
+        it and calls ``feed``)."""
+        if self._phase is not STREAMING or not data.startswith(TEXT_DELTA_PREFIX):
+            return None
+        try:
+            ev = decode_text_delta(data)
+        except FRAME_ERRORS:
+            return None
+        d, oi, ci, lps = ev.delta, ev.output_index, ev.content_index, ev.logprobs
+        if ev.type != TEXT_DELTA or type(d) is not str or type(oi) is not int or type(ci) is not int:
+            return None
+        if lps is not None and (lps.__class__ is not list or lps):  # logprobs to map, or the wrong type
+            return None
+        if not d:
+            return []
+        if oi == self._last_msg:  # the text of the part the last delta continued: its frame as _content makes it
+            part = self._parts.get((OUTPUT_TEXT, oi, ci))
+            head = self._heads.get("content")
+            if part is not None and head is not None:  # (a content frame went out: the role chunk too)
+                part.pieces.append(d)
+                self._content_len += len(d)
+                return [b"%s%s%s" % (head, _dumps(d), self._after)]
+        self._streamed = True
+        out = [self._content(oi, ci, d)]
+        return self._with_role(out) if self._role else out
 
     def finish(self, *, clean: bool = True) -> list[Out]:
         """The upstream ended (``clean``: with ``[DONE]``, else EOF). Without a terminal event

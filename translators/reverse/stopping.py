@@ -77,6 +77,9 @@ class StoppingChatStream(ResponsesToChatStream):
         self._lps: list[TokenLogprob] = []  # not sent yet
         self._prompt_tokens = prompt_tokens
 
+    def feed_frame(self, data: bytes) -> list[Out] | None:
+        return None  # every event goes through ``feed``, where the stop sequences are matched
+
     def feed(self, event: dict[str, Any]) -> list[Out]:
         return self._stopping(super().feed(event))
 

@@ -1,0 +1,110 @@
+"""The reverse machine's typed text-delta path (``feed_frame``, delta_frames.py) against plain
+JSON into ``feed``: for text deltas of any shape (and the frames around them), both produce the
+same chunks, byte for byte in wire mode, and count the same diagnostics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.reverse.delta_frames import TEXT_DELTA_PREFIX
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
+from crossfeed.translators.reverse.stopping import StoppingChatStream
+from crossfeed.translators.sse import render_chat
+from tests.support.validators import validate_chat_chunks
+
+CREATED = {"type": "response.created", "response": {"id": "resp_1", "model": "m", "created_at": 1, "output": []}}
+ADDED = {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1"}}
+COMPLETED = {
+    "type": "response.completed",
+    "response": {"id": "resp_1", "model": "m", "output": [], "usage": {"input_tokens": 1, "output_tokens": 2}},
+}
+
+
+def frame(event: dict[str, Any]) -> bytes:
+    return b"event: " + str(event.get("type")).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def run(frames: list[bytes], *, typed: bool, wire: bool) -> tuple[bytes, dict[str, int], list[Any]]:
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=wire
+    )
+    pump = Pump(m, typed_frames=typed)
+    out: list[Any] = []
+    for f in frames:
+        out += pump.feed(f)
+    out += pump.finish()
+    return render_chat(out), m.diagnostics, out
+
+
+def assert_same(frames: list[bytes]) -> None:
+    plain = run(frames, typed=False, wire=False)
+    for wire in (False, True):
+        typed = run(frames, typed=True, wire=wire)
+        assert typed[0] == plain[0]
+        assert typed[1] == plain[1]
+    validate_chat_chunks([orjson.loads(p[6:]) for p in plain[0].split(b"\n\n") if p.startswith(b"data: {")])
+
+
+_value = st.one_of(
+    st.none(), st.booleans(), st.integers(-1, 2), st.text(max_size=6), st.lists(st.integers(0, 1), max_size=2)
+)
+
+
+@st.composite
+def text_delta(draw: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "response.output_text.delta"}  # type first, as servers write it
+    for key, good in (
+        ("sequence_number", st.integers(0, 9)),
+        ("item_id", st.just("msg_1")),
+        ("output_index", st.integers(0, 1)),
+        ("content_index", st.integers(0, 1)),
+        ("delta", st.text(max_size=8)),
+        ("logprobs", st.just([])),
+    ):
+        if draw(st.booleans()):
+            event[key] = draw(st.one_of(good, _value)) if draw(st.integers(0, 4)) == 0 else draw(good)
+    return event
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(text_delta(), min_size=1, max_size=6), st.booleans())
+def test_any_text_delta_same_both_ways(deltas: list[dict[str, Any]], created: bool) -> None:
+    frames = ([frame(CREATED), frame(ADDED)] if created else []) + [frame(d) for d in deltas] + [frame(COMPLETED)]
+    assert_same(frames)
+
+
+def test_the_common_delta_takes_the_typed_path() -> None:
+    """An ordinary stream's deltas are decoded typed (the path is taken, not only equivalent)."""
+    delta = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0}
+    data = orjson.dumps({**delta, "delta": "Hi", "logprobs": [], "sequence_number": 2})
+    assert data.startswith(TEXT_DELTA_PREFIX)
+    m = ResponsesToChatStream(
+        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    assert m.feed_frame(data) is None  # nothing started yet: the general path starts the stream
+    m.feed(CREATED)
+    out = m.feed_frame(data)
+    assert out is not None and len(out) == 2  # the role chunk, then the text
+    body = render_chat(out)
+    chunks = [orjson.loads(line[6:]) for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+    assert chunks[1]["choices"][0]["delta"] == {"content": "Hi"}
+    # Not decoded typed: another event type that shares the prefix's start, logprobs, a wrong shape.
+    assert m.feed_frame(data.replace(b"output_text.delta", b"output_text.done")) is None
+    assert m.feed_frame(orjson.dumps({**delta, "delta": "x", "logprobs": [{"token": "x"}]})) is None
+    assert m.feed_frame(orjson.dumps({**delta, "delta": 3})) is None
+    assert m.feed_frame(b'{"type":"response.output_text.delta",') is None  # not JSON
+
+
+def test_stop_sequences_never_take_the_typed_path() -> None:
+    m = StoppingChatStream(
+        stop=["x"], include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1
+    )
+    m.feed(CREATED)
+    assert m.feed_frame(orjson.dumps({"type": "response.output_text.delta", "output_index": 0, "delta": "x"})) is None

@@ -1,0 +1,36 @@
+"""Typed decoding of the reverse stream's most frequent frame: ``response.output_text.delta``.
+
+A text delta carries seven fields, and the machine reads four (``delta``, ``output_index``,
+``content_index``, ``logprobs``). Decoding them into a msgspec struct that declares only those
+skips the rest (``item_id``, ``sequence_number``, ``obfuscation``...) without building Python
+objects for them, as the forward stream does for chat chunks (translators/forward/chunk_frames.py).
+
+Only frames whose bytes open with the event's ``type`` are decoded this way (OpenAI, vLLM,
+llama-server and the Open Responses servers write ``type`` first); any other frame, and any
+text delta of another shape (an index that is not an integer, logprobs, a ``delta`` that is not
+a string), goes the general way: parsed to a dict and fed to the machine's handler, which
+reports a wrong shape exactly as it always has.
+
+The struct is ``gc=False``: decoded JSON cannot hold a reference cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+TEXT_DELTA_PREFIX = b'{"type":"response.output_text.delta"'
+TEXT_DELTA = "response.output_text.delta"
+
+
+class TextDelta(msgspec.Struct, gc=False):
+    type: Any = None
+    delta: Any = None
+    output_index: Any = None
+    content_index: Any = None
+    logprobs: Any = None
+
+
+decode_text_delta = msgspec.json.Decoder(TextDelta).decode
+FRAME_ERRORS = (msgspec.DecodeError, RecursionError)
