@@ -15,6 +15,12 @@ back on the next turn of a tool-calling conversation, the token is ``cf2.`` and 
 the JSON object ``{"text": ..., "details": [...]}`` (its own associated data, so neither kind
 can pass for the other).
 
+Codex resends its whole history every turn, so the same tokens come back turn after turn: what a
+token opened to is kept (``OPENED_BYTES`` at most, oldest first out), and a token this process
+sealed is known from the start. A token is only ever one text (the nonce makes each one unique,
+and the tag proves it unaltered), so the kept answer is the answer; what is kept is what the
+process sealed or opened anyway, beside the key that opens it.
+
 A compaction item's ``encrypted_content`` (translators/forward/compaction.py) is sealed the same way:
 ``cfc1.`` + the sealed summary text, with associated data of its own, so a reasoning token cannot
 pass for a summary nor a summary for reasoning.
@@ -39,30 +45,63 @@ _PREFIX_COMPACTION = "cfc1."
 _AAD_COMPACTION = b"crossfeed-compaction-v1"
 
 
+OPENED_BYTES = 16 * 1024 * 1024  # the most token and text characters kept of opened reasoning tokens
+
+Opened = tuple[str, list[dict[str, Any]]]
+
+
 class ReasoningSeal:
-    __slots__ = ("_aead", "from_env")
+    __slots__ = ("_aead", "from_env", "_opened", "_opened_size")
 
     def __init__(self, secret: str | None) -> None:
         self.from_env = bool(secret)
         key = hashlib.sha256(secret.encode()).digest() if secret else AESGCM.generate_key(bit_length=256)
         self._aead = AESGCM(key)
+        self._opened: dict[str, Opened] = {}  # token -> what it opens to (insertion order: oldest first)
+        self._opened_size = 0
 
     def seal(self, text: str, details: list[dict[str, Any]] | None = None) -> str:
         """The opaque token of the reasoning ``text`` and the backend's ``details`` (if any)."""
         if details:
-            return self._seal(_PREFIX_DETAILS, orjson.dumps({"text": text, "details": details}), _AAD_DETAILS)
-        return self._seal(_PREFIX, text.encode("utf-8"), _AAD)
+            token = self._seal(_PREFIX_DETAILS, orjson.dumps({"text": text, "details": details}), _AAD_DETAILS)
+        else:
+            token = self._seal(_PREFIX, text.encode("utf-8"), _AAD)
+        self._keep(token, (text, [dict(d) for d in details] if details else []))
+        return token
+
+    def _keep(self, token: str, opened: Opened) -> None:
+        size = len(token) + len(opened[0])
+        if size > OPENED_BYTES // 4:
+            return
+        kept = self._opened
+        while kept and self._opened_size + size > OPENED_BYTES:
+            old_token = next(iter(kept))
+            old = kept.pop(old_token)
+            self._opened_size -= len(old_token) + len(old[0])
+        kept[token] = opened
+        self._opened_size += size
 
     def _seal(self, prefix: str, plain: bytes, aad: bytes) -> str:
         nonce = os.urandom(12)
         blob = nonce + self._aead.encrypt(nonce, plain, aad)
         return prefix + base64.urlsafe_b64encode(blob).decode("ascii")
 
-    def open(self, token: str) -> tuple[str, list[dict[str, Any]]] | None:
+    def open(self, token: str) -> Opened | None:
         """(reasoning text, backend details), or None when the token is not ours, altered, or
-        sealed with another key."""
+        sealed with another key. The details are the caller's own copies."""
         if not isinstance(token, str):
             return None
+        kept = self._opened.get(token)
+        if kept is None:
+            opened = self._open_token(token)
+            if opened is None:
+                return None
+            self._keep(token, opened)
+            kept = opened
+        text, details = kept
+        return text, [dict(d) for d in details] if details else []
+
+    def _open_token(self, token: str) -> Opened | None:
         if token.startswith(_PREFIX):
             plain = self._open(token[len(_PREFIX) :], _AAD)
             try:

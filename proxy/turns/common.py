@@ -64,7 +64,7 @@ async def read_body(request: web.Request) -> dict[str, Any]:
     its ``Content-Encoding`` says (gzip, deflate, zstd) is read decompressed; one that is not what
     the header says is a 400, not a failure of crossfeed's."""
     try:
-        raw = await request.read()
+        raw = await body_bytes(request)
     except RequestPayloadError:
         encoding = request.headers.get("Content-Encoding", "")
         raise ClientRequestError(
@@ -79,3 +79,31 @@ async def read_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ClientRequestError("the request body must be a JSON object", code="invalid_type")
     return body
+
+
+async def body_bytes(request: web.Request) -> bytes:
+    """The whole request body, bounded by the server's ``client_max_size`` (a larger one is
+    aiohttp's 413, which the error middleware answers in OpenAI's envelope; a larger declared
+    length before any of it is read).
+
+    ``request.read()`` does the same with two more copies of the body (a bytearray grown from
+    the reads, then ``bytes`` of it): for a Codex history of a few MiB, resent every turn, those
+    copies were a cost of their own (docs/benchmark.md). Here the reads are kept as they come
+    and joined once; a body read at once is not copied again."""
+    limit = request.client_max_size
+    length = request.content_length
+    if length is not None and limit and length > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=length)
+    content = request.content
+    content.set_read_chunk_size(limit)  # fewer, larger reads: as request.read() asks
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await content.readany()
+        if not chunk:
+            break
+        size += len(chunk)
+        if limit and size > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crossfeed.proxy.state import reasoning_seal
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.translators.forward.body import chat_completion_to_response
 from crossfeed.translators.forward.request import responses_request_to_chat
@@ -403,3 +404,74 @@ def test_summary_tokens_are_their_own_kind() -> None:
     assert ReasoningSeal("other").open_summary(token) is None
     assert ReasoningSeal("k").open_summary(token) == "the summary"  # another replica, same key
     assert seal.open_summary(None) is None  # type: ignore[arg-type]
+
+
+# -- what a token opened to is kept --------------------------------------------------------------
+
+
+def _counting(seal: ReasoningSeal, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The decryptions ``seal`` makes from now on."""
+    calls: list[str] = []
+    real = ReasoningSeal._open
+
+    def counted(self: ReasoningSeal, body: str, aad: bytes) -> bytes | None:
+        if self is seal:
+            calls.append(body)
+        return real(self, body, aad)
+
+    monkeypatch.setattr(ReasoningSeal, "_open", counted)
+    return calls
+
+
+def test_a_resent_token_is_opened_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex resends every reasoning item each turn: the second time costs no decryption."""
+    sealer = ReasoningSeal("k")
+    token = sealer.seal("thinking about it")
+    other = ReasoningSeal("k")  # another replica with the same key: it has not seen the token
+    calls = _counting(other, monkeypatch)
+    for _ in range(3):
+        assert other.open(token) == ("thinking about it", [])
+    assert len(calls) == 1
+
+
+def test_a_token_this_process_sealed_needs_no_decryption(monkeypatch: pytest.MonkeyPatch) -> None:
+    seal = ReasoningSeal("k")
+    calls = _counting(seal, monkeypatch)
+    token = seal.seal("mine", [{"type": "reasoning.encrypted", "data": "x"}])
+    assert seal.open(token) == ("mine", [{"type": "reasoning.encrypted", "data": "x"}])
+    assert calls == []
+
+
+def test_kept_details_are_copies() -> None:
+    seal = ReasoningSeal("k")
+    token = seal.seal("t", [{"type": "reasoning.text", "text": "a"}])
+    first = seal.open(token)
+    assert first is not None
+    first[1][0]["text"] = "changed"
+    first[1].append({"type": "extra"})
+    assert seal.open(token) == ("t", [{"type": "reasoning.text", "text": "a"}])
+
+
+def test_a_token_that_does_not_open_is_never_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    seal = ReasoningSeal("k")
+    token = ReasoningSeal("other key").seal("secret")
+    calls = _counting(seal, monkeypatch)
+    assert seal.open(token) is None
+    assert seal.open(token) is None
+    assert len(calls) == 2  # tried each time, never remembered as opened
+    altered = seal.seal("x")[:-2] + "AA"
+    assert seal.open(altered) is None
+
+
+def test_what_is_kept_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reasoning_seal, "OPENED_BYTES", 4000)
+    seal = ReasoningSeal("k")
+    tokens = [seal.seal(f"{i:03d}" + "x" * 300) for i in range(40)]
+    assert seal._opened_size <= 4000
+    assert len(seal._opened) < 40
+    assert tokens[-1] in seal._opened and tokens[0] not in seal._opened  # the oldest went first
+    calls = _counting(seal, monkeypatch)
+    assert seal.open(tokens[0]) == ("000" + "x" * 300, [])  # still opens, by decryption
+    assert len(calls) == 1
+    seal.seal("y" * 2000)  # more than a quarter of the bound: never kept
+    assert all(len(t) < 1500 for t in seal._opened)
