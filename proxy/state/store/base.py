@@ -183,3 +183,42 @@ class ResponseStore(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    # -- background runs: the event log, the run's state, its lease and its cancel flag --------
+    # (proxy/turns/background.py runs them; proxy/state/runs.py reads them.) Everything lives
+    # ``ttl_seconds`` (the response retention) from its last write.
+
+    @abstractmethod
+    async def append_events(self, run_id: str, events: list[tuple[int, bytes]]) -> None:
+        """Append ``(sequence_number, JSON event document)`` pairs to the run's log, in order
+        (sequence numbers increase)."""
+
+    @abstractmethod
+    async def read_events(self, run_id: str, after: int, wait: float) -> list[tuple[int, bytes]]:
+        """The run's events with a sequence number above ``after``, in order: at once when there
+        are some, else the first that come within ``wait`` seconds (``[]`` when none came)."""
+
+    @abstractmethod
+    async def put_run(self, run_id: str, state: dict[str, Any]) -> None:
+        """Write the run's state record (a JSON object), replacing the one before."""
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> dict[str, Any] | None:
+        """The run's state record, or None (no such run, or expired)."""
+
+    @abstractmethod
+    async def renew_lease(self, run_id: str, holder: str, ttl: float) -> bool:
+        """Hold the run's lease ``ttl`` seconds from now, atomically: True when it was free,
+        expired or already ``holder``'s; False (and unchanged) while another holder's is live."""
+
+    @abstractmethod
+    async def lease(self, run_id: str) -> tuple[str, float] | None:
+        """The run's lease (holder, expiry in epoch seconds), or None when none was taken."""
+
+    @abstractmethod
+    async def request_cancel(self, run_id: str) -> None:
+        """Raise the run's cancel flag (the process running it polls ``cancel_requested``)."""
+
+    @abstractmethod
+    async def cancel_requested(self, run_id: str) -> bool:
+        """Whether the run's cancel flag is raised."""

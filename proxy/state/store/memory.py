@@ -4,8 +4,14 @@ throwaway single-process use; never the default.
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store.base import (
@@ -21,6 +27,19 @@ from crossfeed.proxy.state.store.base import (
 )
 
 MEMORY_DEFAULT_MAX_COUNT = 10_000
+
+
+@dataclass(slots=True)
+class _Run:
+    """A background run's log, state, lease and cancel flag (kept until ``expires_at``)."""
+
+    expires_at: float
+    seqs: list[int] = field(default_factory=list)
+    events: list[bytes] = field(default_factory=list)
+    state: bytes | None = None
+    lease: tuple[str, float] | None = None
+    cancel: bool = False
+    grew: asyncio.Event | None = None  # set (and replaced) when events are appended
 
 
 class MemoryStore(ResponseStore):
@@ -46,6 +65,7 @@ class MemoryStore(ResponseStore):
         self._expired = 0
         self._next_sweep = 0.0
         self._closed = False
+        self._runs: OrderedDict[str, _Run] = OrderedDict()  # background runs, oldest written first
 
     def _check_open(self) -> None:
         if self._closed:
@@ -154,3 +174,88 @@ class MemoryStore(ResponseStore):
         self._holders.clear()
         self._keys_of.clear()
         self._bytes = 0
+
+    # -- background runs (store/base.py) -----------------------------------------------------
+
+    def _run(self, run_id: str, *, make: bool) -> _Run | None:
+        now = self._clock()
+        run = self._runs.get(run_id)
+        if run is not None and run.expires_at <= now:
+            del self._runs[run_id]
+            run = None
+        if run is None and make:
+            run = self._runs[run_id] = _Run(now + self._ttl)
+            while len(self._runs) > self._max_count:
+                self._runs.popitem(last=False)
+        elif run is not None and make:
+            run.expires_at = now + self._ttl
+            self._runs.move_to_end(run_id)
+        return run
+
+    async def append_events(self, run_id: str, events: list[tuple[int, bytes]]) -> None:
+        self._check_open()
+        run = self._run(run_id, make=True)
+        assert run is not None
+        for seq, doc in events:
+            run.seqs.append(seq)
+            run.events.append(bytes(doc))
+        if run.grew is not None:
+            run.grew.set()
+            run.grew = None
+
+    async def read_events(self, run_id: str, after: int, wait: float) -> list[tuple[int, bytes]]:
+        self._check_open()
+        run = self._run(run_id, make=False)
+        if run is None:
+            return []
+        start = bisect.bisect_right(run.seqs, after)
+        if start == len(run.seqs) and wait > 0:
+            if run.grew is None:
+                run.grew = asyncio.Event()
+            try:
+                await asyncio.wait_for(run.grew.wait(), wait)
+            except TimeoutError:
+                return []
+            self._check_open()
+            start = bisect.bisect_right(run.seqs, after)
+        return list(zip(run.seqs[start:], run.events[start:], strict=True))
+
+    async def put_run(self, run_id: str, state: dict[str, Any]) -> None:
+        self._check_open()
+        run = self._run(run_id, make=True)
+        assert run is not None
+        run.state = orjson.dumps(state)
+
+    async def get_run(self, run_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        run = self._run(run_id, make=False)
+        if run is None or run.state is None:
+            return None
+        state: dict[str, Any] = orjson.loads(run.state)
+        return state
+
+    async def renew_lease(self, run_id: str, holder: str, ttl: float) -> bool:
+        self._check_open()
+        run = self._run(run_id, make=True)
+        assert run is not None
+        now = self._clock()
+        if run.lease is not None and run.lease[0] != holder and run.lease[1] > now:
+            return False
+        run.lease = (holder, now + ttl)
+        return True
+
+    async def lease(self, run_id: str) -> tuple[str, float] | None:
+        self._check_open()
+        run = self._run(run_id, make=False)
+        return None if run is None else run.lease
+
+    async def request_cancel(self, run_id: str) -> None:
+        self._check_open()
+        run = self._run(run_id, make=True)
+        assert run is not None
+        run.cancel = True
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        self._check_open()
+        run = self._run(run_id, make=False)
+        return run is not None and run.cancel
