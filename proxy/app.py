@@ -43,6 +43,7 @@ from crossfeed.proxy.errors import (
     upstream_error_body,
 )
 from crossfeed.proxy.http import inspector
+from crossfeed.proxy.http import runs
 from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
 from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
 from crossfeed.proxy.http.standalone_search import alpha_search
@@ -85,6 +86,7 @@ from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from crossfeed.proxy.streaming.sinks import sse_opener
 from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
+from crossfeed.proxy.turns.background import RUNS, end_runs
 from crossfeed.proxy.turns.compaction import compact, input_tokens, upstream_count
 from crossfeed.proxy.turns.exchange import relay_turn, stream_flag
 from crossfeed.proxy.turns.forward import respond
@@ -139,6 +141,8 @@ def create_app(
     app.on_shutdown.append(mark_stopping)
     app.on_shutdown.append(refuse_new_turns)
     app.on_shutdown.append(drain)
+    app[RUNS] = set()
+    app.on_shutdown.append(end_runs)  # background runs the drain did not end (proxy/turns/background.py)
     app.on_shutdown.append(close_sockets)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -157,6 +161,7 @@ def create_app(
     for method, handler in (("GET", get_response), ("DELETE", delete_response)):
         app.router.add_route(method, "/v1/responses/{response_id}", _stored(handler))
     app.router.add_get("/v1/responses/{response_id}/input_items", _stored(list_input_items))
+    app.router.add_post("/v1/responses/{response_id}/cancel", _stored(runs.cancel_response))
     app.router.add_post("/v1/chat/completions", chat_endpoint)
     for path in PASSED_BY_MODEL:
         app.router.add_post(path, model_endpoint)
@@ -372,7 +377,9 @@ async def _chat(request: web.Request, body: dict[str, Any]) -> web.StreamRespons
 
 async def forward_response(request: web.Request, body: dict[str, Any], turn: Turn) -> web.StreamResponse:
     """``POST /v1/responses`` on a chat upstream: the create decision (proxy/turns/forward.py),
-    streamed as SSE or answered whole."""
+    streamed as SSE or answered whole; ``background``: run by proxy/turns/background.py."""
+    if runs.is_background(body):
+        return await runs.create(request, body, turn)
     if not stream_flag(body):
         result, _ = await respond(turn, body, None)
         assert result is not None

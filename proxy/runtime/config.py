@@ -364,6 +364,23 @@ class CodexModel(_Model):
     )
 
 
+class Runs(_Model):
+    """Background responses (``background: true``; proxy/turns/background.py): how the process
+    running one proves it is alive, and how fast it sees a cancel."""
+
+    lease_seconds: float = Field(
+        10.0, gt=0, description="a run whose process has not renewed its lease for this long is failed"
+    )
+    renew_seconds: float = Field(2.0, gt=0, description="how often the running process renews its lease")
+    cancel_poll_seconds: float = Field(0.25, gt=0, description="how often the running process checks for a cancel")
+
+    @model_validator(mode="after")
+    def _renewed_in_time(self) -> Runs:
+        if self.renew_seconds >= self.lease_seconds:
+            raise ValueError("renew_seconds must be less than lease_seconds (the lease would run out between renewals)")
+        return self
+
+
 class Config(_Model):
     server: Server = Field(default_factory=Server)
     logging: Logging = Field(default_factory=Logging)
@@ -373,6 +390,7 @@ class Config(_Model):
     images: ImagesConfig = Field(default_factory=ImagesConfig)
     upstreams: tuple[Upstream, ...] = (Upstream(default=True),)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    runs: Runs = Field(default_factory=Runs)
     inspector: InspectorConfig = Field(default_factory=InspectorConfig)
     codex_models: dict[str, CodexModel] = Field(
         default_factory=dict, description="per-model entries of the catalog Codex reads from GET /v1/models"

@@ -45,6 +45,7 @@ from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.state.conversations import CURRENT, append_turn, is_conversation
 from crossfeed.proxy.state.conversations import history as conversation_history
+from crossfeed.proxy.state.runs import answer_run, find_run
 from crossfeed.proxy.state.store.base import StoredResponse, StoreError, stored_item
 from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
 from crossfeed.proxy.state.store_access import KEEPER, StoreUnavailable, owned, unavailable
@@ -284,6 +285,9 @@ async def _record(request: web.Request) -> StoredResponse:
 
 
 async def get_response(request: web.Request) -> web.StreamResponse:
+    run = await find_run(request.app, request.match_info["response_id"])
+    if run is not None:  # a background response (proxy/state/runs.py): running or ended
+        return await answer_run(request, run)
     record = await _record(request)
     if request.query.get("stream") in ("true", "1"):
         events = replay_events(record.response, request.app[CONFIG].server.event_names(KEY_NAME.get()))

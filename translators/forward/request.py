@@ -396,13 +396,12 @@ def _reject_unsupported(body: dict[str, Any]) -> None:
             "backend: send the prompt text as instructions/input.",
             param="prompt",
         )
-    background = opt_bool(body, "background", "")
-    if background:
-        raise UnsupportedFeature(
-            "Background responses (queued, polled and cancelled later) are not supported: send "
-            "the request without background, with stream: true for long generations.",
-            param="background",
-            code="unsupported_value",
+    # background: run by proxy/turns/background.py; its events are kept, so it must be stored
+    if opt_bool(body, "background", "") and body.get("store") is False:
+        raise InvalidRequest(
+            "Background responses must be stored: `store` cannot be false when `background` is true.",
+            param="store",
+            code="invalid_value",
         )
 
 

@@ -1,0 +1,190 @@
+"""Background runs as their readers see them: the run's state record, its event log read from a
+cursor until its one terminal event, and the end of a run whose process stopped.
+
+A run (proxy/turns/background.py) writes every event of its Response to the store's event log
+(``append_events``) and keeps a state record (``put_run``): ``{"id", "owner", "status",
+"response", "last"}`` where ``response`` is the Response so far (its output items as they finish)
+and ``last`` the last sequence number written. Any process sharing the store reads them: ``GET
+/v1/responses/{id}`` answers the record's Response, ``?stream=true&starting_after=N`` the
+events after N and then the live ones until the terminal event.
+
+No run is ever stuck: its process renews a lease (``[runs] lease_seconds``). A reader that finds
+the run not ended and the lease run out takes the lease itself (one reader wins it) and ends the
+run: ``response.failed`` with ``server_error`` "the server running this response stopped", so
+every reader gets that terminal event.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from crossfeed.proxy.errors import ClientRequestError
+from crossfeed.proxy.keys import CONFIG
+from crossfeed.proxy.runtime.guard import KEY_NAME
+from crossfeed.proxy.state.store.base import ResponseStore, StoreError
+from crossfeed.proxy.state.store_access import STORE, unavailable
+
+log = structlog.get_logger("crossfeed")
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+ENDED = frozenset({"completed", "incomplete", "failed", "cancelled"})
+STOPPED = "the server running this response stopped"
+WAIT_SECONDS = 1.0  # one wait on the log; between two, the reader checks the run is alive
+
+
+def is_terminal(doc: bytes) -> bool:
+    """Whether a logged event is the Response's terminal event."""
+    try:
+        return orjson.loads(doc).get("type") in TERMINAL_EVENTS
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+
+
+def ended_status(state: dict[str, Any]) -> bool:
+    return state.get("status") in ENDED
+
+
+async def find_run(app: web.Application, run_id: str) -> dict[str, Any] | None:
+    """The run's state record, if there is one and the current request's key may see it (a run
+    of another key is as if it did not exist). A store that cannot be read: 503."""
+    try:
+        state = await app[STORE].get_run(run_id)
+    except StoreError as exc:
+        raise unavailable(app, exc, "get", f"response with id '{run_id}'") from None
+    if state is None or state.get("owner") != KEY_NAME.get():
+        return None
+    return state
+
+
+def failed_event(state: dict[str, Any], seq: int, code: str, message: str) -> dict[str, Any]:
+    """The ``response.failed`` event ending a run from its last state."""
+    error = {"code": code, "message": message}
+    response = {**(state.get("response") or {}), "status": "failed", "error": error}
+    return {"type": "response.failed", "sequence_number": seq, "response": response}
+
+
+async def end_run(store: ResponseStore, run_id: str, state: dict[str, Any], event: dict[str, Any]) -> None:
+    """Write ``event`` (a terminal event) to the run's log and its Response to the run's state."""
+    await store.append_events(run_id, [(event["sequence_number"], orjson.dumps(event))])
+    response = event["response"]
+    await store.put_run(run_id, {**state, "status": response["status"], "response": response, "last": event["sequence_number"]})
+
+
+async def reap_if_stopped(app: web.Application, run_id: str) -> bool:
+    """End the run failed when it has not ended and its lease ran out (its process stopped):
+    True when this call ended it. One reader wins the lease and ends it; the others read the
+    terminal event it wrote."""
+    store = app[STORE]
+    lease = await store.lease(run_id)
+    if lease is None or lease[1] > time.time():
+        return False
+    if not await store.renew_lease(run_id, f"reaper-{uuid.uuid4().hex}", app[CONFIG].runs.lease_seconds):
+        return False  # another reader is ending it, or its process came back
+    state = await store.get_run(run_id)
+    if state is None or ended_status(state):
+        return False
+    later = await store.read_events(run_id, int(state.get("last", -1)), 0)  # written since the state
+    if any(is_terminal(doc) for _, doc in later):
+        return False
+    seq = later[-1][0] + 1 if later else int(state.get("last", -1)) + 1
+    log.warning("run.abandoned", response_id=run_id, holder=lease[0])
+    await end_run(store, run_id, state, failed_event(state, seq, "server_error", STOPPED))
+    return True
+
+
+async def run_events(app: web.Application, run_id: str, after: int) -> AsyncIterator[list[bytes]]:
+    """The run's logged events after sequence number ``after``, batch by batch as they come,
+    until (and with) its terminal event. While none come, the run is checked (``reap_if_stopped``)
+    once per ``WAIT_SECONDS``; an empty batch is yielded then, for the caller's keepalive."""
+    store = app[STORE]
+    cursor = after
+    while True:
+        try:
+            batch = await store.read_events(run_id, cursor, WAIT_SECONDS)
+        except StoreError as exc:
+            raise unavailable(app, exc, "get", f"the events of response '{run_id}'") from None
+        if batch:
+            docs = []
+            for seq, doc in batch:
+                docs.append(doc)
+                if is_terminal(doc):
+                    yield docs
+                    return
+                cursor = seq
+            yield docs
+            continue
+        try:
+            state = await store.get_run(run_id)
+            if state is None:
+                return  # expired meanwhile
+            if ended_status(state) and int(state.get("last", -1)) <= cursor:
+                return  # its terminal event is at or before the cursor
+            await reap_if_stopped(app, run_id)
+        except StoreError as exc:
+            raise unavailable(app, exc, "get", f"response with id '{run_id}'") from None
+        yield []
+
+
+def starting_after(request: web.Request) -> int:
+    """``starting_after`` of a resumed stream: -1 (from the start) when absent."""
+    raw = request.query.get("starting_after")
+    if raw is None or raw == "":
+        return -1
+    if not raw.lstrip("-").isdigit():
+        raise ClientRequestError(
+            "`starting_after` must be an integer", param="starting_after", code="invalid_type"
+        )
+    return int(raw)
+
+
+async def stream_run(request: web.Request, run_id: str, after: int) -> web.StreamResponse:
+    """A resumed stream of a run as SSE: its events after ``after``, then the live ones until the
+    terminal event; an SSE comment while none come (every keepalive interval)."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
+    events = run_events(request.app, run_id, after)
+    first = await anext(events, None)  # a store that cannot be read is still a 503 here
+    await resp.prepare(request)
+    keepalive = request.app[CONFIG].server.keepalive_seconds
+    quiet_since = time.monotonic()
+    docs: list[bytes] | None = first
+    while docs is not None:
+        if docs:
+            await resp.write(b"".join(sse_frame(doc) for doc in docs))
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= keepalive:
+            await resp.write(b": keepalive\n\n")
+            quiet_since = time.monotonic()
+        try:
+            docs = await anext(events, None)
+        except Exception:  # (a store failing mid-stream: the stream ends; the client may resume)
+            log.warning("run.read_failed", response_id=run_id)
+            break
+    await resp.write_eof()
+    return resp
+
+
+async def answer_run(request: web.Request, state: dict[str, Any]) -> web.StreamResponse:
+    """``GET /v1/responses/{id}`` of a background run: its Response so far (a run whose process
+    stopped is ended first), or with ``stream``, its events after ``starting_after``."""
+    rid = str(state["id"])
+    if request.query.get("stream") in ("true", "1"):
+        return await stream_run(request, rid, starting_after(request))
+    if not ended_status(state):
+        try:
+            if await reap_if_stopped(request.app, rid):
+                state = await find_run(request.app, rid) or state
+        except StoreError as exc:
+            raise unavailable(request.app, exc, "get", f"response with id '{rid}'") from None
+    return web.Response(body=orjson.dumps(state["response"]), content_type="application/json")
+
+
+def sse_frame(doc: bytes) -> bytes:
+    kind = orjson.loads(doc).get("type", "")
+    return b"event: " + str(kind).encode() + b"\ndata: " + doc + b"\n\n"

@@ -1,0 +1,215 @@
+"""Background mode through the official SDK, in one process: ``background: true`` answers at once
+and the run goes on without the client; ``retrieve`` polls it, ``retrieve(stream=True,
+starting_after=N)`` resumes its events, ``cancel`` ends it (the upstream request is closed) and is
+idempotent; what cannot be a background response is refused naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import openai
+import orjson
+import pytest
+
+from tests.fakes.upstream import FakeUpstream, SSEReply
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
+from tests.support.chat_replies import json_text, text_reply
+from tests.support.validators import validate_responses_events, validate_responses_sse
+
+WORDS = [f"w{i} " for i in range(12)]
+
+
+def paced(words: list[str] = WORDS, *, delay: float = 0.05, fail: bool = False) -> SSEReply:
+    """A chat stream of ``words``, one piece per chunk with a pause between writes; ``fail``:
+    the backend stops in the middle with an error frame."""
+    body = chunk({"role": "assistant", "content": ""})
+    for i, word in enumerate(words):
+        body += chunk({"content": word})
+        if fail and i == len(words) // 2:
+            return SSEReply(body + b'data: {"error": {"message": "backend exploded", "code": 500}}\n\n', delay=delay)
+    body += chunk({}, "stop") + usage_chunk(3, len(words)) + DONE
+    return SSEReply(body, delay=delay, max_piece=40)
+
+
+def held(words: list[str] = WORDS) -> tuple[SSEReply, asyncio.Event]:
+    """A chat stream that stops after its first half until the event is set."""
+    first = chunk({"role": "assistant", "content": ""}) + b"".join(chunk({"content": w}) for w in words[:6])
+    rest = b"".join(chunk({"content": w}) for w in words[6:]) + chunk({}, "stop") + usage_chunk(3, 12) + DONE
+    go = asyncio.Event()
+    return SSEReply(first + rest, holds={len(first): go}), go
+
+
+async def events_of(stream: Any) -> list[dict[str, Any]]:
+    return [e.model_dump(mode="json", exclude_unset=True) async for e in stream]
+
+
+async def until(predicate: Any, seconds: float = 10.0) -> None:
+    async with asyncio.timeout(seconds):
+        while not await predicate():
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def sdk(client: openai.AsyncOpenAI) -> AsyncIterator[openai.AsyncOpenAI]:
+    yield client
+
+
+async def test_a_background_create_answers_at_once_and_completes_without_the_client(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    reply, go = held()
+    upstream.reply(reply)
+    created = await sdk.responses.create(model="m", input="hi", background=True)
+    assert created.background is True and created.status in ("queued", "in_progress")
+    polled = await sdk.responses.retrieve(created.id)
+    assert polled.status == "in_progress"  # the upstream is held half way
+    go.set()
+
+    async def done() -> bool:
+        return (await sdk.responses.retrieve(created.id)).status == "completed"
+
+    await until(done)
+    final = await sdk.responses.retrieve(created.id)
+    assert final.output_text == "".join(WORDS) and final.background is True
+    events = await events_of(await sdk.responses.retrieve(created.id, stream=True))
+    validate_responses_events(events)
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["id"] == created.id
+
+
+async def test_resuming_after_n_gives_exactly_the_events_after_n_mid_run_and_after_the_end(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    reply, go = held()
+    upstream.reply(reply)
+    created = await sdk.responses.create(model="m", input="hi", background=True)
+
+    assert len(upstream.requests) == 1
+    mid = asyncio.create_task(events_of(await sdk.responses.retrieve(created.id, stream=True, starting_after=3)))
+    await asyncio.sleep(0.3)
+    assert not mid.done()  # the run is held: the reader waits for live events
+    go.set()
+    resumed = await asyncio.wait_for(mid, 10)
+    whole = await events_of(await sdk.responses.retrieve(created.id, stream=True))
+    validate_responses_events(whole)
+    assert [e["sequence_number"] for e in whole] == list(range(len(whole)))
+    assert resumed == whole[4:]
+    after_end = await events_of(await sdk.responses.retrieve(created.id, stream=True, starting_after=7))
+    assert after_end == whole[8:]
+    assert [e["type"] for e in after_end].count("response.completed") == 1
+
+
+async def test_a_streamed_background_create_is_a_reader_of_the_log_and_the_run_outlives_it(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Any]
+) -> None:
+    upstream.reply(paced(delay=0.05))
+    stream = await sdk.responses.create(model="m", input="hi", background=True, stream=True)
+    seen = []
+    async for event in stream:
+        seen.append(event.model_dump(mode="json", exclude_unset=True))
+        if len(seen) == 5:
+            break  # the client leaves
+    await stream.close()
+    validate_responses_events(seen, require_terminal=False)
+    captured.clear()  # (the cut stream is checked here, not whole at teardown)
+    rid = seen[0]["response"]["id"]
+
+    async def done() -> bool:
+        return (await sdk.responses.retrieve(rid)).status == "completed"
+
+    await until(done)
+    whole = await events_of(await sdk.responses.retrieve(rid, stream=True))
+    validate_responses_events(whole)
+    assert whole[:5] == seen
+    assert (await sdk.responses.retrieve(rid)).output_text == "".join(WORDS)
+
+
+async def test_cancel_ends_the_run_cancelled_closes_the_upstream_and_is_idempotent(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    reply, _ = held()  # never let go: only a cancel ends it
+    upstream.reply(reply)
+    created = await sdk.responses.create(model="m", input="hi", background=True)
+    assert upstream.open_requests == 1
+    cancelled = await sdk.responses.cancel(created.id)
+    assert cancelled.status == "cancelled" and cancelled.id == created.id
+
+    async def closed() -> bool:
+        return upstream.open_requests == 0
+
+    await until(closed, 5)
+    assert upstream.cancelled == 1
+    again = await sdk.responses.cancel(created.id)
+    assert again.model_dump() == cancelled.model_dump()
+    events = await events_of(await sdk.responses.retrieve(created.id, stream=True))
+    validate_responses_events(events)
+    assert events[-1]["type"] == "response.failed" and events[-1]["response"]["status"] == "cancelled"
+    assert (await sdk.responses.retrieve(created.id)).status == "cancelled"
+
+
+async def test_cancelling_a_finished_run_answers_it_unchanged(sdk: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(text_reply("done"))
+    created = await sdk.responses.create(model="m", input="hi", background=True)
+
+    async def done() -> bool:
+        return (await sdk.responses.retrieve(created.id)).status == "completed"
+
+    await until(done)
+    answered = await sdk.responses.cancel(created.id)
+    assert answered.status == "completed" and answered.output_text == "done"
+
+
+async def test_what_cannot_be_a_background_response_is_refused_naming_the_field(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await sdk.responses.create(model="m", input="hi", background=True, store=False)
+    assert info.value.body["param"] == "store"  # type: ignore[index]
+    assert upstream.requests == []
+    upstream.reply(json_text("plain"))
+    plain = await sdk.responses.create(model="m", input="hi")
+    with pytest.raises(openai.BadRequestError) as info:
+        await sdk.responses.cancel(plain.id)
+    assert info.value.body["param"] == "response_id"  # type: ignore[index]
+    assert "background=true" in info.value.message
+    with pytest.raises(openai.NotFoundError):
+        await sdk.responses.cancel("resp_nope")
+
+
+async def test_a_backend_failing_mid_run_ends_the_resumed_reader_at_once(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream, proxy: Any
+) -> None:
+    upstream.reply(paced(fail=True, delay=0.02))
+    created = await sdk.responses.create(model="m", input="hi", background=True)
+    seen = []
+    async with asyncio.timeout(10):  # the reader does not wait once the run has failed
+        with pytest.raises(openai.APIError, match="backend exploded"):  # the SDK raises the error event
+            async for event in await sdk.responses.retrieve(created.id, stream=True, starting_after=1):
+                seen.append(event.type)
+    assert seen and "response.completed" not in seen
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{proxy.base_url}/responses/{created.id}", params={"stream": "true"}) as r:
+            events = validate_responses_sse(await r.read())
+    assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
+    assert (await sdk.responses.retrieve(created.id)).status == "failed"
+
+
+async def test_an_upstream_refusing_the_create_is_the_creates_own_error(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    from tests.fakes.upstream import JSONReply
+
+    upstream.reply(JSONReply({"error": {"message": "no such model"}}, status=404))
+    with pytest.raises(openai.APIStatusError) as info:
+        await sdk.responses.create(model="m", input="hi", background=True)
+    assert info.value.status_code == 404
+
+
+def test_log_documents_are_the_sse_payloads() -> None:
+    """(The reader frames each logged document as ``event: <type>`` + ``data: <document>``.)"""
+    from crossfeed.proxy.state.runs import sse_frame
+
+    doc = orjson.dumps({"type": "response.output_text.delta", "sequence_number": 4, "delta": "x"})
+    assert sse_frame(doc) == b"event: response.output_text.delta\ndata: " + doc + b"\n\n"
