@@ -22,7 +22,7 @@ from aiohttp import web
 from crossfeed.proxy.errors import ClientRequestError
 from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.state.history import visible
-from crossfeed.proxy.state.runs import ended_status, find_run, run_events, stream_run
+from crossfeed.proxy.state.runs import ended_status, find_run, is_terminal, run_events, stream_run
 from crossfeed.proxy.state.store.base import StoreError
 from crossfeed.proxy.state.store_access import KEEPER, STORE, unavailable
 from crossfeed.proxy.turns import background
@@ -70,18 +70,26 @@ async def cancel_response(request: web.Request) -> web.Response:
             await app[STORE].request_cancel(rid)
         except StoreError as exc:
             raise unavailable(app, exc, "cancel", f"response with id '{rid}'") from None
-        state = await _ended(app, rid, int(state.get("last", -1))) or state
+        final = await _ended(app, rid, int(state.get("last", -1)))
+        if final is not None:
+            return web.Response(body=orjson.dumps(final), content_type="application/json")
+        state = await find_run(app, rid) or state
     return web.Response(body=orjson.dumps(state["response"]), content_type="application/json")
 
 
 async def _ended(app: web.Application, rid: str, after: int) -> dict[str, Any] | None:
-    """The run's state once its terminal event is in the log (a run whose process stopped is
-    ended by the reading), or None after the lease's bound and a little more."""
+    """The run's final Response, from its terminal event once that is in the log (a run whose
+    process stopped is ended by the reading), or None after the lease's bound and a little more.
+    (The event, not the state record: the record is written just after it.)"""
     runs = app[CONFIG].runs
+    last: bytes | None = None
     try:
         async with asyncio.timeout(runs.lease_seconds + runs.renew_seconds + 5):
-            async for _ in run_events(app, rid, after):
-                pass
+            async for docs in run_events(app, rid, after):
+                last = docs[-1] if docs else last
     except TimeoutError:
         return None
-    return await find_run(app, rid)
+    if last is None or not is_terminal(last):
+        return None
+    response: dict[str, Any] = orjson.loads(last)["response"]
+    return response

@@ -28,8 +28,10 @@ from aiohttp import web
 from crossfeed.proxy.errors import ClientRequestError
 from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.runtime.guard import KEY_NAME
+from crossfeed.proxy.runtime.ids import RandomIds
 from crossfeed.proxy.state.store.base import ResponseStore, StoreError
 from crossfeed.proxy.state.store_access import STORE, unavailable
+from crossfeed.translators.responses.normalize import NormalizeResponses
 
 log = structlog.get_logger("crossfeed")
 
@@ -63,18 +65,38 @@ async def find_run(app: web.Application, run_id: str) -> dict[str, Any] | None:
     return state
 
 
-def failed_event(state: dict[str, Any], seq: int, code: str, message: str) -> dict[str, Any]:
-    """The ``response.failed`` event ending a run from its last state."""
-    error = {"code": code, "message": message}
-    response = {**(state.get("response") or {}), "status": "failed", "error": error}
-    return {"type": "response.failed", "sequence_number": seq, "response": response}
+def closing_events(logged: list[bytes], code: str, message: str, *, cancelled: bool = False) -> list[dict[str, Any]]:
+    """The events that end a run whose log stopped at ``logged`` (no terminal event): its open
+    items closed ``incomplete``, then ``error`` and ``response.failed`` (``cancelled``: no error,
+    the Response's status ``cancelled``), numbered on from the log. The log is replayed through
+    the strict-stream machine (translators/responses/normalize.py), which knows what is open."""
+    machine = NormalizeResponses(ids=RandomIds(), now=lambda: int(time.time()))
+    for doc in logged:
+        machine.feed(orjson.loads(doc))
+    out = machine.fail(code, message)
+    if cancelled:
+        out = [e for e in out if e.get("type") != "error"]
+        out[-1]["response"] = {**out[-1]["response"], "status": "cancelled", "error": None}
+    first = len(logged)
+    for i, event in enumerate(out):
+        event["sequence_number"] = first + i
+    return out
 
 
-async def end_run(store: ResponseStore, run_id: str, state: dict[str, Any], event: dict[str, Any]) -> None:
-    """Write ``event`` (a terminal event) to the run's log and its Response to the run's state."""
-    await store.append_events(run_id, [(event["sequence_number"], orjson.dumps(event))])
-    response = event["response"]
-    await store.put_run(run_id, {**state, "status": response["status"], "response": response, "last": event["sequence_number"]})
+async def end_run(
+    store: ResponseStore, run_id: str, state: dict[str, Any], code: str, message: str, *, cancelled: bool = False
+) -> bool:
+    """Write the events that end a run without a terminal event in its log, and its final
+    state; False (nothing written) when its log already ends."""
+    logged = [doc for _, doc in await store.read_events(run_id, -1, 0)]
+    if any(is_terminal(doc) for doc in logged[-1:]):
+        return False
+    events = closing_events(logged, code, message, cancelled=cancelled)
+    await store.append_events(run_id, [(e["sequence_number"], orjson.dumps(e)) for e in events])
+    response = events[-1]["response"]
+    last = events[-1]["sequence_number"]
+    await store.put_run(run_id, {**state, "status": response["status"], "response": response, "last": last})
+    return True
 
 
 async def reap_if_stopped(app: web.Application, run_id: str) -> bool:
@@ -90,12 +112,9 @@ async def reap_if_stopped(app: web.Application, run_id: str) -> bool:
     state = await store.get_run(run_id)
     if state is None or ended_status(state):
         return False
-    later = await store.read_events(run_id, int(state.get("last", -1)), 0)  # written since the state
-    if any(is_terminal(doc) for _, doc in later):
+    if not await end_run(store, run_id, state, "server_error", STOPPED):
         return False
-    seq = later[-1][0] + 1 if later else int(state.get("last", -1)) + 1
     log.warning("run.abandoned", response_id=run_id, holder=lease[0])
-    await end_run(store, run_id, state, failed_event(state, seq, "server_error", STOPPED))
     return True
 
 

@@ -34,7 +34,7 @@ from aiohttp import web
 from crossfeed.proxy.errors import ProxyError
 from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.runtime.guard import KEY_NAME
-from crossfeed.proxy.state.runs import TERMINAL_EVENTS, end_run, failed_event
+from crossfeed.proxy.state.runs import TERMINAL_EVENTS, end_run
 from crossfeed.proxy.state.store.base import StoreError
 from crossfeed.proxy.state.store_access import STORE
 from crossfeed.proxy.streaming.relay import Cancelled
@@ -108,16 +108,13 @@ class Run:
         if not self.started.done():
             self.started.set_result(self.response)
 
-    async def end(self, code: str, message: str, *, status: str = "failed") -> None:
-        """Write the terminal event of a run that ended without one (best effort)."""
+    async def end(self, code: str, message: str, *, cancelled: bool = False) -> None:
+        """Write the end of a run that ended without its terminal event (best effort)."""
         if self.id is None or self.ended or self.lost:
             return
         self.ended = True
-        event = failed_event(self.state(), self.last + 1, code, message)
-        if status == "cancelled":
-            event["response"] = {**event["response"], "status": "cancelled", "error": None}
         try:
-            await end_run(self.store, self.id, self.state(), event)
+            await end_run(self.store, self.id, self.state(), code, message, cancelled=cancelled)
         except StoreError as exc:
             log.warning("run.end_failed", response_id=self.id, error=str(exc))
 
@@ -200,7 +197,7 @@ async def _drive(run: Run, turn: Turn, body: dict[str, Any], open_sink: Callable
         await respond(turn, body, open_sink)
     except asyncio.CancelledError:
         if run.cancelling:
-            await run.end("cancelled", "the client cancelled the response", status="cancelled")
+            await run.end("cancelled", "the client cancelled the response", cancelled=True)
         else:
             await run.end("server_shutting_down", "crossfeed is shutting down; the response was ended")
     except (ProxyError, TranslationError) as exc:
