@@ -30,7 +30,7 @@ from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.ids import RandomIds
 from crossfeed.proxy.state.store.base import ResponseStore, StoreError
-from crossfeed.proxy.state.store_access import STORE, unavailable
+from crossfeed.proxy.state.store_access import STORE, count_failure, unavailable
 from crossfeed.translators.responses.normalize import NormalizeResponses
 
 log = structlog.get_logger("crossfeed")
@@ -55,11 +55,14 @@ def ended_status(state: dict[str, Any]) -> bool:
 
 async def find_run(app: web.Application, run_id: str) -> dict[str, Any] | None:
     """The run's state record, if there is one and the current request's key may see it (a run
-    of another key is as if it did not exist). A store that cannot be read: 503."""
+    of another key is as if it did not exist). A store that cannot be read: None (the caller's
+    lookup of a stored response says what it can: one this process still holds for retry, or
+    the 503 naming the store)."""
     try:
         state = await app[STORE].get_run(run_id)
     except StoreError as exc:
-        raise unavailable(app, exc, "get", f"response with id '{run_id}'") from None
+        count_failure(app, "get_run", exc)
+        return None
     if state is None or state.get("owner") != KEY_NAME.get():
         return None
     return state

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.test_background import WORDS, held
+from tests.support.background import WORDS, held
 from tests.support.replicas import Proc, start
 from tests.support.validators import validate_responses_events, validate_responses_sse
 
