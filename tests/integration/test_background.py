@@ -191,3 +191,39 @@ def test_log_documents_are_the_sse_payloads() -> None:
 
     doc = orjson.dumps({"type": "response.output_text.delta", "sequence_number": 4, "delta": "x"})
     assert sse_frame(doc) == b"event: response.output_text.delta\ndata: " + doc + b"\n\n"
+
+
+async def test_a_run_is_scoped_by_inbound_key(upstream: FakeUpstream, tmp_path: Any, captured: list[Any]) -> None:
+    """Another key's background response answers as an id that does not exist: GET, resumed
+    stream and cancel alike; its own key reads and cancels it."""
+    from crossfeed.proxy.runtime.config import load_config
+    from tests.support.app_server import running_proxy
+    from tests.support.clients import sdk_client
+
+    keys = {"ALICE_KEY": "sk-alice-0f9e8d", "BOB_KEY": "sk-bob-7a6b5c"}
+    config = load_config(
+        None,
+        {},
+        {
+            "upstream.base_url": upstream.base_url,
+            "store.data_dir": str(tmp_path / "data"),
+            "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}, {"name": "bob", "key_env": "BOB_KEY"}],
+        },
+    )
+    reply, _ = held()
+    upstream.reply(reply)
+    async with running_proxy(config, dict(keys)) as handle:
+        alice, bob = sdk_client(handle.base_url, captured), sdk_client(handle.base_url, captured)
+        alice.api_key, bob.api_key = keys["ALICE_KEY"], keys["BOB_KEY"]
+        created = await alice.responses.create(model="m", input="hi", background=True)
+        for call in (
+            bob.responses.retrieve(created.id),
+            bob.responses.retrieve(created.id, stream=True),
+            bob.responses.cancel(created.id),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                await call
+        assert (await alice.responses.retrieve(created.id)).status == "in_progress"
+        assert (await alice.responses.cancel(created.id)).status == "cancelled"
+        await alice.close()
+        await bob.close()
