@@ -45,7 +45,7 @@ from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.state.conversations import CURRENT, append_turn, is_conversation
 from crossfeed.proxy.state.conversations import history as conversation_history
-from crossfeed.proxy.state.runs import answer_run, find_run
+from crossfeed.proxy.state.runs import answer_run, find_run, forget_run
 from crossfeed.proxy.state.store.base import StoredResponse, StoreError, stored_item
 from crossfeed.proxy.state.store.pagination import InvalidParam, paginate
 from crossfeed.proxy.state.store_access import KEEPER, StoreUnavailable, owned, unavailable
@@ -319,6 +319,7 @@ async def delete_response(request: web.Request) -> web.Response:
         raise ClientRequestError(
             f"Response with id '{rid}' not found.", param="response_id", status=404, code="not_found"
         )
+    await forget_run(request.app, rid)  # a background response's run answers no more
     return web.Response(
         body=orjson.dumps({"id": rid, "object": "response.deleted", "deleted": True}), content_type="application/json"
     )

@@ -63,9 +63,20 @@ async def find_run(app: web.Application, run_id: str) -> dict[str, Any] | None:
     except StoreError as exc:
         count_failure(app, "get_run", exc)
         return None
-    if state is None or state.get("owner") != KEY_NAME.get():
+    if state is None or state.get("owner") != KEY_NAME.get() or state.get("deleted"):
         return None
     return state
+
+
+async def forget_run(app: web.Application, run_id: str) -> None:
+    """After ``DELETE /v1/responses/{id}``: the run's record says so, and no reader finds it
+    (its log expires with it). Best effort: a store that fails here is counted and logged."""
+    try:
+        state = await app[STORE].get_run(run_id)
+        if state is not None:
+            await app[STORE].put_run(run_id, {**state, "deleted": True})
+    except StoreError as exc:
+        count_failure(app, "delete_run", exc)
 
 
 def closing_events(logged: list[bytes], code: str, message: str, *, cancelled: bool = False) -> list[dict[str, Any]]:

@@ -217,6 +217,7 @@ async def _drive(run: Run, turn: Turn, body: dict[str, Any], open_sink: Callable
         await run.end("server_error", "the response ended without its terminal event")
         if run.watcher is not None:
             run.watcher.cancel()
+        log.info("run.ended", response_id=run.id, status=run.response.get("status"), lost=run.lost or None)
 
 
 async def end_runs(app: web.Application) -> None:

@@ -227,3 +227,17 @@ async def test_a_run_is_scoped_by_inbound_key(upstream: FakeUpstream, tmp_path: 
         assert (await alice.responses.cancel(created.id)).status == "cancelled"
         await alice.close()
         await bob.close()
+
+
+async def test_a_deleted_background_response_is_gone(sdk: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(text_reply("done"))
+    created = await sdk.responses.create(model="m", input="hi", background=True)
+
+    async def done() -> bool:
+        return (await sdk.responses.retrieve(created.id)).status == "completed"
+
+    await until(done)
+    await sdk.responses.delete(created.id)
+    for call in (sdk.responses.retrieve(created.id), sdk.responses.cancel(created.id)):
+        with pytest.raises(openai.NotFoundError):
+            await call
