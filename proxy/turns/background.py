@@ -133,9 +133,10 @@ class Run:
         loop = asyncio.get_running_loop()
         renew_at = loop.time() + cfg.renew_seconds
         while self.task is None or not self.task.done():
-            await asyncio.sleep(cfg.cancel_poll_seconds)
             try:
-                if not self.cancelling and await self.store.cancel_requested(self.id):
+                if self.cancelling:
+                    await asyncio.sleep(cfg.cancel_poll_seconds)
+                elif await self.store.wait_cancel(self.id, cfg.cancel_poll_seconds):
                     log.info("run.cancelled", response_id=self.id)
                     self.cancel()
                 if loop.time() >= renew_at:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 
 
 def pair(make, backend: str):
@@ -88,3 +89,24 @@ async def test_runs_expire_with_the_response_retention(make, clock) -> None:
     else:
         ttl = await store._client.ttl(store._run_key("resp_7") + ":events")
         assert 0 < ttl <= 100
+
+
+async def test_a_raised_cancel_flag_ends_the_wait(make, backend) -> None:
+    a, b = pair(make, backend)
+    await a.put_run("resp_8", {"status": "in_progress"})
+    assert not await a.wait_cancel("resp_8", 0.1)
+    await b.request_cancel("resp_8")
+    assert await a.wait_cancel("resp_8", 0.1)
+
+
+@pytest.mark.redis
+async def test_redis_tells_the_waiter_of_a_cancel_at_once(make, backend) -> None:
+    if backend != "redis":
+        pytest.skip("the other backends' wait is a check and a sleep")
+    a, b = make(), make()
+    await a.put_run("resp_9", {"status": "in_progress"})
+    waiting = asyncio.create_task(a.wait_cancel("resp_9", 30))
+    await asyncio.sleep(0.3)  # subscribed meanwhile
+    assert not waiting.done()
+    await b.request_cancel("resp_9")
+    assert await asyncio.wait_for(waiting, 10)  # long before its 30 s

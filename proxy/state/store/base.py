@@ -6,6 +6,7 @@ item index's keys. The backends (memory.py, sqlite.py, redis.py) import it; the 
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -222,3 +223,12 @@ class ResponseStore(ABC):
     @abstractmethod
     async def cancel_requested(self, run_id: str) -> bool:
         """Whether the run's cancel flag is raised."""
+
+    async def wait_cancel(self, run_id: str, wait: float) -> bool:
+        """Whether the run's cancel flag is raised, waiting up to ``wait`` seconds for it to be
+        (the running process calls it in a loop). This default checks the flag, then sleeps;
+        Redis is told at once (a subscription to the cancels' channel)."""
+        if await self.cancel_requested(run_id):
+            return True
+        await asyncio.sleep(wait)
+        return False

@@ -548,3 +548,49 @@ return 1
     async def cancel_requested(self, run_id: str) -> bool:
         (flag,) = await self._run_fields(run_id, "cancel")
         return flag is not None
+
+    _cancel_waiters: dict[str, asyncio.Event] | None = None  # run id -> its waiter (set on first use)
+    _cancel_listener: asyncio.Task[None] | None = None
+
+    async def wait_cancel(self, run_id: str, wait: float) -> bool:
+        """Told at once: one subscription per process to the pattern of the cancels' channels
+        (one connection, whatever the number of runs), waking the run's waiter; the flag is
+        checked first (a cancel published before the subscription)."""
+        if await self.cancel_requested(run_id):
+            return True
+        if self._cancel_waiters is None:
+            self._cancel_waiters = {}
+        waiters = self._cancel_waiters
+        event = waiters.setdefault(run_id, asyncio.Event())
+        if self._cancel_listener is None or self._cancel_listener.done():
+            self._cancel_listener = asyncio.get_running_loop().create_task(self._listen_cancels(waiters))
+        try:
+            await asyncio.wait_for(event.wait(), wait)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if waiters.get(run_id) is event and not event.is_set():
+                waiters.pop(run_id, None)
+
+    async def _listen_cancels(self, waiters: dict[str, asyncio.Event]) -> None:
+        prefix = self.cancel_channel("")
+        pubsub = self._client.pubsub()
+        try:
+            await pubsub.psubscribe(prefix + "*")
+            while not self._closed:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is None:
+                    continue
+                channel = message.get("channel")
+                name = channel.decode() if isinstance(channel, bytes) else str(channel)
+                event = waiters.get(name[len(prefix) :])
+                if event is not None:
+                    event.set()
+        except (RedisError, OSError) as exc:  # the waiters poll the flag meanwhile; the next wait subscribes again
+            log.info("store.cancel_listener_stopped", backend=self.backend, error=str(exc))
+        finally:
+            try:
+                await pubsub.aclose()
+            except (RedisError, OSError):
+                pass
