@@ -29,13 +29,14 @@ from crossfeed.proxy.turns import background
 from crossfeed.proxy.turns.exchange import stream_flag
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.checks import opt_bool
+from crossfeed.translators.errors import TranslationError
 
 
 def is_background(body: dict[str, Any]) -> bool:
     """``background`` is true (a non-boolean is the mapping's 400, naming it)."""
     try:
         return bool(opt_bool(body, "background", ""))
-    except Exception:
+    except TranslationError:
         return False
 
 

@@ -58,6 +58,8 @@ class Run:
         self.id: str | None = None  # known at the Response's first event
         self.owner = KEY_NAME.get()
         self.started: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        # (its error is the create's answer; a create whose client left never reads it)
+        self.started.add_done_callback(lambda f: f.cancelled() or f.exception())
         self.sink = LogSink(self)
         self.task: asyncio.Task[None] | None = None
         self.watcher: asyncio.Task[None] | None = None

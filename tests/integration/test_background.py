@@ -241,3 +241,15 @@ async def test_a_deleted_background_response_is_gone(sdk: openai.AsyncOpenAI, up
     for call in (sdk.responses.retrieve(created.id), sdk.responses.cancel(created.id)):
         with pytest.raises(openai.NotFoundError):
             await call
+
+
+async def test_a_streamed_background_create_read_to_the_end_is_the_whole_stream(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    """(The stream is validated whole at teardown, as every stream the SDK reads.)"""
+    upstream.reply(paced(delay=0.01))
+    events = await events_of(await sdk.responses.create(model="m", input="hi", background=True, stream=True))
+    assert events[0]["type"] == "response.created" and events[0]["response"]["background"] is True
+    assert events[-1]["type"] == "response.completed"
+    final = await sdk.responses.retrieve(events[0]["response"]["id"])
+    assert final.output_text == "".join(WORDS)
