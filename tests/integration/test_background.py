@@ -14,7 +14,7 @@ import openai
 import orjson
 import pytest
 
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, SSEReply
 from tests.support.background import WORDS, held, paced
 from tests.support.chat_replies import json_text, text_reply
 from tests.support.validators import validate_responses_events, validate_responses_sse
@@ -253,3 +253,31 @@ async def test_a_streamed_background_create_read_to_the_end_is_the_whole_stream(
     assert events[-1]["type"] == "response.completed"
     final = await sdk.responses.retrieve(events[0]["response"]["id"])
     assert final.output_text == "".join(WORDS)
+
+
+async def test_a_poll_mid_run_has_the_output_items_finished_so_far(
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    from tests.support.chat_chunks import DONE, chunk
+
+    first = chunk({"role": "assistant", "content": None}) + chunk({"reasoning_content": "thinking it over"})
+    first += chunk({"content": "The answer "})  # the reasoning item is done once the text begins
+    go = asyncio.Event()
+    upstream.reply(SSEReply(first + chunk({"content": "is 4."}, "stop") + DONE, holds={len(first): go}))
+    created = await sdk.responses.create(model="m", input="2+2?", background=True)
+
+    async def reasoned() -> bool:
+        return bool((await sdk.responses.retrieve(created.id)).output)
+
+    await until(reasoned)
+    mid = await sdk.responses.retrieve(created.id)
+    assert mid.status == "in_progress" and [item.type for item in mid.output] == ["reasoning"]
+    go.set()
+
+    async def done() -> bool:
+        return (await sdk.responses.retrieve(created.id)).status == "completed"
+
+    await until(done)
+    final = await sdk.responses.retrieve(created.id)
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert final.output_text == "The answer is 4."
