@@ -84,24 +84,26 @@ class Run:
         """Log a payload of events, then the state when it changed (start, an item done, the end)."""
         if self.lost:
             raise ConnectionResetError("another process runs this response now")
-        changed = False
+        if not docs:
+            return
+        changed = ended = False
         pairs = []
-        for doc in docs:
-            event = orjson.loads(doc)
-            kind, seq = event.get("type"), event["sequence_number"]
-            pairs.append((seq, doc))
-            if kind in ("response.created", "response.in_progress", *TERMINAL_EVENTS):
-                if self.id is None:
-                    await self.begin(event["response"])
-                self.response, changed = event["response"], True
-                self.ended = self.ended or kind in TERMINAL_EVENTS
-            elif kind == "response.output_item.done":
-                self.response = {**self.response, "output": [*self.response.get("output", ()), event["item"]]}
-                changed = True
-        assert self.id is not None
         try:
+            for doc in docs:
+                event = orjson.loads(doc)
+                kind, seq = event.get("type"), event["sequence_number"]
+                pairs.append((seq, doc))
+                if kind in ("response.created", "response.in_progress", *TERMINAL_EVENTS):
+                    if self.id is None:
+                        await self.begin(event["response"])
+                    self.response, changed = event["response"], True
+                    ended = ended or kind in TERMINAL_EVENTS
+                elif kind == "response.output_item.done":
+                    self.response = {**self.response, "output": [*self.response.get("output", ()), event["item"]]}
+                    changed = True
+            assert self.id is not None, "a Response's first event is response.created"
             await self.store.append_events(self.id, pairs)
-            self.last = pairs[-1][0] if pairs else self.last
+            self.last, self.ended = pairs[-1][0], self.ended or ended
             if changed:
                 await self.store.put_run(self.id, self.state())
         except StoreError as exc:
