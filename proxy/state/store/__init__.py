@@ -24,6 +24,10 @@ with the records: a record that expires, is evicted, deleted or re-saved leaves 
 operation (redis: see proxy/state/store/redis.py). An item several records hold (a conversation's
 history is in every later record) resolves from the newest live one.
 
+Background runs (``background: true``): each backend also keeps a run's event log, state record,
+lease and cancel flag (the ``ResponseStore`` methods after ``close``), for the same ``ttl_seconds``:
+memory.py in the class, sqlite_runs.py and redis_runs.py as mixins of their stores.
+
 Every backend failure is raised as ``StoreError`` so the proxy can log and count it without
 breaking the client's stream; a failed save is kept and retried by proxy/state/store_retry.py
 (``StoreError.retryable`` says whether a retry can help).
