@@ -137,10 +137,11 @@ async def run_events(app: web.Application, run_id: str, after: int) -> AsyncIter
     until (and with) its terminal event. While none come, the run is checked (``reap_if_stopped``)
     once per ``WAIT_SECONDS``; an empty batch is yielded then, for the caller's keepalive."""
     store = app[STORE]
-    cursor = after
+    cursor, wait = after, 0.0  # (the first read does not wait: an ended run answers at once)
     while True:
         try:
-            batch = await store.read_events(run_id, cursor, WAIT_SECONDS)
+            batch = await store.read_events(run_id, cursor, wait)
+            wait = WAIT_SECONDS
         except StoreError as exc:
             raise unavailable(app, exc, "get", f"the events of response '{run_id}'") from None
         if batch:
@@ -157,8 +158,12 @@ async def run_events(app: web.Application, run_id: str, after: int) -> AsyncIter
             state = await store.get_run(run_id)
             if state is None:
                 return  # expired meanwhile
-            if ended_status(state) and int(state.get("last", -1)) <= cursor:
-                return  # its terminal event is at or before the cursor
+            if ended_status(state):
+                # its terminal event is at or before the cursor (or its log has expired): done,
+                # unless the log has more after the cursor now
+                if not await store.read_events(run_id, cursor, 0):
+                    return
+                continue
             await reap_if_stopped(app, run_id)
         except StoreError as exc:
             raise unavailable(app, exc, "get", f"response with id '{run_id}'") from None
