@@ -77,6 +77,8 @@ async def test_resuming_after_n_gives_exactly_the_events_after_n_mid_run_and_aft
     after_end = await events_of(await sdk.responses.retrieve(created.id, stream=True, starting_after=7))
     assert after_end == whole[8:]
     assert [e["type"] for e in after_end].count("response.completed") == 1
+    last = whole[-1]["sequence_number"]
+    assert await events_of(await sdk.responses.retrieve(created.id, stream=True, starting_after=last)) == []
 
 
 async def test_a_streamed_background_create_is_a_reader_of_the_log_and_the_run_outlives_it(
