@@ -283,3 +283,13 @@ async def test_a_poll_mid_run_has_the_output_items_finished_so_far(
     final = await sdk.responses.retrieve(created.id)
     assert [item.type for item in final.output] == ["reasoning", "message"]
     assert final.output_text == "The answer is 4."
+
+
+async def test_a_bad_cursor_is_a_400_naming_it(sdk: openai.AsyncOpenAI, upstream: FakeUpstream, proxy: Any) -> None:
+    upstream.reply(text_reply("done"))
+    created = await sdk.responses.create(model="m", input="hi", background=True)
+    async with aiohttp.ClientSession() as http:
+        url = f"{proxy.base_url}/responses/{created.id}"
+        async with http.get(url, params={"stream": "true", "starting_after": "x"}) as r:
+            assert r.status == 400
+            assert (await r.json())["error"]["param"] == "starting_after"
