@@ -232,3 +232,14 @@ class ResponseStore(ABC):
             return True
         await asyncio.sleep(wait)
         return False
+
+    # -- a small shared key-value map: which replica of a pool serves a conversation ---------------
+    # (proxy/state/affinity.py), agreed on by every process and replica that shares the store.
+
+    @abstractmethod
+    async def remember(self, name: str, value: str, ttl: int) -> None:
+        """Set ``name`` to ``value`` for ``ttl`` seconds (replacing any value it had)."""
+
+    @abstractmethod
+    async def recall(self, name: str) -> str | None:
+        """The value ``name`` was last set to, or None (never set, or its ``ttl`` is over)."""

@@ -259,3 +259,25 @@ class MemoryStore(ResponseStore):
         self._check_open()
         run = self._run(run_id, make=False)
         return run is not None and run.cancel
+
+    # -- the key-value map (base.py ``remember``/``recall``) ----------------------------------------
+
+    KV_MAX = 100_000  # entries kept at most; past it the expired go, then the oldest
+
+    async def remember(self, name: str, value: str, ttl: int) -> None:
+        self._check_open()
+        kv: dict[str, tuple[float, str]] = self.__dict__.setdefault("_kv", {})
+        kv.pop(name, None)
+        kv[name] = (self._clock() + ttl, value)
+        if len(kv) > self.KV_MAX:
+            now = self._clock()
+            for key in [k for k, (end, _) in kv.items() if end <= now] or list(kv)[: len(kv) - self.KV_MAX]:
+                del kv[key]
+
+    async def recall(self, name: str) -> str | None:
+        self._check_open()
+        kv: dict[str, tuple[float, str]] = self.__dict__.get("_kv", {})
+        found = kv.get(name)
+        if found is None or found[0] <= self._clock():
+            return None
+        return found[1]

@@ -433,3 +433,25 @@ class RedisStore(RedisRuns, ResponseStore):
             await self._client.aclose()
         except (RedisError, OSError) as exc:
             raise self._wrap(exc) from exc
+
+    # -- the key-value map (base.py ``remember``/``recall``): plain keys that expire by themselves
+
+    def _kv_key(self, name: str) -> str:
+        return self._probe_key[: -len("probe")] + "kv:" + name
+
+    async def remember(self, name: str, value: str, ttl: int) -> None:
+        self._check_open()
+        try:
+            await self._client.set(self._kv_key(name), value.encode(), ex=max(1, int(ttl)))
+        except (RedisError, OSError) as exc:
+            raise self._wrap(exc) from exc
+
+    async def recall(self, name: str) -> str | None:
+        self._check_open()
+        try:
+            found = await self._client.get(self._kv_key(name))
+        except (RedisError, OSError) as exc:
+            raise self._wrap(exc) from exc
+        if found is None:
+            return None
+        return found.decode() if isinstance(found, bytes) else str(found)

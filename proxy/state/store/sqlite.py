@@ -422,3 +422,40 @@ class SQLiteStore(SQLiteRuns, ResponseStore):
             raise StoreError(f"sqlite store {self.path}: {exc}", backend=self.backend) from exc
         finally:
             self._executor.shutdown(wait=False)
+
+    # -- the key-value map (base.py ``remember``/``recall``): a table of its own, made when first used
+
+    _KV_SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS kv (name TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at REAL NOT NULL);"
+        "CREATE INDEX IF NOT EXISTS kv_expiry ON kv (expires_at);"
+    )
+    _KV_PURGE_EVERY = 256  # writes between two purges of the expired entries
+
+    def _kv_conn(self) -> sqlite3.Connection:
+        conn = self._connect()
+        if not self.__dict__.get("_kv_ready"):
+            conn.executescript(self._KV_SCHEMA)
+            self.__dict__["_kv_ready"] = True
+            self.__dict__["_kv_writes"] = 0
+        return conn
+
+    def _remember_sync(self, name: str, value: str, ttl: int, now: float) -> None:
+        conn = self._kv_conn()
+        conn.execute(
+            "INSERT INTO kv (name, value, expires_at) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+            "value = excluded.value, expires_at = excluded.expires_at",
+            (name, value, now + ttl),
+        )
+        self.__dict__["_kv_writes"] += 1
+        if self.__dict__["_kv_writes"] % self._KV_PURGE_EVERY == 0:
+            conn.execute("DELETE FROM kv WHERE expires_at <= ?", (now,))
+
+    def _recall_sync(self, name: str, now: float) -> str | None:
+        row = self._kv_conn().execute("SELECT value FROM kv WHERE name = ? AND expires_at > ?", (name, now)).fetchone()
+        return None if row is None else str(row[0])
+
+    async def remember(self, name: str, value: str, ttl: int) -> None:
+        await self._run(self._remember_sync, name, value, ttl, self._clock())
+
+    async def recall(self, name: str) -> str | None:
+        return await self._run(self._recall_sync, name, self._clock())

@@ -1,0 +1,305 @@
+"""Pools: an upstream served by several replicas of one backend (``base_urls``), in this process.
+
+Each replica is the upstream itself with its one ``base_url`` (``Upstream.model_copy``, made
+once), so every call path (``open_upstream``, ``read_body``, error messages) is unchanged; only
+the choice of replica is new, made once per call (``Pool.call``), never per chunk.
+
+Health is passive and per replica: a call that fails before its first byte (no connection,
+a timeout before the headers, a 429 or a 5xx) counts against it; ``failures_before_cooldown``
+failures in a row, or one 429/503 with ``Retry-After``, put it in cooldown (``cooldown_seconds``,
+or the ``Retry-After``). When its cooldown is over the next call is its probe (one at a time);
+any answer clears it, a failure cools it down again.
+
+A call goes to the replica asked for (its affinity: the one that served the conversation before)
+when that one is healthy and below ``max_concurrent_streams``, else to the least busy healthy
+one. It fails over before the first byte only: ``retries`` other replicas at most (default:
+every other one), a small jittered backoff between tries, all within ``retry_deadline_seconds``.
+A 4xx other than 429 is the request's own fault and is never tried elsewhere. When no replica
+answers, the ``fallback`` upstream's pool is tried; then one 503 naming the upstream.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+
+from crossfeed.proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable
+from crossfeed.proxy.runtime.config import Config, Upstream
+
+log = structlog.get_logger("crossfeed")
+
+T = TypeVar("T")
+
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
+MAX_RETRY_AFTER = 600.0  # a Retry-After longer than this is taken as this long
+BACKOFF = 0.05  # seconds before the second try; doubled each try, with jitter, at most 1 s
+
+
+def retryable(exc: BaseException) -> bool:
+    """A failure before the first byte that another replica may not have: no connection, no
+    headers in time, or a 429/502/503/504."""
+    if isinstance(exc, UpstreamHTTPError):
+        return exc.status in RETRIED_STATUSES
+    if isinstance(exc, UpstreamTimeout):
+        return exc.code in ("upstream_connect_timeout", "upstream_first_byte_timeout")
+    return isinstance(exc, UpstreamUnavailable)
+
+
+def counts_against(exc: BaseException) -> bool:
+    """A failure that says the replica is unwell (a retryable one, or any 5xx)."""
+    return retryable(exc) or (isinstance(exc, UpstreamHTTPError) and exc.status >= 500)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds a 429/503's ``Retry-After`` asks for (a number of seconds; a date is ignored)."""
+    if not isinstance(exc, UpstreamHTTPError) or exc.status not in (429, 503):
+        return None
+    headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+    try:
+        seconds = float(headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return min(seconds, MAX_RETRY_AFTER) if seconds > 0 else None
+
+
+class Replica:
+    """One replica: its upstream (the pool's, with this ``base_url``), its health, its load."""
+
+    __slots__ = ("upstream", "index", "label", "failures", "down_until", "probing", "inflight", "last_error")
+
+    def __init__(self, upstream: Upstream, index: int) -> None:
+        self.upstream = upstream
+        self.index = index
+        self.label = f"{upstream.name}/{index}"  # what a client and the metrics see (never the URL)
+        self.failures = 0
+        self.down_until = 0.0  # monotonic time its cooldown ends (0: never cooled down)
+        self.probing = False  # its probe (the first call after a cooldown) is in flight
+        self.inflight = 0
+        self.last_error = ""
+
+    def state(self, now: float) -> str:
+        """``up``, ``cooldown`` (left alone until ``down_until``) or ``probe`` (the next call tries it)."""
+        if not self.down_until:
+            return "up"
+        return "cooldown" if now < self.down_until else "probe"
+
+    def usable(self, now: float) -> bool:
+        state = self.state(now)
+        cap = self.upstream.max_concurrent_streams
+        return (state == "up" or (state == "probe" and not self.probing)) and not (cap and self.inflight >= cap)
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """Which replica answered a call, and whether it was the one asked for."""
+
+    replica: Replica
+    moved: bool  # an affinity asked for another replica, which was down, busy or failed
+
+
+class Lease:
+    """A call's place on its replica (the in-flight count "least busy" reads), until released."""
+
+    __slots__ = ("replica", "_done")
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self._done = False
+        replica.inflight += 1
+
+    def release(self) -> None:
+        if not self._done:
+            self._done = True
+            self.replica.inflight -= 1
+
+
+Sink = Callable[[str, str, Any], None]  # (event, upstream or replica label, value): the metrics' hook
+
+
+class Pool:
+    """The replicas of one upstream, their health and load."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        note: Sink | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.replicas = tuple(
+            Replica(upstream.model_copy(update={"base_url": url}) if url != upstream.base_url else upstream, i)
+            for i, url in enumerate(upstream.replica_urls)
+        )
+        self._by_label = {r.label: r for r in self.replicas}
+        self._clock = clock
+        self._sleep = sleep
+        self._note = note or (lambda *_: None)
+        self._turn = 0  # rotates the ties among equally busy replicas
+        self.fallback: Pool | None = None
+        for r in self.replicas:
+            self._note("up", r.label, 1)
+
+    @property
+    def retries(self) -> int:
+        chosen = self.upstream.retries
+        return len(self.replicas) - 1 if chosen is None else chosen
+
+    def replica(self, label: str | None) -> Replica | None:
+        return self._by_label.get(label) if label else None
+
+    def pick(self, prefer: str | None = None, tried: frozenset[int] | set[int] = frozenset()) -> Replica | None:
+        """The replica for the next call: ``prefer`` when usable; else one whose cooldown just
+        ended (its probe); else the least busy usable one (ties in turn). None: none usable."""
+        now = self._clock()
+        wanted = self.replica(prefer)
+        if wanted is not None and wanted.index not in tried and wanted.usable(now):
+            return wanted
+        usable = [r for r in self.replicas if r.index not in tried and r.usable(now)]
+        if not usable:
+            return None
+        probes = [r for r in usable if r.state(now) == "probe"]
+        if probes:
+            return probes[0]
+        self._turn += 1
+        n = len(self.replicas)
+        return min(usable, key=lambda r: (r.inflight, (r.index - self._turn) % n))
+
+    def succeeded(self, replica: Replica) -> None:
+        replica.probing = False
+        if replica.failures or replica.down_until:
+            log.info("pool.replica_up", upstream=self.upstream.name, replica=replica.label)
+            self._note("up", replica.label, 1)
+        replica.failures = 0
+        replica.down_until = 0.0
+
+    def failed(self, replica: Replica, exc: BaseException) -> None:
+        """Count a failure against ``replica``; cool it down past the threshold or on a Retry-After."""
+        if not counts_against(exc):
+            self.succeeded(replica)  # it answered: the request was at fault, not the replica
+            return
+        replica.probing = False
+        replica.failures += 1
+        replica.last_error = exc.message if isinstance(exc, UpstreamError) else type(exc).__name__
+        wait = retry_after(exc)
+        if wait is None and replica.failures >= self.upstream.failures_before_cooldown:
+            wait = self.upstream.cooldown_seconds
+        if wait is not None:
+            replica.down_until = self._clock() + wait
+            log.warning(
+                "pool.replica_cooldown",
+                upstream=self.upstream.name,
+                replica=replica.label,
+                seconds=wait,
+                failures=replica.failures,
+                error=replica.last_error,
+            )
+            self._note("up", replica.label, 0)
+
+    async def call(self, attempt: Callable[[Upstream], Awaitable[T]], prefer: str | None = None) -> tuple[T, Answered]:
+        """``attempt`` on one replica after another until one answers (see the module's text);
+        the answer and which replica gave it. Raises the request's own error (a 4xx) at once, and
+        a 503 naming the upstream when none answers."""
+        deadline = self._clock() + self.upstream.retry_deadline_seconds
+        tried: set[int] = set()
+        last: BaseException | None = None
+        for n in range(self.retries + 1):
+            replica = self.pick(prefer, tried)
+            if replica is None:
+                break
+            if n:
+                self._note("failover", self.upstream.name, 1)
+                await self._backoff(n, deadline)
+            tried.add(replica.index)
+            if replica.state(self._clock()) == "probe":
+                replica.probing = True
+            try:
+                result = await attempt(replica.upstream)
+            except UpstreamError as exc:
+                self.failed(replica, exc)
+                if not retryable(exc):
+                    raise
+                last = exc
+                log.info("pool.failover", upstream=self.upstream.name, replica=replica.label, error=exc.message)
+                if self._clock() >= deadline:
+                    break
+                continue
+            except BaseException:
+                replica.probing = False  # cancelled (the client left): no verdict on the replica
+                raise
+            self.succeeded(replica)
+            return result, Answered(replica, prefer is not None and replica.label != prefer)
+        if self.fallback is not None:
+            self._note("fallback", self.upstream.name, 1)
+            log.warning("pool.fallback", upstream=self.upstream.name, fallback=self.fallback.upstream.name)
+            result, answered = await self.fallback.call(attempt)
+            return result, Answered(answered.replica, True)
+        raise self.unavailable(last)
+
+    async def _backoff(self, n: int, deadline: float) -> None:
+        if self._sleep is None:
+            return
+        wait = min(1.0, BACKOFF * 2 ** (n - 1)) * (0.5 + random.random() / 2)
+        await self._sleep(max(0.0, min(wait, deadline - self._clock())))
+
+    def unavailable(self, last: BaseException | None) -> UpstreamUnavailable:
+        """The one 503 of a call no replica answered: the upstream named, when to try again."""
+        now = self._clock()
+        ends = [r.down_until - now for r in self.replicas if r.state(now) == "cooldown"]
+        why = f"; the last error: {last.message}" if isinstance(last, UpstreamError) else ""
+        exc = UpstreamUnavailable(
+            f"no replica of the upstream {self.upstream.name!r} answered "
+            f"({len(self.replicas)} replica{'s' if len(self.replicas) != 1 else ''}{why})",
+            code="upstream_pool_unavailable",
+            status=503,
+            headers={"Retry-After": str(max(1, round(min(ends))))} if ends else {"Retry-After": "1"},
+        )
+        return exc
+
+    def states(self) -> list[dict[str, Any]]:
+        """Each replica's state, for /readyz and check-config (URLs without credentials)."""
+        from crossfeed.proxy.runtime.turn_trace import shown_url
+
+        now = self._clock()
+        out = []
+        for r in self.replicas:
+            state = r.state(now)
+            entry: dict[str, Any] = {
+                "replica": r.label,
+                "url": shown_url(r.upstream.base_url),
+                "state": state,
+                "in_flight": r.inflight,
+                "failures": r.failures,
+            }
+            if state == "cooldown":
+                entry["cooldown_left_seconds"] = round(r.down_until - now, 1)
+            if r.last_error and state != "up":
+                entry["last_error"] = r.last_error
+            out.append(entry)
+        return out
+
+
+def make_pools(
+    config: Config, note: Sink | None = None, sleep: Callable[[float], Awaitable[Any]] | None = None
+) -> dict[str, Pool]:
+    """The pool of every pooled upstream, by name, their fallbacks linked."""
+    pools = {u.name: Pool(u, note=note, sleep=sleep) for u in config.upstreams if u.pooled}
+    for pool in pools.values():
+        name = pool.upstream.fallback
+        if name is not None:
+            other = pools.get(name)
+            if other is None:  # a single-URL fallback: a pool of one, for this use only
+                other = Pool(next(u for u in config.upstreams if u.name == name), note=note, sleep=sleep)
+            pool.fallback = other
+    return pools
+
+
+def pool_states(pools: Mapping[str, Pool]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    for name, pool in pools.items():
+        yield name, pool.states()
