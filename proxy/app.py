@@ -48,7 +48,7 @@ from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
 from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
 from crossfeed.proxy.http.standalone_search import alpha_search
 from crossfeed.proxy.http.websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
-from crossfeed.proxy.keys import CLOCK, CONFIG, ENV, IDS, SEAL, SESSION, TRACER
+from crossfeed.proxy.keys import CLOCK, CONFIG, ENV, IDS, POOLS, SEAL, SESSION, TRACER
 from crossfeed.proxy.runtime import tracing, turn_trace
 from crossfeed.proxy.runtime.config import Config, Upstream
 from crossfeed.proxy.runtime.guard import (
@@ -76,7 +76,8 @@ from crossfeed.proxy.runtime.observability import (
     observe_middleware,
     usage_summary,
 )
-from crossfeed.proxy.state import conversations, rate_limits
+from crossfeed.proxy.runtime.pool import hold, make_pools, release
+from crossfeed.proxy.state import affinity, conversations, rate_limits
 from crossfeed.proxy.state.history import PENDING, SAVING, delete_response, drain_saves, get_response, list_input_items
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.proxy.state.store import open_store
@@ -88,7 +89,7 @@ from crossfeed.proxy.streaming.sinks import sse_opener
 from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
 from crossfeed.proxy.turns.background import RUNS, end_runs
 from crossfeed.proxy.turns.compaction import compact, input_tokens, upstream_count
-from crossfeed.proxy.turns.exchange import relay_turn, stream_flag
+from crossfeed.proxy.turns.exchange import fallback_model, relay_turn, stream_flag
 from crossfeed.proxy.turns.forward import respond
 from crossfeed.proxy.turns.reverse import chat_call, reverse_now, reverse_streamed
 from crossfeed.proxy.turns.turn import Turn, new_turn, route
@@ -114,6 +115,9 @@ def create_app(
     metrics = app[METRICS] = Metrics(
         open_streams=lambda: limits.counts(), shared_dir=environ.get("PROMETHEUS_MULTIPROC_DIR")
     )
+    pools = app[POOLS] = make_pools(config, metrics, sleep=asyncio.sleep)
+    if pools:
+        app.on_response_prepare.append(_replica_headers)
     limits = app[LIMITS] = StreamLimits(
         key_stream_caps(config, tuple(name for _, name in keys)), on_change=metrics.streams_changed
     )
@@ -264,6 +268,18 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         return error_response(ProxyError("crossfeed failed to handle the request"))
 
 
+async def _replica_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """A pool's answer names the replica that gave it (``x-crossfeed-replica``, its label, never
+    its URL); a Responses create's carries it as an opaque ``x-codex-turn-state`` too, which the
+    client sends back to reach the same replica (proxy/state/affinity.py)."""
+    summary = request.get(SUMMARY)
+    label = summary.get("replica") if summary is not None else None
+    if label:
+        response.headers[affinity.REPLICA_HEADER] = label
+        if request.path in ("/v1/responses", "/responses"):
+            response.headers[affinity.TURN_STATE_HEADER] = affinity.turn_state(label)
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -277,7 +293,11 @@ async def readyz(request: web.Request) -> web.Response:
     if not reached:
         problems.append(f"the response store does not answer: {store}")
     status = "not ready" if problems else "degraded" if store != "ok" else "ready"
-    return web.json_response({"status": status, "problems": problems, "store": store}, status=503 if problems else 200)
+    answer: dict[str, Any] = {"status": status, "problems": problems, "store": store}
+    pools = request.app[POOLS]
+    if pools:  # each replica's health as this process sees it (proxy/runtime/pool.py)
+        answer["pools"] = {name: pool.states() for name, pool in pools.items()}
+    return web.json_response(answer, status=503 if problems else 200)
 
 
 ChatHandler = Callable[[web.Request, dict[str, Any], Turn], Awaitable[web.StreamResponse]]
@@ -286,7 +306,7 @@ ChatHandler = Callable[[web.Request, dict[str, Any], Turn], Awaitable[web.Stream
 def _turn(request: web.Request, body: dict[str, Any]) -> Turn:
     """The turn of an HTTP request: the upstream its body's model routes to, the request's log record."""
     log_record = request[SUMMARY]
-    return new_turn(request.app, request.headers, route(request.app[CONFIG], body, log_record), log_record)
+    return new_turn(request.app, request.headers, route(request.app[CONFIG], body, log_record), log_record, body)
 
 
 def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -418,17 +438,47 @@ async def passthrough(
     path = request.path[len("/v1") :] if request.path.startswith("/v1") else request.path
     if body is not None and backend.model_map and isinstance(body.get("model"), str):
         body = {**body, "model": backend.model_map.get(body["model"], body["model"])}
-    url = backend.base_url + path
     # A streamed answer takes a place in the upstream's max_concurrent_streams, as a translated
     # stream does; a non-streaming request is not a stream and is not counted.
     streaming = body is not None and body.get("stream") is True
     with app[LIMITS].admit(backend) if streaming else contextlib.nullcontext():
-        return await _relay_unchanged(request, backend, url, body, headers)
+        if body is None or not backend.pooled:
+            resp = await _send_unchanged(request, backend, backend.base_url + path, body, headers)
+            return await _relay_unchanged(request, backend, resp)
+        return await _pooled_unchanged(request, backend, path, body, headers)
 
 
-async def _relay_unchanged(
-    request: web.Request, backend: Upstream, url: str, body: dict[str, Any] | None, headers: dict[str, str]
+async def _pooled_unchanged(
+    request: web.Request, backend: Upstream, path: str, body: dict[str, Any], headers: dict[str, str]
 ) -> web.StreamResponse:
+    """A pass-through POST on a pool: to the turn's replica, failing over before the first byte."""
+    app = request.app
+    aff = affinity.CURRENT.get()
+    prefer = await affinity.preferred(app, aff) if aff is not None and aff.upstream == backend.name else None
+    log_record = request[SUMMARY]
+
+    async def attempt(up: Upstream) -> aiohttp.ClientResponse:
+        sent = body
+        if up.name != backend.name:  # the fallback upstream: its own model
+            model = fallback_model(up, str(log_record.get("model") or ""))
+            sent = {**body, "model": up.model_map.get(model, model)}
+        return await _send_unchanged(request, up, up.base_url + path, sent, headers)
+
+    resp, answered = await app[POOLS][backend.name].call(attempt, prefer)
+    log_record["replica"] = answered.replica.label
+    hold(resp, answered.lease)
+    if aff is not None and answered.replica.upstream.name == backend.name:
+        await affinity.served(app, aff, answered.replica.label)
+    try:
+        return await _relay_unchanged(request, answered.replica.upstream, resp)
+    finally:
+        release(resp)
+
+
+async def _send_unchanged(
+    request: web.Request, backend: Upstream, url: str, body: dict[str, Any] | None, headers: dict[str, str]
+) -> aiohttp.ClientResponse:
+    """Send the request; a 2xx answer's response (its headers in), else the error raised."""
     app = request.app
     if body is None:
         resp = await send(app[SESSION], backend, request.method, url, headers=headers, params=request.query)
@@ -447,6 +497,10 @@ async def _relay_unchanged(
         if resp.status == 404 and body is not None:  # a POST the backend has no route for: say which path
             error = upstream_client.unknown_path(backend, "POST", url, error)
         raise UpstreamHTTPError(resp.status, error, keep)
+    return resp
+
+
+async def _relay_unchanged(request: web.Request, backend: Upstream, resp: aiohttp.ClientResponse) -> web.StreamResponse:
     out = web.StreamResponse(status=resp.status)
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:

@@ -8,6 +8,7 @@ import aiohttp
 from aiohttp import web
 
 from crossfeed.proxy.runtime.config import Config
+from crossfeed.proxy.runtime.pool import Pool
 from crossfeed.proxy.runtime.tracing import Tracer
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.translators.ids import IdFactory
@@ -19,6 +20,7 @@ IDS = web.AppKey("ids", IdFactory)
 CLOCK = web.AppKey[Callable[[], int]]("clock")
 SEAL = web.AppKey("seal", ReasoningSeal)
 ENV = web.AppKey[Mapping[str, str]]("environ")
+POOLS = web.AppKey[Mapping[str, Pool]]("pools")  # pooled upstreams' replicas, by name (proxy/runtime/pool.py)
 TRACER = web.AppKey("tracer", Tracer)  # OpenTelemetry: untraced unless OTEL_* ask (proxy/runtime/tracing.py)
 
 MAX_NONSTREAM_BODY = 64 * 1024 * 1024

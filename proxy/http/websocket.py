@@ -364,7 +364,7 @@ class Connection(StreamsMixin):
         self, lane: Lane, sink: LaneSink, body: dict[str, Any], turn_log: TurnLog
     ) -> dict[str, Any] | None:
         generate = _create_flags(body)
-        turn = new_turn(self.app, self.request.headers, route(self.app[CONFIG], body, turn_log), turn_log)
+        turn = new_turn(self.app, self.request.headers, route(self.app[CONFIG], body, turn_log), turn_log, body)
         turn_log["stream"] = True
         prev = body.get("previous_response_id")
         remembered = self._remembered(lane, prev)

@@ -158,6 +158,11 @@ class Upstream(_Model):
         """Calls go through its pool (proxy/runtime/pool.py): more than one replica, or a fallback."""
         return len(self.base_urls) > 1 or self.fallback is not None
 
+    @cached_property
+    def stream_cap(self) -> int:
+        """Open streams at most (0: no cap): ``max_concurrent_streams`` on each replica."""
+        return self.max_concurrent_streams * len(self.replica_urls)
+
     @property
     def replica_urls(self) -> tuple[str, ...]:
         """Every replica's base URL (one: ``base_url``)."""

@@ -134,10 +134,10 @@ class StreamLimits:
         """Count one more open stream to ``up`` and for the request's key (429 past either cap),
         until the ``with`` block ends."""
         n = self._open.get(up.name, 0)
-        if up.max_concurrent_streams and n >= up.max_concurrent_streams:
+        cap = up.stream_cap
+        if cap and n >= cap:
             raise ClientRequestError(
-                f"too many concurrent streams to upstream '{up.name}' (limit {up.max_concurrent_streams}); "
-                "retry shortly",
+                f"too many concurrent streams to upstream '{up.name}' (limit {cap}); retry shortly",
                 status=429,
                 code="rate_limit_exceeded",
                 headers={"Retry-After": "1"},

@@ -44,6 +44,8 @@ class TurnLog(TypedDict, total=False):
     key: str | None  # the inbound key's name
     model: str
     upstream: str | None
+    replica: str  # a pool's replica that answered (its label, never its URL)
+    answered_model: str  # the model a pool's fallback upstream answered with
     stream: bool
     choices: int  # n > 1 (reverse)
     primed: bool  # a WebSocket generate: false
@@ -154,6 +156,32 @@ class Metrics:
         )
         self.anomalies = Counter(
             "crossfeed_translation_anomalies", "Upstream quirks absorbed by translation", ["kind"], registry=r
+        )
+        # Pools (proxy/runtime/pool.py): each replica's health as this process sees it, and the calls moved.
+        self.replica_up = RetryGauge(
+            "crossfeed_upstream_replica_up",
+            "1: the replica takes calls; 0: it is cooling down after failures (in any live worker)",
+            ["upstream", "replica"],
+            multiprocess_mode="livemin",
+            registry=r,
+        )
+        self.failovers = Counter(
+            "crossfeed_upstream_failovers",
+            "Calls tried again on another replica before the first byte",
+            ["upstream"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "crossfeed_upstream_fallbacks",
+            "Calls sent to the fallback upstream: no replica answered",
+            ["upstream"],
+            registry=r,
+        )
+        self.affinity_moves = Counter(
+            "crossfeed_upstream_affinity_moves",
+            "Conversations moved off their replica (it was down, failed or at its stream cap)",
+            ["upstream"],
+            registry=r,
         )
         self._children: dict[tuple[Any, ...], Any] = {}
         self._request_children: dict[tuple[str, str, int, str], RequestSeries] = {}

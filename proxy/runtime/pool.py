@@ -22,14 +22,24 @@ from __future__ import annotations
 
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
 
-from crossfeed.proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable
+from crossfeed.proxy.errors import (
+    ClientRequestError,
+    ProxyError,
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from crossfeed.proxy.runtime.config import Config, Upstream
+from crossfeed.proxy.runtime.observability import Metrics
+from crossfeed.proxy.runtime.turn_trace import shown_url
 
 log = structlog.get_logger("crossfeed")
 
@@ -94,14 +104,6 @@ class Replica:
         return (state == "up" or (state == "probe" and not self.probing)) and not (cap and self.inflight >= cap)
 
 
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """Which replica answered a call, and whether it was the one asked for."""
-
-    replica: Replica
-    moved: bool  # an affinity asked for another replica, which was down, busy or failed
-
-
 class Lease:
     """A call's place on its replica (the in-flight count "least busy" reads), until released."""
 
@@ -118,7 +120,30 @@ class Lease:
             self.replica.inflight -= 1
 
 
-Sink = Callable[[str, str, Any], None]  # (event, upstream or replica label, value): the metrics' hook
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """Which replica answered a call, whether it was another than the one asked for, and the
+    call's place on it (released when the call's answer is read or closed: ``release``)."""
+
+    replica: Replica
+    moved: bool  # an affinity asked for another replica, which was down, busy or failed
+    lease: Lease
+
+
+# Each pooled call's lease, by its response: released when its leg ends (proxy/turns/exchange.py),
+# or when the response is collected (a leg that never ran: the client left first).
+_LEASES: weakref.WeakKeyDictionary[Any, Lease] = weakref.WeakKeyDictionary()
+
+
+def hold(response: Any, lease: Lease) -> None:
+    _LEASES[response] = lease
+    weakref.finalize(response, lease.release)
+
+
+def release(response: Any) -> None:
+    lease = _LEASES.pop(response, None)
+    if lease is not None:
+        lease.release()
 
 
 class Pool:
@@ -130,7 +155,7 @@ class Pool:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
-        note: Sink | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.upstream = upstream
         self.replicas = tuple(
@@ -140,11 +165,23 @@ class Pool:
         self._by_label = {r.label: r for r in self.replicas}
         self._clock = clock
         self._sleep = sleep
-        self._note = note or (lambda *_: None)
+        self._metrics = metrics
         self._turn = 0  # rotates the ties among equally busy replicas
         self.fallback: Pool | None = None
         for r in self.replicas:
-            self._note("up", r.label, 1)
+            self._up(r, 1)
+
+    def _up(self, replica: Replica, value: int) -> None:
+        if self._metrics is not None:
+            self._metrics.replica_up.labels(self.upstream.name, replica.label).set(value)
+
+    def _count(self, name: str) -> None:
+        if self._metrics is not None:
+            getattr(self._metrics, name).labels(self.upstream.name).inc()
+
+    def moved(self) -> None:
+        """A keyed call went to another replica than its key's (counted)."""
+        self._count("affinity_moves")
 
     @property
     def retries(self) -> int:
@@ -175,7 +212,7 @@ class Pool:
         replica.probing = False
         if replica.failures or replica.down_until:
             log.info("pool.replica_up", upstream=self.upstream.name, replica=replica.label)
-            self._note("up", replica.label, 1)
+            self._up(replica, 1)
         replica.failures = 0
         replica.down_until = 0.0
 
@@ -200,9 +237,11 @@ class Pool:
                 failures=replica.failures,
                 error=replica.last_error,
             )
-            self._note("up", replica.label, 0)
+            self._up(replica, 0)
 
-    async def call(self, attempt: Callable[[Upstream], Awaitable[T]], prefer: str | None = None) -> tuple[T, Answered]:
+    async def call(
+        self, attempt: Callable[[Upstream], Awaitable[T]], prefer: str | None = None, *, fallback: bool = True
+    ) -> tuple[T, Answered]:
         """``attempt`` on one replica after another until one answers (see the module's text);
         the answer and which replica gave it. Raises the request's own error (a 4xx) at once, and
         a 503 naming the upstream when none answers."""
@@ -214,14 +253,16 @@ class Pool:
             if replica is None:
                 break
             if n:
-                self._note("failover", self.upstream.name, 1)
+                self._count("failovers")
                 await self._backoff(n, deadline)
             tried.add(replica.index)
             if replica.state(self._clock()) == "probe":
                 replica.probing = True
+            lease = Lease(replica)
             try:
                 result = await attempt(replica.upstream)
             except UpstreamError as exc:
+                lease.release()
                 self.failed(replica, exc)
                 if not retryable(exc):
                     raise
@@ -231,16 +272,17 @@ class Pool:
                     break
                 continue
             except BaseException:
+                lease.release()
                 replica.probing = False  # cancelled (the client left): no verdict on the replica
                 raise
             self.succeeded(replica)
-            return result, Answered(replica, prefer is not None and replica.label != prefer)
-        if self.fallback is not None:
-            self._note("fallback", self.upstream.name, 1)
+            return result, Answered(replica, prefer is not None and replica.label != prefer, lease)
+        if self.fallback is not None and fallback:
+            self._count("fallbacks")
             log.warning("pool.fallback", upstream=self.upstream.name, fallback=self.fallback.upstream.name)
-            result, answered = await self.fallback.call(attempt)
-            return result, Answered(answered.replica, True)
-        raise self.unavailable(last)
+            result, answered = await self.fallback.call(attempt, fallback=False)
+            return result, Answered(answered.replica, True, answered.lease)
+        raise self.unavailable(last, bool(tried))
 
     async def _backoff(self, n: int, deadline: float) -> None:
         if self._sleep is None:
@@ -248,24 +290,30 @@ class Pool:
         wait = min(1.0, BACKOFF * 2 ** (n - 1)) * (0.5 + random.random() / 2)
         await self._sleep(max(0.0, min(wait, deadline - self._clock())))
 
-    def unavailable(self, last: BaseException | None) -> UpstreamUnavailable:
-        """The one 503 of a call no replica answered: the upstream named, when to try again."""
+    def unavailable(self, last: BaseException | None, tried: bool = True) -> ProxyError:
+        """The one error of a call no replica answered: a 503 naming the upstream and when to try
+        again; a 429 when none was tried because every healthy one is at its stream cap."""
         now = self._clock()
+        if not tried and any(r.state(now) == "up" for r in self.replicas):
+            return ClientRequestError(
+                f"too many concurrent streams to upstream '{self.upstream.name}' (limit "
+                f"{self.upstream.max_concurrent_streams} on each replica); retry shortly",
+                status=429,
+                code="rate_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
         ends = [r.down_until - now for r in self.replicas if r.state(now) == "cooldown"]
         why = f"; the last error: {last.message}" if isinstance(last, UpstreamError) else ""
-        exc = UpstreamUnavailable(
+        return UpstreamUnavailable(
             f"no replica of the upstream {self.upstream.name!r} answered "
             f"({len(self.replicas)} replica{'s' if len(self.replicas) != 1 else ''}{why})",
             code="upstream_pool_unavailable",
             status=503,
             headers={"Retry-After": str(max(1, round(min(ends))))} if ends else {"Retry-After": "1"},
         )
-        return exc
 
     def states(self) -> list[dict[str, Any]]:
         """Each replica's state, for /readyz and check-config (URLs without credentials)."""
-        from crossfeed.proxy.runtime.turn_trace import shown_url
-
         now = self._clock()
         out = []
         for r in self.replicas:
@@ -286,16 +334,16 @@ class Pool:
 
 
 def make_pools(
-    config: Config, note: Sink | None = None, sleep: Callable[[float], Awaitable[Any]] | None = None
+    config: Config, metrics: Metrics | None = None, sleep: Callable[[float], Awaitable[Any]] | None = None
 ) -> dict[str, Pool]:
     """The pool of every pooled upstream, by name, their fallbacks linked."""
-    pools = {u.name: Pool(u, note=note, sleep=sleep) for u in config.upstreams if u.pooled}
+    pools = {u.name: Pool(u, metrics=metrics, sleep=sleep) for u in config.upstreams if u.pooled}
     for pool in pools.values():
         name = pool.upstream.fallback
         if name is not None:
             other = pools.get(name)
             if other is None:  # a single-URL fallback: a pool of one, for this use only
-                other = Pool(next(u for u in config.upstreams if u.name == name), note=note, sleep=sleep)
+                other = Pool(next(u for u in config.upstreams if u.name == name), metrics=metrics, sleep=sleep)
             pool.fallback = other
     return pools
 

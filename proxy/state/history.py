@@ -43,6 +43,7 @@ from crossfeed.proxy.errors import ClientRequestError
 from crossfeed.proxy.keys import CONFIG, IDS
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import METRICS
+from crossfeed.proxy.state import affinity
 from crossfeed.proxy.state.conversations import CURRENT, append_turn, is_conversation
 from crossfeed.proxy.state.conversations import history as conversation_history
 from crossfeed.proxy.state.runs import answer_run, find_run, forget_run
@@ -265,6 +266,8 @@ def schedule_save(
 
 async def _save(app: web.Application, record: StoredResponse) -> None:
     await app[KEEPER].save(record)  # a failure is counted, logged and kept for retry: never raised
+    if affinity.CURRENT.get() is not None:  # a pool's turn: its chain keeps its replica
+        await affinity.saved(app, record.id)
 
 
 def visible(record: StoredResponse | None) -> StoredResponse | None:

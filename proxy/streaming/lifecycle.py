@@ -27,6 +27,7 @@ from aiohttp import web
 
 from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.runtime.config import Config, Upstream
+from crossfeed.proxy.runtime.turn_trace import shown_url
 from crossfeed.proxy.streaming.relay import OpenStream
 from crossfeed.proxy.upstream import base_url_hint, lacks_v1, upstream_failure
 
@@ -40,10 +41,25 @@ PROBE_INTERVAL = 20.0
 PROBE_HEADERS = {"User-Agent": "crossfeed-probe"}
 
 
+def probe_targets(config: Config) -> list[tuple[str, Upstream]]:
+    """What the readiness probe asks: each upstream by its name; a pool's replicas each, by their
+    labels (``gpu/0``), each as the upstream with that replica's ``base_url``."""
+    targets: list[tuple[str, Upstream]] = []
+    for up in config.upstreams:
+        if len(up.replica_urls) == 1:
+            targets.append((up.name, up))
+        else:
+            targets += [
+                (f"{up.name}/{i}", up.model_copy(update={"base_url": url})) for i, url in enumerate(up.replica_urls)
+            ]
+    return targets
+
+
 async def probe_loop(app: web.Application, config: Config, session_key: Any) -> None:
+    targets = probe_targets(config)
     while True:
         session: aiohttp.ClientSession = app[session_key]
-        for up in config.upstreams:
+        for name, up in targets:
             try:
                 async with session.get(
                     up.base_url + "/models", timeout=aiohttp.ClientTimeout(total=5), headers=PROBE_HEADERS
@@ -52,29 +68,27 @@ async def probe_loop(app: web.Application, config: Config, session_key: Any) -> 
                     status = r.status
                 not_found = app.setdefault(PROBE_NOT_FOUND, {})
                 if status == 404:
-                    app[PROBES].pop(up.name, None)
-                    app[PROBE_ERRORS].pop(up.name, None)
+                    app[PROBES].pop(name, None)
+                    app[PROBE_ERRORS].pop(name, None)
                     hint = await _not_found_hint(session, up)
-                    if not_found.get(up.name) != hint:  # once, not every probe
-                        log.warning(
-                            "upstream.probe.not_found", upstream=up.name, url=up.base_url + "/models", hint=hint
-                        )
-                    not_found[up.name] = hint
+                    if not_found.get(name) != hint:  # once, not every probe
+                        log.warning("upstream.probe.not_found", upstream=name, url=up.base_url + "/models", hint=hint)
+                    not_found[name] = hint
                     continue
-                app[PROBES][up.name] = time.monotonic()
-                app[PROBE_ERRORS].pop(up.name, None)
-                not_found.pop(up.name, None)
+                app[PROBES][name] = time.monotonic()
+                app[PROBE_ERRORS].pop(name, None)
+                not_found.pop(name, None)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 error = (
                     "no answer within 5s"
                     if isinstance(exc, asyncio.TimeoutError)
                     else upstream_failure(exc, up).message
                 )
-                app[PROBE_ERRORS][up.name] = error
-                log.info("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
+                app[PROBE_ERRORS][name] = error
+                log.info("upstream.probe.failed", upstream=name, url=up.base_url + "/models", error=error)
             except Exception as exc:
-                app[PROBE_ERRORS][up.name] = error = f"the probe failed: {type(exc).__name__}"
-                log.warning("upstream.probe.failed", upstream=up.name, url=up.base_url + "/models", error=error)
+                app[PROBE_ERRORS][name] = error = f"the probe failed: {type(exc).__name__}"
+                log.warning("upstream.probe.failed", upstream=name, url=up.base_url + "/models", error=error)
         await asyncio.sleep(PROBE_INTERVAL)
 
 
@@ -107,24 +121,35 @@ def probe_ctx(config: Config, session_key: Any) -> Any:
 
 
 def readiness(app: web.Application, config: Config) -> list[str]:
+    """The problems that make the process not ready: an upstream that has not answered a probe
+    lately (a pool: none of its replicas has), or that answered its model listing with a 404."""
     now = time.monotonic()
-    problems = []
+    problems: list[str] = []
+    by_upstream: dict[str, list[str]] = {}
+    for name, up in probe_targets(config):
+        problem = _probe_problem(app, name, up, now)
+        by_upstream.setdefault(up.name, [])
+        if problem is not None:
+            by_upstream[up.name].append(problem)
     for up in config.upstreams:
-        hint = app.get(PROBE_NOT_FOUND, {}).get(up.name)
-        if hint is not None:
-            problems.append(
-                f"upstream '{up.name}' at {up.base_url} answered 404 to its model listing (GET {up.base_url}/models): "
-                f"{hint}"
-            )
-            continue
-        seen = app[PROBES].get(up.name)
-        if seen is None or now - seen > 3 * PROBE_INTERVAL:
-            error = app[PROBE_ERRORS].get(up.name)
-            problems.append(
-                f"upstream '{up.name}' at {up.base_url} has not answered a probe (GET /models) in the "
-                f"last {3 * PROBE_INTERVAL:g}s" + (f": {error}" if error else " (not probed yet)")
-            )
+        found = by_upstream.get(up.name, [])
+        if len(found) == len(up.replica_urls):  # (a pool is ready while one replica answers)
+            problems += found
     return problems
+
+
+def _probe_problem(app: web.Application, name: str, up: Upstream, now: float) -> str | None:
+    where = f"upstream '{name}' at {shown_url(up.base_url)}"
+    hint = app.get(PROBE_NOT_FOUND, {}).get(name)
+    if hint is not None:
+        return f"{where} answered 404 to its model listing (GET {shown_url(up.base_url)}/models): {hint}"
+    seen = app[PROBES].get(name)
+    if seen is None or now - seen > 3 * PROBE_INTERVAL:
+        error = app[PROBE_ERRORS].get(name)
+        return f"{where} has not answered a probe (GET /models) in the last {3 * PROBE_INTERVAL:g}s" + (
+            f": {error}" if error else " (not probed yet)"
+        )
+    return None
 
 
 async def drain(app: web.Application) -> None:

@@ -28,12 +28,15 @@ import aiohttp
 import structlog
 
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError
-from crossfeed.proxy.keys import CONFIG, MAX_NONSTREAM_BODY
+from crossfeed.proxy.keys import CONFIG, MAX_NONSTREAM_BODY, POOLS
 from crossfeed.proxy.runtime import tracing
+from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.observability import METRICS, note_upstream_error, usage_counts, usage_summary
+from crossfeed.proxy.runtime.pool import hold, release
 from crossfeed.proxy.runtime.turn_trace import TapSink, open_trace
+from crossfeed.proxy.state import affinity
 from crossfeed.proxy.state.conversations import CURRENT as CONVERSATION
 from crossfeed.proxy.state.history import final_saver
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS
@@ -125,7 +128,7 @@ def forward_machine(
     request mapping; ``framing``: the sink's, for a streamed turn (False: a whole completion is
     fed); ``tools``: the mapping's with the hosted functions, for the tool loop."""
     return ChatToResponsesStream(
-        body,
+        answered_body(turn, body),
         ids=turn.ids,
         now=turn.clock,
         tools=mapped.tools if tools is None else tools,
@@ -139,18 +142,68 @@ def forward_machine(
 async def open_leg(turn: Turn, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
     """POST one upstream call; returns once its 2xx headers are in (errors raise). A traced turn
     opens the call's span here (its ``traceparent`` goes in the headers); ``run_leg`` (a stream)
-    or ``read_leg`` (a whole answer) ends it."""
+    or ``read_leg`` (a whole answer) ends it. A pooled upstream's replica is chosen here, once
+    per call (``pooled_leg``)."""
     started = time.monotonic()
     backend = turn.upstream
+    if backend.pooled:
+        response = await pooled_leg(turn, path, body)
+    else:
+        response = await _call(turn, backend, path, body)
+    turn.log["ttfb"] = time.monotonic() - started
+    return response
+
+
+async def _call(turn: Turn, backend: Upstream, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
     headers, hidden = outbound_headers(turn, backend), secrets(turn, backend)
     tracing.leg_start(backend, path, body, headers, hidden)
     try:
-        response = await open_upstream(turn.session, backend, path, body, headers, secrets=hidden)
+        return await open_upstream(turn.session, backend, path, body, headers, secrets=hidden)
     except BaseException as exc:
         tracing.leg_end(error=exc)
         raise
-    turn.log["ttfb"] = time.monotonic() - started
+
+
+async def pooled_leg(turn: Turn, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
+    """One call on a pool (proxy/runtime/pool.py): to the turn's replica (its affinity), failing
+    over before the first byte; the replica that answered goes on the turn's log (and the HTTP
+    answer's ``x-crossfeed-replica``), and its key keeps it (proxy/state/affinity.py)."""
+    app, primary = turn.app, turn.upstream
+    pool = app[POOLS][primary.name]
+    aff = affinity.CURRENT.get()
+    prefer = await affinity.preferred(app, aff) if aff is not None and aff.upstream == primary.name else None
+
+    async def attempt(up: Upstream) -> aiohttp.ClientResponse:
+        if up.name == primary.name:
+            return await _call(turn, up, path, body)
+        model = fallback_model(up, str(turn.log.get("model") or body.get("model") or ""))
+        turn.log["answered_model"] = model
+        return await _call(turn, up, path, {**body, "model": up.model_map.get(model, model)})
+
+    response, answered = await pool.call(attempt, prefer)
+    replica = answered.replica
+    turn.log["replica"] = replica.label
+    hold(response, answered.lease)
+    if aff is not None and replica.upstream.name == primary.name:
+        if answered.moved:
+            pool.moved()
+        await affinity.served(app, aff, replica.label)
     return response
+
+
+def fallback_model(up: Upstream, model: str) -> str:
+    """The model a fallback upstream is asked for: the client's, when it serves it; else the
+    first model it names."""
+    if model in up.models or model in up.model_map or up.matches_pattern(model):
+        return model
+    named = [m for m in up.models if not any(c in m for c in "*?[")]
+    return named[0] if named else model
+
+
+def answered_body(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the Response echoes it: with the model that answered, when a fallback upstream did."""
+    model = turn.log.get("answered_model")
+    return body if model is None else {**body, "model": model}
 
 
 async def read_leg(turn: Turn, response: aiohttp.ClientResponse) -> Any:
@@ -160,6 +213,9 @@ async def read_leg(turn: Turn, response: aiohttp.ClientResponse) -> Any:
     except BaseException as exc:
         tracing.leg_end(error=exc)
         raise
+    finally:
+        if turn.upstream.pooled:
+            release(response)
     tracing.leg_end(result=result)
     return result
 
@@ -202,6 +258,8 @@ async def run_leg(
         stats = await task
     except asyncio.CancelledError:
         response.close()
+        if backend.pooled:
+            release(response)
         if sink.__class__ is TapSink:  # a traced turn ends here: its trace is written all the same
             sink.trace.close("cancelled")
         raise
@@ -213,6 +271,8 @@ async def run_leg(
             app[METRICS].upstream_errors.labels(backend.name, stats.ending).inc()
     if "internal_error" in stats.extra:
         log.error("stream.internal_error", detail=stats.extra["internal_error"])
+    if backend.pooled:
+        release(response)
     return stats
 
 

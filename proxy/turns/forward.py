@@ -18,7 +18,15 @@ from crossfeed.proxy.runtime.turn_trace import inspect_whole
 from crossfeed.proxy.state.history import load_history, resolve_item_references, save_before_final
 from crossfeed.proxy.turns.common import secrets
 from crossfeed.proxy.turns.compaction import compact_now, compacting_turn, compaction_turn, over_threshold
-from crossfeed.proxy.turns.exchange import SinkOpener, forward_turn, map_forward, open_leg, read_leg, reasoning_sealer
+from crossfeed.proxy.turns.exchange import (
+    SinkOpener,
+    answered_body,
+    forward_turn,
+    map_forward,
+    open_leg,
+    read_leg,
+    reasoning_sealer,
+)
 from crossfeed.proxy.turns.hosted.images import image_plan
 from crossfeed.proxy.turns.hosted.mcp import plan_mcp
 from crossfeed.proxy.turns.hosted.search_runner import search_plan
@@ -90,7 +98,7 @@ async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
     completion = await read_leg(turn, response)
     result = chat_completion_to_response(
         completion,
-        body,
+        answered_body(turn, body),
         ids=turn.ids,
         now=turn.clock,
         tools=mapped.tools,

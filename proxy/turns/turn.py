@@ -23,6 +23,7 @@ from crossfeed.proxy.keys import CLOCK, CONFIG, IDS, SEAL, SESSION
 from crossfeed.proxy.runtime.config import Config, Upstream
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import TurnLog
+from crossfeed.proxy.state import affinity
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.translators.forward.request import MappedRequest
 from crossfeed.translators.ids import IdFactory
@@ -51,8 +52,17 @@ class Turn:
     log: TurnLog  # the turn's fields on its summary line (request.completed)
 
 
-def new_turn(app: web.Application, headers: Mapping[str, str], upstream: Upstream, log: TurnLog) -> Turn:
-    """The turn of a request (or of a WebSocket frame) whose body routes to ``upstream``."""
+def new_turn(
+    app: web.Application,
+    headers: Mapping[str, str],
+    upstream: Upstream,
+    log: TurnLog,
+    body: Mapping[str, Any] | None = None,
+) -> Turn:
+    """The turn of a request (or of a WebSocket frame) whose body routes to ``upstream``; on a
+    pool, ``body`` and ``headers`` give its affinity (proxy/state/affinity.py)."""
+    if upstream.pooled or affinity.CURRENT.get() is not None:
+        affinity.begin(upstream, body, headers)
     return Turn(
         app, app[CONFIG], app[SESSION], app[IDS], app[CLOCK], app[SEAL], upstream, headers, KEY_NAME.get() or "", log
     )

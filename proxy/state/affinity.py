@@ -1,0 +1,153 @@
+"""Affinity: the turns of one conversation go to the replica of a pool that served it before.
+
+A backend's prefix cache (vLLM's, llama.cpp's slots) holds the conversation it last served: the
+next turn on the same replica reads its history from the cache instead of computing it again.
+So a turn's *key* names its conversation, first found of:
+
+  ``conversation``               the Conversations API's id                       ``conv:<id>``
+  ``previous_response_id``       the root of its chain (stored as each Response    the root's key
+                                 is saved, ``root:<response id>``)
+  ``session_id`` header          Codex's session (``session-id`` too)              ``session:<id>``
+  ``prompt_cache_key``           the client's own cache key                        ``cache:<key>``
+
+and the store keeps ``affinity:<upstream>:<key>`` -> the replica's label for
+``affinity_ttl_seconds``, so every crossfeed process and replica sharing the store agrees. A
+turn without a key goes to the least busy replica; its Response's id becomes its chain's root.
+A client that sends back the ``x-codex-turn-state`` crossfeed gave it (an opaque token naming
+the replica) is sent there first. The store failing never fails a turn: affinity is then lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from crossfeed.proxy.runtime.config import Upstream
+from crossfeed.proxy.state.store.base import StoreError
+from crossfeed.proxy.state.store_access import STORE
+
+log = structlog.get_logger("crossfeed")
+
+TURN_STATE_HEADER = "x-codex-turn-state"
+REPLICA_HEADER = "x-crossfeed-replica"
+_TOKEN_PREFIX = "cf1."
+
+
+@dataclass(slots=True)
+class Affinity:
+    """One turn's affinity on a pooled upstream."""
+
+    upstream: str
+    ttl: int
+    key: str | None  # conv:/session:/cache: (previous_response_id's root is found later)
+    previous: str | None  # previous_response_id, when no conversation names the turn
+    pinned: str | None  # the replica an x-codex-turn-state names
+    resolved: bool = False
+    replica: str | None = None  # the replica the key had (then: the one that served this turn)
+
+
+# The current turn's affinity (None: its upstream is no pool). Set when the turn is made
+# (proxy/turns/turn.py new_turn); read by its legs and by the save of its Response.
+CURRENT: ContextVar[Affinity | None] = ContextVar("crossfeed_affinity", default=None)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def begin(upstream: Upstream, body: Mapping[str, Any] | None, headers: Mapping[str, str]) -> Affinity | None:
+    """The turn's affinity (set as ``CURRENT``): None unless ``upstream`` is a pool."""
+    if not upstream.pooled or body is None:
+        CURRENT.set(None)
+        return None
+    conversation = body.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    previous = _text(body.get("previous_response_id"))
+    key: str | None = None
+    if _text(conversation):
+        key = f"conv:{conversation}"
+    elif previous is None:
+        session = _text(headers.get("session_id")) or _text(headers.get("session-id"))
+        cache = _text(body.get("prompt_cache_key"))
+        key = f"session:{session}" if session else f"cache:{cache}" if cache else None
+    aff = Affinity(upstream.name, upstream.affinity_ttl_seconds, key, previous if key is None else None, None)
+    aff.pinned = read_turn_state(headers.get(TURN_STATE_HEADER), upstream.name)
+    CURRENT.set(aff)
+    return aff
+
+
+async def preferred(app: web.Application, aff: Affinity) -> str | None:
+    """The replica the turn should go to first (None: the least busy)."""
+    if not aff.resolved:
+        aff.resolved = True
+        if aff.previous is not None:
+            aff.key = await _recall(app, f"root:{aff.previous}") or f"resp:{aff.previous}"
+        if aff.key is not None:
+            aff.replica = await _recall(app, f"affinity:{aff.upstream}:{aff.key}")
+    return aff.pinned or aff.replica
+
+
+async def served(app: web.Application, aff: Affinity, label: str) -> None:
+    """The replica ``label`` answered the turn: its key keeps it (written when it changed)."""
+    if aff.key is not None and label != aff.replica:
+        await _remember(app, f"affinity:{aff.upstream}:{aff.key}", label, aff.ttl)
+    aff.replica = label
+
+
+async def saved(app: web.Application, response_id: str) -> None:
+    """A Response of the current turn was saved: a turn continuing it (``previous_response_id``)
+    finds its chain's key, and a chain that starts here is keyed by it (and keeps its replica)."""
+    aff = CURRENT.get()
+    if aff is None:
+        return
+    if aff.key is None:  # no key: this Response is its chain's root
+        aff.key = f"resp:{response_id}"
+        if aff.replica is not None:
+            await _remember(app, f"affinity:{aff.upstream}:{aff.key}", aff.replica, aff.ttl)
+    await _remember(app, f"root:{response_id}", aff.key, aff.ttl)
+
+
+def turn_state(label: str) -> str:
+    """The opaque ``x-codex-turn-state`` token naming a replica."""
+    return _TOKEN_PREFIX + base64.urlsafe_b64encode(label.encode()).decode().rstrip("=")
+
+
+def read_turn_state(token: str | None, upstream: str) -> str | None:
+    """The replica label a token names, when it is one of ``upstream``'s (else None)."""
+    if not token or not token.startswith(_TOKEN_PREFIX) or len(token) > 512:
+        return None
+    raw = token[len(_TOKEN_PREFIX) :]
+    try:
+        label = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    return label if label.rpartition("/")[0] == upstream else None
+
+
+async def _recall(app: web.Application, name: str) -> str | None:
+    store = app.get(STORE)
+    if store is None:
+        return None
+    try:
+        return await store.recall(name)
+    except StoreError as exc:
+        log.info("affinity.store_failed", operation="recall", error=str(exc)[:200])
+        return None
+
+
+async def _remember(app: web.Application, name: str, value: str, ttl: int) -> None:
+    store = app.get(STORE)
+    if store is None:
+        return
+    try:
+        await store.remember(name, value, ttl)
+    except StoreError as exc:
+        log.info("affinity.store_failed", operation="remember", error=str(exc)[:200])

@@ -1,0 +1,78 @@
+"""The pool tests' pieces (tests/faults/test_pool_*.py): fake replicas of one chat backend on
+real ports, crossfeed in front of them as a pool, and the SDK turns they drive."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from crossfeed.proxy.runtime.config import Config, load_config
+from tests.fakes.upstream import FakeUpstream, JSONReply
+from tests.support.chat_replies import text_reply
+
+MODEL = "pool-model"
+
+
+@contextlib.asynccontextmanager
+async def replicas(n: int) -> AsyncIterator[list[FakeUpstream]]:
+    """``n`` fake chat backends, each answering "from <its index>" unless scripted otherwise."""
+    fakes = [FakeUpstream() for _ in range(n)]
+    for i, fake in enumerate(fakes):
+        fake.default = text_reply(f"from {i}")
+        await fake.start()
+    try:
+        yield fakes
+    finally:
+        for fake in fakes:
+            await fake.close()
+
+
+def served(fakes: Sequence[FakeUpstream]) -> list[int]:
+    """How many chat calls each fake got."""
+    return [sum(1 for r in f.requests if r.path.endswith("/chat/completions")) for f in fakes]
+
+
+def pool_config(
+    tmp_path: Path, urls: Sequence[str], *, store: str = "memory", model: str = MODEL, **pool: Any
+) -> Config:
+    """One pooled chat upstream ``gpu`` serving MODEL on ``urls``, with ``pool`` keys on it (a
+    ``timeouts`` dict or ``fallback_urls`` too: then a second upstream ``spare`` is its fallback,
+    serving ``spare-model``)."""
+    lines = ["[store]", f'backend = "{store}"', f'data_dir = "{tmp_path / "data"}"', ""]
+    fallback_urls = pool.pop("fallback_urls", None)
+    timeouts = pool.pop("timeouts", None)
+    lines += ["[[upstreams]]", 'name = "gpu"', f"models = [{model!r}]", f"base_urls = {list(urls)!r}"]
+    if fallback_urls:
+        pool["fallback"] = "spare"
+    for key, value in pool.items():
+        lines.append(f"{key} = {value!r}" if not isinstance(value, bool) else f"{key} = {str(value).lower()}")
+    if timeouts:
+        lines.append("[upstreams.timeouts]")
+        lines += [f"{k} = {v!r}" for k, v in timeouts.items()]
+    if fallback_urls:
+        lines += ["", "[[upstreams]]", 'name = "spare"', 'models = ["spare-model"]']
+        lines.append(
+            f"base_urls = {list(fallback_urls)!r}" if len(fallback_urls) > 1 else f"base_url = {fallback_urls[0]!r}"
+        )
+    path = tmp_path / "pool.toml"
+    path.write_text("\n".join(lines).replace("'", '"') + "\n")
+    return load_config(path, {})
+
+
+def error_reply(status: int, headers: dict[str, str] | None = None) -> JSONReply:
+    return JSONReply({"error": {"message": f"replica says {status}", "type": "server_error"}}, status, headers or {})
+
+
+async def ask(client: Any, text: str = "hi", **kwargs: Any) -> tuple[Any, dict[str, str]]:
+    """One streamed turn through the SDK: the final Response and the HTTP answer's headers."""
+    async with client.responses.with_streaming_response.create(
+        model=kwargs.pop("model", MODEL), input=text, stream=True, **kwargs
+    ) as raw:
+        headers = dict(raw.headers)
+        final = None
+        async for event in await raw.parse():
+            if event.type in ("response.completed", "response.failed", "response.incomplete"):
+                final = event.response
+    return final, headers
