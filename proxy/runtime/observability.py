@@ -157,8 +157,14 @@ class Metrics:
         self.anomalies = Counter(
             "crossfeed_translation_anomalies", "Upstream quirks absorbed by translation", ["kind"], registry=r
         )
-        # Pools (proxy/runtime/pool.py): each replica's health as this process sees it, and the calls moved.
-        self.replica_up = RetryGauge(
+        self._pool_metrics(r, RetryGauge)
+        self._children: dict[tuple[Any, ...], Any] = {}
+        self._request_children: dict[tuple[str, str, int, str], RequestSeries] = {}
+        self._models: set[str] = set()
+
+    def _pool_metrics(self, r: CollectorRegistry, gauge: Any) -> None:
+        """Pools (proxy/runtime/pool.py): each replica's health as this process sees it, and the calls moved."""
+        self.replica_up = gauge(
             "crossfeed_upstream_replica_up",
             "1: the replica takes calls; 0: it is cooling down after failures (in any live worker)",
             ["upstream", "replica"],
@@ -183,9 +189,6 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
-        self._children: dict[tuple[Any, ...], Any] = {}
-        self._request_children: dict[tuple[str, str, int, str], RequestSeries] = {}
-        self._models: set[str] = set()
 
     def model_label(self, model: str) -> str:
         """Client-chosen model names become labels: bounded, so no client can explode the series;
