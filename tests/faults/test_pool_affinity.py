@@ -1,0 +1,124 @@
+"""Lineage affinity (proxy/state/affinity.py): the turns of one conversation go to the replica
+that served it before, so its prefix cache is used: a previous_response_id chain, a
+conversation, Codex's session_id header, a prompt_cache_key; two crossfeed instances sharing one
+SQLite store agree; a key whose replica is down moves (counted), and stays where it moved; an
+x-codex-turn-state sent back reaches the replica it names. Without affinity each of these would
+spread over the replicas: the picks of unkeyed calls take turns."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from tests.faults.pool_harness import ask, error_reply, pool_config, replicas, served
+from tests.support.app_server import running_proxy
+from tests.support.clients import sdk_client
+
+
+async def test_a_ten_turn_chain_stays_on_one_replica(tmp_path, captured) -> None:
+    async with replicas(3) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes], store="sqlite")
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            await ask(client, "an unrelated turn first")  # moves the turn-taking on
+            final, first = await ask(client, "turn 0")
+            seen = {first["x-crossfeed-replica"]}
+            for n in range(1, 10):
+                final, headers = await ask(client, f"turn {n}", previous_response_id=final.id)
+                assert final.status == "completed"
+                seen.add(headers["x-crossfeed-replica"])
+            await client.close()
+    assert len(seen) == 1
+    counts = served(fakes)
+    assert sorted(counts) == [0, 1, 10] or sorted(counts) == [0, 0, 11]
+
+
+async def test_a_conversation_stays_on_one_replica(tmp_path, captured) -> None:
+    async with replicas(3) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes])
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            conversation = await client.conversations.create()
+            seen = set()
+            for n in range(5):
+                _, headers = await ask(client, f"turn {n}", conversation=conversation.id)
+                seen.add(headers["x-crossfeed-replica"])
+            await client.close()
+    assert len(seen) == 1 and max(served(fakes)) == 5
+
+
+async def test_a_session_header_or_a_prompt_cache_key_keeps_its_replica(tmp_path, captured) -> None:
+    async with replicas(3) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes])
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            sessions = set()
+            caches = set()
+            for n in range(4):
+                _, headers = await ask(client, f"s {n}", extra_headers={"session_id": "codex-session-1"})
+                sessions.add(headers["x-crossfeed-replica"])
+                _, headers = await ask(client, f"c {n}", prompt_cache_key="cache-key-1")
+                caches.add(headers["x-crossfeed-replica"])
+            await client.close()
+    assert len(sessions) == 1 and len(caches) == 1
+
+
+async def test_two_crossfeed_instances_on_one_sqlite_store_agree(tmp_path, captured) -> None:
+    async with replicas(3) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes], store="sqlite")
+        async with running_proxy(config) as one, running_proxy(config) as two:
+            a, b = sdk_client(one.base_url, captured), sdk_client(two.base_url, captured)
+            await ask(a, "unrelated")  # instance one's turn-taking is one call ahead of two's
+            final, headers = await ask(a, "first", extra_headers={"session_id": "shared"})
+            chosen = headers["x-crossfeed-replica"]
+            on_two = [
+                (await ask(b, f"then {n}", extra_headers={"session_id": "shared"}))[1]["x-crossfeed-replica"]
+                for n in range(3)
+            ]
+            _, chained = await ask(b, "a chain made on one", previous_response_id=final.id)
+            await a.close()
+            await b.close()
+    assert on_two == [chosen] * 3
+    assert chained["x-crossfeed-replica"] == chosen  # (the chain's key is the session it began in)
+
+
+async def test_a_key_whose_replica_fails_moves_and_stays_moved(tmp_path, captured) -> None:
+    async with replicas(2) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes], failures_before_cooldown=5)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            _, headers = await ask(client, "one", prompt_cache_key="k")
+            first = headers["x-crossfeed-replica"]
+            i = int(first.rsplit("/", 1)[1])
+            fakes[i].default = error_reply(503)
+            moved = [
+                (await ask(client, f"again {n}", prompt_cache_key="k"))[1]["x-crossfeed-replica"] for n in range(3)
+            ]
+            fakes[i].default = fakes[1 - i].default  # healthy again: the key stays where it moved
+            _, after = await ask(client, "later", prompt_cache_key="k")
+            async with aiohttp.ClientSession() as s, s.get(proxy.url + "/metrics") as r:
+                text = await r.text()
+            await client.close()
+    other = f"gpu/{1 - i}"
+    assert moved == [other] * 3 and after["x-crossfeed-replica"] == other
+    assert served(fakes)[i] == 2  # the turn that moved the key asked it once, then it was left
+    assert 'crossfeed_upstream_affinity_moves_total{upstream="gpu"} 1.0' in text
+
+
+async def test_the_turn_state_sent_back_reaches_the_replica_it_names(tmp_path, captured) -> None:
+    async with replicas(3) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes])
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            _, headers = await ask(client, "first")
+            token, replica = headers["x-codex-turn-state"], headers["x-crossfeed-replica"]
+            assert replica not in token  # opaque
+            pinned = [
+                (await ask(client, f"n {n}", extra_headers={"x-codex-turn-state": token}))[1]["x-crossfeed-replica"]
+                for n in range(4)
+            ]
+            spread = {(await ask(client, f"free {n}"))[1]["x-crossfeed-replica"] for n in range(3)}
+            forged = (await ask(client, "x", extra_headers={"x-codex-turn-state": "cf1.bm9wZS85"}))[0]
+            await client.close()
+    assert pinned == [replica] * 4
+    assert len(spread) == 3  # unkeyed calls take turns
+    assert forged.status == "completed"  # a token naming no replica of this pool is ignored
