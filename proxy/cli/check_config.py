@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crossfeed.proxy.errors import ConfigError
-from crossfeed.proxy.runtime.config import Config, load_config
+from crossfeed.proxy.runtime.config import Config, Upstream, load_config
 from crossfeed.proxy.state.store.base import StoreError
 
 
@@ -242,7 +242,10 @@ def _upstream_lines(config: Config, environ: Mapping[str, str]) -> list[str]:
         at = ("upstreams", n - 1)
         lines.append(f"  {n}. {u.name}{mark}")
         lines.append(f"       api       {u.api}{src(*at, 'api')}")
-        lines.append(f"       base_url  {u.base_url}{src(*at, 'base_url')}")
+        if u.pooled:
+            lines += _pool_lines(u)
+        else:
+            lines.append(f"       base_url  {u.base_url}{src(*at, 'base_url')}")
         lines.append(f"       models    {', '.join(u.models) if u.models else '(none)'}")
         if u.model_map:
             renames = ", ".join(f"{k} -> {v}" for k, v in u.model_map.items())
@@ -265,7 +268,7 @@ def _upstream_lines(config: Config, environ: Mapping[str, str]) -> list[str]:
         if getattr(u, "reasoning_field", None):
             extras.append(f"reasoning field {u.reasoning_field}")
         limit = getattr(u, "max_concurrent_streams", 0)
-        extras.append(f"max streams {limit or 'unlimited'}")
+        extras.append(f"max streams {limit or 'unlimited'}" + (" on each replica" if limit and u.pooled else ""))
         if u.api == "chat":
             extras.append(f"system messages {u.system_messages}")
             extras.append(
@@ -274,6 +277,23 @@ def _upstream_lines(config: Config, environ: Mapping[str, str]) -> list[str]:
         if getattr(u, "headers", None):
             extras.append("extra headers " + ", ".join(sorted(u.headers)))  # names only: values may be secret
         lines.append(f"       other     {'; '.join(extras)}")
+    return lines
+
+
+def _pool_lines(u: Upstream) -> list[str]:
+    """A pool's replicas (their labels, as /readyz, metrics and x-crossfeed-replica name them;
+    URLs without credentials) and how it fails over."""
+    from crossfeed.proxy.runtime.turn_trace import shown_url
+
+    retries = u.retries if u.retries is not None else len(u.replica_urls) - 1
+    lines = [f"       replica   {u.name}/{i} {shown_url(url)}" for i, url in enumerate(u.replica_urls)]
+    lines.append(
+        f"       pool      least busy first, a conversation kept on its replica for {_secs(u.affinity_ttl_seconds)}; "
+        f"before the first byte {retries} other replica{'s' if retries != 1 else ''} tried within "
+        f"{_secs(u.retry_deadline_seconds)}; {u.failures_before_cooldown} failure"
+        f"{'s' if u.failures_before_cooldown != 1 else ''} in a row: left alone {_secs(u.cooldown_seconds)}"
+        + (f"; then the fallback upstream {u.fallback!r}" if u.fallback else "")
+    )
     return lines
 
 

@@ -487,7 +487,10 @@ class Config(_Model):
         return not any(key[0] == "upstreams" for key in self._origins)
 
     def base_url_defaulted(self, index: int) -> bool:
-        """The ``index``-th upstream's base_url was set nowhere (the built-in 127.0.0.1:8000/v1)."""
+        """The ``index``-th upstream's base_url was set nowhere (the built-in 127.0.0.1:8000/v1);
+        a pool's comes from its ``base_urls``."""
+        if self.upstreams[index].base_urls:
+            return False
         return self.origin("upstreams", index, "base_url") == "built-in default"
 
     @model_validator(mode="after")

@@ -1,0 +1,79 @@
+"""A pool's keys on an ``[[upstreams]]`` entry (proxy/runtime/config.py): ``base_urls`` instead of
+``base_url``, each URL checked; the failover keys only on a pool; ``fallback`` names another
+upstream of the same API; errors name the key. check-config shows each replica without its
+credentials."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from crossfeed.proxy.cli.check_config import check_config
+from crossfeed.proxy.errors import ConfigError
+from crossfeed.proxy.runtime.config import Config, load_config
+
+
+def load(tmp_path: Path, text: str) -> Config:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return load_config(path, {})
+
+
+def test_base_urls_make_a_pool_whose_base_url_is_its_first_replica(tmp_path: Path) -> None:
+    config = load(tmp_path, '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1/", "http://b:8000/v1"]\n')
+    up = config.upstreams[0]
+    assert up.pooled and up.base_url == "http://a:8000/v1"
+    assert up.replica_urls == ("http://a:8000/v1", "http://b:8000/v1")
+    assert not config.base_url_defaulted(0)
+    single = load(tmp_path, '[[upstreams]]\nname = "one"\nbase_url = "http://a:8000/v1"\n').upstreams[0]
+    assert not single.pooled and single.replica_urls == ("http://a:8000/v1",)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        (
+            'base_url = "http://x/v1"\nbase_urls = ["http://a/v1", "http://b/v1"]',
+            ["upstreams.0", "base_url and base_urls are exclusive"],
+        ),
+        ('base_urls = ["http://a/v1", "ftp://b/v1"]', ["upstreams.0.base_urls", "ftp://b/v1"]),
+        ('base_urls = ["http://a/v1", "http://a/v1/"]', ["upstreams.0.base_urls", "listed twice"]),
+        ("cooldown_seconds = 5", ["upstreams.0", "cooldown_seconds only applies to a pool"]),
+        ('base_urls = ["http://a/v1", "http://b/v1"]\nretries = -1', ["upstreams.0.retries"]),
+        ('base_urls = ["http://a/v1", "http://b/v1"]\nfallback = "gpu"', ["upstreams.0.fallback", "another upstream"]),
+        ('base_urls = ["http://a/v1", "http://b/v1"]\nfallback = "nowhere"', ["upstreams.0.fallback", "'nowhere'"]),
+    ],
+)
+def test_bad_pool_keys_are_named(tmp_path: Path, text: str, fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, f'[[upstreams]]\nname = "gpu"\n{text}\n')
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+
+
+def test_a_fallback_must_speak_the_same_api(tmp_path: Path) -> None:
+    text = (
+        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a/v1", "http://b/v1"]\nfallback = "cloud"\n'
+        '[[upstreams]]\nname = "cloud"\napi = "responses"\nbase_url = "http://c/v1"\n'
+    )
+    with pytest.raises(ConfigError, match="a fallback must speak the same API"):
+        load(tmp_path, text)
+
+
+def test_check_config_shows_each_replica_without_credentials(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://u:SECRET-PW@a:8000/v1", "http://b:8000/v1"]\n'
+        'fallback = "cpu"\nmax_concurrent_streams = 4\n'
+        '[[upstreams]]\nname = "cpu"\nbase_url = "http://c:8080/v1"\n'
+    )
+    out = io.StringIO()
+    assert check_config(path, {}, out) == 0
+    text = out.getvalue()
+    assert "SECRET-PW" not in text
+    assert "replica   gpu/0 http://a:8000/v1" in text and "replica   gpu/1 http://b:8000/v1" in text
+    assert "1 other replica tried" in text and "fallback upstream 'cpu'" in text
+    assert "max streams 4 on each replica" in text
+    assert "has no base_url" not in text
