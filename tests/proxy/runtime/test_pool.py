@@ -1,0 +1,156 @@
+"""The pool's choice and health, on a fake clock (proxy/runtime/pool.py): the least busy replica
+first (ties in turn), a replica at its stream cap skipped (all at it: a 429), cooldown after N
+failures or a Retry-After, one probe at a time when it ends, bounded retries, a 4xx raised at once,
+and the deadline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamHTTPError, UpstreamUnavailable
+from crossfeed.proxy.runtime.config import Upstream
+from crossfeed.proxy.runtime.pool import Pool, retry_after, retryable
+
+URLS = ("http://a/v1", "http://b/v1", "http://c/v1")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pool(clock: Clock, **keys: Any) -> Pool:
+    return Pool(Upstream(name="gpu", base_urls=URLS, **keys), clock=clock)
+
+
+def http(status: int, **headers: str) -> UpstreamHTTPError:
+    return UpstreamHTTPError(status, {"error": {"message": f"said {status}"}}, headers)
+
+
+def test_each_replica_is_the_upstream_with_its_own_base_url() -> None:
+    p = pool(Clock())
+    assert [r.upstream.base_url for r in p.replicas] == list(URLS)
+    assert {r.upstream.name for r in p.replicas} == {"gpu"} and [r.label for r in p.replicas] == [
+        "gpu/0",
+        "gpu/1",
+        "gpu/2",
+    ]
+
+
+def test_the_least_busy_replica_is_picked_and_ties_take_turns() -> None:
+    p = pool(Clock())
+    picked = [p.pick().index for _ in range(6)]  # type: ignore[union-attr]
+    assert sorted(picked[:3]) == [0, 1, 2] and picked[3:] == picked[:3]
+    p.replicas[0].inflight = p.replicas[1].inflight = 2
+    assert {p.pick().index for _ in range(3)} == {2}  # type: ignore[union-attr]
+
+
+def test_a_preferred_replica_wins_unless_it_is_unusable() -> None:
+    clock = Clock()
+    p = pool(clock, max_concurrent_streams=1)
+    assert p.pick("gpu/2").index == 2  # type: ignore[union-attr]
+    p.replicas[2].inflight = 1  # at its cap
+    assert p.pick("gpu/2").index != 2  # type: ignore[union-attr]
+    assert p.pick("other/0") is not None  # a label of no replica here is ignored
+
+
+async def test_every_replica_at_its_cap_is_a_429() -> None:
+    p = pool(Clock(), max_concurrent_streams=1)
+    for r in p.replicas:
+        r.inflight = 1
+
+    async def attempt(up: Upstream) -> str:
+        raise AssertionError("no replica may be asked")
+
+    with pytest.raises(ClientRequestError) as caught:
+        await p.call(attempt)
+    assert caught.value.status == 429 and "limit 1 on each replica" in caught.value.message
+
+
+def test_cooldown_after_n_failures_then_one_probe() -> None:
+    clock = Clock()
+    p = pool(clock, failures_before_cooldown=2, cooldown_seconds=10)
+    r = p.replicas[0]
+    p.failed(r, UpstreamUnavailable("refused"))
+    assert r.state(clock()) == "up"
+    p.failed(r, UpstreamUnavailable("refused"))
+    assert r.state(clock()) == "cooldown" and not r.usable(clock())
+    clock.now += 10
+    assert r.state(clock()) == "probe"
+    assert p.pick().index == 0  # type: ignore[union-attr]  # the probe goes first
+    r.probing = True
+    assert p.pick().index != 0  # type: ignore[union-attr]  # one probe at a time
+    p.succeeded(r)
+    assert r.state(clock()) == "up" and r.failures == 0
+
+
+def test_a_retry_after_is_the_cooldown_and_a_400_clears_failures() -> None:
+    clock = Clock()
+    p = pool(clock, failures_before_cooldown=5)
+    r = p.replicas[1]
+    p.failed(r, http(503, **{"Retry-After": "42"}))
+    assert r.state(clock()) == "cooldown" and r.down_until == clock() + 42
+    other = p.replicas[2]
+    p.failed(other, UpstreamUnavailable("refused"))
+    p.failed(other, http(400))  # it answered: the request was at fault
+    assert other.failures == 0
+    assert retry_after(http(429, **{"retry-after": "abc"})) is None and retry_after(http(502)) is None
+    assert not retryable(http(400)) and not retryable(http(500)) and retryable(http(504))
+
+
+async def test_retries_are_bounded_and_the_answer_names_its_replica() -> None:
+    clock = Clock()
+    p = pool(clock, retries=1)
+    asked: list[str] = []
+
+    async def attempt(up: Upstream) -> str:
+        asked.append(up.base_url)
+        raise UpstreamUnavailable("refused")
+
+    with pytest.raises(ProxyError) as caught:
+        await p.call(attempt)
+    assert len(asked) == 2 and len(set(asked)) == 2
+    assert caught.value.status == 503 and "'gpu'" in caught.value.message
+
+    async def second_works(up: Upstream) -> str:
+        if up.base_url == URLS[0]:
+            raise http(502)
+        return up.base_url
+
+    result, answered = await p.call(second_works, "gpu/0")
+    assert result != URLS[0] and answered.replica.upstream.base_url == result and answered.moved
+    assert all(r.inflight == 0 for r in p.replicas if r is not answered.replica)
+    answered.lease.release()
+    answered.lease.release()  # once only
+    assert answered.replica.inflight == 0
+
+
+async def test_a_4xx_is_raised_at_once_and_the_deadline_stops_retries() -> None:
+    clock = Clock()
+    p = pool(clock, retry_deadline_seconds=5)
+    asked = 0
+
+    async def bad_request(up: Upstream) -> str:
+        nonlocal asked
+        asked += 1
+        raise http(422)
+
+    with pytest.raises(UpstreamHTTPError):
+        await p.call(bad_request)
+    assert asked == 1
+
+    async def slow_failure(up: Upstream) -> str:
+        nonlocal asked
+        asked += 1
+        clock.now += 6  # past the deadline
+        raise http(503)
+
+    asked = 0
+    with pytest.raises(UpstreamUnavailable):
+        await p.call(slow_failure)
+    assert asked == 1
