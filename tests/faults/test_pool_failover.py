@@ -10,6 +10,7 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.fakes.upstream import JSONReply
 from tests.faults.fault_upstream import FaultUpstream, closed_port
 from tests.faults.pool_harness import ask, error_reply, pool_config, replicas, served
 from tests.support.app_server import running_proxy
@@ -131,3 +132,19 @@ async def _ready(proxy) -> dict:
 
     async with aiohttp.ClientSession() as s, s.get(proxy.url + "/readyz") as r:
         return await r.json()
+
+
+async def test_a_passed_through_endpoint_fails_over_too(tmp_path, captured) -> None:
+    """POST /v1/embeddings goes to the model's upstream unchanged: on a pool, to a replica that answers."""
+    async with replicas(1) as (good,):
+        good.default = JSONReply({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.5]}]})
+        config = pool_config(tmp_path, [dead_url(), good.base_url], retries=1)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            answers = [
+                await client.embeddings.with_raw_response.create(model="pool-model", input="x") for _ in range(3)
+            ]
+            await client.close()
+    assert [a.headers["x-crossfeed-replica"] for a in answers] == ["gpu/1"] * 3
+    assert [a.parse().data[0].embedding for a in answers] == [[0.5]] * 3
+    assert served([good]) == [0] and len(good.requests) == 3
