@@ -13,6 +13,7 @@ import pytest
 from crossfeed.proxy.cli.check_config import check_config
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config import Config, load_config
+from tests.support.paths import ROOT
 
 
 def load(tmp_path: Path, text: str) -> Config:
@@ -77,3 +78,21 @@ def test_check_config_shows_each_replica_without_credentials(tmp_path: Path) -> 
     assert "1 other replica tried" in text and "fallback upstream 'cpu'" in text
     assert "max streams 4 on each replica" in text
     assert "has no base_url" not in text
+
+
+def test_the_documented_pools_load(tmp_path: Path) -> None:
+    """README "Pools" recipes and config.example.toml's commented pool, uncommented, are valid."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```toml\n")[1:]]
+    recipe = next(b for b in blocks if 'name = "vllm"' in b)
+    config = load(tmp_path, recipe)
+    assert [(u.name, len(u.replica_urls), u.fallback) for u in config.upstreams] == [
+        ("vllm", 3, None),
+        ("llama", 2, "vllm"),
+    ]
+    example = (ROOT / "config.example.toml").read_text()
+    start = example.index('# [[upstreams]]\n# name = "gpu"')
+    lines = [line[2:] for line in example[start:].splitlines() if line.startswith("# ")]
+    pool_lines = lines[: next(i for i, line in enumerate(lines) if line.startswith("fallback"))]
+    config = load(tmp_path, "\n".join(pool_lines) + "\n")
+    assert config.upstreams[0].pooled and config.upstreams[0].retries == 2
