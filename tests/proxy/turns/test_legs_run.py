@@ -22,7 +22,7 @@ class _Upstream:
         self.closed += 1
 
 
-UP = SimpleNamespace(name="u", timeouts=SimpleNamespace(idle=5.0, total=60.0))
+UP = SimpleNamespace(name="u", timeouts=SimpleNamespace(idle=5.0, total=60.0), pooled=False)
 
 
 class _Turn:
