@@ -8,8 +8,10 @@ spread over the replicas: the picks of unkeyed calls take turns."""
 from __future__ import annotations
 
 import aiohttp
+import openai
 
-from tests.faults.pool_harness import ask, error_reply, pool_config, replicas, served
+from tests.faults.fault_upstream import closed_port
+from tests.faults.pool_harness import MODEL, ask, error_reply, pool_config, replicas, served
 from tests.support.app_server import running_proxy
 from tests.support.clients import sdk_client
 
@@ -122,3 +124,23 @@ async def test_the_turn_state_sent_back_reaches_the_replica_it_names(tmp_path, c
     assert pinned == [replica] * 4
     assert len(spread) == 3  # unkeyed calls take turns
     assert forged.status == "completed"  # a token naming no replica of this pool is ignored
+
+
+async def test_a_websocket_chain_fails_over_and_stays_on_its_replica(tmp_path, ws_frames) -> None:
+    """WebSocket mode's turns go through the pool too: a refused replica is left, and a chain made
+    on the socket (previous_response_id) keeps the replica that answered its first turn."""
+    async with replicas(2) as fakes:
+        urls = [f"http://127.0.0.1:{closed_port()}/v1", *(f.base_url for f in fakes)]
+        config = pool_config(tmp_path, urls, store="sqlite")
+        async with running_proxy(config) as proxy:
+            client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", max_retries=0)
+            async with client.responses.connect() as conn:
+                ws = ws_frames.attach(conn, "pool")
+                previous = None
+                for n in range(4):
+                    turn, parsed = await ws.turn(model=MODEL, input=f"turn {n}", previous_response_id=previous)
+                    assert turn.terminal == "response.completed"
+                    previous = parsed[-1].response.id
+            await client.close()
+    counts = served(fakes)
+    assert sorted(counts) == [0, 4]
