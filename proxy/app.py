@@ -469,8 +469,9 @@ async def _pooled_unchanged(
     hold(resp, answered.lease)
     if aff is not None and answered.replica.upstream.name == backend.name:
         await affinity.served(app, aff, answered.replica.label)
+    sniff = affinity.ResponseIdSniffer(app) if aff is not None and path.endswith("/responses") else None
     try:
-        return await _relay_unchanged(request, answered.replica.upstream, resp)
+        return await _relay_unchanged(request, answered.replica.upstream, resp, sniff)
     finally:
         release(resp)
 
@@ -500,7 +501,12 @@ async def _send_unchanged(
     return resp
 
 
-async def _relay_unchanged(request: web.Request, backend: Upstream, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+async def _relay_unchanged(
+    request: web.Request,
+    backend: Upstream,
+    resp: aiohttp.ClientResponse,
+    sniff: affinity.ResponseIdSniffer | None = None,
+) -> web.StreamResponse:
     out = web.StreamResponse(status=resp.status)
     for name in ("Content-Type", "Retry-After", "x-should-retry"):
         if name in resp.headers:
@@ -514,6 +520,8 @@ async def _relay_unchanged(request: web.Request, backend: Upstream, resp: aiohtt
             try:
                 async with deadline.arm():
                     async for chunk in resp.content.iter_any():
+                        if sniff is not None and await sniff.feed(chunk):  # a pool's Responses answer
+                            sniff = None
                         await out.write(chunk)
                         now = loop.time()
                         deadline.last = now

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -130,6 +131,30 @@ def read_turn_state(token: str | None, upstream: str) -> str | None:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
     return label if label.rpartition("/")[0] == upstream else None
+
+
+class ResponseIdSniffer:
+    """A pooled Responses backend's answer passed through unchanged: the Response's id, read from
+    its first bytes (``response.created``, or the JSON body), is saved like one crossfeed made, so
+    a ``previous_response_id`` to it goes to the replica that stores it."""
+
+    LIMIT = 16384  # bytes looked at, at most
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+        self._seen = b""
+
+    async def feed(self, chunk: bytes) -> bool:
+        """Look at the next bytes; True once done (found, or nothing in the first LIMIT bytes)."""
+        self._seen += chunk[: self.LIMIT]
+        found = _RESPONSE_ID.search(self._seen)
+        if found is not None:
+            await saved(self._app, found.group(1).decode())
+            return True
+        return len(self._seen) >= self.LIMIT
+
+
+_RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]{1,200})"')
 
 
 async def _recall(app: web.Application, name: str) -> str | None:

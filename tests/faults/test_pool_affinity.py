@@ -10,10 +10,12 @@ from __future__ import annotations
 import aiohttp
 import openai
 
+from tests.fakes.upstream import SSEReply
 from tests.faults.fault_upstream import closed_port
 from tests.faults.pool_harness import MODEL, ask, error_reply, pool_config, replicas, served
 from tests.support.app_server import running_proxy
 from tests.support.clients import sdk_client
+from tests.support.responses_replies import answer
 
 
 async def test_a_ten_turn_chain_stays_on_one_replica(tmp_path, captured) -> None:
@@ -144,3 +146,26 @@ async def test_a_websocket_chain_fails_over_and_stays_on_its_replica(tmp_path, w
             await client.close()
     counts = served(fakes)
     assert sorted(counts) == [0, 4]
+
+
+async def test_a_chain_on_a_pooled_responses_backend_returns_to_the_replica_that_stores_it(tmp_path) -> None:
+    """A Responses backend passed through keeps its own stored responses, per replica: crossfeed
+    reads each answer's id as it passes, so a previous_response_id goes back to its replica. (The
+    fake's stream is passed through as it is: it is not held to the strict validator here.)"""
+    async with replicas(3) as fakes:
+        for i, fake in enumerate(fakes):
+            fake.default = lambda recorded, i=i, fake=fake: SSEReply(
+                b"".join(answer([f"from {i}"], resp_id=f"resp_r{i}n{len(fake.requests)}"))
+            )
+        config = pool_config(tmp_path, [f.base_url for f in fakes], api="responses")
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, [])
+            await ask(client, "unrelated")
+            final, _ = await ask(client, "turn 0")
+            texts = {final.output_text}
+            for n in range(1, 5):
+                final, _ = await ask(client, f"turn {n}", previous_response_id=final.id)
+                texts.add(final.output_text)
+            await client.close()
+    assert len(texts) == 1
+    assert sorted(len(f.requests) for f in fakes) in ([0, 1, 5], [0, 0, 6])
