@@ -434,6 +434,8 @@ async def passthrough(
     """Forward a request unchanged and stream the answer back as it arrives."""
     app = request.app
     backend = upstream or _default_upstream(app[CONFIG])
+    if body is None and backend.pooled and request.match_info.get("response_id"):
+        backend = await _replica_storing(app, backend, request.match_info["response_id"])
     headers = tracing.inject(outbound_headers(request, backend))
     path = request.path[len("/v1") :] if request.path.startswith("/v1") else request.path
     if body is not None and backend.model_map and isinstance(body.get("model"), str):
@@ -446,6 +448,13 @@ async def passthrough(
             resp = await _send_unchanged(request, backend, backend.base_url + path, body, headers)
             return await _relay_unchanged(request, backend, resp)
         return await _pooled_unchanged(request, backend, path, body, headers)
+
+
+async def _replica_storing(app: web.Application, backend: Upstream, response_id: str) -> Upstream:
+    """The replica of a pooled Responses backend that made ``response_id`` (it stores it), as the
+    affinity map has it; else the pool's first replica."""
+    found = app[POOLS][backend.name].replica(await affinity.replica_of(app, backend.name, response_id))
+    return found.upstream if found is not None else backend
 
 
 async def _pooled_unchanged(

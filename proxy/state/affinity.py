@@ -116,6 +116,12 @@ async def saved(app: web.Application, response_id: str) -> None:
     await _remember(app, f"root:{response_id}", aff.key, aff.ttl)
 
 
+async def replica_of(app: web.Application, upstream: str, response_id: str) -> str | None:
+    """The replica whose answer ``response_id`` was, as its chain's key has it (None: unknown)."""
+    key = await _recall(app, f"root:{response_id}")
+    return await _recall(app, f"affinity:{upstream}:{key}") if key else None
+
+
 def turn_state(label: str) -> str:
     """The opaque ``x-codex-turn-state`` token naming a replica."""
     return _TOKEN_PREFIX + base64.urlsafe_b64encode(label.encode()).decode().rstrip("=")

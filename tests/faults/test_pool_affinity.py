@@ -150,8 +150,8 @@ async def test_a_websocket_chain_fails_over_and_stays_on_its_replica(tmp_path, w
 
 async def test_a_chain_on_a_pooled_responses_backend_returns_to_the_replica_that_stores_it(tmp_path) -> None:
     """A Responses backend passed through keeps its own stored responses, per replica: crossfeed
-    reads each answer's id as it passes, so a previous_response_id goes back to its replica. (The
-    fake's stream is passed through as it is: it is not held to the strict validator here.)"""
+    reads each answer's id as it passes, so a previous_response_id goes back to its replica. (GET
+    /v1/responses/{id} too. The fake's stream is passed through as it is: it is not held to the strict validator here.)"""
     async with replicas(3) as fakes:
         for i, fake in enumerate(fakes):
             fake.default = lambda recorded, i=i, fake=fake: SSEReply(
@@ -166,6 +166,10 @@ async def test_a_chain_on_a_pooled_responses_backend_returns_to_the_replica_that
             for n in range(1, 5):
                 final, _ = await ask(client, f"turn {n}", previous_response_id=final.id)
                 texts.add(final.output_text)
+            async with aiohttp.ClientSession() as s, s.get(f"{proxy.base_url}/responses/{final.id}") as r:
+                assert r.status == 200
             await client.close()
     assert len(texts) == 1
-    assert sorted(len(f.requests) for f in fakes) in ([0, 1, 5], [0, 0, 6])
+    assert sorted(len(f.requests) for f in fakes) in ([0, 1, 6], [0, 0, 7])
+    holder = next(f for f in fakes if f.requests and f.requests[-1].method == "GET")
+    assert holder.requests[-1].path == f"/v1/responses/{final.id}" and len(holder.requests) >= 6
