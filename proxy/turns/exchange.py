@@ -191,6 +191,19 @@ async def pooled_leg(turn: Turn, path: str, body: dict[str, Any]) -> aiohttp.Cli
     return response
 
 
+def leg_upstream(turn: Turn) -> Upstream:
+    """The upstream the turn's last call went to: the pool's replica that answered it (or the
+    fallback's), else the turn's upstream."""
+    up = turn.upstream
+    label = turn.log.get("replica") if up.pooled else None
+    if label:
+        pool = turn.app[POOLS][up.name]
+        found = pool.replica(label) or (pool.fallback.replica(label) if pool.fallback is not None else None)
+        if found is not None:
+            return found.upstream
+    return up
+
+
 def fallback_model(up: Upstream, model: str) -> str:
     """The model a fallback upstream is asked for: the client's, when it serves it; else the
     first model it names."""
@@ -240,6 +253,8 @@ async def run_leg(
     caller (the client hung up) cancels the task it awaits, and the relay closes the upstream
     on its way out; if it is cancelled before it ever ran, that is done here."""
     app, backend, turn_log = turn.app, turn.upstream, turn.log
+    if backend.pooled:  # its timeouts and metrics: the replica's (a fallback upstream's own)
+        backend = leg_upstream(turn)
     task = asyncio.get_running_loop().create_task(
         relay(
             response,
@@ -308,7 +323,8 @@ async def stream_turn(
             turn.log["terminal"] = "client_disconnected"
             return None
         if TRACE.on:  # debug lines or a recorded turn: read once per turn, never per chunk
-            trace = open_trace(turn.app, turn.headers, backend, path, upstream_body, client, secrets(turn, backend))
+            answered = leg_upstream(turn)  # (a pool's replica: the URL the trace shows)
+            trace = open_trace(turn.app, turn.headers, answered, path, upstream_body, client, secrets(turn, answered))
             if trace is not None:
                 sink = trace.sink(sink)
         machine = make_machine(sink.framing)
