@@ -10,10 +10,12 @@ from __future__ import annotations
 import openai
 import pytest
 
+from crossfeed.proxy.keys import POOLS
 from tests.fakes.upstream import JSONReply
 from tests.faults.fault_upstream import FaultUpstream, closed_port
 from tests.faults.pool_harness import ask, error_reply, pool_config, replicas, served
 from tests.support.app_server import running_proxy
+from tests.support.chat_replies import json_text
 from tests.support.clients import sdk_client
 
 
@@ -148,3 +150,35 @@ async def test_a_passed_through_endpoint_fails_over_too(tmp_path, captured) -> N
     assert [a.headers["x-crossfeed-replica"] for a in answers] == ["gpu/1"] * 3
     assert [a.parse().data[0].embedding for a in answers] == [[0.5]] * 3
     assert served([good]) == [0] and len(good.requests) == 3
+
+
+async def test_a_whole_answer_fails_over_and_a_fallback_names_its_model(tmp_path, captured) -> None:
+    """stream false: the same failover; the fallback's Response says the model that answered."""
+    async with replicas(2) as (good, spare):
+        good.default = json_text("whole from good")
+        spare.default = json_text("whole from spare")
+        config = pool_config(tmp_path, [dead_url(), good.base_url], retries=1)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            raw = await client.responses.with_raw_response.create(model="pool-model", input="hi")
+            await client.close()
+        assert raw.headers["x-crossfeed-replica"] == "gpu/1" and raw.parse().output_text == "whole from good"
+        config = pool_config(tmp_path, [dead_url()], fallback_urls=[spare.base_url])
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            raw = await client.responses.with_raw_response.create(model="pool-model", input="hi")
+            await client.close()
+    answer = raw.parse()
+    assert answer.output_text == "whole from spare" and answer.model == "spare-model"
+    assert raw.headers["x-crossfeed-replica"] == "spare/0"
+
+
+async def test_a_single_url_upstream_answers_without_replica_headers(tmp_path, captured) -> None:
+    async with replicas(1) as (only,):
+        async with running_proxy({"upstream.base_url": only.base_url, "store.backend": "memory"}) as proxy:
+            assert not proxy.app[POOLS]
+            client = sdk_client(proxy.base_url, captured)
+            final, headers = await ask(client)
+            await client.close()
+    assert final.output_text == "from 0"
+    assert "x-crossfeed-replica" not in headers and "x-codex-turn-state" not in headers
