@@ -8,9 +8,12 @@ import asyncio
 
 import aiohttp
 
+from crossfeed.proxy.streaming.lifecycle import PROBE_ERRORS, PROBES
+from tests.faults.fault_upstream import closed_port
 from tests.faults.pool_harness import ask, error_reply, pool_config, replicas, served
 from tests.support.app_server import running_proxy
 from tests.support.clients import sdk_client
+from tests.support.waiting import wait_until
 
 COOLDOWN = 0.3
 
@@ -93,3 +96,20 @@ async def test_readyz_shows_each_replica_without_credentials(tmp_path) -> None:
         ("gpu/0", fakes[0].base_url, "up"),
         ("gpu/1", fakes[1].base_url, "up"),
     ]
+
+
+async def test_a_pool_is_ready_while_one_replica_answers_its_probe(tmp_path) -> None:
+    dead = [f"http://127.0.0.1:{closed_port()}/v1" for _ in range(2)]
+    async with replicas(1) as (good,):
+        async with running_proxy(pool_config(tmp_path, [dead[0], good.base_url])) as proxy:
+            assert await wait_until(lambda: "gpu/1" in proxy.app[PROBES] and "gpu/0" in proxy.app[PROBE_ERRORS], 10)
+            async with aiohttp.ClientSession() as s, s.get(proxy.url + "/readyz") as r:
+                ready = (r.status, await r.json())
+    assert ready[0] == 200 and ready[1]["status"] == "ready", ready
+    async with running_proxy(pool_config(tmp_path, dead)) as proxy:
+        assert await wait_until(lambda: len(proxy.app[PROBE_ERRORS]) == 2, 10)
+        async with aiohttp.ClientSession() as s, s.get(proxy.url + "/readyz") as r:
+            status, body = r.status, await r.json()
+    assert status == 503
+    assert [p.split(" at ")[0] for p in body["problems"]] == ["upstream 'gpu/0'", "upstream 'gpu/1'"]
+    assert all("cannot connect to the upstream 'gpu'" in p for p in body["problems"])
