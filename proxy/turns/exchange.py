@@ -253,7 +253,8 @@ async def run_leg(
     caller (the client hung up) cancels the task it awaits, and the relay closes the upstream
     on its way out; if it is cancelled before it ever ran, that is done here."""
     app, backend, turn_log = turn.app, turn.upstream, turn.log
-    if backend.pooled:  # its timeouts and metrics: the replica's (a fallback upstream's own)
+    pooled = backend.pooled
+    if pooled:  # its timeouts and metrics: the replica's (a fallback upstream's own)
         backend = leg_upstream(turn)
     task = asyncio.get_running_loop().create_task(
         relay(
@@ -273,7 +274,7 @@ async def run_leg(
         stats = await task
     except asyncio.CancelledError:
         response.close()
-        if backend.pooled:
+        if pooled:
             release(response)
         if sink.__class__ is TapSink:  # a traced turn ends here: its trace is written all the same
             sink.trace.close("cancelled")
@@ -286,7 +287,7 @@ async def run_leg(
             app[METRICS].upstream_errors.labels(backend.name, stats.ending).inc()
     if "internal_error" in stats.extra:
         log.error("stream.internal_error", detail=stats.extra["internal_error"])
-    if backend.pooled:
+    if pooled:
         release(response)
     return stats
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from crossfeed.proxy.keys import POOLS
 from crossfeed.proxy.runtime.config import Config, load_config
 from tests.fakes.upstream import FakeUpstream, JSONReply
 from tests.support.chat_replies import text_reply
@@ -76,3 +77,10 @@ async def ask(client: Any, text: str = "hi", **kwargs: Any) -> tuple[Any, dict[s
             if event.type in ("response.completed", "response.failed", "response.incomplete"):
                 final = event.response
     return final, headers
+
+
+def in_flight(app: Any) -> dict[str, int]:
+    """Every replica's calls in flight (the fallbacks' too), by label."""
+    pools = list(app[POOLS].values())
+    pools += [p.fallback for p in pools if p.fallback is not None]
+    return {r.label: r.inflight for p in pools for r in p.replicas}

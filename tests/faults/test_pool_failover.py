@@ -7,16 +7,20 @@ its model in the Response. The fakes count the calls each replica got."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import openai
 import pytest
 
 from crossfeed.proxy.keys import POOLS
-from tests.fakes.upstream import JSONReply
+from tests.fakes.upstream import JSONReply, SSEReply
 from tests.faults.fault_upstream import FaultUpstream, closed_port
-from tests.faults.pool_harness import ask, error_reply, pool_config, replicas, served
+from tests.faults.pool_harness import ask, error_reply, in_flight, pool_config, replicas, served
 from tests.support.app_server import running_proxy
-from tests.support.chat_replies import json_text
+from tests.support.chat_replies import json_text, text_reply
 from tests.support.clients import sdk_client
+from tests.support.waiting import wait_until
 
 
 def dead_url() -> str:
@@ -32,6 +36,7 @@ async def test_a_refused_connection_fails_over_to_a_healthy_replica(tmp_path, ca
                 final, headers = await ask(client)
                 assert final.status == "completed" and final.output_text == "from 0"
                 assert headers["x-crossfeed-replica"] == "gpu/1"
+            assert in_flight(proxy.app) == {"gpu/0": 0, "gpu/1": 0}  # each call's place given back
             await client.close()
     assert served([good]) == [3]
 
@@ -122,6 +127,7 @@ async def test_the_fallback_answers_when_no_replica_does_and_says_its_model(tmp_
         async with running_proxy(config) as proxy:
             client = sdk_client(proxy.base_url, captured)
             final, headers = await ask(client)
+            assert set(in_flight(proxy.app).values()) == {0}
             await client.close()
     assert final.status == "completed" and final.output_text == "from 0"
     assert final.model == "spare-model"
@@ -167,6 +173,7 @@ async def test_a_whole_answer_fails_over_and_a_fallback_names_its_model(tmp_path
         async with running_proxy(config) as proxy:
             client = sdk_client(proxy.base_url, captured)
             raw = await client.responses.with_raw_response.create(model="pool-model", input="hi")
+            assert set(in_flight(proxy.app).values()) == {0}
             await client.close()
     answer = raw.parse()
     assert answer.output_text == "whole from spare" and answer.model == "spare-model"
@@ -182,3 +189,33 @@ async def test_a_single_url_upstream_answers_without_replica_headers(tmp_path, c
             await client.close()
     assert final.output_text == "from 0"
     assert "x-crossfeed-replica" not in headers and "x-codex-turn-state" not in headers
+
+
+async def test_unkeyed_calls_go_to_the_least_busy_replica(tmp_path, captured) -> None:
+    """A stream held open on one replica: the calls after it go to the other one."""
+    gate = asyncio.Event()
+    held: list[int] = []
+
+    def once_held(i: int) -> Any:
+        def reply(_recorded: Any) -> SSEReply:
+            if not held:
+                held.append(i)
+                return SSEReply(text_reply(f"long from {i}").data, holds={5: gate})
+            return text_reply(f"from {i}")
+
+        return reply
+
+    async with replicas(2) as fakes:
+        for i, fake in enumerate(fakes):
+            fake.default = once_held(i)
+        async with running_proxy(pool_config(tmp_path, [f.base_url for f in fakes])) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            long = asyncio.create_task(ask(client, "long"))
+            assert await wait_until(lambda: sum(in_flight(proxy.app).values()) == 1 and held, 10)
+            busy = f"gpu/{held[0]}"
+            others = [(await ask(client, f"short {n}"))[1]["x-crossfeed-replica"] for n in range(3)]
+            gate.set()
+            final, headers = await long
+            await client.close()
+    assert headers["x-crossfeed-replica"] == busy and final.output_text == f"long from {held[0]}"
+    assert busy not in others and len(set(others)) == 1
