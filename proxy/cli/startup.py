@@ -17,6 +17,7 @@ import structlog
 
 from crossfeed.proxy.runtime.config import Config
 from crossfeed.proxy.runtime.config_sources import INBOUND_KEYS_VAR
+from crossfeed.proxy.runtime.turn_trace import shown_url
 
 log = structlog.get_logger("crossfeed")
 
@@ -52,7 +53,10 @@ def store_location(config: Config, environ: Mapping[str, str]) -> str:
 
 def upstream_summary(config: Config) -> str:
     ups = ", ".join(
-        f"{u.name}={u.base_url} ({u.api})" + (f" [{DEFAULTED}]" if config.base_url_defaulted(i) else "")
+        f"{u.name}={shown_url(u.base_url)}"
+        + (f" +{len(u.base_urls) - 1} replica{'s' if len(u.base_urls) > 2 else ''}" if len(u.base_urls) > 1 else "")
+        + f" ({u.api})"
+        + (f" [{DEFAULTED}]" if config.base_url_defaulted(i) else "")
         for i, u in enumerate(config.upstreams)
     )
     return ups + (" (no upstream configured)" if config.upstreams_defaulted else "")
