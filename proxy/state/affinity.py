@@ -19,6 +19,7 @@ the replica) is sent there first. The store failing never fails a turn: affinity
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import re
@@ -30,6 +31,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.state.store.base import StoreError
 from crossfeed.proxy.state.store_access import STORE
@@ -163,14 +165,23 @@ class ResponseIdSniffer:
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]{1,200})"')
 
 
+# The longest a turn waits for the affinity map: past it (a hung store) the turn goes on without.
+MAX_WAIT = 2.0
+
+
+def _wait(app: web.Application) -> float:
+    return min(MAX_WAIT, app[CONFIG].store.operation_timeout_seconds)
+
+
 async def _recall(app: web.Application, name: str) -> str | None:
     store = app.get(STORE)
     if store is None:
         return None
     try:
-        return await store.recall(name)
-    except StoreError as exc:
-        log.info("affinity.store_failed", operation="recall", error=str(exc)[:200])
+        async with asyncio.timeout(_wait(app)):
+            return await store.recall(name)
+    except (StoreError, TimeoutError) as exc:
+        log.info("affinity.store_failed", operation="recall", error=str(exc)[:200] or "timed out")
         return None
 
 
@@ -179,6 +190,7 @@ async def _remember(app: web.Application, name: str, value: str, ttl: int) -> No
     if store is None:
         return
     try:
-        await store.remember(name, value, ttl)
-    except StoreError as exc:
-        log.info("affinity.store_failed", operation="remember", error=str(exc)[:200])
+        async with asyncio.timeout(_wait(app)):
+            await store.remember(name, value, ttl)
+    except (StoreError, TimeoutError) as exc:
+        log.info("affinity.store_failed", operation="remember", error=str(exc)[:200] or "timed out")

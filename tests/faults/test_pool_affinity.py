@@ -7,9 +7,15 @@ spread over the replicas: the picks of unkeyed calls take turns."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import openai
+import pytest
 
+from crossfeed.proxy.state import affinity
+from crossfeed.proxy.state.store.base import StoreError
+from crossfeed.proxy.state.store_access import STORE
 from tests.fakes.upstream import SSEReply
 from tests.faults.fault_upstream import closed_port
 from tests.faults.pool_harness import MODEL, ask, error_reply, pool_config, replicas, served
@@ -173,3 +179,24 @@ async def test_a_chain_on_a_pooled_responses_backend_returns_to_the_replica_that
     assert sorted(len(f.requests) for f in fakes) in ([0, 1, 6], [0, 0, 7])
     holder = next(f for f in fakes if f.requests and f.requests[-1].method == "GET")
     assert holder.requests[-1].path == f"/v1/responses/{final.id}" and len(holder.requests) >= 6
+
+
+@pytest.mark.parametrize("fault", ["fails", "hangs"])
+async def test_a_broken_store_costs_the_affinity_never_the_turn(tmp_path, captured, monkeypatch, fault) -> None:
+    monkeypatch.setattr(affinity, "MAX_WAIT", 0.1)
+    never = asyncio.Event()
+
+    async def broken(*_args: object) -> None:
+        if fault == "hangs":
+            await never.wait()
+        raise StoreError("the store is down", backend="test")
+
+    async with replicas(2) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes])
+        async with running_proxy(config) as proxy:
+            monkeypatch.setattr(proxy.app[STORE], "recall", broken)
+            monkeypatch.setattr(proxy.app[STORE], "remember", broken)
+            client = sdk_client(proxy.base_url, captured)
+            finals = [(await ask(client, f"n {n}", prompt_cache_key="k"))[0] for n in range(2)]
+            await client.close()
+    assert [f.status for f in finals] == ["completed", "completed"]
