@@ -42,8 +42,7 @@ from crossfeed.proxy.errors import (
     error_response,
     upstream_error_body,
 )
-from crossfeed.proxy.http import inspector
-from crossfeed.proxy.http import runs
+from crossfeed.proxy.http import inspector, runs
 from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
 from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
 from crossfeed.proxy.http.standalone_search import alpha_search
@@ -86,8 +85,8 @@ from crossfeed.proxy.state.store_retry import SaveKeeper
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from crossfeed.proxy.streaming.sinks import sse_opener
-from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
 from crossfeed.proxy.turns.background import RUNS, end_runs
+from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
 from crossfeed.proxy.turns.compaction import compact, input_tokens, upstream_count
 from crossfeed.proxy.turns.exchange import fallback_model, relay_turn, stream_flag
 from crossfeed.proxy.turns.forward import respond

@@ -176,9 +176,7 @@ def starting_after(request: web.Request) -> int:
     if raw is None or raw == "":
         return -1
     if not raw.lstrip("-").isdigit():
-        raise ClientRequestError(
-            "`starting_after` must be an integer", param="starting_after", code="invalid_type"
-        )
+        raise ClientRequestError("`starting_after` must be an integer", param="starting_after", code="invalid_type")
     return int(raw)
 
 
