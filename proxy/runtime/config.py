@@ -32,6 +32,7 @@ from crossfeed.proxy.runtime.config_sources import (
 )
 from crossfeed.proxy.runtime.images_config import ImagesConfig
 from crossfeed.proxy.runtime.inspector_config import InspectorConfig
+from crossfeed.proxy.runtime.pool_config import PoolKeys
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.translators.options import EVENT_NAMES, BackendProfile, EventDialect, EventNames
 
@@ -49,7 +50,9 @@ class Timeouts(_Model):
     total: float = Field(3600.0, gt=0, description="seconds for the whole upstream request")
 
 
-class Upstream(_Model):
+class Upstream(PoolKeys):
+    """One backend; its pool keys (``base_urls``, failover, continuation) are ``PoolKeys``'."""
+
     name: str = "default"
     base_url: str = "http://127.0.0.1:8000/v1"
     api: Literal["chat", "responses"] = "chat"
@@ -98,28 +101,6 @@ class Upstream(_Model):
         description="api = responses: chat request fields the backend lacks (seed, logit_bias, ...) that are "
         "dropped and logged instead of answered with a 400",
     )
-    # A pool of replicas of one backend (README "Pools"; proxy/runtime/pool.py): these apply only with base_urls.
-    base_urls: tuple[str, ...] = Field(
-        (), description="replicas of the same backend (instead of base_url): each call goes to one of them"
-    )
-    retries: int | None = Field(
-        None, ge=0, le=16, description="pool: other replicas tried before the first byte (default: replicas - 1)"
-    )
-    retry_deadline_seconds: float = Field(
-        30.0, gt=0, description="pool: the most time spent trying replicas before a call's first byte"
-    )
-    failures_before_cooldown: int = Field(
-        3, ge=1, description="pool: consecutive failures that put a replica in cooldown"
-    )
-    cooldown_seconds: float = Field(
-        10.0, gt=0, description="pool: how long a failing replica is left alone (a Retry-After, when sent, instead)"
-    )
-    affinity_ttl_seconds: int = Field(
-        3600, ge=1, description="pool: how long a conversation, chain or session keeps its replica"
-    )
-    fallback: str | None = Field(
-        None, min_length=1, description="pool: the upstream asked when no replica of this one answers"
-    )
 
     @field_validator("base_url", "tokenize_url")
     @classmethod
@@ -129,29 +110,6 @@ class Upstream(_Model):
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return v.rstrip("/")
-
-    @field_validator("base_urls")
-    @classmethod
-    def _urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [u for u in v if not u.startswith(("http://", "https://"))]
-        if bad:
-            raise ValueError(f"every URL must start with http:// or https:// (not {bad[0]!r})")
-        urls = tuple(u.rstrip("/") for u in v)
-        if len(set(urls)) != len(urls):
-            raise ValueError("a URL is listed twice")
-        return urls
-
-    @model_validator(mode="before")
-    @classmethod
-    def _pool_base_url(cls, data: Any) -> Any:
-        """With ``base_urls``, ``base_url`` is the first replica's (what code outside the pool reads)."""
-        if isinstance(data, dict) and data.get("base_urls"):
-            if "base_url" in data:
-                raise ValueError("base_url and base_urls are exclusive: list every replica in base_urls")
-            urls = data["base_urls"]
-            if isinstance(urls, (list, tuple)) and urls and isinstance(urls[0], str):
-                data = {**data, "base_url": urls[0]}
-        return data
 
     @cached_property
     def pooled(self) -> bool:
@@ -187,11 +145,9 @@ class Upstream(_Model):
             raise ValueError(
                 f'{", ".join(wrong)} only applies to api = "{other}" upstreams (this one is api = "{self.api}")'
             )
-        if not self.base_urls and self.fallback is None:
-            pool_keys = ("retries", "retry_deadline_seconds", "failures_before_cooldown", "cooldown_seconds")
-            given = [k for k in pool_keys if k in self.model_fields_set]
-            if given:
-                raise ValueError(f"{', '.join(given)} only applies to a pool (an upstream with base_urls or fallback)")
+        misplaced = self.pool_keys_misplaced(self.api)
+        if misplaced:
+            raise ValueError(misplaced)
         return self
 
     @cached_property
