@@ -50,7 +50,7 @@ from typing import Any
 
 from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import StreamStateError, UpstreamProtocolError
-from crossfeed.translators.forward.assembler import CALL_TYPES, INCOMPLETE_REASONS, REASONING, LegEnd, Phase
+from crossfeed.translators.forward.assembler import CALL_TYPES, INCOMPLETE_REASONS, MESSAGE, REASONING, LegEnd, Phase
 from crossfeed.translators.forward.chat_fields import details_text, mistral_parts
 from crossfeed.translators.forward.chunk_frames import FRAME_ERRORS, as_dict, decode_chunk
 from crossfeed.translators.forward.content_split import ContentSplitter, Split, function_schemas
@@ -313,6 +313,40 @@ class ChatToResponsesStream(ContentWriter):
         self._leg_start = len(self._output)
         self._live = True
         self.leg = None
+
+    def partial(self) -> str | None:
+        """What a continuation of this leg on another upstream takes as its prefill
+        (proxy/turns/continuation.py): the text of the message being written ("" when the leg
+        has written nothing yet). None when the leg may not be continued: it ended or read its
+        finish_reason; a call is open or this leg made one; the open item is reasoning or a
+        refusal; or the backend writes reasoning or calls inline (think tags, markup)."""
+        if (
+            not self._live
+            or self._finish_reason is not None
+            or self._open_calls
+            or self._hosted
+            or self._think is not None
+        ):
+            return None
+        item = self._open
+        if item is None:
+            return "" if len(self._output) == self._leg_start else None
+        if item.kind != MESSAGE or any(part[0] != "output_text" for part in item.parts):
+            return None
+        if any(done.get("type") in CALL_TYPES for done in self._output[self._leg_start :]):
+            return None
+        return "".join("".join(part[1]) for part in item.parts)
+
+    def resume(self) -> None:
+        """Take the next upstream stream as the continuation of this leg, whose stream broke
+        (``partial`` is not None; nothing was called since): its deltas go on into the open
+        item, and its role chunk or empty deltas open nothing. A usage the broken stream sent
+        still counts."""
+        if self.phase is not Phase.STREAMING or self.partial() is None:
+            raise StreamStateError("resume() needs a leg that may be continued")
+        if self._usage:
+            self._spent.append(self._usage)
+            self._usage = None
 
     # -- delta classification ---------------------------------------------------------------
 

@@ -1,0 +1,123 @@
+"""A leg continued on another upstream (``partial`` / ``resume``; proxy/turns/continuation.py):
+the broken stream's text is the prefill, the next stream's deltas go on into the same message,
+one Response numbered throughout; and the prefill request (translators/forward/prefill.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from crossfeed.translators.errors import StreamStateError
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.forward.prefill import prefill_body
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from tests.support.chat_chunks import chat_chunk
+from tests.support.validators import validate_responses_events
+
+
+def machine(**kw: object) -> ChatToResponsesStream:
+    return ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, **kw)  # type: ignore[arg-type]
+
+
+CALL = chat_chunk(
+    {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"q"'}}]}
+)
+
+
+def test_a_continued_leg_is_one_message_numbered_throughout() -> None:
+    m = machine()
+    out = m.start()
+    out += m.feed(chat_chunk({"role": "assistant", "content": ""}))
+    out += m.feed(chat_chunk({"content": "Hello, "}))
+    out += m.feed(chat_chunk({"content": "wor"}))
+    assert m.partial() == "Hello, wor"
+    m.resume()  # the broken stream is left: its failure never reaches the machine
+    out += m.feed(chat_chunk({"role": "assistant", "content": ""}))  # the new stream's role chunk
+    out += m.feed(chat_chunk({"content": "ld!"}))
+    out += m.feed(chat_chunk({}, "stop", usage=(30, 3)))
+    out += m.finish()
+    validate_responses_events(out)
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+    assert [e["type"] for e in out].count("response.output_item.added") == 1
+    final = out[-1]
+    assert final["type"] == "response.completed"
+    assert [i["type"] for i in final["response"]["output"]] == ["message"]
+    assert final["response"]["output"][0]["content"][0]["text"] == "Hello, world!"
+
+
+def test_nothing_written_yet_is_an_empty_prefill() -> None:
+    m = machine()
+    m.start()
+    m.feed(chat_chunk({"role": "assistant", "content": ""}))
+    assert m.partial() == ""
+
+
+def test_reasoning_before_the_text_is_not_in_the_prefill() -> None:
+    m = machine()
+    m.start()
+    m.feed(chat_chunk({"reasoning_content": "think"}))
+    assert m.partial() is None  # in reasoning: not continued
+    m.feed(chat_chunk({"content": "An"}))
+    assert m.partial() == "An"
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [CALL],  # arguments streaming
+        [chat_chunk({"content": "x"}, "stop")],  # the finish_reason was read
+        [chat_chunk({"refusal": "no"})],
+    ],
+)
+def test_not_continued_in_a_call_after_the_finish_reason_or_in_a_refusal(chunks: list[dict]) -> None:
+    m = machine()
+    m.start()
+    for c in chunks:
+        m.feed(c)
+    assert m.partial() is None
+    with pytest.raises(StreamStateError):
+        m.resume()
+
+
+def test_text_after_a_call_is_not_continued() -> None:
+    m = machine()
+    m.start()
+    m.feed(CALL)
+    m.feed(chat_chunk({"content": "and"}))
+    assert m.partial() is None
+
+
+def test_inline_think_tags_are_not_continued() -> None:
+    m = machine(profile=BackendProfile(think_tags=True))
+    m.start()
+    m.feed(chat_chunk({"content": "text"}))
+    assert m.partial() is None
+
+
+def test_an_ended_response_is_not_continued() -> None:
+    m = machine()
+    m.start()
+    m.feed(chat_chunk({"content": "x"}))
+    m.fail("upstream_disconnected", "gone")
+    assert m.partial() is None
+
+
+CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_prefill_trailing_assistant() -> None:
+    body = prefill_body(CHAT, "Hello, wor", "trailing_assistant")
+    assert body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
+    assert "continue_final_message" not in body and len(CHAT["messages"]) == 1
+
+
+def test_prefill_continue_final_message() -> None:
+    body = prefill_body(CHAT, "Hello", "continue_final_message")
+    assert body["messages"][-1] == {"role": "assistant", "content": "Hello"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+
+
+def test_prefill_extends_the_clients_own_prefill_and_empty_text_is_the_request() -> None:
+    chat = {**CHAT, "messages": [*CHAT["messages"], {"role": "assistant", "content": "Sure: "}]}
+    assert prefill_body(chat, "one", "trailing_assistant")["messages"][-1]["content"] == "Sure: one"
+    assert prefill_body(CHAT, "", "continue_final_message") is CHAT
