@@ -45,6 +45,7 @@ class TurnLog(TypedDict, total=False):
     model: str
     upstream: str | None
     replica: str  # a pool's replica that answered (its label, never its URL)
+    continued: int  # a pool's continuations of the answer on another replica (proxy/turns/continuation.py)
     answered_model: str  # the model a pool's fallback upstream answered with
     stream: bool
     choices: int  # n > 1 (reverse)
@@ -187,6 +188,13 @@ class Metrics:
             "crossfeed_upstream_affinity_moves",
             "Conversations moved off their replica (it was down, failed or at its stream cap)",
             ["upstream"],
+            registry=r,
+        )
+        self.continuations = Counter(
+            "crossfeed_upstream_continuations",
+            "Answers whose replica died mid-text, continued on another replica (outcome: continued, "
+            "or failed when none could take it)",
+            ["upstream", "outcome"],
             registry=r,
         )
 

@@ -240,13 +240,19 @@ class Pool:
             self._up(replica, 0)
 
     async def call(
-        self, attempt: Callable[[Upstream], Awaitable[T]], prefer: str | None = None, *, fallback: bool = True
+        self,
+        attempt: Callable[[Upstream], Awaitable[T]],
+        prefer: str | None = None,
+        *,
+        fallback: bool = True,
+        avoid: Replica | None = None,
     ) -> tuple[T, Answered]:
         """``attempt`` on one replica after another until one answers (see the module's text);
         the answer and which replica gave it. Raises the request's own error (a 4xx) at once, and
-        a 503 naming the upstream when none answers."""
+        a 503 naming the upstream when none answers. ``avoid``: a replica not to ask (the one a
+        continuation continues)."""
         deadline = self._clock() + self.upstream.retry_deadline_seconds
-        tried: set[int] = set()
+        tried: set[int] = set() if avoid is None else {avoid.index}
         last: BaseException | None = None
         for n in range(self.retries + 1):
             replica = self.pick(prefer, tried)

@@ -27,14 +27,14 @@ from typing import Any, Protocol, TypeVar, cast
 import aiohttp
 import structlog
 
-from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError
+from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError, UpstreamUnavailable
 from crossfeed.proxy.keys import CONFIG, MAX_NONSTREAM_BODY, POOLS
 from crossfeed.proxy.runtime import tracing
 from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.observability import METRICS, note_upstream_error, usage_counts, usage_summary
-from crossfeed.proxy.runtime.pool import hold, release
+from crossfeed.proxy.runtime.pool import Replica, hold, release
 from crossfeed.proxy.runtime.turn_trace import TapSink, open_trace
 from crossfeed.proxy.state import affinity
 from crossfeed.proxy.state.conversations import CURRENT as CONVERSATION
@@ -43,9 +43,11 @@ from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS
 from crossfeed.proxy.streaming.relay import RelayStats, relay
 from crossfeed.proxy.streaming.sinks import Sink
 from crossfeed.proxy.turns.common import note_anomalies, outbound_headers, secrets
+from crossfeed.proxy.turns.continuation import Continuing, continuing, noted
 from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.proxy.upstream import open_upstream, read_json
 from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.forward.prefill import prefill_body
 from crossfeed.translators.forward.request import MappedRequest, responses_request_to_chat
 from crossfeed.translators.options import ToolContext
 from crossfeed.translators.pump import Machine, Out, Pump
@@ -164,10 +166,13 @@ async def _call(turn: Turn, backend: Upstream, path: str, body: dict[str, Any]) 
         raise
 
 
-async def pooled_leg(turn: Turn, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
+async def pooled_leg(
+    turn: Turn, path: str, body: dict[str, Any], avoid: Replica | None = None
+) -> aiohttp.ClientResponse:
     """One call on a pool (proxy/runtime/pool.py): to the turn's replica (its affinity), failing
     over before the first byte; the replica that answered goes on the turn's log (and the HTTP
-    answer's ``x-crossfeed-replica``), and its key keeps it (proxy/state/affinity.py)."""
+    answer's ``x-crossfeed-replica``), and its key keeps it (proxy/state/affinity.py).
+    ``avoid``: a continuation's dead replica, not asked (nor the fallback: another model)."""
     app, primary = turn.app, turn.upstream
     pool = app[POOLS][primary.name]
     aff = affinity.CURRENT.get()
@@ -180,7 +185,7 @@ async def pooled_leg(turn: Turn, path: str, body: dict[str, Any]) -> aiohttp.Cli
         turn.log["answered_model"] = model
         return await _call(turn, up, path, {**body, "model": up.model_map.get(model, model)})
 
-    response, answered = await pool.call(attempt, prefer)
+    response, answered = await pool.call(attempt, prefer, avoid=avoid, fallback=avoid is None)
     replica = answered.replica
     turn.log["replica"] = replica.label
     hold(response, answered.lease)
@@ -331,15 +336,19 @@ async def stream_turn(
         machine = make_machine(sink.framing)
         start = getattr(machine, "start", None)  # the forward machines open the Response themselves
         initial = start() if start is not None else None
+        cont = continuing(turn, machine) if then is None else None  # a pool's, when it continues answers
+        driven: LegMachine = machine if cont is None else cont
         stats = await run_leg(
             turn,
             response,
-            Pump(machine) if trace is None else trace.pump(machine, response, turn.log.get("ttfb", 0.0)),
+            Pump(driven) if trace is None else trace.pump(driven, response, turn.log.get("ttfb", 0.0)),
             sink,
             initial=initial,
-            close=then is None,
-            before_end=before_end,
+            close=then is None and cont is None,
+            before_end=before_end if cont is None else cont.guard(before_end),
         )
+        if cont is not None:
+            stats = await continue_legs(turn, path, upstream_body, cont, sink, stats, before_end)
         if then is not None:
             stats = await _later_legs(turn, path, machine, sink, stats, then, before_end)
     if machine.diagnostics:
@@ -396,6 +405,48 @@ async def _later_legs(
             stats = await run_leg(turn, response, pump, sink, close=False, before_end=before_end)
         if stats.ending != "client_disconnected":
             await _end(sink, machine, [], before_end)
+    except ConnectionResetError:
+        stats.ending = "client_disconnected"
+    return stats
+
+
+async def continue_legs(
+    turn: Turn,
+    path: str,
+    body: dict[str, Any],
+    cont: Continuing,
+    sink: Sink,
+    stats: RelayStats,
+    before_end: BeforeEnd | None,
+) -> RelayStats:
+    """After a leg whose stream broke in the middle of text (``cont.broken``; continuation.py):
+    the same request with the partial text as prefill, on another healthy replica of the pool,
+    its stream into the same machine; then the sink is closed. No replica to take it: the
+    failure the machine would have ended with."""
+    pool = turn.app[POOLS][turn.upstream.name]
+    try:
+        while cont.broken is not None and stats.ending != "client_disconnected":
+            code, message = cont.broken
+            dead = pool.replica(turn.log.get("replica"))  # None: the fallback's replica (not continued)
+            response = None
+            if dead is not None:
+                pool.failed(dead, UpstreamUnavailable(message))
+                try:
+                    prefill = prefill_body(body, cont.prefill, turn.upstream.prefill)
+                    response = await pooled_leg(turn, path, prefill, avoid=dead)
+                except ProxyError as exc:
+                    log.info("pool.continuation_unavailable", upstream=pool.upstream.name, error=exc.message)
+            noted(turn, "failed" if response is None else "continued", code, dead.label if dead else None)
+            if response is None:
+                turn.log["ending"] = code
+                await _end(sink, cont.machine, cont.give_up(), before_end)
+                return stats
+            cont.resume()
+            turn.log.pop("error", None)
+            pump = Pump(cont) if sink.__class__ is not TapSink else sink.trace.pump(cont, response)
+            stats = await run_leg(turn, response, pump, sink, close=False, before_end=cont.guard(before_end))
+        if stats.ending != "client_disconnected":
+            await _end(sink, cont.machine, [], before_end)
     except ConnectionResetError:
         stats.ending = "client_disconnected"
     return stats

@@ -29,6 +29,7 @@ class SSEReply:
     stall_after: int | None = None  # stop writing after this many pieces, keep the socket open
     # byte offset -> event: writing stops there until the event is set (a test lets it go on)
     holds: dict[int, asyncio.Event] = field(default_factory=dict)
+    cut: bool = False  # after the data, drop the connection (no end of the chunked body)
 
 
 @dataclass
@@ -132,5 +133,8 @@ class FakeUpstream:
             n += 1
             if reply.delay:
                 await asyncio.sleep(reply.delay)
+        if reply.cut and request.transport is not None:
+            request.transport.abort()  # the replica dies: the body never ends
+            raise asyncio.CancelledError
         await resp.write_eof()
         return resp

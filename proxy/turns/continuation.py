@@ -1,0 +1,134 @@
+"""Continuation: a pooled answer whose replica dies in the middle of its text goes on on another
+replica (README "Continuation"; docs/DESIGN.md "Continuation").
+
+A pool with ``continue_on_failure`` drives its forward turns' machine through ``Continuing``.
+When the upstream stream breaks (the connection drops, the idle timeout fires, or it closes
+without a finish_reason) where the answer may go on (``ChatToResponsesStream.partial``: in the
+text of a message, no call in this leg, continuations left), the failure never reaches the
+machine: the relay ends the leg with nothing written, ``broken`` says why, and the exchange
+(``exchange.continue_legs``) asks another healthy replica for the same request with the partial
+text as a prefill (translators/forward/prefill.py). Its stream goes into the same machine
+(``resume``), so the client sees one Response: the same message item, its text continuous,
+``sequence_number`` continuous, one terminal event. Anywhere else (in a call's arguments, in
+reasoning, a total timeout, crossfeed draining) the failure is the machine's, as without it.
+
+The per-chunk path is the machine's own: ``feed`` and ``feed_frame`` are its bound methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from crossfeed.proxy.runtime.observability import METRICS
+from crossfeed.proxy.turns.turn import Turn
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.pump import Machine, Out
+
+log = structlog.get_logger("crossfeed")
+
+# The failures of a stream that began that another replica may not have.
+CONTINUABLE = frozenset({"upstream_disconnected", "upstream_idle_timeout", "upstream_truncated"})
+_TRUNCATED = "the upstream closed the stream before it finished"
+
+BeforeEnd = Callable[[Machine], Awaitable[None]]
+
+
+class Continuing:
+    """A forward machine whose leg may be continued on another replica (see the module's text)."""
+
+    __slots__ = ("machine", "feed", "feed_frame", "diagnostics", "broken", "prefill", "left")
+
+    def __init__(self, machine: ChatToResponsesStream, budget: int) -> None:
+        self.machine = machine
+        self.feed: Callable[[dict[str, Any]], list[Out]] = machine.feed
+        self.feed_frame: Callable[[bytes], list[Out] | None] = machine.feed_frame
+        self.diagnostics = machine.diagnostics
+        self.broken: tuple[str, str] | None = None  # the failure left to a continuation: code, message
+        self.prefill = ""  # the partial text the continuation takes
+        self.left = budget  # continuations this turn may still make
+
+    @property
+    def done(self) -> bool:
+        return self.broken is not None or self.machine.done
+
+    @property
+    def final_response(self) -> dict[str, Any] | None:
+        return self.machine.final_response
+
+    @property
+    def steerable(self) -> bool:
+        return self.machine.steerable
+
+    def start(self) -> list[Out]:
+        return self.machine.start()
+
+    def steer(self) -> list[Out]:
+        return self.machine.steer()
+
+    def cancel(self, message: str) -> list[Out]:
+        return self.machine.cancel(message)
+
+    def finish(self, *, clean: bool = True) -> list[Out]:
+        if not clean and self._broke("upstream_truncated", _TRUNCATED):
+            return []
+        return self.machine.finish(clean=clean)
+
+    def fail(self, code: str, message: str) -> list[Out]:
+        if code in CONTINUABLE and self._broke(code, message):
+            return []
+        return self.machine.fail(code, message)
+
+    def _broke(self, code: str, message: str) -> bool:
+        if self.left <= 0:
+            return False
+        text = self.machine.partial()
+        if text is None:
+            return False
+        self.broken, self.prefill = (code, message), text
+        return True
+
+    def resume(self) -> None:
+        """The continuation's stream is open: the machine takes it as the rest of its leg."""
+        self.machine.resume()
+        self.broken = None
+        self.left -= 1
+
+    def give_up(self) -> list[Out]:
+        """No replica could take the continuation: the failure is the machine's, as it would have been."""
+        assert self.broken is not None
+        code, message = self.broken
+        self.broken = None
+        return self.machine.fail(code, message)
+
+    def guard(self, before_end: BeforeEnd | None) -> BeforeEnd | None:
+        """``before_end`` for the relay, acting only once the machine has really ended (a broken
+        leg looks ended to the relay)."""
+        if before_end is None:
+            return None
+        machine = self.machine
+
+        async def guarded(_: Machine) -> None:
+            if machine.done:
+                await before_end(machine)
+
+        return guarded
+
+
+def continuing(turn: Turn, machine: Any) -> Continuing | None:
+    """The turn's machine as a ``Continuing`` when its upstream continues answers, else None."""
+    up = turn.upstream
+    if not (up.pooled and up.continue_on_failure and isinstance(machine, ChatToResponsesStream)):
+        return None
+    return Continuing(machine, up.max_continuations)
+
+
+def noted(turn: Turn, outcome: str, code: str, dead: str | None) -> None:
+    """A continuation on the turn's summary line (``continued``: how many) and in the metrics."""
+    name = turn.upstream.name
+    turn.app[METRICS].continuations.labels(name, outcome).inc()
+    if outcome == "continued":
+        turn.log["continued"] = turn.log.get("continued", 0) + 1
+    log.info("pool.continuation", upstream=name, outcome=outcome, error=code, dead=dead, now=turn.log.get("replica"))

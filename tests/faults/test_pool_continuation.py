@@ -1,0 +1,182 @@
+"""Continuation (proxy/turns/continuation.py): with ``continue_on_failure``, a replica that dies in
+the middle of the answer's text has it continued by another replica of the pool: that replica gets
+the same conversation plus the partial text as a trailing assistant message (the prefill), and
+the SDK reads one Response: one message item, its text the two parts, ``sequence_number``
+continuous, one terminal event (the ``captured`` fixture validates every stream strictly). Inside a
+call's arguments, with the option off, or with no healthy replica left: ``response.failed`` as
+without it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from crossfeed.proxy.runtime.observability import METRICS
+from tests.fakes.upstream import Recorded, SSEReply
+from tests.faults.fault_upstream import closed_port
+from tests.faults.pool_harness import MODEL, pool_config, replicas, served
+from tests.support.app_server import running_proxy
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
+from tests.support.clients import sdk_client
+
+HALF = chunk({"role": "assistant", "content": ""}) + chunk({"content": "Hello, "}) + chunk({"content": "wor"})
+REST = chunk({"role": "assistant", "content": ""}) + chunk({"content": "ld!"}, "stop") + usage_chunk(12, 2) + DONE
+CALL_HALF = chunk({"role": "assistant", "content": ""}) + chunk(
+    {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"q":'}}]}
+)
+TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+
+
+def dying_then_rest(first: bytes, *, cut: bool = True) -> Any:
+    """Every replica's reply: the pool's first call streams ``first`` and dies (the connection
+    dropped, or closed cleanly without a finish); any later call streams the rest."""
+    calls: list[Recorded] = []
+
+    def reply(recorded: Recorded) -> SSEReply:
+        calls.append(recorded)
+        return SSEReply(first, cut=cut) if len(calls) == 1 else SSEReply(REST)
+
+    reply.calls = calls  # type: ignore[attr-defined]
+    return reply
+
+
+async def stream(client: Any, **kwargs: Any) -> list[Any]:
+    events = []
+    async with client.responses.with_streaming_response.create(model=MODEL, input="hi", stream=True, **kwargs) as raw:
+        async for event in await raw.parse():
+            events.append(event)
+    return events
+
+
+def terminals(events: list[Any]) -> list[str]:
+    return [e.type for e in events if e.type in ("response.completed", "response.failed", "response.incomplete")]
+
+
+async def failed_stream(client: Any, captured: list[Any], **kwargs: Any) -> list[dict[str, Any]]:
+    """A stream that fails (the SDK raises at its ``error`` event): its events as the wire had them."""
+    with pytest.raises(openai.APIError):
+        await stream(client, **kwargs)
+    raw = captured[-1].raw
+    return [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")]
+
+
+def failed_terminals(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events if e["type"].startswith("response.") and e["type"].split(".")[1] in TERMINAL]
+
+
+TERMINAL = ("completed", "failed", "incomplete")
+
+
+@pytest.mark.parametrize("cut", [True, False], ids=["connection_dropped", "closed_without_finish"])
+async def test_a_replica_dying_mid_text_is_continued_on_another(tmp_path, captured, cut) -> None:
+    async with replicas(2) as fakes:
+        script = dying_then_rest(HALF, cut=cut)
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await stream(client)
+            await client.close()
+            metric = proxy.app[METRICS].continuations.labels("gpu", "continued")._value.get()
+    first, second = script.calls
+    assert first.body["messages"][-1]["role"] == "user"
+    assert second.body["messages"][:-1] == first.body["messages"]
+    assert second.body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
+    assert "continue_final_message" not in second.body
+    assert sorted(served(fakes)) == [1, 1]  # one replica each
+    assert terminals(events) == ["response.completed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["message"]
+    assert final.output_text == "Hello, world!"
+    assert [e.type for e in events].count("response.output_item.added") == 1
+    assert metric == 1
+
+
+async def test_vllm_prefill_asks_to_continue_the_final_message(tmp_path, captured) -> None:
+    async with replicas(2) as fakes:
+        script = dying_then_rest(HALF)
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(
+            tmp_path, [f.base_url for f in fakes], continue_on_failure=True, prefill="continue_final_message"
+        )
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await stream(client)
+            await client.close()
+    body = script.calls[1].body
+    assert body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert events[-1].response.output_text == "Hello, world!"
+
+
+async def test_a_replica_dying_inside_a_call_is_not_continued(tmp_path, captured) -> None:
+    async with replicas(2) as fakes:
+        script = dying_then_rest(CALL_HALF)
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await failed_stream(client, captured, tools=TOOLS)
+            await client.close()
+    assert failed_terminals(events) == ["response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "upstream_disconnected"
+    assert sum(served(fakes)) == 1  # no continuation asked
+
+
+async def test_continuation_is_off_by_default(tmp_path, captured) -> None:
+    async with replicas(2) as fakes:
+        script = dying_then_rest(HALF)
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(tmp_path, [f.base_url for f in fakes])
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await failed_stream(client, captured)
+            await client.close()
+    assert failed_terminals(events) == ["response.failed"]
+    assert sum(served(fakes)) == 1
+
+
+async def test_no_healthy_replica_left_fails_as_before(tmp_path, captured) -> None:
+    async with replicas(1) as (only,):
+        script = dying_then_rest(HALF)
+        only.default = script
+        dead = f"http://127.0.0.1:{closed_port()}/v1"
+        config = pool_config(tmp_path, [only.base_url, dead], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await failed_stream(client, captured)
+            await client.close()
+            metric = proxy.app[METRICS].continuations.labels("gpu", "failed")._value.get()
+    assert failed_terminals(events) == ["response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "upstream_disconnected"
+    assert len(script.calls) == 1 and metric == 1
+
+
+async def test_one_continuation_per_turn_by_default(tmp_path, captured) -> None:
+    """The continuation dies too: with max_continuations = 1 the Response fails there."""
+    async with replicas(2) as fakes:
+        calls: list[Recorded] = []
+
+        def reply(recorded: Recorded) -> SSEReply:
+            calls.append(recorded)
+            return SSEReply(HALF, cut=True)
+
+        for fake in fakes:
+            fake.default = reply
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await failed_stream(client, captured)
+            await client.close()
+    assert len(calls) == 2
+    assert failed_terminals(events) == ["response.failed"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello, worHello, wor"
