@@ -8,7 +8,8 @@ text of a message, no call in this leg, continuations left), the failure never r
 machine: the relay ends the leg with nothing written, ``broken`` says why, and the exchange
 (``exchange.continue_legs``) asks another healthy replica for the same request with the partial
 text as a prefill (translators/forward/prefill.py). Its stream goes into the same machine
-(``resume``), so the client sees one Response: the same message item, its text continuous,
+(``resume``; the prefill dropped when the backend repeats it first, as llama.cpp's server does),
+so the client sees one Response: the same message item, its text continuous,
 ``sequence_number`` continuous, one terminal event. Anywhere else (in a call's arguments, in
 reasoning, a total timeout, crossfeed draining) the failure is the machine's, as without it.
 
@@ -25,6 +26,7 @@ import structlog
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.forward.prefill import PrefillEcho
 from crossfeed.translators.pump import Machine, Out
 
 log = structlog.get_logger("crossfeed")
@@ -39,16 +41,17 @@ BeforeEnd = Callable[[Machine], Awaitable[None]]
 class Continuing:
     """A forward machine whose leg may be continued on another replica (see the module's text)."""
 
-    __slots__ = ("machine", "feed", "feed_frame", "diagnostics", "broken", "prefill", "left")
+    __slots__ = ("machine", "feed", "feed_frame", "diagnostics", "broken", "prefill", "left", "_echo")
 
     def __init__(self, machine: ChatToResponsesStream, budget: int) -> None:
         self.machine = machine
         self.feed: Callable[[dict[str, Any]], list[Out]] = machine.feed
-        self.feed_frame: Callable[[bytes], list[Out] | None] = machine.feed_frame
+        self.feed_frame: Callable[[bytes], list[Out] | None] | None = machine.feed_frame
         self.diagnostics = machine.diagnostics
         self.broken: tuple[str, str] | None = None  # the failure left to a continuation: code, message
         self.prefill = ""  # the partial text the continuation takes
         self.left = budget  # continuations this turn may still make
+        self._echo = PrefillEcho("")
 
     @property
     def done(self) -> bool:
@@ -91,10 +94,28 @@ class Continuing:
         return True
 
     def resume(self) -> None:
-        """The continuation's stream is open: the machine takes it as the rest of its leg."""
+        """The continuation's stream is open: the machine takes it as the rest of its leg. Until
+        its text shows whether the backend repeats the prefill (prefill.PrefillEcho), its chunks
+        go through ``_unecho`` (as dicts: that leg's pump decodes no typed frames)."""
         self.machine.resume()
         self.broken = None
         self.left -= 1
+        if self.prefill:
+            self._echo = PrefillEcho(self.prefill)
+            self.feed = self._unecho
+            self.feed_frame = None
+
+    def _unecho(self, chunk: dict[str, Any]) -> list[Out]:
+        machine = self.machine
+        chunks = self._echo.feed(chunk)
+        if not self._echo.left:  # settled: the machine's own feed from now on
+            self.feed = machine.feed
+        out: list[Out] = []
+        for one in chunks:
+            out += machine.feed(one)
+            if machine.done:
+                break
+        return out
 
     def give_up(self) -> list[Out]:
         """No replica could take the continuation: the failure is the machine's, as it would have been."""

@@ -61,6 +61,7 @@ class RunningServer:
     name: str
     url: str  # the OpenAI base URL, ending in /v1
     log: Path
+    pid: int = 0  # the server's process (a test may kill it)
 
     def tail(self, n: int = 40) -> str:
         try:
@@ -94,7 +95,7 @@ def _serve(
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
         _wait_ready(proc, f"http://127.0.0.1:{port}{ready_path}", log)
-        yield RunningServer(name, f"http://127.0.0.1:{port}/v1", log)
+        yield RunningServer(name, f"http://127.0.0.1:{port}/v1", log, proc.pid)
     finally:
         proc.terminate()
         try:

@@ -97,6 +97,28 @@ async def test_a_replica_dying_mid_text_is_continued_on_another(tmp_path, captur
     assert metric == 1
 
 
+async def test_a_replica_that_repeats_the_prefill_first_has_it_dropped(tmp_path, captured) -> None:
+    """llama.cpp's server streams the prefill it continues before its new text."""
+    echoing = chunk({"role": "assistant", "content": None}) + chunk({"content": "Hello"}) + chunk({"content": ", wor"})
+    async with replicas(2) as fakes:
+        calls: list[Recorded] = []
+
+        def reply(recorded: Recorded) -> SSEReply:
+            calls.append(recorded)
+            return SSEReply(HALF, cut=True) if len(calls) == 1 else SSEReply(echoing + REST)
+
+        for fake in fakes:
+            fake.default = reply
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await stream(client)
+            await client.close()
+    assert terminals(events) == ["response.completed"]
+    assert events[-1].response.output_text == "Hello, world!"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hello, world!"
+
+
 async def test_vllm_prefill_asks_to_continue_the_final_message(tmp_path, captured) -> None:
     async with replicas(2) as fakes:
         script = dying_then_rest(HALF)
@@ -167,7 +189,7 @@ async def test_one_continuation_per_turn_by_default(tmp_path, captured) -> None:
 
         def reply(recorded: Recorded) -> SSEReply:
             calls.append(recorded)
-            return SSEReply(HALF, cut=True)
+            return SSEReply(HALF if len(calls) == 1 else chunk({"content": "ld"}), cut=True)
 
         for fake in fakes:
             fake.default = reply
@@ -179,4 +201,4 @@ async def test_one_continuation_per_turn_by_default(tmp_path, captured) -> None:
     assert len(calls) == 2
     assert failed_terminals(events) == ["response.failed"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello, worHello, wor"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello, world"

@@ -8,7 +8,7 @@ import pytest
 
 from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.forward.machine import ChatToResponsesStream
-from crossfeed.translators.forward.prefill import prefill_body
+from crossfeed.translators.forward.prefill import PrefillEcho, prefill_body
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from tests.support.chat_chunks import chat_chunk
@@ -121,3 +121,37 @@ def test_prefill_extends_the_clients_own_prefill_and_empty_text_is_the_request()
     chat = {**CHAT, "messages": [*CHAT["messages"], {"role": "assistant", "content": "Sure: "}]}
     assert prefill_body(chat, "one", "trailing_assistant")["messages"][-1]["content"] == "Sure: one"
     assert prefill_body(CHAT, "", "continue_final_message") is CHAT
+
+
+def _texts(chunks: list[dict]) -> list[str]:
+    return [c["choices"][0]["delta"].get("content") or "" for c in chunks]
+
+
+def test_a_repeated_prefill_is_dropped() -> None:
+    echo = PrefillEcho("Hello, wor")
+    out = []
+    for c in [
+        chat_chunk({"role": "assistant", "content": None}),
+        chat_chunk({"content": "Hello"}),
+        chat_chunk({"content": ", wor"}),
+        chat_chunk({"content": "ld!"}, "stop"),
+    ]:
+        out += echo.feed(c)
+    assert "".join(_texts(out)) == "ld!" and out[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_repeated_prefill_and_new_text_in_one_delta() -> None:
+    echo = PrefillEcho("Hello from a")
+    assert _texts(echo.feed(chat_chunk({"content": "Hello from aHello"}))) == ["Hello"]
+    assert _texts(echo.feed(chat_chunk({"content": "Hello"}))) == ["Hello"]  # settled: not matched again
+
+
+def test_text_that_differs_goes_through_with_what_was_held() -> None:
+    echo = PrefillEcho("Hello, wor")
+    out = echo.feed(chat_chunk({"content": "Hel"})) + echo.feed(chat_chunk({"content": "p me"}))
+    assert "".join(_texts(out)) == "Help me"
+    echo = PrefillEcho("Hello")
+    out = echo.feed(chat_chunk({"content": "He"})) + echo.feed(chat_chunk({"reasoning_content": "hm"}))
+    assert _texts(out) == ["", "He", ""] and out[-1]["choices"][0]["delta"]["reasoning_content"] == "hm"
+    echo = PrefillEcho("Hello")
+    assert _texts(echo.feed(chat_chunk({"content": "He"}, "stop"))) == ["He"]  # the end: what came is the answer

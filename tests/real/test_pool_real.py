@@ -1,0 +1,191 @@
+"""Pools on real servers: two llama.cpp ``llama-server`` replicas of the tiny scripted model
+(tests/fakes/tiny_model.py) in one pool, the official SDK in front of crossfeed.
+
+Each replica sits behind a small recording relay (``Relay``): it forwards every chat call to its
+server and keeps the request bodies and the text it passed on, so a test reads what each replica
+was asked and said. The tiny model answers its ten tokens in milliseconds, faster than a kill can
+land between two of them: the relay of the replica that takes a turn's first call SIGKILLs its
+server after the answer's third text chunk and drops the connection there, which is what
+crossfeed would see had the server died at that point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from tests.fakes import llama_servers as ls
+from tests.faults.pool_harness import ask, pool_config
+from tests.support.app_server import running_proxy
+from tests.support.clients import sdk_client
+
+MODEL = "tiny"
+KILL_AFTER = 3  # text chunks the dying replica passes on
+
+
+class Relay:
+    """A recording HTTP relay in front of one real server (see the module's text)."""
+
+    def __init__(self, server: ls.RunningServer, plan: dict[str, bool]) -> None:
+        self.server = server
+        self.plan = plan  # {"kill": True} until a relay has killed its server
+        self.bodies: list[dict[str, Any]] = []
+        self.texts: list[str] = []  # per call, the text passed on
+        self.killed = False
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_route("*", "/{tail:.*}", self._other)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _other(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        self.texts.append("")
+        assert self._session is not None
+        async with self._session.post(self.server.url + "/chat/completions", json=body) as up:
+            if not body.get("stream"):
+                answer = await up.json()
+                self.texts[-1] = answer["choices"][0]["message"].get("content") or ""
+                return web.json_response(answer, status=up.status)
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            kill = self.plan.pop("kill", False)
+            chunks = 0
+            async for line in up.content:
+                text = _text(line)
+                if text:
+                    if kill and chunks == KILL_AFTER:
+                        os.kill(self.server.pid, signal.SIGKILL)
+                        self.killed = True
+                        assert request.transport is not None
+                        request.transport.abort()  # the replica is gone: its answer stops here
+                        raise asyncio.CancelledError
+                    chunks += 1
+                    self.texts[-1] += text
+                await resp.write(line)
+            await resp.write_eof()
+            return resp
+
+
+def _text(line: bytes) -> str:
+    if not line.startswith(b"data: {"):
+        return ""
+    choices = orjson.loads(line[6:]).get("choices") or [{}]
+    return (choices[0].get("delta") or {}).get("content") or ""
+
+
+@pytest.fixture
+def llama_bins() -> ls.Binaries:
+    bins = ls.binaries()
+    if bins is None:
+        pytest.skip(ls.BUILD_HINT)
+    return bins
+
+
+@pytest.fixture
+def two_servers(llama_bins: ls.Binaries, tiny_gguf: Path, tmp_path: Path) -> Iterator[list[ls.RunningServer]]:
+    with ExitStack() as stack:
+        servers = []
+        for i in range(2):
+            log_dir = tmp_path / f"replica-{i}"
+            log_dir.mkdir()
+            servers.append(stack.enter_context(ls.llama_server(llama_bins, tiny_gguf, log_dir)))
+        yield servers
+
+
+@asynccontextmanager
+async def relays(servers: list[ls.RunningServer], *, kill: bool = False) -> AsyncIterator[list[Relay]]:
+    plan = {"kill": True} if kill else {}
+    made = [Relay(s, plan) for s in servers]
+    for r in made:
+        await r.start()
+    try:
+        yield made
+    finally:
+        for r in made:
+            await r.close()
+
+
+async def test_a_ten_turn_chain_stays_on_one_real_replica(two_servers, tmp_path, captured) -> None:
+    async with relays(two_servers) as (r0, r1):
+        config = pool_config(tmp_path, [r0.base_url, r1.base_url], model=MODEL, store="sqlite")
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured, timeout=60)
+            final, headers = await ask(client, "Say hello", model=MODEL, max_output_tokens=32, temperature=0)
+            seen = [headers["x-crossfeed-replica"]]
+            for _ in range(9):
+                final, headers = await ask(
+                    client, "Say hello", model=MODEL, previous_response_id=final.id, max_output_tokens=32, temperature=0
+                )
+                assert final.status == "completed"
+                seen.append(headers["x-crossfeed-replica"])
+            await client.close()
+    assert len(seen) == 10 and len(set(seen)) == 1
+    assert sorted([len(r0.bodies), len(r1.bodies)]) == [0, 10]  # the servers' own count of calls
+    busy = r0 if r0.bodies else r1
+    assert len(busy.bodies[-1]["messages"]) == 19  # the whole chain: 9 answers and 10 questions
+
+
+async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers, tmp_path, captured) -> None:
+    async with relays(two_servers, kill=True) as pair:
+        config = pool_config(tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured, timeout=60)
+            final, headers = await ask(client, "Say hello", model=MODEL, max_output_tokens=32, temperature=0)
+            await client.close()
+    dead = next(r for r in pair if r.killed)
+    alive = next(r for r in pair if not r.killed)
+    assert _dead(dead.server.pid) and not _dead(alive.server.pid)
+    first_part, answered = dead.texts[0], alive.texts[0]
+    # llama-server repeats the prefill it continues at the start of its answer: crossfeed drops it
+    assert answered.startswith(first_part)
+    second_part = answered[len(first_part) :]
+    assert first_part and second_part
+    asked = alive.bodies[0]["messages"]
+    assert asked[:-1] == dead.bodies[0]["messages"]
+    assert asked[-1] == {"role": "assistant", "content": first_part}  # the prefill
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["message"]
+    assert final.output_text == first_part + second_part
+    assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"  # the answer began there
+
+
+def _dead(pid: int) -> bool:
+    """The process has exited (a zombie until its parent, the server fixture, reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] in "ZX"
+    except (OSError, IndexError):
+        return True
