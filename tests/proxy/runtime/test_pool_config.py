@@ -45,6 +45,13 @@ def test_base_urls_make_a_pool_whose_base_url_is_its_first_replica(tmp_path: Pat
         ('base_urls = ["http://a/v1", "http://b/v1"]\nretries = -1', ["upstreams.0.retries"]),
         ('base_urls = ["http://a/v1", "http://b/v1"]\nfallback = "gpu"', ["upstreams.0.fallback", "another upstream"]),
         ('base_urls = ["http://a/v1", "http://b/v1"]\nfallback = "nowhere"', ["upstreams.0.fallback", "'nowhere'"]),
+        ("continue_on_failure = true", ["upstreams.0", "continue_on_failure only applies to a pool"]),
+        (
+            'base_urls = ["http://a/v1", "http://b/v1"]\napi = "responses"\ncontinue_on_failure = true',
+            ["upstreams.0", "continue_on_failure needs a pool of chat replicas"],
+        ),
+        ('base_urls = ["http://a/v1", "http://b/v1"]\nprefill = "echo"', ["upstreams.0.prefill"]),
+        ('base_urls = ["http://a/v1", "http://b/v1"]\nmax_continuations = 3', ["upstreams.0.max_continuations"]),
     ],
 )
 def test_bad_pool_keys_are_named(tmp_path: Path, text: str, fragments: list[str]) -> None:
@@ -96,3 +103,15 @@ def test_the_documented_pools_load(tmp_path: Path) -> None:
     pool_lines = lines[: next(i for i, line in enumerate(lines) if line.startswith("fallback"))]
     config = load(tmp_path, "\n".join(pool_lines) + "\n")
     assert config.upstreams[0].pooled and config.upstreams[0].retries == 2
+
+
+def test_continuation_keys_on_a_pool(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a/v1", "http://b/v1"]\ncontinue_on_failure = true\n'
+        'prefill = "continue_final_message"\nmax_continuations = 2\n',
+    )
+    up = config.upstreams[0]
+    assert up.continue_on_failure and up.prefill == "continue_final_message" and up.max_continuations == 2
+    plain = load(tmp_path, '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a/v1", "http://b/v1"]\n').upstreams[0]
+    assert not plain.continue_on_failure and plain.prefill == "trailing_assistant" and plain.max_continuations == 1
