@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from crossfeed.proxy.runtime.config import load_config
 from tests.fakes import llama_servers as ls
 from tests.faults.pool_harness import ask, pool_config
 from tests.support.app_server import running_proxy
@@ -108,14 +110,6 @@ def _text(line: bytes) -> str:
 
 
 @pytest.fixture
-def llama_bins() -> ls.Binaries:
-    bins = ls.binaries()
-    if bins is None:
-        pytest.skip(ls.BUILD_HINT)
-    return bins
-
-
-@pytest.fixture
 def two_servers(llama_bins: ls.Binaries, tiny_gguf: Path, tmp_path: Path) -> Iterator[list[ls.RunningServer]]:
     with ExitStack() as stack:
         servers = []
@@ -189,3 +183,43 @@ def _dead(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] in "ZX"
     except (OSError, IndexError):
         return True
+
+
+async def test_two_crossfeed_instances_on_one_redis_agree_on_the_real_replica(
+    two_servers, tmp_path, captured, redis_url
+) -> None:
+    """A chain whose turns alternate between two crossfeed processes' apps on one Redis store:
+    every turn on the replica its first turn had (the affinity is in the store)."""
+    async with relays(two_servers) as (r0, r1):
+        text = "\n".join(
+            [
+                "[store]",
+                'backend = "redis"',
+                f'redis_url = "{redis_url}"',
+                f'key_prefix = "cf-pool-real-{uuid.uuid4().hex}:"',
+                "[[upstreams]]",
+                'name = "gpu"',
+                f'models = ["{MODEL}"]',
+                f'base_urls = ["{r0.base_url}", "{r1.base_url}"]',
+                "",
+            ]
+        )
+        path = tmp_path / "redis-pool.toml"
+        path.write_text(text)
+        config = load_config(path, {})
+        async with running_proxy(config) as one, running_proxy(config) as two:
+            a, b = sdk_client(one.base_url, captured, timeout=60), sdk_client(two.base_url, captured, timeout=60)
+            await ask(a, "Say hello", model=MODEL, max_output_tokens=32)  # one's turn-taking moves on
+            final, headers = await ask(b, "Say hello", model=MODEL, max_output_tokens=32)
+            seen = [headers["x-crossfeed-replica"]]
+            for n in range(1, 10):
+                final, headers = await ask(
+                    a if n % 2 else b, "Say hello", model=MODEL, previous_response_id=final.id, max_output_tokens=32
+                )
+                assert final.status == "completed"
+                seen.append(headers["x-crossfeed-replica"])
+            await a.close()
+            await b.close()
+    assert len(set(seen)) == 1
+    chosen = r0 if seen[0] == "gpu/0" else r1
+    assert len(chosen.bodies) >= 10 and len(chosen.bodies[-1]["messages"]) == 19
