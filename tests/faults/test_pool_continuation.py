@@ -8,6 +8,7 @@ without it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import openai
@@ -202,3 +203,26 @@ async def test_one_continuation_per_turn_by_default(tmp_path, captured) -> None:
     assert failed_terminals(events) == ["response.failed"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello, world"
+
+
+async def test_a_replica_gone_silent_mid_text_is_continued_after_the_idle_timeout(tmp_path, captured) -> None:
+    never = asyncio.Event()
+    async with replicas(2) as fakes:
+        calls: list[Recorded] = []
+
+        def reply(recorded: Recorded) -> SSEReply:
+            calls.append(recorded)
+            return SSEReply(HALF, holds={len(HALF): never}) if len(calls) == 1 else SSEReply(REST)
+
+        for fake in fakes:
+            fake.default = reply
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True, timeouts={"idle": 0.5})
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await stream(client)
+            await client.close()
+    assert terminals(events) == ["response.completed"]
+    assert events[-1].response.output_text == "Hello, world!"
+    assert calls[1].body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
+    usage = events[-1].response.usage
+    assert (usage.input_tokens, usage.output_tokens) == (12, 2)  # the continuation's (the dead one sent none)
