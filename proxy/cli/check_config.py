@@ -294,6 +294,12 @@ def _pool_lines(u: Upstream) -> list[str]:
         f"{'s' if u.failures_before_cooldown != 1 else ''} in a row: left alone {_secs(u.cooldown_seconds)}"
         + (f"; then the fallback upstream {u.fallback!r}" if u.fallback else "")
     )
+    if u.continue_on_failure:
+        times = "once" if u.max_continuations == 1 else f"up to {u.max_continuations} times"
+        lines.append(
+            f"       continue  an answer whose replica dies mid-text goes on on another replica, {times} a turn; "
+            f"prefill: {u.prefill}"
+        )
     return lines
 
 

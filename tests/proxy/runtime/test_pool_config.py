@@ -85,6 +85,15 @@ def test_check_config_shows_each_replica_without_credentials(tmp_path: Path) -> 
     assert "1 other replica tried" in text and "fallback upstream 'cpu'" in text
     assert "max streams 4 on each replica" in text
     assert "has no base_url" not in text
+    assert "continue " not in text
+    path.write_text(
+        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1", "http://b:8000/v1"]\n'
+        'continue_on_failure = true\nprefill = "continue_final_message"\n'
+    )
+    out = io.StringIO()
+    assert check_config(path, {}, out) == 0
+    assert "continue  an answer whose replica dies mid-text goes on on another replica, once a turn; " in out.getvalue()
+    assert "prefill: continue_final_message" in out.getvalue()
 
 
 def test_the_documented_pools_load(tmp_path: Path) -> None:
