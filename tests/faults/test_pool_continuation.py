@@ -15,6 +15,7 @@ import openai
 import orjson
 import pytest
 
+from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.observability import METRICS
 from tests.fakes.upstream import Recorded, SSEReply
 from tests.faults.fault_upstream import closed_port
@@ -226,3 +227,23 @@ async def test_a_replica_gone_silent_mid_text_is_continued_after_the_idle_timeou
     assert calls[1].body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
     usage = events[-1].response.usage
     assert (usage.input_tokens, usage.output_tokens) == (12, 2)  # the continuation's (the dead one sent none)
+
+
+async def test_a_recorded_turn_shows_both_legs(tmp_path, captured) -> None:
+    """With ``[logging] record_dir`` the turn is traced: the continuation is its second leg."""
+    async with replicas(2) as fakes:
+        script = dying_then_rest(HALF)
+        for fake in fakes:
+            fake.default = script
+        pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        path = tmp_path / "pool.toml"
+        where = tmp_path / "turns"
+        path.write_text(path.read_text() + f'[logging]\nrecord_dir = "{where}"\n')
+        async with running_proxy(load_config(path, {})) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await stream(client)
+            await client.close()
+    assert events[-1].response.output_text == "Hello, world!"
+    (turn,) = [p for p in where.rglob("turn.json")]
+    meta = orjson.loads(turn.read_bytes())
+    assert len(meta["legs"]) == 2 and meta["ending"] == "ok"
