@@ -153,9 +153,13 @@ async def test_a_ten_turn_chain_stays_on_one_real_replica(two_servers, tmp_path,
     assert len(busy.bodies[-1]["messages"]) == 19  # the whole chain: 9 answers and 10 questions
 
 
-async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers, tmp_path, captured) -> None:
+@pytest.mark.parametrize("prefill", ["trailing_assistant", "continue_final_message"])
+async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers, tmp_path, captured, prefill) -> None:
+    """llama-server takes both forms of the prefill (it reads ``continue_final_message`` too)."""
     async with relays(two_servers, kill=True) as pair:
-        config = pool_config(tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True)
+        config = pool_config(
+            tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, prefill=prefill
+        )
         async with running_proxy(config) as proxy:
             client = sdk_client(proxy.base_url, captured, timeout=60)
             final, headers = await ask(client, "Say hello", model=MODEL, max_output_tokens=32, temperature=0)
@@ -171,6 +175,7 @@ async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers
     asked = alive.bodies[0]["messages"]
     assert asked[:-1] == dead.bodies[0]["messages"]
     assert asked[-1] == {"role": "assistant", "content": first_part}  # the prefill
+    assert alive.bodies[0].get("continue_final_message") is (True if prefill == "continue_final_message" else None)
     assert final.status == "completed"
     assert [item.type for item in final.output] == ["message"]
     assert final.output_text == first_part + second_part
