@@ -438,7 +438,8 @@ async def continue_legs(
                     log.info("pool.continuation_unavailable", upstream=pool.upstream.name, error=exc.message)
             noted(turn, "failed" if response is None else "continued", code, dead.label if dead else None)
             if response is None:
-                turn.log["ending"] = code
+                stats.ending, stats.error = code, message  # (a close without a finish: the relay said ok)
+                turn.log.update({"ending": code, "error": message})
                 await _end(sink, cont.machine, cont.give_up(), before_end)
                 return stats
             cont.resume()

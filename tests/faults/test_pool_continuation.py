@@ -15,11 +15,12 @@ import openai
 import orjson
 import pytest
 
+from crossfeed.proxy.keys import POOLS
 from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.observability import METRICS
-from tests.fakes.upstream import Recorded, SSEReply
+from tests.fakes.upstream import JSONReply, Recorded, SSEReply
 from tests.faults.fault_upstream import closed_port
-from tests.faults.pool_harness import MODEL, pool_config, replicas, served
+from tests.faults.pool_harness import MODEL, error_reply, pool_config, replicas, served
 from tests.support.app_server import running_proxy
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
 from tests.support.clients import sdk_client
@@ -247,3 +248,28 @@ async def test_a_recorded_turn_shows_both_legs(tmp_path, captured) -> None:
     (turn,) = [p for p in where.rglob("turn.json")]
     meta = orjson.loads(turn.read_bytes())
     assert len(meta["legs"]) == 2 and meta["ending"] == "ok"
+
+
+async def test_a_replica_that_refuses_the_prefill_leaves_the_failure_as_it_was(tmp_path, captured) -> None:
+    """A 400 to the continuation (a server started with --no-prefill-assistant may refuse a
+    trailing assistant message) is not tried elsewhere: the Response fails with the first error."""
+    async with replicas(2) as fakes:
+        calls: list[Recorded] = []
+
+        def reply(recorded: Recorded) -> SSEReply | JSONReply:
+            calls.append(recorded)
+            return SSEReply(HALF, cut=False) if len(calls) == 1 else error_reply(400)
+
+        for fake in fakes:
+            fake.default = reply
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await failed_stream(client, captured)
+            await client.close()
+            states = {r["replica"]: r["state"] for r in proxy.app[POOLS]["gpu"].states()}
+    assert len(calls) == 2
+    assert failed_terminals(events) == ["response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "upstream_truncated"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello, wor"
+    assert set(states.values()) == {"up"}  # one failure each is below the cooldown threshold
