@@ -79,12 +79,14 @@ from crossfeed.proxy.runtime.pool import hold, make_pools, release
 from crossfeed.proxy.state import affinity, conversations, rate_limits
 from crossfeed.proxy.state.history import PENDING, SAVING, delete_response, drain_saves, get_response, list_input_items
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
+from crossfeed.proxy.state.runs import LIVE
 from crossfeed.proxy.state.store import open_store
 from crossfeed.proxy.state.store_access import KEEPER, STORE
 from crossfeed.proxy.state.store_retry import SaveKeeper
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from crossfeed.proxy.streaming.sinks import sse_opener
+from crossfeed.proxy.turns import detach
 from crossfeed.proxy.turns.background import RUNS, end_runs
 from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
 from crossfeed.proxy.turns.compaction import compact, input_tokens, upstream_count
@@ -144,7 +146,7 @@ def create_app(
     app.on_shutdown.append(mark_stopping)
     app.on_shutdown.append(refuse_new_turns)
     app.on_shutdown.append(drain)
-    app[RUNS] = set()
+    app[RUNS], app[LIVE] = set(), {}
     app.on_shutdown.append(end_runs)  # background runs the drain did not end (proxy/turns/background.py)
     app.on_shutdown.append(close_sockets)
     app.router.add_get("/healthz", healthz)
@@ -408,6 +410,8 @@ async def forward_response(request: web.Request, body: dict[str, Any], turn: Tur
             code = str(err.get("code") or "upstream_error")
             raise UpstreamError(str(err.get("message") or "the upstream failed"), code=code, status=error_status(code))
         return web.Response(body=orjson.dumps(result), content_type="application/json")
+    if detach.wanted(request.app, body):
+        return await detach.create(request, body, turn)
     response, open_sink = sse_opener(request, render_responses)
     await respond(turn, body, open_sink)
     return response

@@ -52,6 +52,8 @@ async def cancel_response(request: web.Request) -> web.Response:
     rid = request.match_info["response_id"]
     app = request.app
     state = await find_run(app, rid)
+    if state is not None and state.get("response", {}).get("background") is False:
+        state = None  # a detached streamed turn (proxy/turns/detach.py): not a background response
     if state is None:
         try:
             record = visible(await app[KEEPER].get(rid))

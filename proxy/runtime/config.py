@@ -33,6 +33,7 @@ from crossfeed.proxy.runtime.config_sources import (
 from crossfeed.proxy.runtime.images_config import ImagesConfig
 from crossfeed.proxy.runtime.inspector_config import InspectorConfig
 from crossfeed.proxy.runtime.pool_config import PoolKeys
+from crossfeed.proxy.runtime.runs_config import Runs
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.translators.options import EVENT_NAMES, BackendProfile, EventDialect, EventNames
 
@@ -383,23 +384,6 @@ class CodexModel(_Model):
         description="the base instructions Codex sends with this "
         "model (default: crossfeed's short coding-agent prompt)",
     )
-
-
-class Runs(_Model):
-    """Background responses (``background: true``; proxy/turns/background.py): how the process
-    running one proves it is alive, and how fast it sees a cancel."""
-
-    lease_seconds: float = Field(
-        10.0, gt=0, description="a run whose process has not renewed its lease for this long is failed"
-    )
-    renew_seconds: float = Field(2.0, gt=0, description="how often the running process renews its lease")
-    cancel_poll_seconds: float = Field(0.25, gt=0, description="how often the running process checks for a cancel")
-
-    @model_validator(mode="after")
-    def _renewed_in_time(self) -> Runs:
-        if self.renew_seconds >= self.lease_seconds:
-            raise ValueError("renew_seconds must be less than lease_seconds (the lease would run out between renewals)")
-        return self
 
 
 class Config(_Model):

@@ -62,6 +62,7 @@ class TurnLog(TypedDict, total=False):
     hosted_calls: int
     steered: int  # WebSocket steering input items applied inside the Response
     stream_id: str  # the WebSocket lane of a multiplexed turn
+    joined: str  # a detached turn resent ([runs] detach_on_disconnect): the run it joined
     counted: int  # POST /v1/responses/input_tokens: the count
     counted_by: str  # how: the tokenizer's kind, "estimate", or "upstream" (a Responses backend's)
     turns: int  # a socket's turns
@@ -159,9 +160,25 @@ class Metrics:
             "crossfeed_translation_anomalies", "Upstream quirks absorbed by translation", ["kind"], registry=r
         )
         self._pool_metrics(r, RetryGauge)
+        self._run_metrics(r, RetryGauge)
         self._children: dict[tuple[Any, ...], Any] = {}
         self._request_children: dict[tuple[str, str, int, str], RequestSeries] = {}
         self._models: set[str] = set()
+
+    def _run_metrics(self, r: CollectorRegistry, gauge: Any) -> None:
+        """Runs (proxy/turns/background.py): background responses and detached streamed turns."""
+        self.runs_active = gauge(
+            "crossfeed_runs_active",
+            "Runs (background or detached responses) going on in this process right now",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.runs_ended = Counter(
+            "crossfeed_runs", "Runs ended, by the Response's final status", ["status"], registry=r
+        )
+        self.runs_joined = Counter(
+            "crossfeed_runs_joined", "Resent identical turns answered from a detached turn's run", registry=r
+        )
 
     def _pool_metrics(self, r: CollectorRegistry, gauge: Any) -> None:
         """Pools (proxy/runtime/pool.py): each replica's health as this process sees it, and the calls moved."""

@@ -12,10 +12,17 @@ No run is ever stuck: its process renews a lease (``[runs] lease_seconds``). A r
 the run not ended and the lease run out takes the lease itself (one reader wins it) and ends the
 run: ``response.failed`` with ``server_error`` "the server running this response stopped", so
 every reader gets that terminal event.
+
+A reader in the process running the run reads its ``LiveLog`` (the events written so far, kept in
+memory while it runs) rather than the store: no store read per event, no polling delay (the
+detached turn's own client, proxy/turns/detach.py, is such a reader); once the run's task is over
+it reads the rest (the end its process wrote) from the store.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -39,6 +46,53 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "respo
 ENDED = frozenset({"completed", "incomplete", "failed", "cancelled"})
 STOPPED = "the server running this response stopped"
 WAIT_SECONDS = 1.0  # one wait on the log; between two, the reader checks the run is alive
+
+
+class LiveLog:
+    """A running run's events as written to its log, in memory, for this process's readers."""
+
+    __slots__ = ("seqs", "docs", "end", "done", "_grew")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.docs: list[bytes] = []
+        self.end: int | None = None  # the terminal event's sequence number, once written
+        self.done = False  # the run's task is over: read the rest from the store
+        self._grew = asyncio.Event()
+
+    def add(self, pairs: list[tuple[int, bytes]], ended: bool) -> None:
+        """Events the run has just written to the store (in order)."""
+        for seq, doc in pairs:
+            self.seqs.append(seq)
+            self.docs.append(doc)
+        if ended and pairs:
+            self.end = pairs[-1][0]
+        self.wake()
+
+    def close(self) -> None:
+        self.done = True
+        self.wake()
+
+    def wake(self) -> None:
+        self._grew.set()
+        self._grew = asyncio.Event()
+
+    def after(self, cursor: int) -> tuple[list[bytes], int]:
+        """The events after ``cursor`` and the cursor after them."""
+        start = bisect.bisect_right(self.seqs, cursor)
+        if start == len(self.seqs):
+            return [], cursor
+        return self.docs[start:], self.seqs[-1]
+
+    async def wait(self, seconds: float) -> None:
+        """Until something is added or the run is over, at most ``seconds``."""
+        try:
+            await asyncio.wait_for(self._grew.wait(), seconds)
+        except TimeoutError:
+            pass
+
+
+LIVE: web.AppKey[dict[str, LiveLog]] = web.AppKey("live_runs", dict)
 
 
 def is_terminal(doc: bytes) -> bool:
@@ -138,6 +192,19 @@ async def run_events(app: web.Application, run_id: str, after: int) -> AsyncIter
     once per ``WAIT_SECONDS``; an empty batch is yielded then, for the caller's keepalive."""
     store = app[STORE]
     cursor, wait = after, 0.0  # (the first read does not wait: an ended run answers at once)
+    live = app[LIVE].get(run_id) if LIVE in app else None
+    while live is not None and not live.done:  # a run of this process: its events from memory
+        docs, cursor = live.after(cursor)
+        if docs:
+            yield docs
+            if live.end is not None and cursor >= live.end:
+                return
+            continue
+        if live.end is not None and cursor >= live.end:
+            return
+        await live.wait(WAIT_SECONDS)
+        if not live.after(cursor)[0] and not live.done:
+            yield []
     while True:
         try:
             batch = await store.read_events(run_id, cursor, wait)

@@ -24,7 +24,7 @@ import asyncio
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -34,7 +34,8 @@ from aiohttp import web
 from crossfeed.proxy.errors import ProxyError
 from crossfeed.proxy.keys import CONFIG
 from crossfeed.proxy.runtime.guard import KEY_NAME
-from crossfeed.proxy.state.runs import TERMINAL_EVENTS, end_run
+from crossfeed.proxy.runtime.observability import METRICS
+from crossfeed.proxy.state.runs import LIVE, TERMINAL_EVENTS, LiveLog, end_run
 from crossfeed.proxy.state.store.base import StoreError
 from crossfeed.proxy.state.store_access import STORE
 from crossfeed.proxy.streaming.relay import Cancelled
@@ -68,6 +69,8 @@ class Run:
         self.ended = False  # its terminal event is written
         self.cancelling = False
         self.lost = False  # another process took the lease: write nothing more
+        self.live = LiveLog()  # what it wrote, for this process's readers (proxy/state/runs.py)
+        self.on_end: Callable[[Run], Awaitable[None]] | None = None  # (proxy/turns/detach.py)
 
     def state(self) -> dict[str, Any]:
         status = self.response.get("status") or "queued"
@@ -76,8 +79,11 @@ class Run:
     async def begin(self, response: dict[str, Any]) -> None:
         """The Response's first event: the run is known to the store and leased, then handed out."""
         self.id, self.response = response["id"], response
+        if METRICS in self.app:
+            self.app[METRICS].runs_active.inc()
         await self.store.renew_lease(response["id"], HOLDER, self.app[CONFIG].runs.lease_seconds)
         await self.store.put_run(response["id"], self.state())
+        self.app[LIVE][response["id"]] = self.live
         self.watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def write(self, docs: list[bytes]) -> None:
@@ -104,6 +110,7 @@ class Run:
             assert self.id is not None, "a Response's first event is response.created"
             await self.store.append_events(self.id, pairs)
             self.last, self.ended = pairs[-1][0], self.ended or ended
+            self.live.add(pairs, ended)
             if changed:
                 await self.store.put_run(self.id, self.state())
         except StoreError as exc:
@@ -185,6 +192,11 @@ class LogSink:
 async def start(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
     """Start a background create; returns its Response as it began (raises the create's error
     when it fails before its stream, as a foreground create would)."""
+    return await asyncio.shield(launch(turn, body).started)
+
+
+def launch(turn: Turn, body: dict[str, Any]) -> Run:
+    """Start a run of the create; its ``started`` is the Response as it began (or the error)."""
     app = turn.app
     run = Run(app)
 
@@ -194,7 +206,7 @@ async def start(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
     run.task = asyncio.get_running_loop().create_task(_drive(run, turn, body, open_sink))
     app[RUNS].add(run)
     run.task.add_done_callback(lambda _: app[RUNS].discard(run))
-    return await asyncio.shield(run.started)
+    return run
 
 
 async def _drive(run: Run, turn: Turn, body: dict[str, Any], open_sink: Callable[[], Any]) -> None:
@@ -220,9 +232,26 @@ async def _drive(run: Run, turn: Turn, body: dict[str, Any], open_sink: Callable
         if not run.started.done():  # (a client-less run that never began: nothing to hand out)
             run.started.set_exception(ProxyError("the background response ended before it began"))
         await run.end("server_error", "the response ended without its terminal event")
+        await _ended(run)
         if run.watcher is not None:
             run.watcher.cancel()
         log.info("run.ended", response_id=run.id, status=run.response.get("status"), lost=run.lost or None)
+
+
+async def _ended(run: Run) -> None:
+    """After a run's end is written: its live log closed, counted, its ``on_end``."""
+    run.live.close()
+    if run.id is None:
+        return
+    run.app[LIVE].pop(run.id, None)
+    if METRICS in run.app:
+        run.app[METRICS].runs_active.dec()
+        run.app[METRICS].runs_ended.labels("lost" if run.lost else run.response.get("status") or "failed").inc()
+    if run.on_end is not None:
+        try:
+            await run.on_end(run)
+        except Exception:
+            log.exception("run.on_end_failed", response_id=run.id)
 
 
 async def end_runs(app: web.Application) -> None:

@@ -1,0 +1,154 @@
+"""``[runs] detach_on_disconnect``: a streamed stored create outlives its client and is resumed
+with ``retrieve(id, stream=True, starting_after=N)``; an identical resend joins the first turn's
+run (the backend sees one request). Off, the plain streamed path keeps nothing of the kind."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import openai
+import pytest
+
+from crossfeed.proxy.state.runs import LIVE
+from crossfeed.proxy.state.store_access import STORE
+from tests.fakes.upstream import FakeUpstream
+from tests.support.app_server import ProxyHandle
+from tests.support.background import WORDS, held, paced
+from tests.support.chat_replies import json_text, text_reply
+from tests.support.validators import validate_responses_events
+
+DETACHED = {"runs.detach_on_disconnect": True}
+
+
+async def events_of(stream: Any) -> list[dict[str, Any]]:
+    return [e.model_dump(mode="json", exclude_unset=True) async for e in stream]
+
+
+async def first_events(stream: Any, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` events, then the client leaves."""
+    seen = []
+    async for event in stream:
+        seen.append(event.model_dump(mode="json", exclude_unset=True))
+        if len(seen) == n:
+            break
+    await stream.close()
+    return seen
+
+
+async def until_done(sdk: openai.AsyncOpenAI, rid: str) -> None:
+    async with asyncio.timeout(10):
+        while (await sdk.responses.retrieve(rid)).status != "completed":
+            await asyncio.sleep(0.05)
+
+
+async def test_off_by_default_a_streamed_turn_keeps_no_run(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, proxy: ProxyHandle
+) -> None:
+    upstream.reply(text_reply("plain"))
+    events = await events_of(await client.responses.create(model="m", input="hi", stream=True))
+    rid = events[0]["response"]["id"]
+    assert events[-1]["type"] == "response.completed"
+    assert await proxy.app[STORE].get_run(rid) is None and proxy.app[LIVE] == {}
+    assert not proxy.config.runs.detach_on_disconnect
+
+
+@pytest.mark.parametrize("proxy_overrides", [DETACHED])
+async def test_a_detached_turn_outlives_its_client_and_is_resumed_after_n(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Any]
+) -> None:
+    upstream.reply(paced(delay=0.02))
+    seen = await first_events(await client.responses.create(model="m", input="hi", stream=True), 5)
+    validate_responses_events(seen, require_terminal=False)
+    captured.clear()  # (the cut stream is checked here, not whole at teardown)
+    rid = seen[0]["response"]["id"]
+    assert seen[0]["response"]["background"] is False
+    resumed = await events_of(await client.responses.retrieve(rid, stream=True, starting_after=4))
+    await until_done(client, rid)
+    whole = await events_of(await client.responses.retrieve(rid, stream=True))
+    validate_responses_events(whole)
+    assert whole[:5] == seen and resumed == whole[5:]
+    final = await client.responses.retrieve(rid)
+    assert final.output_text == "".join(WORDS) and final.background is False
+    assert len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize("proxy_overrides", [DETACHED])
+async def test_a_detached_turn_read_to_the_end_is_an_ordinary_stream(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    """(Validated whole at teardown, as every stream the SDK reads.)"""
+    upstream.reply(paced(delay=0.01))
+    events = await events_of(await client.responses.create(model="m", input="hi", stream=True))
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["background"] is False
+    upstream.reply(json_text("again"))
+    rid = events[0]["response"]["id"]
+    nxt = await client.responses.create(model="m", input="more", previous_response_id=rid)
+    assert nxt.output_text == "again"
+    sent = upstream.requests[-1].body["messages"]
+    assert any("".join(WORDS) in str(m.get("content")) for m in sent)  # the detached turn was stored
+
+
+@pytest.mark.parametrize("proxy_overrides", [DETACHED])
+async def test_an_identical_resend_joins_the_running_turn_and_the_backend_sees_one_request(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Any]
+) -> None:
+    reply, go = held()
+    upstream.reply(reply)
+    turn = {"model": "m", "input": [{"role": "user", "content": "hi"}], "instructions": "be brief"}
+    seen = await first_events(await client.responses.create(**turn, stream=True), 3)
+    captured.clear()
+    rid = seen[0]["response"]["id"]
+    resend = asyncio.create_task(events_of(await client.responses.create(**turn, stream=True)))
+    await asyncio.sleep(0.2)
+    go.set()
+    joined = await asyncio.wait_for(resend, 10)
+    validate_responses_events(joined)
+    assert joined[0]["response"]["id"] == rid and joined[:3] == seen
+    assert len(upstream.requests) == 1
+    await until_done(client, rid)
+    again = await events_of(await client.responses.create(**turn, stream=True))
+    assert again == joined and len(upstream.requests) == 1  # just finished: still joined
+    upstream.reply(text_reply("other"))
+    other = await events_of(await client.responses.create(**{**turn, "input": "else"}, stream=True))
+    assert other[0]["response"]["id"] != rid and len(upstream.requests) == 2
+
+
+@pytest.mark.parametrize("proxy_overrides", [DETACHED])
+async def test_a_resend_before_the_first_turn_began_waits_for_it(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    from tests.fakes.upstream import SSEReply
+
+    go = asyncio.Event()
+    body = paced(delay=0.0).data
+    upstream.reply(SSEReply(body, holds={0: go}))  # the backend answers nothing yet
+    first = asyncio.create_task(events_of(await client.responses.create(model="m", input="hi", stream=True)))
+    await asyncio.sleep(0.2)
+    second = asyncio.create_task(events_of(await client.responses.create(model="m", input="hi", stream=True)))
+    await asyncio.sleep(0.2)
+    go.set()
+    a, b = await asyncio.wait_for(asyncio.gather(first, second), 10)
+    assert a == b and len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize("proxy_overrides", [DETACHED])
+async def test_a_failed_turn_is_not_joined(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
+    upstream.reply(paced(fail=True, delay=0.0))
+    with pytest.raises(openai.APIError):
+        await events_of(await client.responses.create(model="m", input="hi", stream=True))
+    upstream.reply(text_reply("fresh"))
+    events = await events_of(await client.responses.create(model="m", input="hi", stream=True))
+    assert events[-1]["type"] == "response.completed" and len(upstream.requests) == 2
+
+
+@pytest.mark.parametrize("proxy_overrides", [DETACHED])
+async def test_a_detached_turn_cannot_be_cancelled_as_a_background_one(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    upstream.reply(text_reply("done"))
+    events = await events_of(await client.responses.create(model="m", input="hi", stream=True))
+    with pytest.raises(openai.BadRequestError) as info:
+        await client.responses.cancel(events[0]["response"]["id"])
+    assert "background=true" in info.value.message
