@@ -11,9 +11,6 @@ without the pinned SDK it is skipped locally and fails in CI (``require_service`
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,37 +19,15 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.support.app_server import ProxyHandle
-from tests.support.services import require_service
+from tests.support.node_sdk import NODE_OPENAI_VERSION
 from tests.support.ws import FrameRecorder
 from tests.support.ws_replies import TOOLS, plain, text_reply, tool_reply, user
 
 pytestmark = pytest.mark.timeout(120)
 
-NODE_OPENAI_VERSION = "7.59.0"  # keep in sync with .ci/install-node-sdk.sh
-REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("node") / "responses_ws.cjs"
 GUARD = 60.0  # seconds: hang guard of one node run (node starts in under a second; each turn takes ms)
 MODEL = "gpt-4o"
-
-
-@pytest.fixture
-def node_sdk() -> Path:
-    """The directory .ci/install-node-sdk.sh installed the pinned SDK into."""
-    directory = Path(os.environ.get("CROSSFEED_NODE_OPENAI_DIR") or REPO / ".tools" / "node-openai")
-    pkg = directory / "node_modules" / "openai" / "package.json"
-    version = None
-    if pkg.is_file():
-        version = json.loads(pkg.read_text()).get("version")
-    if (
-        shutil.which("node") is None
-        or version != NODE_OPENAI_VERSION
-        or not (directory / "node_modules" / "ws" / "package.json").is_file()
-    ):
-        require_service(
-            f"the Node SDK openai@{NODE_OPENAI_VERSION}",
-            f"bash .ci/install-node-sdk.sh (found {version or 'nothing'} in {directory})",
-        )
-    return directory
 
 
 async def run_plan(
