@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
@@ -92,7 +93,7 @@ async def test_a_detached_turn_read_to_the_end_is_an_ordinary_stream(
 
 @pytest.mark.parametrize("proxy_overrides", [DETACHED])
 async def test_an_identical_resend_joins_the_running_turn_and_the_backend_sees_one_request(
-    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Any]
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Any], proxy: ProxyHandle
 ) -> None:
     reply, go = held()
     upstream.reply(reply)
@@ -113,6 +114,14 @@ async def test_an_identical_resend_joins_the_running_turn_and_the_backend_sees_o
     upstream.reply(text_reply("other"))
     other = await events_of(await client.responses.create(**{**turn, "input": "else"}, stream=True))
     assert other[0]["response"]["id"] != rid and len(upstream.requests) == 2
+    async with aiohttp.ClientSession() as http, http.get(f"{proxy.url}/metrics") as r:
+        metrics = await r.text()
+    for line in (
+        "crossfeed_runs_active 0.0",
+        'crossfeed_runs_total{status="completed"} 2.0',
+        "crossfeed_runs_joined_total 2.0",
+    ):
+        assert line in metrics.splitlines(), line
 
 
 @pytest.mark.parametrize("proxy_overrides", [DETACHED])

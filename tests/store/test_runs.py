@@ -117,3 +117,20 @@ async def test_redis_tells_the_waiter_of_a_cancel_at_once(redis_url: str, prefix
     finally:
         await a.close()
         await b.close()
+
+
+async def test_closing_a_memory_store_drops_its_runs_and_wakes_their_readers(make, backend) -> None:
+    from crossfeed.proxy.state.store.base import StoreError
+
+    if backend != "memory":
+        pytest.skip("the memory store's own close")
+    store = make()
+    await store.append_events("resp_c", [ev(0)])
+    await store.put_run("resp_c", {"status": "in_progress", "owner": None})
+    await store.remember("turn:x", "resp_c", 60)
+    waiting = asyncio.create_task(store.read_events("resp_c", 0, 30.0))
+    await asyncio.sleep(0.05)
+    await store.close()
+    with pytest.raises(StoreError):
+        await asyncio.wait_for(waiting, 2.0)  # woken at once, not after its 30 s
+    assert store._runs == {} and "_kv" not in store.__dict__

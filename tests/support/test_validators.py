@@ -87,8 +87,6 @@ RESPONSES_REJECTED = {
     # 2025-03 wire shape: no sequence_number at all.
     "openai-gpt4o-function-call-no-seq.sse": "missing or non-integer sequence_number",
     "openai-gpt4o-text-no-seq.sse": "missing or non-integer sequence_number",
-    # background mode: response.queued sits where response.in_progress belongs.
-    "openai-gpt4o-background-queued.sse": "event #1 must be response.in_progress",
     # trimmed by its source: events 1-3 and custom_tool_call_input.done are missing.
     "openai-gpt52codex-custom-tool-call.sse": "sequence_number 4 != 1",
     # built-in apply_patch item streams an event type outside the SDK union (node throws).
@@ -124,6 +122,17 @@ def test_openrouter_events_fail_on_rotated_temporary_ids() -> None:
     events = _data_frames(_read(RESP / "openrouter-gptoss20b-responses-raw-cot.sse"))
     with pytest.raises(StreamViolation, match=r"response.output\[0\] id 'rs_tmp_\w+' != streamed id"):
         validate_responses_events(events)
+
+
+def test_a_background_capture_with_its_queued_event_passes() -> None:
+    """OpenAI's background stream: response.created and response.queued (status queued), then
+    response.in_progress; a queued event anywhere else is refused."""
+    events = _data_frames(_read(RESP / "openai-gpt4o-background-queued.sse"))
+    assert [e["type"] for e in events[:3]] == ["response.created", "response.queued", "response.in_progress"]
+    validate_responses_events(events)
+    moved = _renumber([events[0], events[2], events[1], *events[3:]])
+    with pytest.raises(StreamViolation, match=r"response\.queued may only be the second event"):
+        validate_responses_events(moved)
 
 
 def test_background_capture_without_queued_event_passes() -> None:

@@ -237,6 +237,7 @@ class _ResponsesChecker:
         self.error_at: int | None = None
         self.pos = 0
         self.etype = ""
+        self.queued = False  # a response.queued came second (a background response waiting to start)
 
     def fail(self, message: str) -> NoReturn:
         raise StreamViolation(f"event #{self.pos} ({self.etype}): {message}")
@@ -278,8 +279,10 @@ class _ResponsesChecker:
             self.fail(f"unknown event type {etype!r} (openai-node throws on it)")
         if self.error_at is not None and etype != "response.failed":
             self.fail("an `error` event must be followed directly by response.failed")
-        if self.pos < 2 and etype != _OPENING[self.pos]:
+        if self.pos < 2 and etype != _OPENING[self.pos] and not (self.pos == 1 and etype == "response.queued"):
             self.fail(f"event #{self.pos} must be {_OPENING[self.pos]}")
+        if self.queued and self.pos == 2 and etype != "response.in_progress":
+            self.fail("event #2 must be response.in_progress (after response.queued)")
         if etype in _ITEM_FAMILY or etype in _INDEX_ONLY:
             self.scoped(event)
         else:
@@ -307,12 +310,20 @@ class _ResponsesChecker:
         self.opening(event)
 
     def on_in_progress(self, event: dict) -> None:
-        if self.pos != 1:
-            self.fail("response.in_progress may only be the second event")
+        if self.pos != (2 if self.queued else 1):
+            self.fail("response.in_progress may only be the second event (the third after response.queued)")
         self.opening(event)
 
     def on_queued(self, event: dict) -> None:
-        self.fail("response.queued is out of place (crossfeed never runs in background mode)")
+        """A background response may wait to start: response.created, response.queued (status
+        queued), then response.in_progress. (crossfeed's runs start at once, in_progress: it
+        sends none, but a stream that has one in its place is valid.)"""
+        if self.pos != 1:
+            self.fail("response.queued may only be the second event, right after response.created")
+        self.opening(event)
+        if event["response"].get("status") != "queued":
+            self.fail(f"response.queued with status {event['response'].get('status')!r}, expected 'queued'")
+        self.queued = True
 
     def opening(self, event: dict) -> None:
         response = self.lifecycle_response(event)

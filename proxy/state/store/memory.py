@@ -174,6 +174,11 @@ class MemoryStore(ResponseStore):
         self._holders.clear()
         self._keys_of.clear()
         self._bytes = 0
+        for run in self._runs.values():  # (a reader waiting on a log wakes to the closed store)
+            if run.grew is not None:
+                run.grew.set()
+        self._runs.clear()
+        self.__dict__.pop("_kv", None)
 
     # -- background runs (store/base.py) -----------------------------------------------------
 
