@@ -203,7 +203,8 @@ def launch(turn: Turn, body: dict[str, Any]) -> Run:
     async def open_sink() -> LogSink:
         return run.sink
 
-    run.task = asyncio.get_running_loop().create_task(_drive(run, turn, body, open_sink))
+    # (streamed from the backend whatever the create's own ``stream``: the run is a stream)
+    run.task = asyncio.get_running_loop().create_task(_drive(run, turn, {**body, "stream": True}, open_sink))
     app[RUNS].add(run)
     run.task.add_done_callback(lambda _: app[RUNS].discard(run))
     return run

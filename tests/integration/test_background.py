@@ -64,7 +64,7 @@ async def test_resuming_after_n_gives_exactly_the_events_after_n_mid_run_and_aft
     upstream.reply(reply)
     created = await sdk.responses.create(model="m", input="hi", background=True)
 
-    assert len(upstream.requests) == 1
+    assert len(upstream.requests) == 1 and upstream.requests[0].body["stream"] is True  # (the run is a stream)
     mid = asyncio.create_task(events_of(await sdk.responses.retrieve(created.id, stream=True, starting_after=3)))
     await asyncio.sleep(0.3)
     assert not mid.done()  # the run is held: the reader waits for live events
