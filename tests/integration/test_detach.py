@@ -161,3 +161,41 @@ async def test_a_detached_turn_cannot_be_cancelled_as_a_background_one(
     with pytest.raises(openai.BadRequestError) as info:
         await client.responses.cancel(events[0]["response"]["id"])
     assert "background=true" in info.value.message
+
+
+async def test_a_resend_to_another_process_on_the_same_store_joins_and_another_key_does_not(
+    upstream: FakeUpstream, tmp_path: Any, captured: list[Any]
+) -> None:
+    """Two instances on one SQLite file: the resend reaching the other one joins the turn from
+    the store (its log, not this process's memory); another inbound key's identical turn runs."""
+    from tests.support.app_server import running_proxy
+    from tests.support.clients import sdk_client
+
+    keys = {"ALICE_KEY": "sk-alice-0f9e8d", "BOB_KEY": "sk-bob-7a6b5c"}
+    settings = {
+        "upstream.base_url": upstream.base_url,
+        "store.data_dir": str(tmp_path / "data"),
+        "runs.detach_on_disconnect": True,
+        "server.inbound_keys": [{"name": "alice", "key_env": "ALICE_KEY"}, {"name": "bob", "key_env": "BOB_KEY"}],
+    }
+    reply, go = held()
+    upstream.reply(reply)
+    async with running_proxy(settings, dict(keys)) as one, running_proxy(settings, dict(keys)) as two:
+        first, second = sdk_client(one.base_url, captured), sdk_client(two.base_url, captured)
+        bob = sdk_client(two.base_url, captured)
+        first.api_key = second.api_key = keys["ALICE_KEY"]
+        bob.api_key = keys["BOB_KEY"]
+        seen = await first_events(await first.responses.create(model="m", input="hi", stream=True), 3)
+        captured.clear()
+        joined = asyncio.create_task(events_of(await second.responses.create(model="m", input="hi", stream=True)))
+        await asyncio.sleep(0.3)
+        assert not joined.done() and two.app[LIVE] == {}  # a reader of one's run, from the store
+        go.set()
+        events = await asyncio.wait_for(joined, 10)
+        validate_responses_events(events)
+        assert events[:3] == seen and len(upstream.requests) == 1
+        upstream.reply(text_reply("bob's own"))
+        own = await events_of(await bob.responses.create(model="m", input="hi", stream=True))
+        assert own[0]["response"]["id"] != seen[0]["response"]["id"] and len(upstream.requests) == 2
+        for c in (first, second, bob):
+            await c.close()
