@@ -199,3 +199,18 @@ async def test_a_resend_to_another_process_on_the_same_store_joins_and_another_k
         assert own[0]["response"]["id"] != seen[0]["response"]["id"] and len(upstream.requests) == 2
         for c in (first, second, bob):
             await c.close()
+
+
+@pytest.mark.parametrize("proxy_overrides", [DETACHED])
+async def test_a_backend_refusing_the_turn_is_its_own_error_and_the_resend_runs(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream
+) -> None:
+    from tests.fakes.upstream import JSONReply
+
+    upstream.reply(JSONReply({"error": {"message": "no such model"}}, status=404))
+    with pytest.raises(openai.APIStatusError) as info:
+        await client.responses.create(model="m", input="hi", stream=True)
+    assert info.value.status_code == 404
+    upstream.reply(text_reply("now"))
+    events = await events_of(await client.responses.create(model="m", input="hi", stream=True))
+    assert events[-1]["type"] == "response.completed" and len(upstream.requests) == 2
