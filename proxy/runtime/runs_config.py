@@ -26,7 +26,7 @@ class Runs(BaseModel):
     join_seconds: int = Field(
         600,
         ge=1,
-        description="how long after its start (and after its end) a detached turn is joined by an identical resend",
+        description="how long after its end a detached turn is still joined by an identical resend (while it runs: always)",
     )
 
     @model_validator(mode="after")

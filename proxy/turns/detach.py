@@ -8,7 +8,7 @@ turn, and ``GET /v1/responses/{id}?stream=true&starting_after=N`` resumes it.
 fingerprint in the store's shared map (``remember``): a hash of the inbound key's name and the
 request's model, ``previous_response_id``, ``conversation``, input, instructions, tools and
 sampling fields, naming the run. The same key sending the identical turn while the run is going
-on, or within ``[runs] join_seconds`` of its start or end, joins it: its events from the first,
+on (up to a day), or within ``[runs] join_seconds`` of its end, joins it: its events from the first,
 and the backend is not asked again. In this process a resend that comes before the first turn's
 Response has begun waits for it (the fingerprint is only written once its id is known). A run
 that failed or was cancelled is not joined.
@@ -59,6 +59,9 @@ SAME_TURN = (
 )
 NOT_JOINED = frozenset({"failed", "cancelled"})
 STORE_WAIT = 2.0  # at most this long for the store's map: past it the turn is not joined
+# While a run goes on its fingerprint stays (its end replaces it with one of ``join_seconds``; a
+# run whose process died is ended failed by its readers, and a failed run is not joined).
+RUNNING_SECONDS = 24 * 3600
 # Turns of this process whose Response has not begun yet: (app, fingerprint) -> its run id.
 _STARTING: dict[tuple[int, str], asyncio.Future[str]] = {}
 
@@ -107,7 +110,7 @@ async def create(request: web.Request, body: dict[str, Any], turn: Turn) -> web.
     finally:
         if _STARTING.get(key) is starting:
             del _STARTING[key]
-    await _remember(app, name, response["id"])
+    await _remember(app, name, response["id"], RUNNING_SECONDS)
     return await stream_run(request, response["id"], -1)
 
 
@@ -134,10 +137,11 @@ async def _joinable(app: web.Application, name: str) -> str | None:
     return rid
 
 
-async def _remember(app: web.Application, name: str, run_id: str | None) -> None:
-    """Keep the turn's fingerprint for ``join_seconds`` from now (best effort)."""
+async def _remember(app: web.Application, name: str, run_id: str | None, seconds: int = 0) -> None:
+    """Keep the turn's fingerprint for ``join_seconds`` from now, or ``seconds`` when longer
+    (best effort)."""
     if run_id is None:
         return
     with contextlib.suppress(StoreError, TimeoutError):
         async with asyncio.timeout(STORE_WAIT):
-            await app[STORE].remember(name, run_id, app[CONFIG].runs.join_seconds)
+            await app[STORE].remember(name, run_id, max(seconds, app[CONFIG].runs.join_seconds))

@@ -214,3 +214,22 @@ async def test_a_backend_refusing_the_turn_is_its_own_error_and_the_resend_runs(
     upstream.reply(text_reply("now"))
     events = await events_of(await client.responses.create(model="m", input="hi", stream=True))
     assert events[-1]["type"] == "response.completed" and len(upstream.requests) == 2
+
+
+@pytest.mark.parametrize("proxy_overrides", [{**DETACHED, "runs.join_seconds": 1}])
+async def test_a_running_turn_is_joined_however_long_it_runs_and_an_ended_one_for_join_seconds(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, captured: list[Any]
+) -> None:
+    reply, go = held()
+    upstream.reply(reply)
+    seen = await first_events(await client.responses.create(model="m", input="hi", stream=True), 3)
+    captured.clear()
+    await asyncio.sleep(1.5)  # past join_seconds, still running
+    joined = asyncio.create_task(events_of(await client.responses.create(model="m", input="hi", stream=True)))
+    await asyncio.sleep(0.1)
+    go.set()
+    assert (await asyncio.wait_for(joined, 10))[:3] == seen and len(upstream.requests) == 1
+    await asyncio.sleep(1.5)  # past join_seconds after its end
+    upstream.reply(text_reply("fresh"))
+    fresh = await events_of(await client.responses.create(model="m", input="hi", stream=True))
+    assert fresh[0]["response"]["id"] != seen[0]["response"]["id"] and len(upstream.requests) == 2
