@@ -8,7 +8,7 @@ proxy/turns/background.py's; reading it (``GET``, resumed streams) is proxy/stat
 - Cancel: a run not ended gets its cancel flag (the process running it, wherever it is, ends it
   ``cancelled`` within ``[runs] cancel_poll_seconds``); the answer waits for the run's end and is
   its Response. A run already ended is answered unchanged. A response that was not created in
-  background: 400 naming it.
+  background (a detached streamed turn, proxy/turns/detach.py, included): 400 naming it.
 """
 
 from __future__ import annotations
