@@ -5,7 +5,8 @@ The run is the ordinary create (``forward.respond``) streamed into a ``LogSink``
 one JSON document per event (the WebSocket sink's rendering, JSON framing) and appends them to the
 run's log (``ResponseStore.append_events``), keeping the run's state record (proxy/state/runs.py)
 up to date at the Response's start, at each finished output item and at its end. A plain turn
-never meets any of it: only a background create opens a ``LogSink``.
+never meets any of it: only a background create (or, with ``[runs] detach_on_disconnect``, a
+detached streamed one: proxy/turns/detach.py) opens a ``LogSink``.
 
 While it runs, a watcher renews the run's lease every ``[runs] renew_seconds`` and checks its
 cancel flag every ``cancel_poll_seconds``. A cancel raises ``Cancelled`` into the relay's upstream
@@ -125,7 +126,8 @@ class Run:
             return
         self.ended = True
         try:
-            await end_run(self.store, self.id, self.state(), code, message, cancelled=cancelled)
+            if await end_run(self.store, self.id, self.state(), code, message, cancelled=cancelled):
+                self.response = {**self.response, "status": "cancelled" if cancelled else "failed"}
         except StoreError as exc:
             log.warning("run.end_failed", response_id=self.id, error=str(exc))
 

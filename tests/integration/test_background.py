@@ -107,7 +107,7 @@ async def test_a_streamed_background_create_is_a_reader_of_the_log_and_the_run_o
 
 
 async def test_cancel_ends_the_run_cancelled_closes_the_upstream_and_is_idempotent(
-    sdk: openai.AsyncOpenAI, upstream: FakeUpstream
+    sdk: openai.AsyncOpenAI, upstream: FakeUpstream, proxy: Any
 ) -> None:
     reply, _ = held()  # never let go: only a cancel ends it
     upstream.reply(reply)
@@ -127,6 +127,13 @@ async def test_cancel_ends_the_run_cancelled_closes_the_upstream_and_is_idempote
     validate_responses_events(events)
     assert events[-1]["type"] == "response.failed" and events[-1]["response"]["status"] == "cancelled"
     assert (await sdk.responses.retrieve(created.id)).status == "cancelled"
+
+    async def counted() -> bool:  # (the run's task ends just after its terminal event is logged)
+        async with aiohttp.ClientSession() as http, http.get(f"{proxy.url}/metrics") as r:
+            metrics = (await r.text()).splitlines()
+        return 'crossfeed_runs_total{status="cancelled"} 1.0' in metrics and "crossfeed_runs_active 0.0" in metrics
+
+    await until(counted, 5)
 
 
 async def test_cancelling_a_finished_run_answers_it_unchanged(sdk: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
