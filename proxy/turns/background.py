@@ -71,7 +71,9 @@ class Run:
         self.cancelling = False
         self.lost = False  # another process took the lease: write nothing more
         self.live = LiveLog()  # what it wrote, for this process's readers (proxy/state/runs.py)
-        self.on_end: Callable[[Run], Awaitable[None]] | None = None  # (proxy/turns/detach.py)
+        # (proxy/turns/detach.py) after its first event is logged, and after its end
+        self.on_begin: Callable[[Run], Awaitable[None]] | None = None
+        self.on_end: Callable[[Run], Awaitable[None]] | None = None
 
     def state(self) -> dict[str, Any]:
         status = self.response.get("status") or "queued"
@@ -86,6 +88,8 @@ class Run:
         await self.store.put_run(response["id"], self.state())
         self.app[LIVE][response["id"]] = self.live
         self.watcher = asyncio.get_running_loop().create_task(self._watch())
+        if self.on_begin is not None:
+            await self.on_begin(self)
 
     async def write(self, docs: list[bytes]) -> None:
         """Log a payload of events, then the state when it changed (start, an item done, the end)."""

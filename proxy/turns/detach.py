@@ -92,26 +92,27 @@ async def create(request: web.Request, body: dict[str, Any], turn: Turn) -> web.
         return await stream_run(request, joined, -1)
     key = (id(app), name)
     starting: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    starting.add_done_callback(lambda f: f.cancelled() or f.exception())
-    _STARTING.setdefault(key, starting)
-    try:
-        run = background.launch(turn, body)
-        run.on_end = lambda ended: _remember(app, name, ended.id)
-        response = await asyncio.shield(run.started)
-        if not starting.done():
-            starting.set_result(response["id"])
-    except BaseException as exc:
-        if not starting.done():
-            if isinstance(exc, Exception):
-                starting.set_exception(exc)
-            else:
-                starting.cancel()
-        raise
-    finally:
-        if _STARTING.get(key) is starting:
-            del _STARTING[key]
-    await _remember(app, name, response["id"], RUNNING_SECONDS)
+    _STARTING[key] = starting
+    run = background.launch(turn, body)
+    # (the run remembers its fingerprint itself, before its Response is handed out: a client
+    # that leaves before that changes nothing)
+    run.on_begin = lambda begun: _remember(app, name, begun.id, RUNNING_SECONDS)
+    run.on_end = lambda ended: _remember(app, name, ended.id)
+    run.started.add_done_callback(lambda started: _settle(key, starting, started))
+    response = await asyncio.shield(run.started)
     return await stream_run(request, response["id"], -1)
+
+
+def _settle(key: tuple[int, str], starting: asyncio.Future[str], started: asyncio.Future[dict[str, Any]]) -> None:
+    """The run began (its id, and its fingerprint is in the store by now) or failed first."""
+    if _STARTING.get(key) is starting:
+        del _STARTING[key]
+    if starting.done():
+        return
+    if started.cancelled() or started.exception() is not None:
+        starting.cancel()
+    else:
+        starting.set_result(str(started.result()["id"]))
 
 
 async def _joinable(app: web.Application, name: str) -> str | None:
@@ -119,10 +120,10 @@ async def _joinable(app: web.Application, name: str) -> str | None:
     for), or remembered, visible to this key, not failed or cancelled."""
     starting = _STARTING.get((id(app), name))
     if starting is not None:
-        try:
-            return await asyncio.shield(starting)
-        except Exception:
+        await asyncio.wait([starting])
+        if starting.cancelled():
             return None  # (it failed before it began: this one runs on its own)
+        return starting.result()
     try:
         async with asyncio.timeout(STORE_WAIT):
             rid = await app[STORE].recall(name)
