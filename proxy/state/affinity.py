@@ -6,7 +6,8 @@ So a turn's *key* names its conversation, first found of:
 
   ``conversation``               the Conversations API's id                       ``conv:<id>``
   ``previous_response_id``       the root of its chain (stored as each Response    the root's key
-                                 is saved, ``root:<response id>``)
+                                 is saved, ``root:<response id>``; a chain of
+                                 unstored responses: the next two keys)
   ``session_id`` header          Codex's session (``session-id`` too)              ``session:<id>``
   ``prompt_cache_key``           the client's own cache key                        ``cache:<key>``
 
@@ -52,6 +53,7 @@ class Affinity:
     key: str | None  # conv:/session:/cache: (previous_response_id's root is found later)
     previous: str | None  # previous_response_id, when no conversation names the turn
     pinned: str | None  # the replica an x-codex-turn-state names
+    fallback: str | None = None  # session:/cache:, when previous_response_id's chain has no root
     resolved: bool = False
     replica: str | None = None  # the replica the key had (then: the one that served this turn)
 
@@ -74,14 +76,17 @@ def begin(upstream: Upstream, body: Mapping[str, Any] | None, headers: Mapping[s
     if isinstance(conversation, dict):
         conversation = conversation.get("id")
     previous = _text(body.get("previous_response_id"))
+    session = _text(headers.get("session_id")) or _text(headers.get("session-id"))
+    cache = _text(body.get("prompt_cache_key"))
+    named = f"session:{session}" if session else f"cache:{cache}" if cache else None
     key: str | None = None
     if _text(conversation):
         key = f"conv:{conversation}"
     elif previous is None:
-        session = _text(headers.get("session_id")) or _text(headers.get("session-id"))
-        cache = _text(body.get("prompt_cache_key"))
-        key = f"session:{session}" if session else f"cache:{cache}" if cache else None
+        key = named
     aff = Affinity(upstream.name, upstream.affinity_ttl_seconds, key, previous if key is None else None, None)
+    if aff.previous is not None:
+        aff.fallback = named
     aff.pinned = read_turn_state(headers.get(TURN_STATE_HEADER), upstream.name)
     CURRENT.set(aff)
     return aff
@@ -92,7 +97,9 @@ async def preferred(app: web.Application, aff: Affinity) -> str | None:
     if not aff.resolved:
         aff.resolved = True
         if aff.previous is not None:
-            aff.key = await _recall(app, f"root:{aff.previous}") or f"resp:{aff.previous}"
+            # a chain of unstored responses (``store: false``, e.g. Codex's WebSocket frames)
+            # has no root kept: its session or cache key names it then
+            aff.key = await _recall(app, f"root:{aff.previous}") or aff.fallback or f"resp:{aff.previous}"
         if aff.key is not None:
             aff.replica = await _recall(app, f"affinity:{aff.upstream}:{aff.key}")
     return aff.pinned or aff.replica

@@ -1,0 +1,121 @@
+"""The real Codex CLI through crossfeed whose upstream is a pool of two fake chat replicas.
+
+Codex runs a task of several requests (two shell commands, then the answer built from their
+output), then ``codex exec resume --last`` adds a turn in a new Codex process. Every request of
+the session must reach ONE replica, in both of Codex's configurations (tests/e2e/test_codex.py):
+
+- ``provider`` (HTTP and SSE): each POST's answer carries the ``x-codex-turn-state`` crossfeed
+  minted, and Codex 0.171 sends it back on the next POSTs of the same turn (the requests after a
+  tool call), so those are pinned to the replica it names. A new turn (the ``resume``) starts with
+  no turn state: Codex keeps it per turn only; that turn reaches the same replica through its
+  ``session-id`` header (the affinity key, kept in the store).
+- ``openai_base_url`` (WebSocket): the frames of a socket carry no headers, and crossfeed's 101
+  answer carries no ``x-codex-turn-state`` (docs/DESIGN.md "Pools"); every turn on the socket is
+  keyed by the handshake's ``session-id`` (the prewarm, which does not reach the backend, roots the
+  ``previous_response_id`` chain of the frames after it), so all reach the same replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from crossfeed.proxy.app import create_app
+from crossfeed.proxy.http.server import make_runner
+from crossfeed.proxy.state import affinity
+from crossfeed.translators.ids import SequentialIds
+from tests.e2e import codex_support as cx
+from tests.e2e.test_codex import calls, text, tool_outputs
+from tests.fakes.upstream import FakeUpstream
+from tests.faults.pool_harness import pool_config, replicas, served
+from tests.support.app_server import ProxyHandle
+
+pytestmark = [pytest.mark.codex, pytest.mark.timeout(400)]
+
+codex_bin = pytest.fixture(autouse=True)(cx.codex_binary_or_skip)
+
+
+class Seen:
+    """What crossfeed got and answered on its Responses routes (its ``on_response_prepare``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    async def __call__(self, request: web.Request, response: web.StreamResponse) -> None:
+        if request.path.startswith("/v1/responses"):
+            self.requests.append(
+                {
+                    "method": request.method,
+                    "status": response.status,
+                    "sent": request.headers.get(affinity.TURN_STATE_HEADER),
+                    "minted": response.headers.get(affinity.TURN_STATE_HEADER),
+                    "replica": response.headers.get(affinity.REPLICA_HEADER),
+                }
+            )
+
+
+async def pooled_proxy(tmp_path: Path, urls: list[str], seen: Seen) -> AsyncIterator[ProxyHandle]:
+    config = pool_config(tmp_path, urls, store="sqlite", model=cx.FALLBACK_MODEL)
+    app = create_app(config, environ={}, ids=SequentialIds(), clock=lambda: 1_700_000_000)
+    app.on_response_prepare.append(seen)
+    runner = make_runner(app, config)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    handle = ProxyHandle(f"http://127.0.0.1:{port}", app, config, runner)
+    try:
+        yield handle
+    finally:
+        await handle.stop()
+
+
+def script(fake: FakeUpstream) -> None:
+    """Two shell commands, the answer from their outputs, then the resumed turn's answer."""
+    fake.reply(
+        calls(("call_a", "exec_command", {"cmd": "echo alpha-$((6*7))"})),
+        calls(("call_b", "exec_command", {"cmd": "echo beta-$((7*8))"})),
+        lambda req: text(f"Outputs: {'alpha' if 'alpha-42' in str(tool_outputs(req)) else '?'} done."),
+        text("Second turn answered."),
+    )
+
+
+@pytest.mark.parametrize("setup", ["provider", "openai_base_url"])
+async def test_a_codex_session_stays_on_one_replica(tmp_path: Path, setup: str) -> None:
+    seen = Seen()
+    async with replicas(2) as fakes:
+        for fake in fakes:
+            script(fake)
+        async for proxy in pooled_proxy(tmp_path, [f.base_url for f in fakes], seen):
+            home, work = tmp_path / "home", tmp_path / "work"
+            work.mkdir()
+            write = cx.write_codex_home if setup == "provider" else cx.write_codex_home_builtin
+            env = write(home, base_url=proxy.base_url, model=cx.FALLBACK_MODEL)
+            first = await asyncio.to_thread(cx.run_codex_exec, "run both", cwd=work, env=env, ephemeral=False)
+            assert first.returncode == 0, first.stderr[-3000:]
+            assert cx.agent_messages(cx.parse_events(first.stdout))[-1] == "Outputs: alpha done."
+            second = await asyncio.to_thread(cx.run_codex_exec, "again", cwd=work, env=env, resume_last=True)
+            assert second.returncode == 0, second.stderr[-3000:]
+            assert cx.agent_messages(cx.parse_events(second.stdout))[-1] == "Second turn answered."
+            out = first.stdout + first.stderr + second.stdout + second.stderr
+            assert "Reconnecting" not in out and "Falling back" not in out, out[-3000:]
+
+    counts = served(fakes)
+    assert sorted(counts) == [0, 4], counts  # 3 requests of the first turn, 1 of the second
+    chosen = f"gpu/{counts.index(4)}"
+    if setup == "provider":
+        posts = [r for r in seen.requests if r["method"] == "POST"]
+        assert len(posts) == 4 and all(r["replica"] == chosen for r in posts), posts
+        token = affinity.turn_state(chosen)
+        assert all(r["minted"] == token for r in posts)
+        # sent back within a turn (after each tool call), not at a turn's start
+        assert [r["sent"] for r in posts] == [None, token, token, None], posts
+    else:
+        assert all(r["method"] == "GET" for r in seen.requests), seen.requests
+        # the 101 answers carry no turn state, and Codex sends none on its handshakes
+        assert all(r["status"] == 101 and r["minted"] is None and r["sent"] is None for r in seen.requests)
