@@ -31,6 +31,7 @@ from crossfeed.proxy.errors import (
 from crossfeed.proxy.runtime.config import Timeouts, Upstream
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.turn_trace import log_request, log_response, shown_url
+from crossfeed.proxy.state import affinity_hints
 
 log = structlog.get_logger("crossfeed")
 
@@ -170,6 +171,8 @@ async def open_upstream(
     (the upstream key) are cut out of its message, since some servers quote the key they got.
     """
     url = up.base_url + path
+    if up.forwards_affinity:  # a router's sticky-session hint (proxy/state/affinity_hints.py)
+        body, headers = await affinity_hints.with_hint(up, body, headers)
     debug = TRACE.debug  # read once per call; never on the per-chunk path
     if debug:
         log_request(up, url, body, headers, secrets)

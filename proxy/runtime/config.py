@@ -52,7 +52,7 @@ class Timeouts(_Model):
 
 
 class Upstream(PoolKeys):
-    """One backend; its pool keys (``base_urls``, failover, continuation) are ``PoolKeys``'."""
+    """One backend; its pool keys (``base_urls``, failover, continuation) and affinity hints are ``PoolKeys``'."""
 
     name: str = "default"
     base_url: str = "http://127.0.0.1:8000/v1"
@@ -102,6 +102,7 @@ class Upstream(PoolKeys):
         description="api = responses: chat request fields the backend lacks (seed, logit_bias, ...) that are "
         "dropped and logged instead of answered with a 400",
     )
+    # A pool of replicas (base_urls, retries, ...) and affinity hints: proxy/runtime/pool_config.py.
 
     @field_validator("base_url", "tokenize_url")
     @classmethod

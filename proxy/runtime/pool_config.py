@@ -1,11 +1,14 @@
 """The pool keys of an ``[[upstreams]]`` entry (README "Pools"; proxy/runtime/pool.py): the
 replicas, how calls fail over among them before the first byte, and whether a replica that dies
 in the middle of an answer is continued on another one (README "Continuation"). ``Upstream``
-(config.py) extends ``PoolKeys``; these apply only to a pool.
+(config.py) extends ``PoolKeys``; these apply only to a pool. Beside them, the affinity hints an
+upstream (pooled or not) forwards to a backend that routes by them (README "Affinity hints";
+proxy/state/affinity_hints.py).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,6 +18,53 @@ Prefill = Literal["trailing_assistant", "continue_final_message"]
 # The pool keys that need a pool (base_urls or a fallback); the continuation ones need base_urls.
 POOL_KEYS = ("retries", "retry_deadline_seconds", "failures_before_cooldown", "cooldown_seconds")
 CONTINUATION_KEYS = ("continue_on_failure", "prefill", "max_continuations")
+
+# Headers crossfeed itself sets on an upstream call, or that name the connection: never a hint's.
+_RESERVED_HEADERS = frozenset(
+    {
+        "authorization",
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "accept",
+        "accept-encoding",
+        "host",
+        "connection",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+        "proxy-authorization",
+        "cookie",
+    }
+)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# Body fields a call is made of: a hint never replaces one.
+_RESERVED_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "input",
+        "instructions",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "max_tokens",
+        "max_completion_tokens",
+        "max_output_tokens",
+        "previous_response_id",
+        "conversation",
+        "store",
+        "response_format",
+        "text",
+        "reasoning",
+        "include",
+    }
+)
 
 
 class PoolKeys(BaseModel):
@@ -53,6 +103,15 @@ class PoolKeys(BaseModel):
     )
     max_continuations: int = Field(1, ge=1, le=2, description="pool: continuations of one turn at most")
 
+    # Any upstream (README "Affinity hints"; proxy/state/affinity_hints.py).
+    affinity_header: str | None = Field(
+        None,
+        description="a header each call carries the turn's affinity key in (hashed), for a router that routes by it",
+    )
+    affinity_field: str | None = Field(
+        None, description="a top-level body field each call carries the turn's affinity key in (hashed)"
+    )
+
     @field_validator("base_urls")
     @classmethod
     def _urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -63,6 +122,28 @@ class PoolKeys(BaseModel):
         if len(set(urls)) != len(urls):
             raise ValueError("a URL is listed twice")
         return urls
+
+    @field_validator("affinity_header")
+    @classmethod
+    def _hint_header(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        if not _TOKEN.fullmatch(v):
+            raise ValueError(f"{v!r} is not a header name (letters, digits and -, at most 100)")
+        if v.lower() in _RESERVED_HEADERS:
+            raise ValueError(f"{v} is a header crossfeed or HTTP sets itself: name another (e.g. x-session-id)")
+        return v
+
+    @field_validator("affinity_field")
+    @classmethod
+    def _hint_field(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        if not _FIELD.fullmatch(v):
+            raise ValueError(f"{v!r} is not a body field name (a letter or _, then letters, digits or _)")
+        if v in _RESERVED_FIELDS:
+            raise ValueError(f"{v} is part of every call: name another field (e.g. user, prompt_cache_key)")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -85,3 +166,8 @@ class PoolKeys(BaseModel):
         if self.continue_on_failure and (len(self.base_urls) < 2 or api != "chat"):
             return 'continue_on_failure needs a pool of chat replicas (api = "chat", two base_urls or more)'
         return None
+
+    @property
+    def forwards_affinity(self) -> bool:
+        """Its calls carry the turn's affinity key (``affinity_header``/``affinity_field``)."""
+        return self.affinity_header is not None or self.affinity_field is not None

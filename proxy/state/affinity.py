@@ -54,6 +54,7 @@ class Affinity:
     previous: str | None  # previous_response_id, when no conversation names the turn
     pinned: str | None  # the replica an x-codex-turn-state names
     fallback: str | None = None  # session:/cache:, when previous_response_id's chain has no root
+    app: web.Application | None = None  # the turn's (its key's chain is looked up in its store)
     resolved: bool = False
     replica: str | None = None  # the replica the key had (then: the one that served this turn)
 
@@ -67,9 +68,12 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def begin(upstream: Upstream, body: Mapping[str, Any] | None, headers: Mapping[str, str]) -> Affinity | None:
-    """The turn's affinity (set as ``CURRENT``): None unless ``upstream`` is a pool."""
-    if not upstream.pooled or body is None:
+def begin(
+    upstream: Upstream, body: Mapping[str, Any] | None, headers: Mapping[str, str], app: web.Application | None = None
+) -> Affinity | None:
+    """The turn's affinity (set as ``CURRENT``): None unless ``upstream`` is a pool or forwards
+    affinity hints (proxy/state/affinity_hints.py)."""
+    if not (upstream.pooled or upstream.forwards_affinity) or body is None:
         CURRENT.set(None)
         return None
     conversation = body.get("conversation")
@@ -84,7 +88,7 @@ def begin(upstream: Upstream, body: Mapping[str, Any] | None, headers: Mapping[s
         key = f"conv:{conversation}"
     elif previous is None:
         key = named
-    aff = Affinity(upstream.name, upstream.affinity_ttl_seconds, key, previous if key is None else None, None)
+    aff = Affinity(upstream.name, upstream.affinity_ttl_seconds, key, previous if key is None else None, None, app=app)
     if aff.previous is not None:
         aff.fallback = named
     aff.pinned = read_turn_state(headers.get(TURN_STATE_HEADER), upstream.name)

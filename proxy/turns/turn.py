@@ -61,8 +61,8 @@ def new_turn(
 ) -> Turn:
     """The turn of a request (or of a WebSocket frame) whose body routes to ``upstream``; on a
     pool, ``body`` and ``headers`` give its affinity (proxy/state/affinity.py)."""
-    if upstream.pooled or affinity.CURRENT.get() is not None:
-        affinity.begin(upstream, body, headers)
+    if upstream.pooled or upstream.forwards_affinity or affinity.CURRENT.get() is not None:
+        affinity.begin(upstream, body, headers, app)
     return Turn(
         app, app[CONFIG], app[SESSION], app[IDS], app[CLOCK], app[SEAL], upstream, headers, KEY_NAME.get() or "", log
     )

@@ -18,22 +18,20 @@ the session must reach ONE replica, in both of Codex's configurations (tests/e2e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from crossfeed.proxy.app import create_app
-from crossfeed.proxy.http.server import make_runner
 from crossfeed.proxy.state import affinity
 from crossfeed.translators.ids import SequentialIds
 from tests.e2e import codex_support as cx
-from tests.e2e.test_codex import calls, text, tool_outputs
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Recorded
 from tests.faults.pool_harness import pool_config, replicas, served
-from tests.support.app_server import ProxyHandle
+from tests.support.app_server import running_proxy
+from tests.support.chat_replies import call_reply, text_reply
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(400)]
 
@@ -59,29 +57,17 @@ class Seen:
             )
 
 
-async def pooled_proxy(tmp_path: Path, urls: list[str], seen: Seen) -> AsyncIterator[ProxyHandle]:
-    config = pool_config(tmp_path, urls, store="sqlite", model=cx.FALLBACK_MODEL)
-    app = create_app(config, environ={}, ids=SequentialIds(), clock=lambda: 1_700_000_000)
-    app.on_response_prepare.append(seen)
-    runner = make_runner(app, config)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    handle = ProxyHandle(f"http://127.0.0.1:{port}", app, config, runner)
-    try:
-        yield handle
-    finally:
-        await handle.stop()
+def tool_outputs(req: Recorded) -> str:
+    return " ".join(str(m["content"]) for m in req.body["messages"] if m.get("role") == "tool")
 
 
 def script(fake: FakeUpstream) -> None:
     """Two shell commands, the answer from their outputs, then the resumed turn's answer."""
     fake.reply(
-        calls(("call_a", "exec_command", {"cmd": "echo alpha-$((6*7))"})),
-        calls(("call_b", "exec_command", {"cmd": "echo beta-$((7*8))"})),
-        lambda req: text(f"Outputs: {'alpha' if 'alpha-42' in str(tool_outputs(req)) else '?'} done."),
-        text("Second turn answered."),
+        call_reply("call_a", "exec_command", json.dumps({"cmd": "echo alpha-$((6*7))"})),
+        call_reply("call_b", "exec_command", json.dumps({"cmd": "echo beta-$((7*8))"})),
+        lambda req: text_reply(f"Outputs: {'alpha' if 'alpha-42' in tool_outputs(req) else '?'} done."),
+        text_reply("Second turn answered."),
     )
 
 
@@ -91,7 +77,12 @@ async def test_a_codex_session_stays_on_one_replica(tmp_path: Path, setup: str) 
     async with replicas(2) as fakes:
         for fake in fakes:
             script(fake)
-        async for proxy in pooled_proxy(tmp_path, [f.base_url for f in fakes], seen):
+        config = pool_config(tmp_path, [f.base_url for f in fakes], store="sqlite", model=cx.FALLBACK_MODEL)
+
+        def watch(app: web.Application) -> None:
+            app.on_response_prepare.append(seen)
+
+        async with running_proxy(config, before_start=watch, ids=SequentialIds(), clock=lambda: 1_700_000_000) as proxy:
             home, work = tmp_path / "home", tmp_path / "work"
             work.mkdir()
             write = cx.write_codex_home if setup == "provider" else cx.write_codex_home_builtin

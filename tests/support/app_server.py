@@ -9,7 +9,7 @@ a moment of their own (``await handle.stop()``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,13 +42,20 @@ def proxy_config(config: Config | Mapping[str, Any]) -> Config:
 
 
 async def start_proxy(
-    config: Config | Mapping[str, Any], environ: dict[str, str] | None = None, **app_kwargs: Any
+    config: Config | Mapping[str, Any],
+    environ: dict[str, str] | None = None,
+    *,
+    before_start: Callable[[web.Application], None] | None = None,
+    **app_kwargs: Any,
 ) -> ProxyHandle:
     """The app of ``config`` (or of dotted settings) serving on 127.0.0.1 on a free port;
     ``environ`` is the environment it reads keys from (none by default), ``app_kwargs`` go to
-    ``create_app`` (ids, clock, ...)."""
+    ``create_app`` (ids, clock, ...); ``before_start`` may add to the app before it is frozen (a
+    signal handler that watches requests)."""
     config = proxy_config(config)
     app = create_app(config, environ=environ or {}, **app_kwargs)
+    if before_start is not None:
+        before_start(app)
     runner = make_runner(app, config)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -59,10 +66,14 @@ async def start_proxy(
 
 @contextlib.asynccontextmanager
 async def running_proxy(
-    config: Config | Mapping[str, Any], environ: dict[str, str] | None = None, **app_kwargs: Any
+    config: Config | Mapping[str, Any],
+    environ: dict[str, str] | None = None,
+    *,
+    before_start: Callable[[web.Application], None] | None = None,
+    **app_kwargs: Any,
 ) -> AsyncIterator[ProxyHandle]:
     """``start_proxy`` for the length of an ``async with`` block; stopped when it ends."""
-    handle = await start_proxy(config, environ, **app_kwargs)
+    handle = await start_proxy(config, environ, before_start=before_start, **app_kwargs)
     try:
         yield handle
     finally:
