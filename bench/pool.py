@@ -103,6 +103,12 @@ async def start_crossfeed(name: str, config: Path, logdir: Path) -> Proc:
     return proc
 
 
+def wakeups(pid: int) -> int:
+    """The process's voluntary context switches (its event loop going to sleep and waking)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
 async def frames(replicas: list[Proc]) -> int:
     total = 0
     for r in replicas:
@@ -132,9 +138,9 @@ async def cpu_run(name: str, urls: list[str], replicas: list[Proc], logdir: Path
         )
         await loadgen.run_load(spec)  # warm-up: connection pools, caches
         spec.duration = args.seconds
-        f0, cpu0 = await frames(replicas), cpu_seconds(proc.pid)
+        f0, cpu0, w0 = await frames(replicas), cpu_seconds(proc.pid), wakeups(proc.pid)
         res = await loadgen.run_load(spec)
-        f1, cpu1 = await frames(replicas), cpu_seconds(proc.pid)
+        f1, cpu1, w1 = await frames(replicas), cpu_seconds(proc.pid), wakeups(proc.pid)
     finally:
         proc.stop()
     chunks = f1 - f0
@@ -142,6 +148,7 @@ async def cpu_run(name: str, urls: list[str], replicas: list[Proc], logdir: Path
         "streams_per_s": res["streams_per_s"],
         "errors": res["errors"],
         "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / chunks if chunks else float("nan"),
+        "chunks_per_wakeup": chunks / (w1 - w0) if w1 > w0 else float("nan"),
     }
 
 
@@ -163,8 +170,9 @@ async def cpu_cell(replicas: list[Proc], logdir: Path, args: argparse.Namespace)
     lines = [
         f"CPU per chunk: c{args.concurrency} n{args.chunks} d{args.delay_ms:g} text, {args.seconds:g} s per run, "
         f"{args.repeat} interleaved repeats, crossfeed {'on CPU 1' if PINNED else 'unpinned'}, store {STORE}",
-        "| upstream | streams/s | CPU us/chunk (median) | per run | vs one (median of per-repeat ratios) | errors |",
-        "|---|---|---|---|---|---|",
+        "| upstream | streams/s | CPU us/chunk (median) | per run | vs one (median of per-repeat ratios) "
+        "| chunks per wakeup | errors |",
+        "|---|---|---|---|---|---|---|",
     ]
     ratios: dict[str, list[float]] = {}
     for which, label in ARMS.items():
@@ -175,7 +183,7 @@ async def cpu_cell(replicas: list[Proc], logdir: Path, args: argparse.Namespace)
             f"| {label} | {statistics.median(r['streams_per_s'] for r in these):.0f} | "
             f"{statistics.median(r['cpu_us_per_chunk'] for r in these):.1f} | {per_run} | "
             f"{statistics.median(ratios[which]):.3f} ({', '.join(f'{x:.3f}' for x in ratios[which])}) | "
-            f"{sum(r['errors'] for r in these):.0f} |"
+            f"{statistics.median(r['chunks_per_wakeup'] for r in these):.1f} | {sum(r['errors'] for r in these):.0f} |"
         )
     return lines, {"runs": runs, "ratios": ratios}
 

@@ -101,12 +101,26 @@ async def preferred(app: web.Application, aff: Affinity) -> str | None:
     if not aff.resolved:
         aff.resolved = True
         if aff.previous is not None:
-            # a chain of unstored responses (``store: false``, e.g. Codex's WebSocket frames)
-            # has no root kept: its session or cache key names it then
-            aff.key = await _recall(app, f"root:{aff.previous}") or aff.fallback or f"resp:{aff.previous}"
-        if aff.key is not None:
+            await _resolve_chain(app, aff, aff.previous)
+        elif aff.key is not None:
             aff.replica = await _recall(app, f"affinity:{aff.upstream}:{aff.key}")
     return aff.pinned or aff.replica
+
+
+async def _resolve_chain(app: web.Application, aff: Affinity, previous: str) -> None:
+    """A ``previous_response_id`` turn's key and replica: its chain's root's. A chain's root keeps
+    no ``root:`` entry when it had a replica (its ``resp:`` key's replica is the one write);
+    a chain of unstored responses (``store: false``, e.g. Codex's WebSocket frames) keeps none
+    at all: its session or cache key (``fallback``) names it then."""
+    aff.key = await _recall(app, f"root:{previous}")
+    if aff.key is not None:
+        aff.replica = await _recall(app, f"affinity:{aff.upstream}:{aff.key}")
+        return
+    aff.key = f"resp:{previous}"
+    aff.replica = await _recall(app, f"affinity:{aff.upstream}:{aff.key}")
+    if aff.replica is None and aff.fallback is not None:
+        aff.key = aff.fallback
+        aff.replica = await _recall(app, f"affinity:{aff.upstream}:{aff.key}")
 
 
 async def served(app: web.Application, aff: Affinity, label: str) -> None:
@@ -118,21 +132,23 @@ async def served(app: web.Application, aff: Affinity, label: str) -> None:
 
 async def saved(app: web.Application, response_id: str) -> None:
     """A Response of the current turn was saved: a turn continuing it (``previous_response_id``)
-    finds its chain's key, and a chain that starts here is keyed by it (and keeps its replica)."""
+    finds its chain's key, and a chain that starts here is keyed by it (and keeps its replica).
+    One store write either way."""
     aff = CURRENT.get()
     if aff is None:
         return
     if aff.key is None:  # no key: this Response is its chain's root
         aff.key = f"resp:{response_id}"
-        if aff.replica is not None:
+        if aff.replica is not None:  # its own root: no root: entry (``_resolve_chain``)
             await _remember(app, f"affinity:{aff.upstream}:{aff.key}", aff.replica, aff.ttl)
+            return
     await _remember(app, f"root:{response_id}", aff.key, aff.ttl)
 
 
 async def replica_of(app: web.Application, upstream: str, response_id: str) -> str | None:
     """The replica whose answer ``response_id`` was, as its chain's key has it (None: unknown)."""
-    key = await _recall(app, f"root:{response_id}")
-    return await _recall(app, f"affinity:{upstream}:{key}") if key else None
+    key = await _recall(app, f"root:{response_id}") or f"resp:{response_id}"
+    return await _recall(app, f"affinity:{upstream}:{key}")
 
 
 def turn_state(label: str) -> str:
