@@ -53,7 +53,7 @@ from crossfeed.proxy.keys import CONFIG, IDS, TRACER
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS
 from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, TurnLog, note_upstream_error, record_request
-from crossfeed.proxy.state import rate_limits
+from crossfeed.proxy.state import affinity, rate_limits
 from crossfeed.proxy.state.history import save_before_final
 from crossfeed.proxy.streaming.relay import Draining
 from crossfeed.proxy.turns.exchange import relay_turn
@@ -89,6 +89,10 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
     # and the socket goes on; a larger one is more than aiohttp reads, and closes it with 1009.
     # (aiohttp refuses a message of max_msg_size bytes itself, hence the + 1.)
     ws = web.WebSocketResponse(max_msg_size=2 * config.server.max_body_bytes + 1, autoping=True, compress=False)
+    # On a pool the 101 names the socket's session as an x-codex-turn-state (proxy/state/affinity.py).
+    token = affinity.socket_token(request.headers, any(u.pooled or u.forwards_affinity for u in config.upstreams))
+    if token is not None:
+        ws.headers[affinity.TURN_STATE_HEADER] = token
     await ws.prepare(request)
     conn = Connection(request, ws)
     request.app[SOCKETS].add(conn)

@@ -14,8 +14,12 @@ So a turn's *key* names its conversation, first found of:
 and the store keeps ``affinity:<upstream>:<key>`` -> the replica's label for
 ``affinity_ttl_seconds``, so every crossfeed process and replica sharing the store agrees. A
 turn without a key goes to the least busy replica; its Response's id becomes its chain's root.
-A client that sends back the ``x-codex-turn-state`` crossfeed gave it (an opaque token naming
-the replica) is sent there first. The store failing never fails a turn: affinity is then lost.
+A client that sends back the ``x-codex-turn-state`` crossfeed gave it is sent where it names:
+an HTTP answer's token (``cf1.``) names the replica that gave it, which the client's next call of
+the turn goes to first; a WebSocket's 101 carries a token (``cf2.``) naming the socket's session
+(from its handshake's session header), which keys a turn as that header does, so a client that
+reconnects with it (as Codex does within a turn) reaches the replica the first socket used. The store failing never
+fails a turn: affinity is then lost.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ log = structlog.get_logger("crossfeed")
 
 TURN_STATE_HEADER = "x-codex-turn-state"
 REPLICA_HEADER = "x-crossfeed-replica"
-_TOKEN_PREFIX = "cf1."
+_TOKEN_PREFIX = "cf1."  # names a replica (an HTTP answer's)
+_KEY_PREFIX = "cf2."  # names an affinity key (a WebSocket's 101)
 
 
 @dataclass(slots=True)
@@ -82,7 +87,9 @@ def begin(
     previous = _text(body.get("previous_response_id"))
     session = _text(headers.get("session_id")) or _text(headers.get("session-id"))
     cache = _text(body.get("prompt_cache_key"))
-    named = f"session:{session}" if session else f"cache:{cache}" if cache else None
+    named = read_key_token(headers.get(TURN_STATE_HEADER)) or (
+        f"session:{session}" if session else f"cache:{cache}" if cache else None
+    )
     key: str | None = None
     if _text(conversation):
         key = f"conv:{conversation}"
@@ -153,19 +160,48 @@ async def replica_of(app: web.Application, upstream: str, response_id: str) -> s
 
 def turn_state(label: str) -> str:
     """The opaque ``x-codex-turn-state`` token naming a replica."""
-    return _TOKEN_PREFIX + base64.urlsafe_b64encode(label.encode()).decode().rstrip("=")
+    return _TOKEN_PREFIX + _b64(label)
+
+
+def socket_token(headers: Mapping[str, str], pooled: bool) -> str | None:
+    """The ``x-codex-turn-state`` a WebSocket's 101 carries: a token naming the socket's session
+    (None: no upstream is a pool or takes hints, or the handshake names no session). The client
+    that reconnects with it is keyed by that session, with or without its session header; one
+    that sent a token of ours gets it back."""
+    if not pooled:
+        return None
+    sent = headers.get(TURN_STATE_HEADER)
+    if sent and (read_key_token(sent) or sent.startswith(_TOKEN_PREFIX)):
+        return sent
+    session = _text(headers.get("session_id")) or _text(headers.get("session-id"))
+    return _KEY_PREFIX + _b64(f"session:{session}") if session else None
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _unb64(raw: str) -> str | None:
+    try:
+        return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def read_key_token(token: str | None) -> str | None:
+    """The affinity key a WebSocket's token names (None: not such a token)."""
+    if not token or not token.startswith(_KEY_PREFIX) or len(token) > 512:
+        return None
+    key = _unb64(token[len(_KEY_PREFIX) :])
+    return key if key is not None and key.startswith("session:") else None
 
 
 def read_turn_state(token: str | None, upstream: str) -> str | None:
     """The replica label a token names, when it is one of ``upstream``'s (else None)."""
     if not token or not token.startswith(_TOKEN_PREFIX) or len(token) > 512:
         return None
-    raw = token[len(_TOKEN_PREFIX) :]
-    try:
-        label = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    return label if label.rpartition("/")[0] == upstream else None
+    label = _unb64(token[len(_TOKEN_PREFIX) :])
+    return label if label is not None and label.rpartition("/")[0] == upstream else None
 
 
 class ResponseIdSniffer:

@@ -9,8 +9,9 @@ the session must reach ONE replica, in both of Codex's configurations (tests/e2e
   tool call), so those are pinned to the replica it names. A new turn (the ``resume``) starts with
   no turn state: Codex keeps it per turn only; that turn reaches the same replica through its
   ``session-id`` header (the affinity key, kept in the store).
-- ``openai_base_url`` (WebSocket): the frames of a socket carry no headers, and crossfeed's 101
-  answer carries no ``x-codex-turn-state`` (docs/DESIGN.md "Pools"); every turn on the socket is
+- ``openai_base_url`` (WebSocket): the frames of a socket carry no headers; crossfeed's 101
+  answer carries an ``x-codex-turn-state`` naming the handshake's session (docs/DESIGN.md
+  "Pools"), which a reconnect within a turn sends back; every turn on the socket is
   keyed by the handshake's ``session-id`` (the prewarm, which does not reach the backend, roots the
   ``previous_response_id`` chain of the frames after it), so all reach the same replica.
 """
@@ -108,5 +109,8 @@ async def test_a_codex_session_stays_on_one_replica(tmp_path: Path, setup: str) 
         assert [r["sent"] for r in posts] == [None, token, token, None], posts
     else:
         assert all(r["method"] == "GET" for r in seen.requests), seen.requests
-        # the 101 answers carry no turn state, and Codex sends none on its handshakes
-        assert all(r["status"] == 101 and r["minted"] is None and r["sent"] is None for r in seen.requests)
+        # each 101 names the socket's session; a handshake sends back none or one crossfeed minted
+        assert all(r["status"] == 101 for r in seen.requests), seen.requests
+        keys = {affinity.read_key_token(r["minted"]) for r in seen.requests}
+        assert len(keys) == 1 and next(iter(keys), "").startswith("session:"), seen.requests
+        assert all(r["sent"] in (None, r["minted"]) for r in seen.requests), seen.requests
