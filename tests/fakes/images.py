@@ -9,7 +9,8 @@ shape) on a real loopback port, for crossfeed's hosted ``image_generation`` tool
          then ``image_generation.completed`` {"type", "b64_json", ..., "usage"}
          (openai.types.ImageGenPartialImageEvent / ImageGenCompletedEvent)
 
-It records every request and can be told to fail: ``fail`` = "500", "garbage", "slow", "url"
+It answers ``image`` (a 1x1 PNG unless a test sets a larger one), records every request and can be
+told to fail: ``fail`` = "500", "garbage", "slow", "url"
 (an answer with a URL instead of b64_json), "stream_error" (an ``error`` event mid-stream).
 """
 
@@ -41,6 +42,7 @@ class ImagesRequest:
 @dataclass
 class FakeImages:
     fail: str | None = None
+    image: str = PNG  # the base64 of the image it makes
     delay: float = 0.0
     requests: list[ImagesRequest] = field(default_factory=list)
     port: int = 0
@@ -82,7 +84,7 @@ class FakeImages:
         return web.json_response(
             {
                 "created": 1_700_000_000,
-                "data": [{"b64_json": PNG, "revised_prompt": "A revised " + body["prompt"]}],
+                "data": [{"b64_json": self.image, "revised_prompt": "A revised " + body["prompt"]}],
                 "size": size,
                 "output_format": "png",
                 "quality": "medium",
@@ -103,7 +105,7 @@ class FakeImages:
                 await resp.write(_frame(error))
                 await resp.write_eof()
                 return resp
-        done = {"type": "image_generation.completed", "b64_json": PNG, **common, "size": size, "usage": _usage()}
+        done = {"type": "image_generation.completed", "b64_json": self.image, **common, "size": size, "usage": _usage()}
         await resp.write(_frame(done))
         await resp.write_eof()
         return resp

@@ -11,6 +11,7 @@ SSE body and WebSocket frame passes the strict validator.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,78 @@ async def test_codex_shaped_request(
     declared = [t["name"] for t in request["tools"] if t["type"] in ("function", "custom")]
     assert names == [*declared, "tool_search", "image_generation"]  # Codex's own tool_search: offered
     assert "stream" not in images.requests[0].body  # Codex asks no partial images
+
+
+def images_config(upstream: FakeUpstream, images: FakeImages, tmp_path: Path, **images_settings: Any) -> dict[str, Any]:
+    """The settings of a proxy on these fakes, with ``[images]`` settings of the test's own."""
+    settings = {"backend_url": images.url, "stream": True, "timeout_seconds": 2, **images_settings}
+    return {
+        "upstream.base_url": upstream.base_url,
+        "store.data_dir": str(tmp_path),
+        **{f"images.{k}": v for k, v in settings.items()},
+    }
+
+
+async def test_max_calls_bounds_the_images_of_one_response(
+    upstream: FakeUpstream, images: FakeImages, tmp_path: Path
+) -> None:
+    """``[images] max_calls`` without the request's ``max_tool_calls``: a model that draws on every
+    leg it may gets two images, then a last leg with ``tool_choice: "none"``, which it answers."""
+
+    def draws_while_it_may(req: Recorded) -> SSEReply | JSONReply:
+        out = answer_reply(ANSWER) if req.body.get("tool_choice") == "none" else call_reply()
+        return out if req.body.get("stream") else as_json(out)
+
+    upstream.default = draws_while_it_may
+    async with running_proxy(images_config(upstream, images, tmp_path, max_calls=2)) as handle:
+        async with openai.AsyncOpenAI(base_url=handle.base_url, api_key="k", max_retries=0) as c:
+            resp = await c.responses.create(model="m", input="Draw three lighthouses.", tools=IMAGE)
+    assert [(o.type, o.status) for o in resp.output] == [
+        ("image_generation_call", "completed"),
+        ("image_generation_call", "completed"),
+        ("message", "completed"),
+    ]
+    assert resp.status == "completed" and resp.output_text == ANSWER
+    assert len(images.requests) == 2 and len(upstream.requests) == 3
+    assert [r.body.get("tool_choice") for r in upstream.requests] == [None, None, "none"]
+
+
+@pytest.mark.parametrize("partial_images", [4, -1, True])
+@pytest.mark.parametrize("stream", [True, False])
+async def test_partial_images_out_of_bounds_is_a_400(
+    proxy: ProxyHandle, upstream: FakeUpstream, images: FakeImages, partial_images: Any, stream: bool
+) -> None:
+    """The Responses API allows 0 to 3 partial images (an integer, not a boolean)."""
+    upstream.default = model
+    tools = [{"type": "image_generation", "partial_images": partial_images}]
+    async with httpx2.AsyncClient(base_url=proxy.base_url, timeout=30) as http:
+        r = await http.post("/responses", json={"model": "m", "input": "q", "tools": tools, "stream": stream})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "tools[0].partial_images")
+    assert upstream.requests == [] and images.requests == []
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_image_over_max_response_bytes_fails_its_item(
+    upstream: FakeUpstream, images: FakeImages, tmp_path: Path, stream: bool
+) -> None:
+    """An images backend answer longer than ``[images] max_response_bytes`` fails the item (a
+    streamed backend's too: partial images asked on a streamed Response); the Response completes."""
+    images.image = base64.b64encode(base64.b64decode(PNG) + bytes(4096)).decode()
+    upstream.default = model
+    async with running_proxy(images_config(upstream, images, tmp_path, max_response_bytes=1024)) as handle:
+        async with httpx2.AsyncClient(base_url=handle.base_url, timeout=30) as http:
+            r = await http.post("/responses", json={"model": "m", "input": "q", "tools": IMAGE, "stream": stream})
+    final = validate_responses_sse(r.content)[-1]["response"] if stream else r.json()
+    assert final["status"] == "completed"
+    assert [(o["type"], o["status"]) for o in final["output"]] == [
+        ("image_generation_call", "failed"),
+        ("message", "completed"),
+    ]
+    assert final["output"][0]["result"] is None
+    assert told(upstream) == (
+        "The image generation failed: the images backend sent more than 1024 bytes. "
+        "Tell the user; do not retry unless asked."
+    )
+    assert images.requests[0].body.get("stream") is (True if stream else None)
