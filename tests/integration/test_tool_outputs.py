@@ -53,9 +53,9 @@ def refused(exc: openai.BadRequestError) -> dict[str, Any]:
     return error
 
 
-def no_call(error: dict[str, Any], param: str, call_id: str = "call_nope") -> None:
+def no_call(error: dict[str, Any], param: str, call_id: str = "call_nope", what: str = "function call") -> None:
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "tool_call_not_found", param)
-    assert error["message"].startswith(f"No tool call found for function call output with call_id {call_id}.")
+    assert error["message"].startswith(f"No tool call found for {what} output with call_id {call_id}.")
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -73,6 +73,22 @@ async def test_an_output_answering_no_call_of_the_input_is_a_400(
         await client.responses.create(model="m", input=[inp[0], answer, call], tools=TOOLS, stream=stream)
     no_call(refused(info.value), "input[1].call_id", "call_1")
     assert upstream.requests == []  # nothing reached the backend
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_custom_tool_output_answering_no_call_is_a_400(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, stream: bool
+) -> None:
+    """A custom_tool_call_output is checked as a function_call_output is: one answering no call (a
+    function call of another id does not count) is refused, naming its input[i].call_id."""
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Oslo"}'}
+    orphan = {"type": "custom_tool_call_output", "call_id": "ct_nope", "output": "patched"}
+    inp = [{"role": "user", "content": "Patch it."}, call, orphan]
+    tools = [*TOOLS, {"type": "custom", "name": "apply_patch", "description": "Apply a patch"}]
+    with pytest.raises(openai.BadRequestError) as info:
+        await client.responses.create(model="m", input=inp, tools=tools, stream=stream)
+    no_call(refused(info.value), "input[2].call_id", "ct_nope", "custom tool call")
+    assert upstream.requests == []
 
 
 async def test_outputs_answering_calls_of_the_input_pass(client: openai.AsyncOpenAI, upstream: FakeUpstream) -> None:
