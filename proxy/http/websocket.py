@@ -376,7 +376,10 @@ class Connection(StreamsMixin):
             for key in _INHERITED:
                 if body.get(key) is None and key in remembered.settings:
                     body[key] = remembered.settings[key]
-        earlier = continued_history(remembered.items, remembered.response) if remembered is not None else None
+        earlier = None
+        if remembered is not None:
+            earlier = continued_history(remembered.items, remembered.response)
+            affinity.continues(remembered.id, remembered.routed)
 
         async def open_sink() -> LaneSink | None:
             return None if self.ws.closed else sink
@@ -441,7 +444,8 @@ class Connection(StreamsMixin):
     ) -> None:
         items = (history or []) + normalize_input(body.get("input"), self.app[IDS])
         settings = {k: body[k] for k in _INHERITED if body.get(k) is not None} if primed else None
-        lane.last = Remembered(str(response.get("id")), items, response, settings)
+        rid = str(response.get("id"))
+        lane.last = Remembered(rid, items, response, settings, affinity.routing(rid))
 
     def _forget(self, prev: Any) -> None:
         """A continuation of a remembered response failed: it is not remembered any more."""

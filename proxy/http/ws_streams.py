@@ -59,15 +59,21 @@ _REQUIRED = {
 
 
 class Remembered:
-    __slots__ = ("id", "items", "response", "settings")
+    __slots__ = ("id", "items", "response", "settings", "routed")
 
     def __init__(
-        self, rid: str, items: list[dict[str, Any]], response: dict[str, Any], settings: dict[str, Any] | None
+        self,
+        rid: str,
+        items: list[dict[str, Any]],
+        response: dict[str, Any],
+        settings: dict[str, Any] | None,
+        routed: dict[str, str] | None = None,
     ) -> None:
         self.id = rid
         self.items = items  # the whole resolved input of that response
         self.response = response
         self.settings = settings  # a primed response's instructions and tools
+        self.routed = routed  # on a pool: where its turn went (proxy/state/affinity.py routing)
 
 
 class LaneSink(WebSocketSink):

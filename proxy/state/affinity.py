@@ -5,9 +5,11 @@ next turn on the same replica reads its history from the cache instead of comput
 So a turn's *key* names its conversation, first found of:
 
   ``conversation``               the Conversations API's id                       ``conv:<id>``
-  ``previous_response_id``       the root of its chain (stored as each Response    the root's key
-                                 is saved, ``root:<response id>``; a chain of
-                                 unstored responses: the next two keys)
+  ``previous_response_id``       the root of its chain (kept in each saved         the root's key
+                                 Response's record, with the replica that
+                                 answered it: read with the history, no lookup
+                                 of its own; a chain of unstored responses: the
+                                 next two keys)
   ``session_id`` header          Codex's session (``session-id`` too)              ``session:<id>``
   ``prompt_cache_key``           the client's own cache key                        ``cache:<key>``
 
@@ -150,6 +152,28 @@ async def saved(app: web.Application, response_id: str) -> None:
             await _remember(app, f"affinity:{aff.upstream}:{aff.key}", aff.replica, aff.ttl)
             return
     await _remember(app, f"root:{response_id}", aff.key, aff.ttl)
+
+
+def routing(response_id: str) -> dict[str, str] | None:
+    """Where the current turn was routed, kept in its Response's record (None: no pool, or no
+    replica answered): its chain's key (this Response roots a chain that has none) and replica."""
+    aff = CURRENT.get()
+    if aff is None or aff.replica is None:
+        return None
+    return {"upstream": aff.upstream, "key": aff.key or f"resp:{response_id}", "replica": aff.replica}
+
+
+def continues(response_id: str, routed: dict[str, str] | None) -> None:
+    """The current turn continues ``response_id`` (its ``previous_response_id``), which was routed
+    as ``routed`` (its record's, or a socket's remembered response's): its key and replica are
+    those, read with its history, with no lookup of their own. The replica that answered the
+    previous turn holds its prefix in cache; a response kept without a route (an older record, or
+    no replica answered) is looked up as before (``_resolve_chain``)."""
+    aff = CURRENT.get()
+    if aff is None or aff.resolved or routed is None or aff.previous != response_id:
+        return
+    if routed.get("upstream") == aff.upstream and routed.get("key") and routed.get("replica"):
+        aff.key, aff.replica, aff.resolved = routed["key"], routed["replica"], True
 
 
 async def replica_of(app: web.Application, upstream: str, response_id: str) -> str | None:

@@ -158,6 +158,7 @@ async def _previous(app: web.Application, body: dict[str, Any]) -> list[dict[str
             status=404,
             code="previous_response_not_found",
         )
+    affinity.continues(record.id, record.routed)  # a pool's turn goes where that response went
     return continued_history(record.input_items, record.response)
 
 
@@ -251,6 +252,7 @@ def schedule_save(
         input_items=items,
         previous_response_id=body.get("previous_response_id"),
         owner=KEY_NAME.get(),
+        routed=affinity.routing(response["id"]),
     )
     task = asyncio.get_running_loop().create_task(_save(app, record))
     app[PENDING].add(task)
@@ -266,8 +268,8 @@ def schedule_save(
 
 async def _save(app: web.Application, record: StoredResponse) -> None:
     await app[KEEPER].save(record)  # a failure is counted, logged and kept for retry: never raised
-    if affinity.CURRENT.get() is not None:  # a pool's turn: its chain keeps its replica
-        await affinity.saved(app, record.id)
+    if record.routed is None and affinity.CURRENT.get() is not None:  # a pool's turn not routed
+        await affinity.saved(app, record.id)  # (no replica answered): its chain's key is kept apart
 
 
 def visible(record: StoredResponse | None) -> StoredResponse | None:

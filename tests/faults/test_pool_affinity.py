@@ -42,6 +42,45 @@ async def test_a_ten_turn_chain_stays_on_one_replica(tmp_path, captured) -> None
     assert sorted(counts) == [0, 1, 10] or sorted(counts) == [0, 0, 11]
 
 
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+async def test_a_chain_turn_reads_its_route_with_its_history(
+    tmp_path, captured, ws_frames, monkeypatch, transport
+) -> None:
+    """The route of a chained turn comes with the response it continues (its record, or the
+    socket's remembered response): an unkeyed chain makes no affinity lookup or write of its own
+    (one per turn each before), and stays on its replica."""
+    calls: list[str] = []
+    async with replicas(3) as fakes:
+        config = pool_config(tmp_path, [f.base_url for f in fakes], store="sqlite")
+        async with running_proxy(config) as proxy:
+            store = proxy.app[STORE]
+            for name in ("recall", "remember"):
+                real = getattr(store, name)
+
+                async def counted(*args, _real=real, _name=name):
+                    calls.append(f"{_name} {args[0]}")
+                    return await _real(*args)
+
+                monkeypatch.setattr(store, name, counted)
+            client = sdk_client(proxy.base_url, captured)
+            if transport == "http":
+                final, _ = await ask(client, "turn 0")
+                for n in range(1, 6):
+                    final, _ = await ask(client, f"turn {n}", previous_response_id=final.id)
+            else:
+                async with client.responses.connect() as conn:
+                    ws = ws_frames.attach(conn, "pool")
+                    previous = None
+                    for n in range(6):
+                        turn, parsed = await ws.turn(model=MODEL, input=f"turn {n}", previous_response_id=previous)
+                        assert turn.terminal == "response.completed"
+                        previous = parsed[-1].response.id
+                assert ws_frames.validate()[0] == 6
+            await client.close()
+    assert calls == []
+    assert sorted(served(fakes)) == [0, 0, 6]
+
+
 async def test_a_conversation_stays_on_one_replica(tmp_path, captured) -> None:
     async with replicas(3) as fakes:
         config = pool_config(tmp_path, [f.base_url for f in fakes])

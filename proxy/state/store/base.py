@@ -46,6 +46,9 @@ class StoredResponse:
     input_items: list[dict[str, Any]]
     previous_response_id: str | None = None
     owner: str | None = None  # the name of the inbound key that created it (never the key)
+    # On a pool: where its turn was routed ({"upstream", "key", "replica"}; proxy/state/affinity.py),
+    # so the turn that continues it reads its route with its history, without a lookup of its own.
+    routed: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ def encode_record(record: StoredResponse, backend: str = "") -> bytes:
                 "owner": record.owner,
                 "response": record.response,
                 "input_items": record.input_items,
+                **({"routed": record.routed} if record.routed is not None else {}),
             }
         )
     except (orjson.JSONEncodeError, TypeError) as exc:
@@ -123,6 +127,7 @@ def decode_record(blob: bytes | str, backend: str = "") -> StoredResponse:
             input_items=d["input_items"],
             previous_response_id=d.get("previous_response_id"),
             owner=d.get("owner"),
+            routed=d.get("routed"),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise StoreError(f"corrupt stored record: {exc}", backend=backend) from exc
