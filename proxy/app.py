@@ -15,6 +15,8 @@ Routes:
   *    /v1/conversations...         the Conversations API, on the response store (state/conversations.py)
   GET  /inspector...                the live translation inspector, on [inspector] (inspector.py)
 
+What is passed through unchanged (pooled or not) is forwarded by http/passthrough.py.
+
 Every error a client sees is OpenAI's envelope; no handler lets an exception escape as a 500
 page or a traceback (``error_middleware``).
 """
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -33,17 +34,10 @@ import orjson
 import structlog
 from aiohttp import web
 
-from crossfeed.proxy import upstream as upstream_client
-from crossfeed.proxy.errors import (
-    ClientRequestError,
-    ProxyError,
-    UpstreamError,
-    UpstreamHTTPError,
-    error_response,
-    upstream_error_body,
-)
+from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError, error_response
 from crossfeed.proxy.http import inspector, runs
 from crossfeed.proxy.http.codex_catalog import catalog as codex_catalog
+from crossfeed.proxy.http.passthrough import PASSED_BY_MODEL, default_upstream, model_endpoint, passthrough
 from crossfeed.proxy.http.standalone_search import SESSIONS as SEARCH_SESSIONS
 from crossfeed.proxy.http.standalone_search import alpha_search
 from crossfeed.proxy.http.websocket import SOCKETS, close_sockets, refuse_new_turns, responses_get
@@ -60,7 +54,6 @@ from crossfeed.proxy.runtime.guard import (
     upstream_keys,
 )
 from crossfeed.proxy.runtime.ids import RandomIds
-from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.observability import (
     METRICS,
     METRICS_KEY,
@@ -75,7 +68,7 @@ from crossfeed.proxy.runtime.observability import (
     observe_middleware,
     usage_summary,
 )
-from crossfeed.proxy.runtime.pool import hold, make_pools, release
+from crossfeed.proxy.runtime.pool import make_pools
 from crossfeed.proxy.state import affinity, conversations, rate_limits
 from crossfeed.proxy.state.history import PENDING, SAVING, delete_response, drain_saves, get_response, list_input_items
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
@@ -83,18 +76,17 @@ from crossfeed.proxy.state.runs import LIVE
 from crossfeed.proxy.state.store import open_store
 from crossfeed.proxy.state.store_access import KEEPER, STORE
 from crossfeed.proxy.state.store_retry import SaveKeeper
-from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.lifecycle import OPEN_STREAMS, drain, probe_ctx, readiness
 from crossfeed.proxy.streaming.sinks import sse_opener
 from crossfeed.proxy.turns import detach
 from crossfeed.proxy.turns.background import RUNS, end_runs
-from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
+from crossfeed.proxy.turns.common import outbound_headers, read_body
 from crossfeed.proxy.turns.compaction import compact, input_tokens, upstream_count
-from crossfeed.proxy.turns.exchange import fallback_model, relay_turn, stream_flag
+from crossfeed.proxy.turns.exchange import relay_turn, stream_flag
 from crossfeed.proxy.turns.forward import respond
 from crossfeed.proxy.turns.reverse import chat_call, reverse_now, reverse_streamed
 from crossfeed.proxy.turns.turn import Turn, new_turn, route
-from crossfeed.proxy.upstream import encode_body, new_session, send
+from crossfeed.proxy.upstream import new_session
 from crossfeed.translators.errors import TranslationError
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.responses.fields import error_status
@@ -186,7 +178,7 @@ def _stored(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], An
 
     async def route(request: web.Request) -> web.StreamResponse:
         config = request.app[CONFIG]
-        default = _default_upstream(config)
+        default = default_upstream(config)
         places: list[Upstream | None] = [None if default.api == "chat" else default]
         if None not in places and any(u.api == "chat" for u in config.upstreams):
             places.append(None)
@@ -337,7 +329,7 @@ async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
         if given:
             turn = _turn(request, body)
         else:
-            backend = _default_upstream(request.app[CONFIG])
+            backend = default_upstream(request.app[CONFIG])
             request[SUMMARY].update({"upstream": backend.name})
             turn = new_turn(request.app, request.headers, backend, request[SUMMARY])
         if turn.upstream.api == "responses":  # the backend's answer, as it came
@@ -353,28 +345,6 @@ async def input_tokens_endpoint(request: web.Request) -> web.StreamResponse:
     return web.Response(
         body=orjson.dumps(answer), content_type="application/json", headers={"x-crossfeed-token-count": how}
     )
-
-
-# The rest of an OpenAI-compatible backend's API: JSON bodies with a ``model``, routed as a create is
-# and passed through unchanged (the model renamed by the upstream's model_map), answered unbuffered.
-PASSED_BY_MODEL = (
-    "/v1/embeddings",
-    "/v1/completions",
-    "/v1/moderations",
-    "/v1/rerank",
-    "/v1/score",
-    "/v1/images/generations",
-    "/v1/audio/speech",
-)
-
-
-async def model_endpoint(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/embeddings`` and the others of ``PASSED_BY_MODEL``: to the upstream the body's
-    model routes to, whatever API it speaks, unchanged."""
-    body = await read_body(request)
-    with request.app[TRACER].turn(request.headers, request.path, request[SUMMARY], body):
-        turn = _turn(request, body)
-        return await passthrough(request, body=body, upstream=turn.upstream)
 
 
 async def chat_endpoint(request: web.Request) -> web.StreamResponse:
@@ -431,126 +401,6 @@ async def normalized_stream(request: web.Request, body: dict[str, Any], turn: Tu
     return response
 
 
-async def passthrough(
-    request: web.Request, *, body: dict[str, Any] | None = None, upstream: Upstream | None = None
-) -> web.StreamResponse:
-    """Forward a request unchanged and stream the answer back as it arrives."""
-    app = request.app
-    backend = upstream or _default_upstream(app[CONFIG])
-    if body is None and backend.pooled and request.match_info.get("response_id"):
-        backend = await _replica_storing(app, backend, request.match_info["response_id"])
-    headers = tracing.inject(outbound_headers(request, backend))
-    path = request.path[len("/v1") :] if request.path.startswith("/v1") else request.path
-    if body is not None and backend.model_map and isinstance(body.get("model"), str):
-        body = {**body, "model": backend.model_map.get(body["model"], body["model"])}
-    # A streamed answer takes a place in the upstream's max_concurrent_streams, as a translated
-    # stream does; a non-streaming request is not a stream and is not counted.
-    streaming = body is not None and body.get("stream") is True
-    with app[LIMITS].admit(backend) if streaming else contextlib.nullcontext():
-        if body is None or not backend.pooled:
-            resp = await _send_unchanged(request, backend, backend.base_url + path, body, headers)
-            return await _relay_unchanged(request, backend, resp)
-        return await _pooled_unchanged(request, backend, path, body, headers)
-
-
-async def _replica_storing(app: web.Application, backend: Upstream, response_id: str) -> Upstream:
-    """The replica of a pooled Responses backend that made ``response_id`` (it stores it), as the
-    affinity map has it; else the pool's first replica."""
-    found = app[POOLS][backend.name].replica(await affinity.replica_of(app, backend.name, response_id))
-    return found.upstream if found is not None else backend
-
-
-async def _pooled_unchanged(
-    request: web.Request, backend: Upstream, path: str, body: dict[str, Any], headers: dict[str, str]
-) -> web.StreamResponse:
-    """A pass-through POST on a pool: to the turn's replica, failing over before the first byte."""
-    app = request.app
-    aff = affinity.CURRENT.get()
-    prefer = await affinity.preferred(app, aff) if aff is not None and aff.upstream == backend.name else None
-    log_record = request[SUMMARY]
-
-    async def attempt(up: Upstream) -> aiohttp.ClientResponse:
-        sent = body
-        if up.name != backend.name:  # the fallback upstream: its own model
-            model = fallback_model(up, str(log_record.get("model") or ""))
-            sent = {**body, "model": up.model_map.get(model, model)}
-        return await _send_unchanged(request, up, up.base_url + path, sent, headers)
-
-    resp, answered = await app[POOLS][backend.name].call(attempt, prefer)
-    log_record["replica"] = answered.replica.label
-    hold(resp, answered.lease)
-    if aff is not None and answered.replica.upstream.name == backend.name:
-        await affinity.served(app, aff, answered.replica.label)
-    sniff = affinity.ResponseIdSniffer(app) if aff is not None and path.endswith("/responses") else None
-    try:
-        return await _relay_unchanged(request, answered.replica.upstream, resp, sniff)
-    finally:
-        release(resp)
-
-
-async def _send_unchanged(
-    request: web.Request, backend: Upstream, url: str, body: dict[str, Any] | None, headers: dict[str, str]
-) -> aiohttp.ClientResponse:
-    """Send the request; a 2xx answer's response (its headers in), else the error raised."""
-    app = request.app
-    if body is None:
-        resp = await send(app[SESSION], backend, request.method, url, headers=headers, params=request.query)
-    else:
-        if TRACE.debug:  # passed through unchanged: the debug lines of a translated call all the same
-            turn_trace.log_request(backend, url, body, headers, secrets(request, backend))
-        resp = await send(app[SESSION], backend, "POST", url, data=encode_body(body), headers=headers)
-    if TRACE.debug:
-        turn_trace.log_response(backend, url, resp.status, resp.headers)
-    if resp.status >= 400:  # errors in OpenAI's envelope even when the upstream sent HTML or nothing
-        raw = await upstream_client.read_body(resp, backend, 64 * 1024, truncate=True)
-        keep = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "x-should-retry")}
-        error = upstream_error_body(
-            resp.status, raw, resp.headers.get("Content-Type", ""), secrets=secrets(request, backend)
-        )
-        if resp.status == 404 and body is not None:  # a POST the backend has no route for: say which path
-            error = upstream_client.unknown_path(backend, "POST", url, error)
-        raise UpstreamHTTPError(resp.status, error, keep)
-    return resp
-
-
-async def _relay_unchanged(
-    request: web.Request,
-    backend: Upstream,
-    resp: aiohttp.ClientResponse,
-    sniff: affinity.ResponseIdSniffer | None = None,
-) -> web.StreamResponse:
-    out = web.StreamResponse(status=resp.status)
-    for name in ("Content-Type", "Retry-After", "x-should-retry"):
-        if name in resp.headers:
-            out.headers[name] = resp.headers[name]
-    loop = asyncio.get_running_loop()
-    deadline = Deadline(loop, idle=backend.timeouts.idle, total=backend.timeouts.total)
-    try:
-        await out.prepare(request)
-        # Idle and total bound the body, as in the translating relay (proxy/streaming/deadline.py).
-        while True:
-            try:
-                async with deadline.arm():
-                    async for chunk in resp.content.iter_any():
-                        if sniff is not None and await sniff.feed(chunk):  # a pool's Responses answer
-                            sniff = None
-                        await out.write(chunk)
-                        now = loop.time()
-                        deadline.last = now
-                        if now > deadline.move_at:
-                            deadline.move(now)
-                break
-            except TimeoutError:
-                if not deadline.expired() or deadline.lapsed() is not None:
-                    raise  # idle or total is over (or the timeout was not this deadline's)
-    except (ConnectionResetError, aiohttp.ClientError, TimeoutError) as exc:
-        # Headers are sent: a pass-through can only end the body here, as the upstream did.
-        log.info("passthrough.ended_early", path=request.path, reason=type(exc).__name__)
-    finally:
-        resp.close()
-    return out
-
-
 async def models_endpoint(request: web.Request) -> web.StreamResponse:
     """Every upstream's list merged, plus the exact model names the config routes (renamed back
     to the client-facing names), in ``data``; and the catalog Codex reads, in ``models``
@@ -592,7 +442,3 @@ async def models_endpoint(request: web.Request) -> web.StreamResponse:
             merged.setdefault(str(m.get("id")), m)
             listed.append((str(m.get("id")), backend))
     return web.json_response({"object": "list", "data": list(merged.values()), "models": codex_catalog(config, listed)})
-
-
-def _default_upstream(config: Config) -> Upstream:
-    return next((u for u in config.upstreams if u.default), config.upstreams[0])
