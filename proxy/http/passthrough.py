@@ -6,6 +6,13 @@ API (``PASSED_BY_MODEL``: ``/v1/embeddings``, ``/v1/completions``, ...) are not 
 goes out as the client sent it (the model renamed by the upstream's ``model_map``), the answer's
 bytes come back as they arrive, bounded by the upstream's idle and total timeouts. On a pool a POST
 goes to the turn's replica and fails over before the first byte (proxy/runtime/pool.py).
+
+An upstream with ``affinity_header``/``affinity_field`` gets the turn's hashed affinity key on a
+pass-through POST as on a translated call (proxy/state/affinity_hints.py): the request's turn was
+begun from its body and headers (conversation, ``previous_response_id``, Codex's session header,
+``prompt_cache_key``), and a Responses create's answer names its Response, so that the next turn of
+its chain carries the same key. A bodiless GET or DELETE (a stored response, the model list) begins
+no turn and has no key: it carries no hint.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.observability import SUMMARY
 from crossfeed.proxy.runtime.pool import hold, release
-from crossfeed.proxy.state import affinity
+from crossfeed.proxy.state import affinity, affinity_hints
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
 from crossfeed.proxy.turns.exchange import fallback_model
@@ -79,7 +86,7 @@ async def passthrough(
     with app[LIMITS].admit(backend) if streaming else contextlib.nullcontext():
         if body is None or not backend.pooled:
             resp = await _send_unchanged(request, backend, backend.base_url + path, body, headers)
-            return await _relay_unchanged(request, backend, resp)
+            return await _relay_unchanged(request, backend, resp, _sniffer(app, path) if body is not None else None)
         return await _pooled_unchanged(request, backend, path, body, headers)
 
 
@@ -111,11 +118,19 @@ async def _pooled_unchanged(
     hold(resp, answered.lease)
     if aff is not None and answered.replica.upstream.name == backend.name:
         await affinity.served(app, aff, answered.replica.label)
-    sniff = affinity.ResponseIdSniffer(app) if aff is not None and path.endswith("/responses") else None
+    sniff = _sniffer(app, path)
     try:
         return await _relay_unchanged(request, answered.replica.upstream, resp, sniff)
     finally:
         release(resp)
+
+
+def _sniffer(app: web.Application, path: str) -> affinity.ResponseIdSniffer | None:
+    """A Responses create's answer, read for its Response's id when the turn has an affinity (a
+    pool's, or a hinted upstream's): its chain's next turns then find the same key and replica."""
+    if affinity.CURRENT.get() is None or not path.endswith("/responses"):
+        return None
+    return affinity.ResponseIdSniffer(app)
 
 
 async def _send_unchanged(
@@ -126,6 +141,8 @@ async def _send_unchanged(
     if body is None:
         resp = await send(app[SESSION], backend, request.method, url, headers=headers, params=request.query)
     else:
+        if backend.forwards_affinity:  # the turn's hashed key, as on a translated call
+            body, headers = await affinity_hints.with_hint(backend, body, headers)
         if TRACE.debug:  # passed through unchanged: the debug lines of a translated call all the same
             turn_trace.log_request(backend, url, body, headers, secrets(request, backend))
         resp = await send(app[SESSION], backend, "POST", url, data=encode_body(body), headers=headers)

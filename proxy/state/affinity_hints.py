@@ -3,8 +3,9 @@
 A gateway with sticky sessions, or a cache-aware router in front of vLLM/SGLang replicas, can keep
 a conversation on one replica when each call names the conversation. An upstream's
 ``affinity_header`` and/or ``affinity_field`` (proxy/runtime/pool_config.py) say where: each
-translated call to it carries the turn's key (proxy/state/affinity.py: conversation, the root of a
-``previous_response_id`` chain, Codex's session, ``prompt_cache_key``), hashed. Never the raw key: a
+call to it, translated (proxy/upstream.py ``open_upstream``) or passed through with a body
+(proxy/http/passthrough.py), carries the turn's key (proxy/state/affinity.py: conversation, the
+root of a ``previous_response_id`` chain, Codex's session, ``prompt_cache_key``), hashed. Never the raw key: a
 conversation's or a response's id lets whoever holds it read that conversation through crossfeed,
 and a backend or router logs what it routes by. The hash is stable (every crossfeed process sends
 the same one for a conversation), 32 hex characters, and does not say which kind of key it was.

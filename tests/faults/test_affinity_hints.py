@@ -1,16 +1,21 @@
 """Affinity hints (proxy/state/affinity_hints.py): an upstream's ``affinity_header`` and
 ``affinity_field`` carry the turn's affinity key, hashed, to a backend or router that routes by
-it; on one URL as on a pool, and never the raw key. Validated where the config is loaded."""
+it; on one URL as on a pool, translated or passed through, and never the raw key. Validated where
+the config is loaded."""
 
 from __future__ import annotations
 
+import aiohttp
+import openai
 import pytest
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.state.affinity_hints import hint_value
-from tests.faults.pool_harness import ask, pool_config, replicas
+from tests.fakes.upstream import JSONReply, Recorded, SSEReply
+from tests.faults.pool_harness import MODEL, ask, error_reply, pool_config, replicas
 from tests.support.app_server import running_proxy
 from tests.support.clients import sdk_client
+from tests.support.responses_replies import answer
 
 
 def sent(fake, header: str = "x-session-id", field: str = "user") -> list[tuple[str | None, str | None]]:
@@ -56,6 +61,80 @@ async def test_a_pools_replicas_get_the_hint_too(tmp_path, captured) -> None:
     calls = [c for f in fakes for c in sent(f, "x-sticky")]
     hint = hint_value("session:s-1")
     assert sorted(calls, key=str) == sorted([(hint, None)] * 3 + [(None, None)], key=str)
+
+
+async def test_a_chat_completion_passed_through_carries_the_hint(tmp_path) -> None:
+    """``/v1/chat/completions`` on a chat upstream is passed through (the client's body as sent),
+    with the hint added: a ``session_id`` header's key, else ``prompt_cache_key``'s; none without."""
+    async with replicas(1) as (fake,):
+        config = pool_config(tmp_path, [fake.base_url], affinity_header="x-session-id", affinity_field="user")
+        async with running_proxy(config) as proxy:
+            client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", max_retries=0)
+            asks: list[dict] = [
+                {"extra_headers": {"session_id": "codex-session-1"}},
+                {"extra_body": {"prompt_cache_key": "cache-key-1"}},
+                {},
+            ]
+            for kwargs in asks:
+                stream = await client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True, **kwargs
+                )
+                assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "from 0"
+            await client.close()
+    session, cache = hint_value("session:codex-session-1"), hint_value("cache:cache-key-1")
+    assert sent(fake) == [(session, session), (cache, cache), (None, None)]
+    assert fake.requests[1].body["prompt_cache_key"] == "cache-key-1"  # the client's body, as it sent it
+
+
+async def test_a_pooled_embeddings_call_carries_the_hint_in_its_body_and_still_fails_over(tmp_path) -> None:
+    """``/v1/embeddings`` passed through to a pool: each attempt (the failed one's and the one that
+    answers) carries the session's hint in ``affinity_field``."""
+    async with replicas(2) as fakes:
+        fakes[0].default = error_reply(503)
+        fakes[1].default = JSONReply(
+            {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [1]}]}
+        )
+        config = pool_config(tmp_path, [f.base_url for f in fakes], affinity_field="user", failures_before_cooldown=5)
+        async with running_proxy(config) as proxy:
+            client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", max_retries=0)
+            answers = [
+                await client.embeddings.with_raw_response.create(
+                    model=MODEL, input="x", extra_headers={"session_id": f"s-{n}"}
+                )
+                for n in range(3)
+            ]
+            await client.close()
+    assert [a.headers["x-crossfeed-replica"] for a in answers] == ["gpu/1"] * 3
+    assert len(fakes[0].requests) >= 1  # asked first at least once (the picks take turns), then left
+    assert [r.body["user"] for r in fakes[1].requests] == [hint_value(f"session:s-{n}") for n in range(3)]
+    assert {r.body["user"] for r in fakes[0].requests} <= {hint_value(f"session:s-{n}") for n in range(3)}
+    assert all(r.path == "/v1/embeddings" and r.body["input"] == "x" for f in fakes for r in f.requests)
+
+
+async def test_a_responses_chain_passed_through_carries_its_roots_hint(tmp_path) -> None:
+    """A Responses upstream (one URL) gets each create as the client sent it, plus the hint: the
+    chain's first turn has no key; its next turns carry the root's, read from the answers as they
+    pass (as a pool reads them). A stored response's GET begins no turn and carries none."""
+    async with replicas(1) as (fake,):
+
+        def reply(recorded: Recorded) -> SSEReply:
+            return SSEReply(b"".join(answer(["ok"], resp_id=f"resp_n{len(fake.requests)}")))
+
+        fake.default = reply
+        config = pool_config(tmp_path, [fake.base_url], api="responses", affinity_header="x-session-id")
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, [])  # the fake's stream is passed through as it is
+            first, _ = await ask(client, "turn 1")
+            second, _ = await ask(client, "turn 2", previous_response_id=first.id)
+            third, _ = await ask(client, "turn 3", previous_response_id=second.id)
+            await client.close()
+            fake.default = JSONReply({"id": third.id, "object": "response"})
+            async with aiohttp.ClientSession() as s, s.get(f"{proxy.base_url}/responses/{third.id}") as r:
+                assert r.status == 200
+    root = hint_value(f"resp:{first.id}")
+    assert [r.headers.get("x-session-id") for r in fake.requests] == [None, root, root, None]
+    assert [r.body.get("previous_response_id") for r in fake.requests[:3]] == [None, first.id, second.id]
+    assert fake.requests[-1].method == "GET"
 
 
 @pytest.mark.parametrize(
