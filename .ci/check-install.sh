@@ -36,11 +36,17 @@ for mod in (crossfeed, proxy, ours):
 tops = {name for name, dists in md.packages_distributions().items() if "crossfeed" in dists}
 if tops != {"crossfeed"}:
     problems.append(f"crossfeed installs the top-level names {sorted(tops)}, not only 'crossfeed'")
+# the inspector's page (package data, proxy/http/inspector_page/) is in the regular install
+page = Path(proxy.__file__).resolve().parent / "http" / "inspector_page"
+for name in ("index.html", "app.js", "style.css"):
+    if not (page / name).is_file() or not (page / name).stat().st_size:
+        problems.append(f"the installed package has no inspector page file {page / name}")
 if problems:
     print("check-install: FAILED\n  " + "\n  ".join(problems), file=sys.stderr)
     sys.exit(1)
 print(f"check-install: translators {md.version('translators')} and crossfeed {md.version('crossfeed')} side by side; "
-      f"crossfeed claims only {sorted(tops)}; {ChatToResponsesStream.__module__} imports")
+      f"crossfeed claims only {sorted(tops)}; {ChatToResponsesStream.__module__} imports; "
+      f"the inspector's page is installed")
 PY
 "$work/venv/bin/crossfeed" demo --no-sdk > "$work/demo.log" 2>&1 || { cat "$work/demo.log"; echo "check-install: crossfeed demo --no-sdk failed" >&2; exit 1; }
 "$py" -m crossfeed --version

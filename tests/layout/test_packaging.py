@@ -7,7 +7,9 @@ The installed side (a regular ``pip install .`` beside PyPI's ``translators``) i
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -66,3 +68,21 @@ def test_python_dash_m_crossfeed_runs() -> None:
         check=False,
     )
     assert out.returncode == 0 and out.stdout.startswith("crossfeed "), out
+
+
+PAGE_FILES = ("index.html", "app.js", "style.css")
+
+
+def test_the_inspector_page_is_package_data_without_a_cdn() -> None:
+    """The inspector's page ships in the package (a regular install has it: ``.ci/check-install.sh``
+    checks the installed files) and loads nothing from the network: no http(s) URL in its files."""
+    data = setuptools_table()["package-data"]
+    assert isinstance(data, dict)
+    patterns = data.get("crossfeed.proxy.http", [])
+    page = ROOT / "proxy" / "http" / "inspector_page"
+    for name in PAGE_FILES:
+        assert any(fnmatch.fnmatch(f"inspector_page/{name}", p) for p in patterns), (name, patterns)
+        text = (page / name).read_text()
+        found = re.findall(r"https?://\S*", text, flags=re.IGNORECASE)
+        assert not found, (name, found)
+    assert {p.name for p in page.iterdir()} == set(PAGE_FILES)
