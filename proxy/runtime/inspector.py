@@ -25,8 +25,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from crossfeed.proxy.runtime import sessions
 from crossfeed.proxy.runtime.inspector_config import InspectorConfig
-from crossfeed.proxy.runtime.inspector_diff import changes, session_of
+from crossfeed.proxy.runtime.inspector_diff import changes
+from crossfeed.proxy.runtime.sessions import Session
 
 LISTENER_BACKLOG = 2000  # messages a page may fall behind before it is dropped (it reconnects and reloads)
 _RESPONSE_ID = re.compile(rb'"id":"((?:resp|chatcmpl)[A-Za-z0-9_.:-]*)"')
@@ -40,7 +42,7 @@ class Ring:
         self.redact = redact  # turn_trace.redact: the one redaction of every trace
         self.turns: collections.OrderedDict[str, Watched] = collections.OrderedDict()
         self.listeners: set[asyncio.Queue[bytes | None]] = set()
-        self.sessions: dict[str, str] = {}  # a kept turn's response id -> its session
+        self.sessions: dict[str, Session] = {}  # a kept turn's response id -> its session
         self._serial = 0
 
     # -- turns --------------------------------------------------------------------------------
@@ -64,7 +66,8 @@ class Ring:
         turn.sent = self._body(sent, hidden)
         turn.changes = changes(client or {}, sent)
         turn.previous = str((client or {}).get("previous_response_id") or "") or None
-        turn.session = session_of(client or {}, headers, self.sessions)
+        turn.session_key = sessions.resolve(client or {}, headers, self.sessions)
+        turn.session = sessions.label(turn.session_key)
         turn.model = str((client or sent).get("model") or "")
         self.turns[turn.id] = turn
         while len(self.turns) > self.config.turns:
@@ -148,7 +151,8 @@ class Watched:
         self.sent: Any = None
         self.changes: list[dict[str, str]] = []
         self.previous: str | None = None
-        self.session: str | None = None
+        self.session: str | None = None  # as the page names it
+        self.session_key: Session | None = None
         self.model = ""
         self.response_id: str | None = None
         self.legs: list[dict[str, Any]] = []
@@ -211,10 +215,11 @@ class Watched:
         if found is None:
             return
         self.response_id = found.group(1).decode()
-        if self.session is None:
-            self.session = f"chain {self.response_id}"
+        if self.session_key is None:
+            self.session_key = sessions.started(self.response_id)
+            self.session = sessions.label(self.session_key)
         if self.response_id.startswith("resp"):
-            self.ring.sessions[self.response_id] = self.session
+            self.ring.sessions[self.response_id] = self.session_key
         if self.ring.listeners:
             self.ring.publish({"kind": "turn", "turn": self.summary()})
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from crossfeed.proxy.runtime import sessions
+from crossfeed.proxy.runtime.sessions import Session
+
 # A client field -> the backend field(s) it becomes (Responses -> Chat, and Chat -> Responses).
 _MAPPED: dict[str, tuple[str, ...]] = {
     "input": ("messages",),
@@ -27,11 +30,13 @@ _ADDED = {
     "messages": "built from the input (and the stored history)",
     "input": "built from the messages",
     "stream_options": "added: usage on the last chunk",
-    "parallel_tool_calls": "defaulted",
-    "store": "set by crossfeed (it keeps the response itself)",
 }
-# Headers that name a client's session (Codex sends session_id; others their own).
-_SESSION_HEADERS = ("session_id", "x-session-id", "conversation_id", "x-conversation-id")
+# A value crossfeed fills in where the client left the field out (the API's default, sent explicitly).
+_DEFAULTED = {
+    "stream": "not asked for: sent as the API's default",
+    "store": "not asked for: the backend keeps nothing (crossfeed keeps the response itself)",
+    "parallel_tool_calls": "not asked for: sent as the API's default",
+}
 
 
 def _count(value: Any) -> str:
@@ -42,7 +47,8 @@ def _count(value: Any) -> str:
 
 def changes(client: Mapping[str, Any], sent: Mapping[str, Any]) -> list[dict[str, str]]:
     """One row per field that is not passed unchanged: ``{"field", "change", "detail"}`` with
-    ``change`` one of mapped, changed, dropped, added."""
+    ``change`` one of mapped, changed, dropped, added, defaulted (a value crossfeed filled in for
+    a field the client left out)."""
     rows: list[dict[str, str]] = []
     for key, value in client.items():
         if key in sent:
@@ -61,12 +67,16 @@ def changes(client: Mapping[str, Any], sent: Mapping[str, Any]) -> list[dict[str
             rows.append({"field": key, "change": "dropped", "detail": "not sent to the backend"})
     mapped_to = {t for key in client for t in _MAPPED.get(key, ())}
     for key, value in sent.items():
-        if key not in client:
-            why = _ADDED.get(key, "added")
-            if key in mapped_to and key not in _ADDED:
-                continue
-            detail = f"{why}: {_count(value)}" if key in ("messages", "input") else f"{why}: {_brief(value)}"
-            rows.append({"field": key, "change": "added", "detail": detail})
+        if key in client:
+            continue
+        if key in _DEFAULTED:
+            rows.append({"field": key, "change": "defaulted", "detail": f"{_DEFAULTED[key]}: {_brief(value)}"})
+            continue
+        if key in mapped_to and key not in _ADDED:
+            continue
+        why = _ADDED.get(key, "added")
+        detail = f"{why}: {_count(value)}" if key in ("messages", "input") else f"{why}: {_brief(value)}"
+        rows.append({"field": key, "change": "added", "detail": detail})
     return rows
 
 
@@ -75,23 +85,6 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
-def session_of(client: Mapping[str, Any], headers: Mapping[str, str], sessions: Mapping[str, str]) -> str | None:
-    """The session a turn is grouped under: its conversation, the chain its
-    ``previous_response_id`` continues, the client's session header, or its prompt cache key.
-    None: a turn of its own (it starts a chain when its response id is known)."""
-    conversation = client.get("conversation")
-    if isinstance(conversation, dict):
-        conversation = conversation.get("id")
-    if isinstance(conversation, str) and conversation:
-        return f"conversation {conversation}"
-    previous = client.get("previous_response_id")
-    if isinstance(previous, str) and previous:
-        return sessions.get(previous) or f"chain {previous}"
-    for name in _SESSION_HEADERS:
-        value = headers.get(name)
-        if value:
-            return f"session {value[:128]}"
-    key = client.get("prompt_cache_key")
-    if isinstance(key, str) and key:
-        return f"session {key[:128]}"
-    return None
+def session_of(client: Mapping[str, Any], headers: Mapping[str, str], known: Mapping[str, Session]) -> str | None:
+    """The session a turn is grouped under, as the page names it (proxy/runtime/sessions.py)."""
+    return sessions.label(sessions.resolve(client, headers, known))
