@@ -2,7 +2,8 @@
 
 ``POST /v1/traces`` takes an ``ExportTraceServiceRequest`` (protobuf, as the OTLP/HTTP exporter
 sends it), decodes it with ``opentelemetry-proto`` and keeps every span as a ``Span``: name, kind,
-ids, parent id, status and attributes as plain Python values. Needs the ``otel`` extra's
+ids, parent id, status and attributes as plain Python values; and each request's headers (what
+``OTEL_EXPORTER_OTLP_HEADERS`` added). Needs the ``otel`` extra's
 ``opentelemetry-proto`` (installed with the ``test`` extra).
 """
 
@@ -49,6 +50,7 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.requests = 0
+        self.headers: list[dict[str, str]] = []  # each export request's headers, names in lower case
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -71,6 +73,7 @@ class OtlpReceiver:
         req = ExportTraceServiceRequest()
         req.ParseFromString(await request.read())
         self.requests += 1
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
         for rs in req.resource_spans:
             resource = {kv.key: value(kv.value) for kv in rs.resource.attributes}
             for ss in rs.scope_spans:

@@ -23,6 +23,7 @@ import pytest
 from tests.fakes.otlp import OtlpReceiver, Span
 from tests.fakes.search import FakeSearch
 from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.faults.pool_harness import MODEL, error_reply, pool_config, replicas, served
 from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_chunks import DONE, chunk
 from tests.support.serve_process import SERVE, serve_process
@@ -50,7 +51,15 @@ async def traced(
 ) -> AsyncIterator[ProxyHandle]:
     """The proxy with tracing on (the SDK reads the process environment, the app its own)."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_BSP_SCHEDULE_DELAY": "50", **env}
-    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_SDK_DISABLED"):
+    for name in (
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
+        "OTEL_SDK_DISABLED",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -426,3 +435,76 @@ async def test_a_token_count_on_a_responses_backend(
     )
     assert b["url.path"].endswith("/responses/input_tokens") and b["crossfeed.upstream.api"] == "responses"
     assert parent_of(header(upstream.requests[0], "traceparent")) == (TRACE_ID, leg.span_id)
+
+
+# -- the standard variables: headers and sampler ---------------------------------------------------
+
+
+async def test_the_exporter_sends_the_otlp_headers(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    """``OTEL_EXPORTER_OTLP_HEADERS`` (a collector's tenant and key: W3C baggage format, values
+    percent-encoded) reach the collector with the spans."""
+    upstream.default = answer("Hello.")
+    env = {"OTEL_EXPORTER_OTLP_HEADERS": "x-collector-tenant=team-a,authorization=Basic%20dGVuYW50OmtleQ=="}
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path), **env) as proxy:
+        status, _ = await post(proxy, {"model": "m", "input": "hi", "stream": True})
+        assert status == 200
+    assert sorted(s.kind for s in otlp.spans) == ["client", "server"]
+    assert otlp.headers and all(
+        (h.get("x-collector-tenant"), h.get("authorization")) == ("team-a", "Basic dGVuYW50OmtleQ==")
+        for h in otlp.headers
+    )
+
+
+async def test_the_always_off_sampler_exports_no_span(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    """``OTEL_TRACES_SAMPLER=always_off``: the turn runs, nothing is exported; the backend still
+    gets a ``traceparent`` in the client's trace (not sampled)."""
+    upstream.default = answer("Hello.")
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path), OTEL_TRACES_SAMPLER="always_off") as proxy:
+        for _ in range(3):
+            status, raw = await post(proxy, {"model": "m", "input": "hi", "stream": True})
+            assert status == 200 and b"response.completed" in raw
+    assert otlp.spans == [] and otlp.requests == 0
+    version, trace_id, _, flags = header(upstream.requests[-1], "traceparent").split("-")
+    assert (version, trace_id, flags) == ("00", TRACE_ID, "00")
+
+
+# -- a pool's failover: one span per replica asked -------------------------------------------------
+
+
+@pytest.mark.parametrize("failure", ["503", "refused"])
+async def test_a_failover_is_two_client_spans_under_the_turn(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, tmp_path: Any, failure: str
+) -> None:
+    """A pooled upstream whose first replica answers 503 (or refuses the connection) and whose
+    second answers: two client spans under the one server span, the first failed; each replica
+    that got a request got its own span's ``traceparent``."""
+    async with replicas(2) as (first, second):
+        second.default = answer("from the second")
+        # a pool's first call goes to its second replica (ties in turn: proxy/runtime/pool.py), so
+        # the failing replica is listed second: asked first, then the healthy one
+        config = pool_config(tmp_path, [second.base_url, first.base_url], failures_before_cooldown=5)
+        async with traced(monkeypatch, otlp, config) as proxy:
+            # the first replica fails once the proxy has started (its start-up probe found it up)
+            if failure == "503":
+                first.default = error_reply(503)
+            else:
+                await first.close()
+            status, raw = await post(proxy, {"model": MODEL, "input": "hi", "stream": True})
+            assert status == 200 and b"from the second" in raw and b"response.completed" in raw
+        asked_first = served([first])[0]
+    turn = turn_span(otlp.spans)
+    legs = sorted((s for s in otlp.spans if s.kind == "client"), key=lambda s: s.start_ns)
+    assert len(legs) == 2 and all(leg.parent_id == turn.span_id for leg in legs)
+    failed, ok = legs
+    assert failed.status == 2 and ok.status == 0 and turn.status == 0
+    assert failed.attributes["error.type"] and ok.attributes["crossfeed.ending"] == "ok"
+    if failure == "503":
+        assert asked_first == 1 and failed.attributes["http.response.status_code"] == 503
+        assert parent_of(header(first.requests[-1], "traceparent")) == (TRACE_ID, failed.span_id)
+    assert served([second]) == [1]
+    assert parent_of(header(second.requests[-1], "traceparent")) == (TRACE_ID, ok.span_id)
+    assert failed.attributes["server.port"] != ok.attributes["server.port"]
