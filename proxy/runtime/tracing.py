@@ -20,6 +20,10 @@ branches of their own:
   inject(headers)                          the current span's ``traceparent`` into a request's
                                            headers (a pass-through's, a tokenizer's, an MCP
                                            server's)
+  responded(response_id)                   the turn's Response id (proxy/state/history.py): a
+                                           turn of its own starts a chain named by it, and a
+                                           turn continuing it gets the same
+                                           ``gen_ai.conversation.id``
 
 Untraced, the client's W3C trace context is passed on as it came: ``Tracer.turn`` keeps a valid
 ``traceparent`` (and its ``tracestate``, when bounded) in a second context variable, and
@@ -65,6 +69,7 @@ class TurnTrace(Protocol):
     def span(self, name: str, attributes: Mapping[str, Any]) -> contextlib.AbstractContextManager[SpanHandle]: ...
     def inject(self, headers: dict[str, str]) -> None: ...
     def hide(self, secrets: tuple[str, ...]) -> None: ...
+    def responded(self, response_id: str) -> None: ...
     def end(self, log: Any, error: BaseException | None) -> None: ...
 
 
@@ -309,3 +314,14 @@ def inject(headers: dict[str, str]) -> dict[str, str]:
     out = dict(headers)
     turn.inject(out)
     return out
+
+
+def responded(response_id: str) -> None:
+    """The traced turn's Response has its id (it is about to be saved): the session's name when
+    the turn started a chain, and the chain a later turn's ``previous_response_id`` continues."""
+    turn = _TURN.get()
+    if turn is not None:
+        try:
+            turn.responded(response_id)
+        except Exception as exc:
+            _broken(exc)

@@ -17,6 +17,7 @@ Attributes follow the GenAI semantic conventions. Message content is recorded on
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -31,9 +32,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from crossfeed.proxy.errors import UpstreamHTTPError
+from crossfeed.proxy.runtime import sessions
+from crossfeed.proxy.runtime.sessions import Session
 from crossfeed.proxy.runtime.turn_trace import header_secrets, redact
 
 SCOPE = "crossfeed"
+CHAINS = 10_000  # response ids whose session a tracer remembers (a chain's later turns find it)
 
 
 def live_tracer(environ: Mapping[str, str], content: bool) -> LiveTracer:
@@ -58,6 +62,14 @@ class LiveTracer:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE)
         self.content = content
+        self.chains: collections.OrderedDict[str, Session] = collections.OrderedDict()
+
+    def remember(self, response_id: str, session: Session) -> None:
+        """A turn's response id and its session: a turn that continues it is of the same one."""
+        self.chains[response_id] = session
+        self.chains.move_to_end(response_id)
+        while len(self.chains) > CHAINS:
+            self.chains.popitem(last=False)
 
     def start_turn(
         self, headers: Mapping[str, str], route: str, body: Mapping[str, Any], operation: str = "chat"
@@ -78,6 +90,7 @@ class LiveTurn:
     def __init__(
         self, tracer: LiveTracer, headers: Mapping[str, str], route: str, body: Mapping[str, Any], operation: str
     ) -> None:
+        self.live = tracer
         self.tracer = tracer.tracer
         self.operation = operation  # gen_ai.operation.name: "chat", or "count_tokens" (input_tokens)
         self.body = body if tracer.content else None
@@ -89,9 +102,11 @@ class LiveTurn:
         self.output: Any = None
         self.open: set[LiveLeg] = set()
         attributes = {"gen_ai.operation.name": operation, "crossfeed.route": route}
-        conversation = conversation_id(headers, body)
-        if conversation:
-            attributes["gen_ai.conversation.id"] = conversation
+        # the session, as the inspector resolves it: a chain's turns share its first response's id
+        self.session = sessions.resolve(body, headers, tracer.chains)
+        self.response_id: str | None = None
+        if self.session is not None:
+            attributes["gen_ai.conversation.id"] = self.session[1]
         client = propagate.extract(headers)  # the client's traceparent, tracestate and baggage
         self.root = self.tracer.start_span(
             f"{operation} {body.get('model') or ''}".strip(),
@@ -103,6 +118,14 @@ class LiveTurn:
 
     def hide(self, secrets: tuple[str, ...]) -> None:
         self.hidden.update(secrets)
+
+    def responded(self, response_id: str) -> None:
+        if self.response_id is None:
+            self.response_id = response_id
+            if self.session is None:  # a turn of its own starts a chain: its response names it
+                self.session = sessions.started(response_id)
+                self.root.set_attribute("gen_ai.conversation.id", response_id)
+            self.live.remember(response_id, self.session)
 
     def leg(self, backend: Any, path: str, body: Mapping[str, Any], headers: dict[str, str]) -> LiveLeg:
         leg = LiveLeg(self, backend, path, body)
@@ -289,18 +312,6 @@ class Handle:
 
     def set(self, attributes: Mapping[str, Any]) -> None:
         self.span.set_attributes(_present(dict(attributes)))
-
-
-def conversation_id(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
-    """The conversation a turn belongs to: the body's ``conversation`` (an id, or an object with
-    one), else the client's session header (Codex sends ``session_id``), else ``prompt_cache_key``."""
-    conv = body.get("conversation")
-    if isinstance(conv, dict):
-        conv = conv.get("id")
-    for found in (conv, headers.get("conversation_id"), headers.get("session_id"), body.get("prompt_cache_key")):
-        if isinstance(found, str) and found:
-            return found
-    return None
 
 
 def _usage(span: Span, usage: Any, tokens: list[int]) -> None:

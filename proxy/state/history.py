@@ -41,6 +41,7 @@ from aiohttp import web
 
 from crossfeed.proxy.errors import ClientRequestError
 from crossfeed.proxy.keys import CONFIG, IDS
+from crossfeed.proxy.runtime import tracing
 from crossfeed.proxy.runtime.guard import KEY_NAME
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.state import affinity
@@ -242,6 +243,8 @@ def schedule_save(
 ) -> asyncio.Task[None] | None:
     """Start saving ``response`` (a background task, returned); None when nothing is saved.
     ``new_items``: the request's input as stored items."""
+    if response is not None:
+        tracing.responded(response["id"])  # its trace's session (a chain continues it, stored or not)
     if response is None or body.get("store") is False:
         return None
     items = (history or []) + new_items

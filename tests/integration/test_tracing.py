@@ -472,6 +472,40 @@ async def test_the_always_off_sampler_exports_no_span(
     assert (version, trace_id, flags) == ("00", TRACE_ID, "00")
 
 
+# -- a chain's turns: one conversation id ----------------------------------------------------------
+
+
+def response_id(raw: bytes) -> str:
+    for line in raw.splitlines():
+        if line.startswith(b"data: ") and b'"response.created"' in line:
+            return str(orjson.loads(line[6:])["response"]["id"])
+    raise AssertionError(raw[:500])
+
+
+async def test_a_chains_turns_share_its_conversation_id(
+    monkeypatch: pytest.MonkeyPatch, otlp: OtlpReceiver, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    """No conversation, no session header, no cache key: a turn of its own is named by its
+    response, and the turns continuing it (``previous_response_id``, however far down the chain)
+    carry the same ``gen_ai.conversation.id``, as the inspector groups them."""
+    upstream.default = answer("Hello.")
+    async with traced(monkeypatch, otlp, settings(upstream, tmp_path)) as proxy:
+        ids: list[str] = []
+        for n in range(3):
+            body: dict[str, Any] = {"model": "m", "input": f"turn {n}", "stream": True}
+            if ids:
+                body["previous_response_id"] = ids[-1]
+            status, raw = await post(proxy, body)
+            assert status == 200
+            ids.append(response_id(raw))
+        status, raw = await post(proxy, {"model": "m", "input": "another", "stream": True})  # a chain of its own
+        assert status == 200
+        other = response_id(raw)
+    turns = sorted((s for s in otlp.spans if s.kind == "server"), key=lambda s: s.start_ns)
+    assert len(turns) == 4 and len(set(ids)) == 3
+    assert [s.attributes.get("gen_ai.conversation.id") for s in turns] == [ids[0], ids[0], ids[0], other]
+
+
 # -- a pool's failover: one span per replica asked -------------------------------------------------
 
 
