@@ -42,6 +42,17 @@ async def test_a_ten_turn_chain_stays_on_one_replica(tmp_path, captured) -> None
     assert sorted(counts) == [0, 1, 10] or sorted(counts) == [0, 0, 11]
 
 
+async def socket_chain(client: openai.AsyncOpenAI, ws_frames, turns: int) -> None:
+    """``turns`` chained turns (previous_response_id) over one SDK socket, each completed."""
+    async with client.responses.connect() as conn:
+        ws = ws_frames.attach(conn, "pool")
+        previous = None
+        for n in range(turns):
+            turn, parsed = await ws.turn(model=MODEL, input=f"turn {n}", previous_response_id=previous)
+            assert turn.terminal == "response.completed"
+            previous = parsed[-1].response.id
+
+
 @pytest.mark.parametrize("transport", ["http", "websocket"])
 async def test_a_chain_turn_reads_its_route_with_its_history(
     tmp_path, captured, ws_frames, monkeypatch, transport
@@ -68,13 +79,7 @@ async def test_a_chain_turn_reads_its_route_with_its_history(
                 for n in range(1, 6):
                     final, _ = await ask(client, f"turn {n}", previous_response_id=final.id)
             else:
-                async with client.responses.connect() as conn:
-                    ws = ws_frames.attach(conn, "pool")
-                    previous = None
-                    for n in range(6):
-                        turn, parsed = await ws.turn(model=MODEL, input=f"turn {n}", previous_response_id=previous)
-                        assert turn.terminal == "response.completed"
-                        previous = parsed[-1].response.id
+                await socket_chain(client, ws_frames, 6)
                 assert ws_frames.validate()[0] == 6
             await client.close()
     assert calls == []
@@ -181,13 +186,7 @@ async def test_a_websocket_chain_fails_over_and_stays_on_its_replica(tmp_path, w
         config = pool_config(tmp_path, urls, store="sqlite")
         async with running_proxy(config) as proxy:
             client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", max_retries=0)
-            async with client.responses.connect() as conn:
-                ws = ws_frames.attach(conn, "pool")
-                previous = None
-                for n in range(4):
-                    turn, parsed = await ws.turn(model=MODEL, input=f"turn {n}", previous_response_id=previous)
-                    assert turn.terminal == "response.completed"
-                    previous = parsed[-1].response.id
+            await socket_chain(client, ws_frames, 4)
             await client.close()
     counts = served(fakes)
     assert sorted(counts) == [0, 4]
