@@ -64,6 +64,12 @@ class UpstreamUnavailable(UpstreamError):
     code = "upstream_unavailable"
 
 
+class UpstreamBroken(UpstreamUnavailable):
+    """A whole (non-streamed) answer cut short after its 2xx headers: the connection failed in
+    the middle of the body, or the body that came is not JSON. Another replica may answer whole
+    (proxy/turns/exchange.py ``whole_leg``); to the client it is ``upstream_unavailable``."""
+
+
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"

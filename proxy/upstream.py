@@ -22,6 +22,7 @@ import structlog
 
 from crossfeed.proxy.errors import (
     ClientRequestError,
+    UpstreamBroken,
     UpstreamError,
     UpstreamHTTPError,
     UpstreamTimeout,
@@ -273,7 +274,7 @@ async def read_body(resp: aiohttp.ClientResponse, up: Upstream, limit: int, *, t
                     break
                 raise UpstreamUnavailable("the upstream answer is larger than the configured limit")
     except aiohttp.ClientError as exc:
-        raise UpstreamUnavailable(f"the upstream connection failed mid-answer ({_describe(exc)})") from None
+        raise UpstreamBroken(f"the upstream connection failed mid-answer ({_describe(exc)})") from None
     finally:
         resp.close()
     return b"".join(chunks)[:limit] if truncate else b"".join(chunks)
@@ -285,7 +286,7 @@ async def read_json(resp: aiohttp.ClientResponse, up: Upstream, limit: int) -> A
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise UpstreamUnavailable("the upstream answered with a body that is not JSON") from None
+        raise UpstreamBroken("the upstream answered with a body that is not JSON") from None
 
 
 _DESCRIPTIONS: tuple[tuple[type[BaseException], str], ...] = (

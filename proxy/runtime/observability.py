@@ -46,6 +46,7 @@ class TurnLog(TypedDict, total=False):
     upstream: str | None
     replica: str  # a pool's replica that answered (its label, never its URL)
     continued: int  # a pool's continuations of the answer on another replica (proxy/turns/continuation.py)
+    retried: int  # a pool's whole answers asked again of another replica (exchange.whole_leg)
     answered_model: str  # the model a pool's fallback upstream answered with
     stream: bool
     choices: int  # n > 1 (reverse)
@@ -209,8 +210,8 @@ class Metrics:
         )
         self.continuations = Counter(
             "crossfeed_upstream_continuations",
-            "Answers whose replica died mid-text, continued on another replica (outcome: continued, "
-            "or failed when none could take it)",
+            "Answers whose replica died mid-answer, continued on another replica (outcome: continued; "
+            "retried: a whole non-streamed answer asked again; failed: none could take it)",
             ["upstream", "outcome"],
             registry=r,
         )

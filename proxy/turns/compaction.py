@@ -31,9 +31,8 @@ from crossfeed.proxy.turns.exchange import (
     ended,
     forward_machine,
     map_forward,
-    open_leg,
-    read_leg,
     stream_turn,
+    whole_leg,
 )
 from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.translators import ids as idp
@@ -146,8 +145,7 @@ async def _summarise(turn: Turn, chat: dict[str, Any]) -> tuple[str, dict[str, A
     body = {k: v for k, v in chat.items() if k != "stream_options"}
     body["stream"] = False
     with tracing.span("compaction", _SPAN):
-        response = await open_leg(turn, "/chat/completions", body)
-        completion = await read_leg(turn, response)
+        completion = await whole_leg(turn, "/chat/completions", body)
     if isinstance(completion, dict) and isinstance(completion.get("error"), dict):
         err = completion["error"]
         raise UpstreamError(
@@ -178,8 +176,7 @@ async def compact_now(turn: Turn, create: Create) -> dict[str, Any] | None:
         turn.log["compacted"] = True
         answer = _answer_body(plan, backend, text)
         answer.pop("stream_options", None)
-        response = await open_leg(turn, "/chat/completions", {**answer, "stream": False})
-        feed_completion(main, await read_leg(turn, response))
+        feed_completion(main, await whole_leg(turn, "/chat/completions", {**answer, "stream": False}))
     final = main.final_response
     assert final is not None
     if final.get("status") != "failed":
@@ -269,12 +266,12 @@ async def input_tokens(turn: Turn, body: dict[str, Any], *, model_given: bool = 
 
 async def upstream_count(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
     """``POST /v1/responses/input_tokens`` on a Responses upstream: the backend's answer, read
-    whole. One leg (``open_leg``), so a traced count has the backend call's span; the body goes
+    whole. One leg (``whole_leg``), so a traced count has the backend call's span; the body goes
     as the client sent it, its model renamed as the upstream's ``model_map`` says."""
     backend, model = turn.upstream, body.get("model")
     if isinstance(model, str) and model in backend.model_map:
         body = {**body, "model": backend.model_map[model]}
-    answer = await read_leg(turn, await open_leg(turn, "/responses/input_tokens", body))
+    answer = await whole_leg(turn, "/responses/input_tokens", body)
     if not isinstance(answer, dict):
         raise UpstreamError("the upstream answered the token count with something other than a JSON object")
     return answer

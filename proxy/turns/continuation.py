@@ -147,9 +147,13 @@ def continuing(turn: Turn, machine: Any) -> Continuing | None:
 
 
 def noted(turn: Turn, outcome: str, code: str, dead: str | None) -> None:
-    """A continuation on the turn's summary line (``continued``: how many) and in the metrics."""
+    """A continuation on the turn's summary line (``continued``/``retried``: how many) and in the
+    metrics. Outcomes: ``continued`` (a stream went on on another replica), ``retried`` (a whole
+    answer was asked again of another; exchange.whole_leg), ``failed`` (no replica took it)."""
     name = turn.upstream.name
     turn.app[METRICS].continuations.labels(name, outcome).inc()
     if outcome == "continued":
         turn.log["continued"] = turn.log.get("continued", 0) + 1
+    elif outcome == "retried":
+        turn.log["retried"] = turn.log.get("retried", 0) + 1
     log.info("pool.continuation", upstream=name, outcome=outcome, error=code, dead=dead, now=turn.log.get("replica"))

@@ -27,7 +27,14 @@ from typing import Any, Protocol, TypeVar, cast
 import aiohttp
 import structlog
 
-from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamError, UpstreamUnavailable
+from crossfeed.proxy.errors import (
+    ClientRequestError,
+    ProxyError,
+    UpstreamBroken,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from crossfeed.proxy.keys import CONFIG, MAX_NONSTREAM_BODY, POOLS
 from crossfeed.proxy.runtime import tracing
 from crossfeed.proxy.runtime.config import Upstream
@@ -236,6 +243,36 @@ async def read_leg(turn: Turn, response: aiohttp.ClientResponse) -> Any:
             release(response)
     tracing.leg_end(result=result)
     return result
+
+
+async def whole_leg(turn: Turn, path: str, body: dict[str, Any]) -> Any:
+    """One call whose answer is read whole (``open_leg`` then ``read_leg``). On a pool with
+    ``continue_on_failure`` a replica that dies after its 2xx headers, before its body is whole
+    (the connection fails, the body is not JSON, the idle timeout), is asked no more: the same
+    request goes to another healthy replica (``pooled_leg(avoid=...)``), counted against the
+    turn's ``max_continuations`` (outcome ``retried``; continuation.noted). The client saw
+    nothing, so that replica's whole answer is the answer. A body of valid JSON, an error
+    status, the total timeout, an answer over the size limit: never asked again."""
+    response = await open_leg(turn, path, body)
+    up = turn.upstream
+    while True:
+        try:
+            return await read_leg(turn, response)
+        except (UpstreamBroken, UpstreamTimeout) as exc:
+            if not up.pooled or not up.continue_on_failure or getattr(exc, "which", "idle") != "idle":
+                raise
+            pool = turn.app[POOLS][up.name]
+            dead = pool.replica(turn.log.get("replica"))  # None: the fallback's replica (not asked again)
+            if dead is None or turn.log.get("retried", 0) + turn.log.get("continued", 0) >= up.max_continuations:
+                raise
+            pool.failed(dead, exc)
+            try:
+                response = await pooled_leg(turn, path, body, avoid=dead)
+            except ProxyError as again:
+                log.info("pool.continuation_unavailable", upstream=up.name, error=again.message)
+                noted(turn, "failed", str(exc.code), dead.label)
+                raise exc from None
+            noted(turn, "retried", str(exc.code), dead.label)
 
 
 async def run_leg(

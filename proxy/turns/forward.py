@@ -23,9 +23,8 @@ from crossfeed.proxy.turns.exchange import (
     answered_body,
     forward_turn,
     map_forward,
-    open_leg,
-    read_leg,
     reasoning_sealer,
+    whole_leg,
 )
 from crossfeed.proxy.turns.hosted.images import image_plan
 from crossfeed.proxy.turns.hosted.mcp import plan_mcp
@@ -94,8 +93,7 @@ async def forward_now(turn: Turn, create: Create) -> dict[str, Any]:
     if loop is not None:
         return await hosted_now(turn, create, loop)
     body, mapped = create.body, create.mapped
-    response = await open_leg(turn, "/chat/completions", mapped.chat)
-    completion = await read_leg(turn, response)
+    completion = await whole_leg(turn, "/chat/completions", mapped.chat)
     result = chat_completion_to_response(
         completion,
         answered_body(turn, body),

@@ -31,15 +31,7 @@ from typing import Any
 from crossfeed.proxy.runtime.observability import TurnLog, usage_counts, usage_summary
 from crossfeed.proxy.streaming.sinks import KEEPALIVE_FRAME, SSEOpener, SSESink
 from crossfeed.proxy.turns.common import log
-from crossfeed.proxy.turns.exchange import (
-    SinkOpener,
-    chat_ended,
-    open_leg,
-    read_leg,
-    reverse_turn,
-    stream_flag,
-    stream_turn,
-)
+from crossfeed.proxy.turns.exchange import SinkOpener, chat_ended, reverse_turn, stream_flag, stream_turn, whole_leg
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.compaction import estimate_tokens
 from crossfeed.translators.reverse.body import response_to_chat_completion
@@ -116,8 +108,7 @@ async def reverse_streamed(turn: Turn, call: ChatCall, open_sink: SSEOpener) -> 
 async def _completion(turn: Turn, rbody: dict[str, Any], limit: int | None, stop: tuple[str, ...]) -> dict[str, Any]:
     """One non-streamed Responses call, as a chat.completion."""
     backend = turn.upstream
-    response = await open_leg(turn, "/responses", rbody)
-    result = await read_leg(turn, response)
+    result = await whole_leg(turn, "/responses", rbody)
     if not isinstance(result, dict):
         result = {}
     return response_to_chat_completion(

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from crossfeed.proxy.state.history import final_saver, save_before_final
 from crossfeed.proxy.streaming.sinks import Sink
-from crossfeed.proxy.turns.exchange import SinkOpener, ended, forward_machine, open_leg, read_leg, stream_turn
+from crossfeed.proxy.turns.exchange import SinkOpener, ended, forward_machine, stream_turn, whole_leg
 from crossfeed.proxy.turns.hosted.control import Budget, LegEnd, Step, next_step
 from crossfeed.proxy.turns.steering import steered
 from crossfeed.proxy.turns.turn import Create, Turn
@@ -252,8 +252,7 @@ async def hosted_now(turn: Turn, create: Create, loop: ToolLoop) -> dict[str, An
     chat = {k: v for k, v in first_body(plan, loop).items() if k != "stream_options"}
     start = 0
     while True:
-        response = await open_leg(turn, "/chat/completions", {**chat, "stream": False})
-        feed_completion(leg, await read_leg(turn, response))
+        feed_completion(leg, await whole_leg(turn, "/chat/completions", {**chat, "stream": False}))
         if main.done:
             break
         step = await loop.step(turn, main, None, deadline)
