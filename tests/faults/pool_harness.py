@@ -8,9 +8,13 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import openai
+import orjson
+import pytest
+
 from crossfeed.proxy.keys import POOLS
 from crossfeed.proxy.runtime.config import Config, load_config
-from tests.fakes.upstream import FakeUpstream, JSONReply
+from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
 from tests.support.chat_replies import text_reply
 
 MODEL = "pool-model"
@@ -84,3 +88,43 @@ def in_flight(app: Any) -> dict[str, int]:
     pools = list(app[POOLS].values())
     pools += [p.fallback for p in pools if p.fallback is not None]
     return {r.label: r.inflight for p in pools for r in p.replicas}
+
+
+def dying_then_rest(first: bytes, rest: bytes, *, cut: bool = True) -> Any:
+    """Every replica's reply: the pool's first call streams ``first`` and dies (the connection
+    dropped, or closed cleanly without a finish); any later call streams ``rest``."""
+    calls: list[Recorded] = []
+
+    def reply(recorded: Recorded) -> SSEReply:
+        calls.append(recorded)
+        return SSEReply(first, cut=cut) if len(calls) == 1 else SSEReply(rest)
+
+    reply.calls = calls  # type: ignore[attr-defined]
+    return reply
+
+
+async def stream(client: Any, **kwargs: Any) -> list[Any]:
+    events = []
+    async with client.responses.with_streaming_response.create(model=MODEL, input="hi", stream=True, **kwargs) as raw:
+        async for event in await raw.parse():
+            events.append(event)
+    return events
+
+
+def terminals(events: list[Any]) -> list[str]:
+    return [e.type for e in events if e.type in ("response.completed", "response.failed", "response.incomplete")]
+
+
+async def failed_stream(client: Any, captured: list[Any], **kwargs: Any) -> list[dict[str, Any]]:
+    """A stream that fails (the SDK raises at its ``error`` event): its events as the wire had them."""
+    with pytest.raises(openai.APIError):
+        await stream(client, **kwargs)
+    raw = captured[-1].raw
+    return [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")]
+
+
+def failed_terminals(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events if e["type"].startswith("response.") and e["type"].split(".")[1] in TERMINAL]
+
+
+TERMINAL = ("completed", "failed", "incomplete")

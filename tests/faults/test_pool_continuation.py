@@ -9,9 +9,7 @@ without it."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-import openai
 import orjson
 import pytest
 
@@ -20,7 +18,17 @@ from crossfeed.proxy.runtime.config import load_config
 from crossfeed.proxy.runtime.observability import METRICS
 from tests.fakes.upstream import JSONReply, Recorded, SSEReply
 from tests.faults.fault_upstream import closed_port
-from tests.faults.pool_harness import MODEL, error_reply, pool_config, replicas, served
+from tests.faults.pool_harness import (
+    dying_then_rest,
+    error_reply,
+    failed_stream,
+    failed_terminals,
+    pool_config,
+    replicas,
+    served,
+    stream,
+    terminals,
+)
 from tests.support.app_server import running_proxy
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
 from tests.support.clients import sdk_client
@@ -33,50 +41,10 @@ CALL_HALF = chunk({"role": "assistant", "content": ""}) + chunk(
 TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 
 
-def dying_then_rest(first: bytes, *, cut: bool = True) -> Any:
-    """Every replica's reply: the pool's first call streams ``first`` and dies (the connection
-    dropped, or closed cleanly without a finish); any later call streams the rest."""
-    calls: list[Recorded] = []
-
-    def reply(recorded: Recorded) -> SSEReply:
-        calls.append(recorded)
-        return SSEReply(first, cut=cut) if len(calls) == 1 else SSEReply(REST)
-
-    reply.calls = calls  # type: ignore[attr-defined]
-    return reply
-
-
-async def stream(client: Any, **kwargs: Any) -> list[Any]:
-    events = []
-    async with client.responses.with_streaming_response.create(model=MODEL, input="hi", stream=True, **kwargs) as raw:
-        async for event in await raw.parse():
-            events.append(event)
-    return events
-
-
-def terminals(events: list[Any]) -> list[str]:
-    return [e.type for e in events if e.type in ("response.completed", "response.failed", "response.incomplete")]
-
-
-async def failed_stream(client: Any, captured: list[Any], **kwargs: Any) -> list[dict[str, Any]]:
-    """A stream that fails (the SDK raises at its ``error`` event): its events as the wire had them."""
-    with pytest.raises(openai.APIError):
-        await stream(client, **kwargs)
-    raw = captured[-1].raw
-    return [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")]
-
-
-def failed_terminals(events: list[dict[str, Any]]) -> list[str]:
-    return [e["type"] for e in events if e["type"].startswith("response.") and e["type"].split(".")[1] in TERMINAL]
-
-
-TERMINAL = ("completed", "failed", "incomplete")
-
-
 @pytest.mark.parametrize("cut", [True, False], ids=["connection_dropped", "closed_without_finish"])
 async def test_a_replica_dying_mid_text_is_continued_on_another(tmp_path, captured, cut) -> None:
     async with replicas(2) as fakes:
-        script = dying_then_rest(HALF, cut=cut)
+        script = dying_then_rest(HALF, REST, cut=cut)
         for fake in fakes:
             fake.default = script
         config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
@@ -124,7 +92,7 @@ async def test_a_replica_that_repeats_the_prefill_first_has_it_dropped(tmp_path,
 
 async def test_vllm_prefill_asks_to_continue_the_final_message(tmp_path, captured) -> None:
     async with replicas(2) as fakes:
-        script = dying_then_rest(HALF)
+        script = dying_then_rest(HALF, REST)
         for fake in fakes:
             fake.default = script
         config = pool_config(
@@ -142,7 +110,7 @@ async def test_vllm_prefill_asks_to_continue_the_final_message(tmp_path, capture
 
 async def test_a_replica_dying_inside_a_call_is_not_continued(tmp_path, captured) -> None:
     async with replicas(2) as fakes:
-        script = dying_then_rest(CALL_HALF)
+        script = dying_then_rest(CALL_HALF, REST)
         for fake in fakes:
             fake.default = script
         config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
@@ -157,7 +125,7 @@ async def test_a_replica_dying_inside_a_call_is_not_continued(tmp_path, captured
 
 async def test_continuation_is_off_by_default(tmp_path, captured) -> None:
     async with replicas(2) as fakes:
-        script = dying_then_rest(HALF)
+        script = dying_then_rest(HALF, REST)
         for fake in fakes:
             fake.default = script
         config = pool_config(tmp_path, [f.base_url for f in fakes])
@@ -171,7 +139,7 @@ async def test_continuation_is_off_by_default(tmp_path, captured) -> None:
 
 async def test_no_healthy_replica_left_fails_as_before(tmp_path, captured) -> None:
     async with replicas(1) as (only,):
-        script = dying_then_rest(HALF)
+        script = dying_then_rest(HALF, REST)
         only.default = script
         dead = f"http://127.0.0.1:{closed_port()}/v1"
         config = pool_config(tmp_path, [only.base_url, dead], continue_on_failure=True)
@@ -233,7 +201,7 @@ async def test_a_replica_gone_silent_mid_text_is_continued_after_the_idle_timeou
 async def test_a_recorded_turn_shows_both_legs(tmp_path, captured) -> None:
     """With ``[logging] record_dir`` the turn is traced: the continuation is its second leg."""
     async with replicas(2) as fakes:
-        script = dying_then_rest(HALF)
+        script = dying_then_rest(HALF, REST)
         for fake in fakes:
             fake.default = script
         pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
