@@ -1,17 +1,21 @@
-"""Continuation: a pooled answer whose replica dies in the middle of its text goes on on another
-replica (README "Continuation"; docs/DESIGN.md "Continuation").
+"""Continuation: a pooled answer whose replica dies in the middle of its text or its reasoning
+goes on on another replica (README "Continuation"; docs/DESIGN.md "Continuation").
 
 A pool with ``continue_on_failure`` drives its forward turns' machine through ``Continuing``.
 When the upstream stream breaks (the connection drops, the idle timeout fires, or it closes
 without a finish_reason) where the answer may go on (``ChatToResponsesStream.partial``: in the
-text of a message, no call in this leg, continuations left), the failure never reaches the
-machine: the relay ends the leg with nothing written, ``broken`` says why, and the exchange
-(``exchange.continue_legs``) asks another healthy replica for the same request with the partial
-text as a prefill (translators/forward/prefill.py). Its stream goes into the same machine
-(``resume``; the prefill dropped when the backend repeats it first, as llama.cpp's server does),
-so the client sees one Response: the same message item, its text continuous,
-``sequence_number`` continuous, one terminal event. Anywhere else (in a call's arguments, in
-reasoning, a total timeout, crossfeed draining) the failure is the machine's, as without it.
+text of a message, no call in this leg, or in the reasoning the leg began with; continuations
+left), the failure never reaches the machine: the relay ends the leg with nothing written,
+``broken`` says why, and the exchange (``exchange.continue_legs``) asks another healthy replica
+for the same request with the partial text, or ``"<think>\n"`` + the partial reasoning, as a
+prefill (translators/forward/prefill.py; for llama.cpp's server a reasoning prefill also turns
+its template's ``enable_thinking`` off: it refuses a prefill with thinking on). Its stream goes
+into the same machine (``resume``; the prefill dropped when the backend repeats it first, as
+llama.cpp's server does; after a reasoning prefill, raw content is reasoning until its
+``</think>``: prefill.ThinkResume), so the client sees one Response: the same item, its text
+continuous, ``sequence_number`` continuous, one terminal event. Anywhere else (in a call's
+arguments, a refusal, a total timeout, crossfeed draining) the failure is the machine's, as
+without it.
 
 The per-chunk path is the machine's own: ``feed`` and ``feed_frame`` are its bound methods.
 """
@@ -26,7 +30,7 @@ import structlog
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.machine import ChatToResponsesStream
-from crossfeed.translators.forward.prefill import PrefillEcho
+from crossfeed.translators.forward.prefill import THINK, PrefillEcho, ThinkResume
 from crossfeed.translators.pump import Machine, Out
 
 log = structlog.get_logger("crossfeed")
@@ -41,7 +45,18 @@ BeforeEnd = Callable[[Machine], Awaitable[None]]
 class Continuing:
     """A forward machine whose leg may be continued on another replica (see the module's text)."""
 
-    __slots__ = ("machine", "feed", "feed_frame", "diagnostics", "broken", "prefill", "left", "_echo")
+    __slots__ = (
+        "machine",
+        "feed",
+        "feed_frame",
+        "diagnostics",
+        "broken",
+        "prefill",
+        "reasoning",
+        "left",
+        "_echo",
+        "_think",
+    )
 
     def __init__(self, machine: ChatToResponsesStream, budget: int) -> None:
         self.machine = machine
@@ -50,8 +65,10 @@ class Continuing:
         self.diagnostics = machine.diagnostics
         self.broken: tuple[str, str] | None = None  # the failure left to a continuation: code, message
         self.prefill = ""  # the partial text the continuation takes
+        self.reasoning = False  # ... and it is the answer's reasoning
         self.left = budget  # continuations this turn may still make
         self._echo = PrefillEcho("")
+        self._think: ThinkResume | None = None  # the content of a continued reasoning, until settled
 
     @property
     def done(self) -> bool:
@@ -87,28 +104,34 @@ class Continuing:
     def _broke(self, code: str, message: str) -> bool:
         if self.left <= 0:
             return False
-        text = self.machine.partial()
-        if text is None:
+        found = self.machine.partial()
+        if found is None:
             return False
-        self.broken, self.prefill = (code, message), text
+        self.broken, self.prefill, self.reasoning = (code, message), found[1], found[0] == "reasoning"
         return True
 
     def resume(self) -> None:
         """The continuation's stream is open: the machine takes it as the rest of its leg. Until
-        its text shows whether the backend repeats the prefill (prefill.PrefillEcho), its chunks
-        go through ``_unecho`` (as dicts: that leg's pump decodes no typed frames)."""
+        its text shows whether the backend repeats the prefill (prefill.PrefillEcho), and after a
+        reasoning prefill until it shows how the reasoning goes on (prefill.ThinkResume), its
+        chunks go through ``_unecho`` (as dicts: that leg's pump decodes no typed frames)."""
         self.machine.resume()
         self.broken = None
         self.left -= 1
-        if self.prefill:
-            self._echo = PrefillEcho(self.prefill)
+        self._think = ThinkResume() if self.reasoning else None
+        if self.prefill or self.reasoning:
+            text = self.prefill
+            self._echo = PrefillEcho(THINK + text, text) if self.reasoning and text else PrefillEcho(text)
             self.feed = self._unecho
             self.feed_frame = None
 
     def _unecho(self, chunk: dict[str, Any]) -> list[Out]:
         machine = self.machine
         chunks = self._echo.feed(chunk)
-        if not self._echo.left:  # settled: the machine's own feed from now on
+        think = self._think
+        if think is not None:
+            chunks = [one for piece in chunks for one in think.feed(piece)]
+        if not self._echo.left and (think is None or not think.left):  # settled: the machine's own feed from now on
             self.feed = machine.feed
         out: list[Out] = []
         for one in chunks:

@@ -456,10 +456,10 @@ async def continue_legs(
     stats: RelayStats,
     before_end: BeforeEnd | None,
 ) -> RelayStats:
-    """After a leg whose stream broke in the middle of text (``cont.broken``; continuation.py):
-    the same request with the partial text as prefill, on another healthy replica of the pool,
-    its stream into the same machine; then the sink is closed. No replica to take it: the
-    failure the machine would have ended with."""
+    """After a leg whose stream broke in the middle of text or reasoning (``cont.broken``;
+    continuation.py): the same request with the partial output as prefill, on another healthy
+    replica of the pool, its stream into the same machine; then the sink is closed. No replica
+    to take it: the failure the machine would have ended with."""
     pool = turn.app[POOLS][turn.upstream.name]
     try:
         while cont.broken is not None and stats.ending != "client_disconnected":
@@ -469,7 +469,7 @@ async def continue_legs(
             if dead is not None:
                 pool.failed(dead, UpstreamUnavailable(message))
                 try:
-                    prefill = prefill_body(body, cont.prefill, turn.upstream.prefill)
+                    prefill = prefill_body(body, cont.prefill, turn.upstream.prefill, reasoning=cont.reasoning)
                     response = await pooled_leg(turn, path, prefill, avoid=dead)
                 except ProxyError as exc:
                     log.info("pool.continuation_unavailable", upstream=pool.upstream.name, error=exc.message)

@@ -314,12 +314,15 @@ class ChatToResponsesStream(ContentWriter):
         self._live = True
         self.leg = None
 
-    def partial(self) -> str | None:
+    def partial(self) -> tuple[str, str] | None:
         """What a continuation of this leg on another upstream takes as its prefill
-        (proxy/turns/continuation.py): the text of the message being written ("" when the leg
-        has written nothing yet). None when the leg may not be continued: it ended or read its
-        finish_reason; a call is open or this leg made one; the open item is reasoning or a
-        refusal; or the backend writes reasoning or calls inline (think tags, markup)."""
+        (proxy/turns/continuation.py): ``("text", the text of the message being written)`` (""
+        when the leg has written nothing yet), or ``("reasoning", its text)`` when the leg broke
+        in its reasoning, the only item it opened. None when the leg may not be continued: it
+        ended or read its finish_reason; a call is open or this leg made one; the open item is
+        a refusal, or reasoning after another item or with the backend's signed
+        ``reasoning_details`` kept; or the backend writes reasoning or calls inline (think
+        tags, markup)."""
         if (
             not self._live
             or self._finish_reason is not None
@@ -329,19 +332,22 @@ class ChatToResponsesStream(ContentWriter):
         ):
             return None
         item = self._open
+        first = len(self._output) == self._leg_start
         if item is None:
-            return "" if len(self._output) == self._leg_start else None
+            return ("text", "") if first else None
+        if item.kind == REASONING:
+            return ("reasoning", "".join(item.parts[0][1])) if first and item.parts and not self._details else None
         if item.kind != MESSAGE or any(part[0] != "output_text" for part in item.parts):
             return None
         if any(done.get("type") in CALL_TYPES for done in self._output[self._leg_start :]):
             return None
-        return "".join("".join(part[1]) for part in item.parts)
+        return ("text", "".join("".join(part[1]) for part in item.parts))
 
     def resume(self) -> None:
         """Take the next upstream stream as the continuation of this leg, whose stream broke
         (``partial`` is not None; nothing was called since): its deltas go on into the open
-        item, and its role chunk or empty deltas open nothing. A usage the broken stream sent
-        still counts."""
+        item (the message's text, or the reasoning's: its reasoning deltas), and its role chunk
+        or empty deltas open nothing. A usage the broken stream sent still counts."""
         if self.phase is not Phase.STREAMING or self.partial() is None:
             raise StreamStateError("resume() needs a leg that may be continued")
         if self._usage:

@@ -1,6 +1,6 @@
 """The chat request that continues a partial answer on another upstream (proxy/turns/continuation.py).
 
-The same request, with the assistant's partial text as a trailing assistant message the backend
+The same request, with the assistant's partial output as a trailing assistant message the backend
 continues (``prefill``, a pool key):
 
   trailing_assistant       the message alone: llama.cpp's server continues a trailing assistant
@@ -8,8 +8,21 @@ continues (``prefill``, a pool key):
   continue_final_message   vLLM: the message, ``continue_final_message: true`` and
                            ``add_generation_prompt: false`` in the body
 
+A partial answer in its text is that text. One broken in its reasoning (no message nor call
+begun) is ``"<think>\\n"`` + the reasoning text: the backend goes on thinking inside the block it
+opened. With ``trailing_assistant`` that request also has ``chat_template_kwargs:
+{"enable_thinking": false}`` (merged into the request's own): llama.cpp's server refuses an
+assistant prefill while thinking is on ("Assistant response prefill is incompatible with
+enable_thinking"); the template then leaves the think block to the prefill.
+
+The continued stream may bring the rest of the reasoning back in two ways: in the reasoning
+fields (a backend with a reasoning parser) or as raw content that goes on with the reasoning,
+then ``</think>``, then the answer (no parser: the block was opened by the prefill, not by the
+model). ``ThinkResume`` turns the second into the first, with the think-tag splitter
+(think_tags.py) started inside the block, so the machine writes both into the same reasoning item.
+
 A request that already ends with an assistant message of text (the client's own prefill) has the
-partial text appended to it: servers refuse two trailing assistant messages. Empty text: the
+partial output appended to it: servers refuse two trailing assistant messages. Empty text: the
 request as it was (the continuation is a retry).
 """
 
@@ -17,11 +30,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from crossfeed.translators.forward.think_tags import OPEN, ThinkSplitter
 
-def prefill_body(chat: dict[str, Any], text: str, style: str) -> dict[str, Any]:
-    """``chat`` (not changed) continued after ``text`` in the ``style`` the backend takes."""
+THINK = OPEN + "\n"  # what a reasoning prefill opens with
+_REASONING_KEYS = ("reasoning_content", "reasoning")
+
+
+def prefill_body(chat: dict[str, Any], text: str, style: str, *, reasoning: bool = False) -> dict[str, Any]:
+    """``chat`` (not changed) continued after ``text`` in the ``style`` the backend takes;
+    ``reasoning``: ``text`` is the answer's reasoning, not its text."""
     if not text:
         return chat
+    if reasoning:
+        text = THINK + text
     messages = list(chat.get("messages") or [])
     last = messages[-1] if messages else None
     if (
@@ -37,7 +58,18 @@ def prefill_body(chat: dict[str, Any], text: str, style: str) -> dict[str, Any]:
     if style == "continue_final_message":
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False
+    elif reasoning:
+        kwargs = chat.get("chat_template_kwargs")
+        body["chat_template_kwargs"] = {**(kwargs if isinstance(kwargs, dict) else {}), "enable_thinking": False}
     return body
+
+
+def _delta_of(chunk: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A chunk's first choice and its delta, when it has them."""
+    choices = chunk.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    delta = choice.get("delta") if choice is not None else None
+    return (choice, delta) if choice is not None and isinstance(delta, dict) else None
 
 
 class PrefillEcho:
@@ -46,41 +78,96 @@ class PrefillEcho:
     first text is matched against the prefill; while it matches it is held back, and once the
     whole prefill has come it is dropped. Text that differs first (a backend that does not repeat
     it) goes through with what was held. ``feed`` takes a chat chunk and returns the chunks to
-    feed the machine instead; once settled, the chunk itself."""
+    feed the machine instead; once settled, the chunk itself.
 
-    __slots__ = ("left", "held")
+    ``reasoning``: the prefill as a backend with a reasoning parser repeats it, in a reasoning
+    field (a reasoning prefill's text without its ``<think>``); the first text decides which of
+    the two is matched."""
 
-    def __init__(self, prefill: str) -> None:
+    __slots__ = ("left", "held", "key", "_alt")
+
+    def __init__(self, prefill: str, reasoning: str = "") -> None:
         self.left = prefill  # the prefill not yet seen repeated ("": settled)
         self.held = ""  # what matched so far, held back
+        self.key = "content"  # the delta field it is matched in
+        self._alt = reasoning
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         if not self.left:
             return [chunk]
-        choices = chunk.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
-        delta = choice.get("delta") if choice is not None else None
-        if choice is None or not isinstance(delta, dict):
+        found = _delta_of(chunk)
+        if found is None:
             return [chunk]  # a usage or error chunk: nothing to match
-        content = delta.get("content")
-        text_only = not any(v for k, v in delta.items() if k not in ("role", "content"))
+        choice, delta = found
+        if self._alt:
+            said = next((k for k in _REASONING_KEYS if isinstance(delta.get(k), str) and delta[k]), None)
+            if said is not None:  # the first text is reasoning: the reasoning prefill is matched there
+                self.key, self.left = said, self._alt
+            if said is not None or (isinstance(delta.get("content"), str) and delta["content"]):
+                self._alt = ""
+        key = self.key
+        content = delta.get(key)
+        text_only = not any(v for k, v in delta.items() if k not in ("role", key))
         ends = bool(choice.get("finish_reason"))
         if text_only and not content and not ends:
             return [chunk]  # the role chunk, an empty delta
         if text_only and isinstance(content, str) and content:
             if content.startswith(self.left):  # the whole prefill has come: dropped
                 rest, self.left, self.held = content[len(self.left) :], "", ""
-                return [_text(chunk, rest)]
+                return [_text(chunk, key, rest)]
             if self.left.startswith(content) and not ends:
                 self.left, self.held = self.left[len(content) :], self.held + content
-                return [_text(chunk, "")]
+                return [_text(chunk, key, "")]
         held, self.left, self.held = self.held, "", ""  # no repetition: everything goes through
         if text_only and isinstance(content, str):
-            return [_text(chunk, held + content)]
-        return [_text({**chunk, "choices": [{"index": 0, "delta": {}}]}, held), chunk] if held else [chunk]
+            return [_text(chunk, key, held + content)]
+        return [_text({**chunk, "choices": [{"index": 0, "delta": {}}]}, key, held), chunk] if held else [chunk]
 
 
-def _text(chunk: dict[str, Any], text: str) -> dict[str, Any]:
-    """``chunk`` with ``text`` as its first choice's delta content."""
+class ThinkResume:
+    """The continuation of a leg broken in its reasoning, read as a backend may write it: until
+    ``</think>``, its content is the reasoning going on, and comes out as ``reasoning_content``;
+    after it, the answer's text (think_tags.py's splitter, started inside the block). A backend
+    whose first text is in a reasoning field parses the block itself: its chunks go through.
+    ``feed`` takes a chat chunk and returns the chunks to feed the machine instead; ``left`` is
+    False once settled (the chunks go through)."""
+
+    __slots__ = ("left", "_split")
+
+    def __init__(self) -> None:
+        self.left = True
+        self._split = ThinkSplitter(inside=True)
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        if not self.left:
+            return [chunk]
+        found = _delta_of(chunk)
+        if found is None:
+            return [chunk]
+        choice, delta = found
+        if any(isinstance(delta.get(k), str) and delta[k] for k in _REASONING_KEYS) or delta.get("reasoning_details"):
+            self.left = False  # the backend's reasoning parser reads the block
+            return [chunk]
+        content = delta.get("content")
+        pieces = self._split.feed(content) if isinstance(content, str) and content else []
+        if choice.get("finish_reason"):
+            pieces += self._split.finish()
+            self.left = False
+        elif self._split.in_text:
+            self.left = False
+        if not pieces and not isinstance(content, str):
+            return [chunk]
+        thought = "".join(text for kind, text in pieces if kind == "reasoning")
+        said = "".join(text for kind, text in pieces if kind == "text")
+        rest = {k: v for k, v in delta.items() if k != "content" and k not in _REASONING_KEYS}
+        if thought:
+            rest["reasoning_content"] = thought
+        if said:
+            rest["content"] = said
+        return [{**chunk, "choices": [{**choice, "delta": rest}, *chunk["choices"][1:]]}]
+
+
+def _text(chunk: dict[str, Any], key: str, text: str) -> dict[str, Any]:
+    """``chunk`` with ``text`` as its first choice's delta ``key`` (content or a reasoning field)."""
     choice = chunk["choices"][0]
-    return {**chunk, "choices": [{**choice, "delta": {**choice["delta"], "content": text}}, *chunk["choices"][1:]]}
+    return {**chunk, "choices": [{**choice, "delta": {**choice["delta"], key: text}}, *chunk["choices"][1:]]}

@@ -11,6 +11,7 @@ Rules:
   - Reasoning ends at the first ``</think>``; whitespace right after it is dropped, the rest is text.
   - At the end of the stream, whatever is held back is released as what it was (an unclosed
     ``<think>`` is reasoning).
+  - A splitter made ``inside`` starts past the ``<think>``: a continued reasoning (prefill.py).
 """
 
 from __future__ import annotations
@@ -22,9 +23,16 @@ _START, _IN, _AFTER, _TEXT = range(4)
 class ThinkSplitter:
     __slots__ = ("_state", "_held")
 
-    def __init__(self) -> None:
-        self._state = _START
+    def __init__(self, *, inside: bool = False) -> None:
+        """``inside``: the content starts inside a think block already (the continuation of
+        reasoning prefilled as ``<think>`` + its text; translators/forward/prefill.py)."""
+        self._state = _IN if inside else _START
         self._held = ""
+
+    @property
+    def in_text(self) -> bool:
+        """Past the think block and its whitespace: the rest is text, untouched."""
+        return self._state == _TEXT
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         """Pieces ``("reasoning" | "text", str)`` that are certain so far."""

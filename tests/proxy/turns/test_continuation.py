@@ -67,3 +67,41 @@ def test_the_budget_and_giving_up() -> None:
     other.fail("upstream_idle_timeout", "quiet")
     out = other.give_up()  # no replica to take it: the failure it would have had
     assert out[-1]["response"]["error"]["code"] == "upstream_idle_timeout" and other.machine.done
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        chunk({"reasoning_content": "ink."}) + chunk({"content": "Answer"}),  # a reasoning parser
+        chunk({"content": "ink.</think>\n\nAnswer"}),  # raw content: the block the prefill opened
+        chunk({"content": "<think>\nLet me th"}) + chunk({"content": "ink.</think>\n\nAnswer"}),  # repeated first
+    ],
+    ids=["reasoning_deltas", "raw_content", "repeated_raw_content"],
+)
+def test_a_stream_broken_in_its_reasoning_goes_on_in_one_reasoning_item(rest: bytes) -> None:
+    cont = continuing()
+    out = cont.start() + Pump(cont).feed(
+        chunk({"role": "assistant", "content": ""}) + chunk({"reasoning": "Let me th"})
+    )
+    assert cont.fail("upstream_disconnected", "gone") == [] and cont.broken is not None
+    assert (cont.prefill, cont.reasoning) == ("Let me th", True)
+    cont.resume()
+    pump = Pump(cont)
+    out += pump.feed(chunk({"role": "assistant", "content": None}) + rest)
+    out += pump.feed(chunk({}, "stop") + DONE)
+    validate_responses_events(out)
+    final = out[-1]["response"]
+    assert out[-1]["type"] == "response.completed"
+    assert [i["type"] for i in final["output"]] == ["reasoning", "message"]
+    assert final["output"][0]["content"][0]["text"] == "Let me think."
+    assert final["output"][1]["content"][0]["text"] == "Answer"
+
+
+def test_a_stream_broken_in_a_call_after_reasoning_is_the_machines() -> None:
+    cont = continuing()
+    cont.start()
+    Pump(cont).feed(
+        chunk({"reasoning_content": "call it"})
+        + chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f"}}]})
+    )
+    assert cont.fail("upstream_disconnected", "gone")[-1]["type"] == "response.failed" and cont.broken is None

@@ -8,7 +8,7 @@ import pytest
 
 from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.forward.machine import ChatToResponsesStream
-from crossfeed.translators.forward.prefill import PrefillEcho, prefill_body
+from crossfeed.translators.forward.prefill import PrefillEcho, ThinkResume, prefill_body
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from tests.support.chat_chunks import chat_chunk
@@ -30,7 +30,7 @@ def test_a_continued_leg_is_one_message_numbered_throughout() -> None:
     out += m.feed(chat_chunk({"role": "assistant", "content": ""}))
     out += m.feed(chat_chunk({"content": "Hello, "}))
     out += m.feed(chat_chunk({"content": "wor"}))
-    assert m.partial() == "Hello, wor"
+    assert m.partial() == ("text", "Hello, wor")
     m.resume()  # the broken stream is left: its failure never reaches the machine
     out += m.feed(chat_chunk({"role": "assistant", "content": ""}))  # the new stream's role chunk
     out += m.feed(chat_chunk({"content": "ld!"}))
@@ -49,16 +49,16 @@ def test_nothing_written_yet_is_an_empty_prefill() -> None:
     m = machine()
     m.start()
     m.feed(chat_chunk({"role": "assistant", "content": ""}))
-    assert m.partial() == ""
+    assert m.partial() == ("text", "")
 
 
-def test_reasoning_before_the_text_is_not_in_the_prefill() -> None:
+def test_reasoning_before_the_text_is_not_in_the_text_prefill() -> None:
     m = machine()
     m.start()
     m.feed(chat_chunk({"reasoning_content": "think"}))
-    assert m.partial() is None  # in reasoning: not continued
+    assert m.partial() == ("reasoning", "think")  # in reasoning: continued as reasoning
     m.feed(chat_chunk({"content": "An"}))
-    assert m.partial() == "An"
+    assert m.partial() == ("text", "An")
 
 
 @pytest.mark.parametrize(
@@ -155,3 +155,118 @@ def test_text_that_differs_goes_through_with_what_was_held() -> None:
     assert _texts(out) == ["", "He", ""] and out[-1]["choices"][0]["delta"]["reasoning_content"] == "hm"
     echo = PrefillEcho("Hello")
     assert _texts(echo.feed(chat_chunk({"content": "He"}, "stop"))) == ["He"]  # the end: what came is the answer
+
+
+# -- reasoning ---------------------------------------------------------------------------------
+
+
+def _reasoning_texts(final: dict) -> list[str]:
+    return [i["content"][0]["text"] for i in final["response"]["output"] if i["type"] == "reasoning"]
+
+
+def test_a_leg_broken_in_its_reasoning_goes_on_in_the_same_reasoning_item() -> None:
+    m = machine()
+    out = m.start()
+    out += m.feed(chat_chunk({"role": "assistant", "content": ""}))
+    out += m.feed(chat_chunk({"reasoning_content": "Let me th"}))
+    assert m.partial() == ("reasoning", "Let me th")
+    m.resume()
+    out += m.feed(chat_chunk({"role": "assistant", "content": None}))
+    out += m.feed(chat_chunk({"reasoning_content": "ink."}))
+    out += m.feed(chat_chunk({"content": "Answer"}, "stop"))
+    out += m.finish()
+    validate_responses_events(out)
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+    final = out[-1]
+    assert [i["type"] for i in final["response"]["output"]] == ["reasoning", "message"]
+    assert _reasoning_texts(final) == ["Let me think."]
+    assert final["response"]["output"][1]["content"][0]["text"] == "Answer"
+
+
+def test_reasoning_after_another_item_or_signed_is_not_continued() -> None:
+    m = machine()
+    m.start()
+    m.feed(chat_chunk({"content": "text"}))
+    m.feed(chat_chunk({"reasoning_content": "then thinking"}))
+    assert m.partial() is None
+    sealed = machine(seal_reasoning=lambda text, details: "sealed")
+    sealed.start()
+    sealed.feed(
+        chat_chunk({"reasoning_content": "why", "reasoning_details": [{"type": "reasoning.text", "text": "why"}]})
+    )
+    assert sealed.partial() is None  # a signature cannot be continued by another replica
+
+
+CHAT_KWARGS = {**CHAT, "chat_template_kwargs": {"reasoning_effort": "high"}}
+
+
+def test_reasoning_prefill_trailing_assistant_turns_thinking_off() -> None:
+    body = prefill_body(CHAT_KWARGS, "Let me th", "trailing_assistant", reasoning=True)
+    assert body["messages"][-1] == {"role": "assistant", "content": "<think>\nLet me th"}
+    assert body["chat_template_kwargs"] == {"reasoning_effort": "high", "enable_thinking": False}
+    assert CHAT_KWARGS["chat_template_kwargs"] == {"reasoning_effort": "high"}  # not changed
+    assert "chat_template_kwargs" not in prefill_body(CHAT, "Hello", "trailing_assistant")
+
+
+def test_reasoning_prefill_continue_final_message() -> None:
+    body = prefill_body(CHAT, "Let me th", "continue_final_message", reasoning=True)
+    assert body["messages"][-1] == {"role": "assistant", "content": "<think>\nLet me th"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert "chat_template_kwargs" not in body
+
+
+def _field(chunks: list[dict], key: str) -> str:
+    return "".join(c["choices"][0]["delta"].get(key) or "" for c in chunks)
+
+
+def test_a_repeated_reasoning_prefill_is_dropped_in_either_field() -> None:
+    echo = PrefillEcho("<think>\nLet me th", "Let me th")
+    out = []
+    for c in [
+        chat_chunk({"content": "<think>\n"}),
+        chat_chunk({"content": "Let me th"}),
+        chat_chunk({"content": "ink"}),
+    ]:
+        out += echo.feed(c)
+    assert _field(out, "content") == "ink"
+    echo = PrefillEcho("<think>\nLet me th", "Let me th")
+    out = []
+    for c in [
+        chat_chunk({"role": "assistant"}),
+        chat_chunk({"reasoning_content": "Let me"}),
+        chat_chunk({"reasoning_content": " think"}),
+    ]:
+        out += echo.feed(c)
+    assert _field(out, "reasoning_content") == "ink"
+    echo = PrefillEcho("<think>\nLet me th", "Let me th")
+    out = echo.feed(chat_chunk({"reasoning": "ink."}))  # not repeated: through
+    assert _field(out, "reasoning") == "ink." and not echo.left
+
+
+def test_think_resume_reads_raw_content_as_reasoning_until_the_close_tag() -> None:
+    resume = ThinkResume()
+    out = []
+    for c in [
+        chat_chunk({"role": "assistant", "content": ""}),
+        chat_chunk({"content": "ink.</thi"}),
+        chat_chunk({"content": "nk>\n"}),
+        chat_chunk({"content": "\nAns"}),
+    ]:
+        out += resume.feed(c)
+    assert not resume.left
+    later = chat_chunk({"content": "wer"}, "stop")
+    assert resume.feed(later) == [later]  # settled: through as it is
+    assert _field(out, "reasoning_content") == "ink." and _field(out, "content") == "Ans"
+
+
+def test_think_resume_passes_a_parsed_reasoning_through() -> None:
+    resume = ThinkResume()
+    parsed = chat_chunk({"reasoning_content": "ink."})
+    assert resume.feed(parsed) == [parsed] and not resume.left
+    assert resume.feed(chat_chunk({"content": "Answer"}))[0]["choices"][0]["delta"] == {"content": "Answer"}
+
+
+def test_think_resume_ends_with_the_stream() -> None:
+    resume = ThinkResume()
+    out = resume.feed(chat_chunk({"content": "ink.</th"})) + resume.feed(chat_chunk({}, "length"))
+    assert _field(out, "reasoning_content") == "ink.</th" and not resume.left

@@ -1,0 +1,116 @@
+"""Continuation in the reasoning (proxy/turns/continuation.py): a replica that dies while the answer
+is still reasoning has it continued by another replica, whose request carries ``"<think>\\n"`` +
+the partial reasoning as its trailing assistant message. The rest may come back as reasoning
+deltas (a backend with a reasoning parser) or as raw content that goes on with the reasoning,
+then ``</think>`` and the answer; either way the SDK reads one reasoning item whose text is the
+two parts, then the answer (the ``captured`` fixture validates every stream strictly). A
+replica that dies in a call after its reasoning still fails the Response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from crossfeed.proxy.runtime.observability import METRICS
+from tests.faults.pool_harness import (
+    dying_then_rest,
+    failed_stream,
+    failed_terminals,
+    pool_config,
+    replicas,
+    served,
+    stream,
+)
+from tests.support.app_server import running_proxy
+from tests.support.chat_chunks import DONE, chunk, usage_chunk
+from tests.support.clients import sdk_client
+
+THINKING = chunk({"role": "assistant", "content": ""}) + chunk({"reasoning_content": "Let me "})
+THINKING += chunk({"reasoning_content": "th"})
+AS_REASONING = chunk({"reasoning_content": "ink."}) + chunk({"content": "Answer"}, "stop")
+AS_CONTENT = chunk({"content": "ink.</th"}) + chunk({"content": "ink>\n\nAns"}) + chunk({"content": "wer"}, "stop")
+END = usage_chunk(12, 4) + DONE
+TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+
+
+@pytest.mark.parametrize(
+    ("rest", "style"),
+    [
+        (AS_REASONING, "continue_final_message"),
+        (AS_CONTENT, "trailing_assistant"),
+        (AS_REASONING, "trailing_assistant"),
+        (AS_CONTENT, "continue_final_message"),
+    ],
+    ids=["reasoning_deltas-vllm", "raw_content-llama", "reasoning_deltas-llama", "raw_content-vllm"],
+)
+async def test_a_replica_dying_mid_reasoning_is_continued_in_the_same_item(tmp_path, captured, rest, style) -> None:
+    async with replicas(2) as fakes:
+        script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": ""}) + rest + END)
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True, prefill=style)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await stream(client)
+            await client.close()
+            metric = proxy.app[METRICS].continuations.labels("gpu", "continued")._value.get()
+    first, second = script.calls
+    assert second.body["messages"][:-1] == first.body["messages"]
+    assert second.body["messages"][-1] == {"role": "assistant", "content": "<think>\nLet me th"}
+    if style == "trailing_assistant":  # llama-server refuses a prefill with thinking on
+        assert second.body["chat_template_kwargs"]["enable_thinking"] is False
+        assert "continue_final_message" not in second.body
+    else:
+        assert second.body["continue_final_message"] is True and second.body["add_generation_prompt"] is False
+        assert "chat_template_kwargs" not in second.body
+    assert sorted(served(fakes)) == [1, 1]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    types = [e.type for e in events]
+    assert [t for t in types if t in ("response.completed", "response.failed", "response.incomplete")] == [
+        "response.completed"
+    ]
+    added = [e.item.type for e in events if e.type == "response.output_item.added"]
+    assert added == ["reasoning", "message"]
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "Let me think."
+    final = events[-1].response
+    reasoning = final.output[0]
+    assert reasoning.type == "reasoning" and [c.text for c in reasoning.content or []] == ["Let me think."]
+    assert final.output_text == "Answer"
+    assert metric == 1
+
+
+async def test_a_replica_that_repeats_the_think_prefill_has_it_dropped(tmp_path, captured) -> None:
+    """llama.cpp's server streams the prefill it continues, its <think> too, before the new text."""
+    echoed = chunk({"content": "<think>\nLet"}) + chunk({"content": " me th"}) + AS_CONTENT
+    async with replicas(2) as fakes:
+        script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": None}) + echoed + END)
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events = await stream(client)
+            await client.close()
+    final = events[-1].response
+    assert final.status == "completed"
+    assert [c.text for c in final.output[0].content or []] == ["Let me think."]
+    assert final.output_text == "Answer"
+
+
+async def test_a_replica_dying_in_a_call_after_its_reasoning_is_not_continued(tmp_path, captured) -> None:
+    call = chunk(
+        {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"q":'}}]}
+    )
+    async with replicas(2) as fakes:
+        script = dying_then_rest(THINKING + call, b"")
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            events: list[dict[str, Any]] = await failed_stream(client, captured, tools=TOOLS)
+            await client.close()
+    assert failed_terminals(events) == ["response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "upstream_disconnected"
+    assert sum(served(fakes)) == 1
