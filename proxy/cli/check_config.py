@@ -297,7 +297,8 @@ def _pool_lines(u: Upstream) -> list[str]:
     if u.continue_on_failure:
         times = "once" if u.max_continuations == 1 else f"up to {u.max_continuations} times"
         lines.append(
-            f"       continue  an answer whose replica dies mid-text goes on on another replica, {times} a turn; "
+            f"       continue  an answer whose replica dies mid-text or mid-reasoning goes on on another replica "
+            f"(a whole answer is asked again), {times} a turn; "
             f"prefill: {u.prefill}"
         )
     return lines

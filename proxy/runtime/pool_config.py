@@ -93,7 +93,7 @@ class PoolKeys(BaseModel):
     )
     continue_on_failure: bool = Field(
         False,
-        description="pool: a replica that dies in the middle of an answer's text has it continued by another "
+        description="pool: a replica that dies in the middle of an answer's text or reasoning has it continued by another "
         "replica, the partial answer sent as a prefill (the client sees one Response)",
     )
     prefill: Prefill = Field(

@@ -92,7 +92,10 @@ def test_check_config_shows_each_replica_without_credentials(tmp_path: Path) -> 
     )
     out = io.StringIO()
     assert check_config(path, {}, out) == 0
-    assert "continue  an answer whose replica dies mid-text goes on on another replica, once a turn; " in out.getvalue()
+    assert (
+        "continue  an answer whose replica dies mid-text or mid-reasoning goes on on another replica "
+        "(a whole answer is asked again), once a turn; " in out.getvalue()
+    )
     assert "prefill: continue_final_message" in out.getvalue()
 
 
