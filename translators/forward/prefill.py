@@ -124,19 +124,33 @@ class PrefillEcho:
         return [_text({**chunk, "choices": [{"index": 0, "delta": {}}]}, key, held), chunk] if held else [chunk]
 
 
+# How much of a continued reasoning's raw content is held before it is taken for reasoning without
+# its ``</think>`` (see ThinkResume).
+HOLD = 4096
+
+
 class ThinkResume:
     """The continuation of a leg broken in its reasoning, read as a backend may write it: until
     ``</think>``, its content is the reasoning going on, and comes out as ``reasoning_content``;
     after it, the answer's text (think_tags.py's splitter, started inside the block). A backend
     whose first text is in a reasoning field parses the block itself: its chunks go through.
+
+    Content with no ``</think>`` yet is ambiguous: the reasoning going on (no parser), or the
+    answer of a backend whose parser took the block's end as the first thing it wrote. So it is
+    held (at most ``HOLD`` characters) until it shows which: a ``</think>`` makes it reasoning; the
+    stream ending without one makes it the answer; past ``HOLD`` it is taken for reasoning (an
+    answer that long with its block closed unseen is the one case read wrong).
     ``feed`` takes a chat chunk and returns the chunks to feed the machine instead; ``left`` is
     False once settled (the chunks go through)."""
 
-    __slots__ = ("left", "_split")
+    __slots__ = ("left", "_split", "_thought", "_raw", "_sure")
 
     def __init__(self) -> None:
         self.left = True
         self._split = ThinkSplitter(inside=True)
+        self._thought = ""  # reasoning held until the content shows it is reasoning
+        self._raw = ""  # the same content as it came (the answer, should the stream end first)
+        self._sure = False
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         if not self.left:
@@ -145,12 +159,27 @@ class ThinkResume:
         if found is None:
             return [chunk]
         choice, delta = found
+        content = delta.get("content")
         if any(isinstance(delta.get(k), str) and delta[k] for k in _REASONING_KEYS) or delta.get("reasoning_details"):
             self.left = False  # the backend's reasoning parser reads the block
-            return [chunk]
-        content = delta.get("content")
+            if not self._raw:
+                return [chunk]
+            said = self._raw + (content if isinstance(content, str) else "")
+            return [{**chunk, "choices": [{**choice, "delta": {**delta, "content": said}}, *chunk["choices"][1:]]}]
         pieces = self._split.feed(content) if isinstance(content, str) and content else []
-        if choice.get("finish_reason"):
+        ends = bool(choice.get("finish_reason"))
+        if not self._sure:
+            self._raw += content if isinstance(content, str) else ""
+            if self._split.in_text or any(kind == "text" for kind, _ in pieces) or len(self._raw) > HOLD:
+                self._sure = True
+                pieces = [("reasoning", self._thought), *pieces]
+            elif ends:  # no </think> in the whole continuation: it was the answer
+                self.left = False
+                return [_content(chunk, choice, delta, "", self._raw)]
+            else:
+                self._thought += "".join(text for kind, text in pieces if kind == "reasoning")
+                return [_content(chunk, choice, delta, "", "")] if isinstance(content, str) else [chunk]
+        if ends:
             pieces += self._split.finish()
             self.left = False
         elif self._split.in_text:
@@ -158,13 +187,24 @@ class ThinkResume:
         if not pieces and not isinstance(content, str):
             return [chunk]
         thought = "".join(text for kind, text in pieces if kind == "reasoning")
-        said = "".join(text for kind, text in pieces if kind == "text")
-        rest = {k: v for k, v in delta.items() if k != "content" and k not in _REASONING_KEYS}
-        if thought:
-            rest["reasoning_content"] = thought
-        if said:
-            rest["content"] = said
-        return [{**chunk, "choices": [{**choice, "delta": rest}, *chunk["choices"][1:]]}]
+        return [_content(chunk, choice, delta, thought, _said(pieces))]
+
+
+def _said(pieces: list[tuple[str, str]]) -> str:
+    return "".join(text for kind, text in pieces if kind == "text")
+
+
+def _content(
+    chunk: dict[str, Any], choice: dict[str, Any], delta: dict[str, Any], thought: str, said: str
+) -> dict[str, Any]:
+    """``chunk`` with its first choice's content replaced: ``thought`` as its reasoning, ``said``
+    as its text (either left out when empty)."""
+    rest = {k: v for k, v in delta.items() if k != "content" and k not in _REASONING_KEYS}
+    if thought:
+        rest["reasoning_content"] = thought
+    if said:
+        rest["content"] = said
+    return {**chunk, "choices": [{**choice, "delta": rest}, *chunk["choices"][1:]]}
 
 
 def _text(chunk: dict[str, Any], key: str, text: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 
 from crossfeed.translators.errors import StreamStateError
 from crossfeed.translators.forward.machine import ChatToResponsesStream
-from crossfeed.translators.forward.prefill import PrefillEcho, ThinkResume, prefill_body
+from crossfeed.translators.forward.prefill import HOLD, PrefillEcho, ThinkResume, prefill_body
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from tests.support.chat_chunks import chat_chunk
@@ -266,7 +266,22 @@ def test_think_resume_passes_a_parsed_reasoning_through() -> None:
     assert resume.feed(chat_chunk({"content": "Answer"}))[0]["choices"][0]["delta"] == {"content": "Answer"}
 
 
-def test_think_resume_ends_with_the_stream() -> None:
+def test_think_resume_takes_a_continuation_that_never_closes_the_block_for_the_answer() -> None:
+    """A backend whose parser took the block's end as its first token writes only the answer:
+    held until the stream shows no </think>, then the answer's text, none of it reasoning."""
     resume = ThinkResume()
-    out = resume.feed(chat_chunk({"content": "ink.</th"})) + resume.feed(chat_chunk({}, "length"))
-    assert _field(out, "reasoning_content") == "ink.</th" and not resume.left
+    out = resume.feed(chat_chunk({"content": "The answer"}))
+    assert _field(out, "content") == "" and _field(out, "reasoning_content") == ""  # held
+    out += resume.feed(chat_chunk({"content": " is 4."}, "stop"))
+    assert _field(out, "content") == "The answer is 4." and _field(out, "reasoning_content") == ""
+    assert not resume.left
+
+
+def test_think_resume_streams_a_long_reasoning_before_its_close_tag() -> None:
+    resume = ThinkResume()
+    out = []
+    for _ in range(HOLD // 100 + 2):
+        out += resume.feed(chat_chunk({"content": "x" * 100}))
+    assert len(_field(out, "reasoning_content")) > HOLD  # past the hold it goes out as reasoning
+    out += resume.feed(chat_chunk({"content": "</think>Answer"}, "stop"))
+    assert _field(out, "content") == "Answer" and set(_field(out, "reasoning_content")) == {"x"}
