@@ -882,6 +882,12 @@ def tree_env(tree: Path) -> dict[str, str]:
     return env
 
 
+def pool_hosts(n: int) -> list[str]:
+    """The loopback addresses the fake upstream listens on: one, or one per replica of ``--pool``
+    (IP literals, as a replica's address is: a name would cost a resolver lookup a call)."""
+    return [f"127.0.0.{i}" for i in range(1, max(n, 1) + 1)]
+
+
 SCENARIOS = {
     # name: (direction, client path, api of the client body)
     "forward": ("forward", "/v1/responses", "responses"),
@@ -942,6 +948,17 @@ class Pass:
         slot[0] += cost
         slot[1] += segments
 
+    def pool_config(self, direction: str) -> Path:
+        """A config whose default upstream is a pool of ``--pool`` replicas, all the fake upstream
+        (listening on 127.0.0.1, 127.0.0.2, ...: one server, so the stream is the same as without
+        it): the cost of the pool's own code, per request."""
+        port = self.up_url.split(":")[2].split("/")[0]
+        urls = ", ".join(f'"http://{h}:{port}/v1"' for h in pool_hosts(self.args.pool))
+        api = "responses" if direction == "reverse" else "chat"
+        path = self.work / f"pool-{direction}.toml"
+        path.write_text(f'[[upstreams]]\nname = "default"\ndefault = true\napi = "{api}"\nbase_urls = [{urls}]\n')
+        return path
+
     def run(self) -> None:
         directions = sorted({SCENARIOS[s][0] for s in self.args.scenarios}, reverse=False)
         for direction in directions:
@@ -952,9 +969,13 @@ class Pass:
         port = free_port()
         log = self.work / f"crossfeed-{self.kind}-{direction}.log"
         argv = [args.python, str(HERE / "account.py"), "--serve-hooked", "serve", "--host", "127.0.0.1"]
-        argv += ["--port", str(port), "--upstream", self.up_url]
-        if direction == "reverse":
-            argv += ["--upstream-api", "responses"]
+        argv += ["--port", str(port)]
+        if args.pool > 1:  # the upstream as a pool of that many spellings of its one address
+            argv += ["--config", str(self.pool_config(direction))]
+        else:
+            argv += ["--upstream", self.up_url]
+            if direction == "reverse":
+                argv += ["--upstream-api", "responses"]
         env = tree_env(Path(args.tree))
         env["CF_ACCOUNT_DIRECTION"] = direction
         env["CF_ACCOUNT_HOOKS"] = ",".join(args.hook)
@@ -1224,6 +1245,9 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-dumps", action="store_true", help="keep the callgrind dumps (WORKDIR/cg-*/cg.N, callgrind_annotate)"
     )
     ap.add_argument("--workdir", help="logs and callgrind dumps (default: a temporary directory)")
+    ap.add_argument(
+        "--pool", type=int, default=1, help="the upstream as a pool of N replicas (2 to 5), all the one fake upstream"
+    )
     args = ap.parse_args(argv)
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     for s in args.scenarios:
@@ -1256,7 +1280,7 @@ def main(argv: list[str] | None = None) -> int:
     up_log = work / "upstream.log"
     with open(up_log, "ab") as logf:
         upstream = subprocess.Popen(
-            [args.python, str(HERE / "upstream.py"), "--port", str(up_port)],
+            [args.python, str(HERE / "upstream.py"), "--port", str(up_port), "--host", ",".join(pool_hosts(args.pool))],
             stdout=logf,
             stderr=subprocess.STDOUT,
             start_new_session=True,

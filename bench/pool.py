@@ -68,9 +68,11 @@ def start_replicas(n: int, logdir: Path) -> list[Proc]:
     procs = []
     for i in range(n):
         port = free_port()
+        # replica 0 also listens on 127.0.0.2 and .3: the pool1 arm's three replicas are one process
+        hosts = "127.0.0.1,127.0.0.2,127.0.0.3" if i == 0 else "127.0.0.1"
         proc = Proc(
             f"replica{i}",
-            [sys.executable, str(HERE / "upstream.py"), "--port", str(port)],
+            [sys.executable, str(HERE / "upstream.py"), "--port", str(port), "--host", hosts],
             port,
             OTHERS_CPU,
             logdir / f"replica{i}.log",
@@ -157,12 +159,8 @@ ARMS = {"one": "one base_url", "pool1": "pool of 3 URLs, one replica process", "
 
 async def cpu_cell(replicas: list[Proc], logdir: Path, args: argparse.Namespace) -> tuple[list[str], dict]:
     urls = [f"http://127.0.0.1:{r.port}/v1" for r in replicas]
-    port = replicas[0].port  # three spellings of one address: the pool's cost without the replicas'
-    arms = {
-        "one": urls[:1],
-        "pool1": [f"http://127.0.0.1:{port}/v1", f"http://127.1:{port}/v1", f"http://2130706433:{port}/v1"],
-        "pool": urls,
-    }
+    port = replicas[0].port  # three addresses of one process: the pool's cost without the replicas'
+    arms = {"one": urls[:1], "pool1": [f"http://127.0.0.{i}:{port}/v1" for i in (1, 2, 3)], "pool": urls}
     runs: dict[str, list[dict]] = {k: [] for k in arms}
     for rep in range(args.repeat):
         for which in list(arms) if rep % 2 == 0 else list(arms)[::-1]:

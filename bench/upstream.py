@@ -841,9 +841,12 @@ class UpstreamProtocol(asyncio.Protocol):
 
 async def serve(host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(UpstreamProtocol, host, port, backlog=1024, reuse_address=True)
+    hosts = host.split(",")  # several loopback addresses: one server that a pool sees as several replicas
+    server = await loop.create_server(
+        UpstreamProtocol, hosts if len(hosts) > 1 else host, port, backlog=1024, reuse_address=True
+    )
     sock = server.sockets[0]
-    print(f"bench upstream listening on http://{host}:{sock.getsockname()[1]}", flush=True)
+    print(f"bench upstream listening on http://{hosts[0]}:{sock.getsockname()[1]} ({host})", flush=True)
     async with server:
         await server.serve_forever()
 
@@ -859,7 +862,7 @@ def install_uvloop() -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--host", default="127.0.0.1", help="or several loopback addresses, comma-separated")
     ap.add_argument("--port", type=int, default=8101)
     ap.add_argument("--no-uvloop", action="store_true")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this CPU")

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import random
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 import structlog
 
@@ -119,9 +117,11 @@ class Lease:
             self._done = True
             self.replica.inflight -= 1
 
+    def __del__(self) -> None:  # the net for a lease no leg released (its response collected first)
+        self.release()
 
-@dataclass(frozen=True, slots=True)
-class Answered:
+
+class Answered(NamedTuple):
     """Which replica answered a call, whether it was another than the one asked for, and the
     call's place on it (released when the call's answer is read or closed: ``release``)."""
 
@@ -130,18 +130,19 @@ class Answered:
     lease: Lease
 
 
-# Each pooled call's lease, by its response: released when its leg ends (proxy/turns/exchange.py),
-# or when the response is collected (a leg that never ran: the client left first).
-_LEASES: weakref.WeakKeyDictionary[Any, Lease] = weakref.WeakKeyDictionary()
+# Each pooled call's lease rides on its response (an attribute of aiohttp's ClientResponse, which
+# has a __dict__): released when its leg ends (proxy/turns/exchange.py), or, when the response is
+# collected first (a leg that never ran: the client left), by the lease's own __del__.
+_LEASE = "_crossfeed_lease"
 
 
 def hold(response: Any, lease: Lease) -> None:
-    _LEASES[response] = lease
-    weakref.finalize(response, lease.release)
+    """``lease`` is ``response``'s until ``release``."""
+    setattr(response, _LEASE, lease)
 
 
 def release(response: Any) -> None:
-    lease = _LEASES.pop(response, None)
+    lease = getattr(response, _LEASE, None)
     if lease is not None:
         lease.release()
 
@@ -191,22 +192,35 @@ class Pool:
     def replica(self, label: str | None) -> Replica | None:
         return self._by_label.get(label) if label else None
 
-    def pick(self, prefer: str | None = None, tried: frozenset[int] | set[int] = frozenset()) -> Replica | None:
+    def pick(self, prefer: str | None = None, tried: Collection[int] = ()) -> Replica | None:
         """The replica for the next call: ``prefer`` when usable; else one whose cooldown just
         ended (its probe); else the least busy usable one (ties in turn). None: none usable."""
         now = self._clock()
-        wanted = self.replica(prefer)
-        if wanted is not None and wanted.index not in tried and wanted.usable(now):
-            return wanted
-        usable = [r for r in self.replicas if r.index not in tried and r.usable(now)]
-        if not usable:
-            return None
-        probes = [r for r in usable if r.state(now) == "probe"]
-        if probes:
-            return probes[0]
-        self._turn += 1
+        if prefer is not None:
+            wanted = self.replica(prefer)
+            if wanted is not None and wanted.index not in tried and wanted.usable(now):
+                return wanted
+        best: Replica | None = None
+        best_key = (0, 0)
+        turn = self._turn + 1
         n = len(self.replicas)
-        return min(usable, key=lambda r: (r.inflight, (r.index - self._turn) % n))
+        cap = self.upstream.max_concurrent_streams  # (every replica's: a copy of the pool's upstream)
+        for r in self.replicas:
+            if tried and r.index in tried:
+                continue
+            if r.down_until:  # cooled down once: its state decides
+                if not r.usable(now):
+                    continue
+                if r.state(now) == "probe":
+                    return r  # a replica whose cooldown ended is tried first
+            elif cap and r.inflight >= cap:
+                continue
+            key = (r.inflight, (r.index - turn) % n)
+            if best is None or key < best_key:
+                best, best_key = r, key
+        if best is not None:
+            self._turn = turn
+        return best
 
     def succeeded(self, replica: Replica) -> None:
         replica.probing = False
@@ -239,6 +253,35 @@ class Pool:
             )
             self._up(replica, 0)
 
+    def first(self, prefer: str | None = None, avoid: Replica | None = None) -> tuple[Replica, Lease] | None:
+        """The first attempt of a call, for a caller that awaits it itself (``call``'s loop is
+        then taken up with ``after`` only if it fails): its replica and its place on it. One
+        coroutine frame fewer between the caller and the upstream call, on each of its
+        resumptions, than ``call``'s. None: no replica is usable."""
+        replica = self.pick(prefer, () if avoid is None else (avoid.index,))
+        return None if replica is None else (replica, self._lease(replica))
+
+    def _lease(self, replica: Replica) -> Lease:
+        if replica.down_until and replica.state(self._clock()) == "probe":
+            replica.probing = True
+        return Lease(replica)
+
+    def attempt_failed(self, replica: Replica, lease: Lease, exc: BaseException) -> None:
+        """A failed attempt's verdict: the replica's health; raises it again unless another
+        replica may answer (a retryable failure)."""
+        lease.release()
+        if not isinstance(exc, UpstreamError):
+            replica.probing = False  # cancelled (the client left): no verdict on the replica
+            raise exc
+        self.failed(replica, exc)
+        if not retryable(exc):
+            raise exc
+        log.info("pool.failover", upstream=self.upstream.name, replica=replica.label, error=exc.message)
+
+    def answered(self, replica: Replica, lease: Lease, prefer: str | None) -> Answered:
+        self.succeeded(replica)
+        return Answered(replica, prefer is not None and replica.label != prefer, lease)
+
     async def call(
         self,
         attempt: Callable[[Upstream], Awaitable[T]],
@@ -246,15 +289,23 @@ class Pool:
         *,
         fallback: bool = True,
         avoid: Replica | None = None,
+        after: tuple[Replica, BaseException] | None = None,
     ) -> tuple[T, Answered]:
         """``attempt`` on one replica after another until one answers (see the module's text);
         the answer and which replica gave it. Raises the request's own error (a 4xx) at once, and
         a 503 naming the upstream when none answers. ``avoid``: a replica not to ask (the one a
-        continuation continues)."""
+        continuation continues); ``after``: the first attempt (``first``) failed on that replica
+        with that error, the call goes on from there."""
         deadline = self._clock() + self.upstream.retry_deadline_seconds
         tried: set[int] = set() if avoid is None else {avoid.index}
         last: BaseException | None = None
-        for n in range(self.retries + 1):
+        start = 0
+        if after is not None:
+            tried.add(after[0].index)
+            last, start = after[1], 1
+        for n in range(start, self.retries + 1):
+            if n and self._clock() >= deadline:
+                break
             replica = self.pick(prefer, tried)
             if replica is None:
                 break
@@ -262,27 +313,14 @@ class Pool:
                 self._count("failovers")
                 await self._backoff(n, deadline)
             tried.add(replica.index)
-            if replica.state(self._clock()) == "probe":
-                replica.probing = True
-            lease = Lease(replica)
+            lease = self._lease(replica)
             try:
                 result = await attempt(replica.upstream)
-            except UpstreamError as exc:
-                lease.release()
-                self.failed(replica, exc)
-                if not retryable(exc):
-                    raise
+            except BaseException as exc:
+                self.attempt_failed(replica, lease, exc)
                 last = exc
-                log.info("pool.failover", upstream=self.upstream.name, replica=replica.label, error=exc.message)
-                if self._clock() >= deadline:
-                    break
                 continue
-            except BaseException:
-                lease.release()
-                replica.probing = False  # cancelled (the client left): no verdict on the replica
-                raise
-            self.succeeded(replica)
-            return result, Answered(replica, prefer is not None and replica.label != prefer, lease)
+            return result, self.answered(replica, lease, prefer)
         if self.fallback is not None and fallback:
             self._count("fallbacks")
             log.warning("pool.fallback", upstream=self.upstream.name, fallback=self.fallback.upstream.name)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -89,7 +90,8 @@ def begin(
     previous = _text(body.get("previous_response_id"))
     session = _text(headers.get("session_id")) or _text(headers.get("session-id"))
     cache = _text(body.get("prompt_cache_key"))
-    named = read_key_token(headers.get(TURN_STATE_HEADER)) or (
+    token = headers.get(TURN_STATE_HEADER)
+    named = (read_key_token(token) if token else None) or (
         f"session:{session}" if session else f"cache:{cache}" if cache else None
     )
     key: str | None = None
@@ -100,9 +102,19 @@ def begin(
     aff = Affinity(upstream.name, upstream.affinity_ttl_seconds, key, previous if key is None else None, None, app=app)
     if aff.previous is not None:
         aff.fallback = named
-    aff.pinned = read_turn_state(headers.get(TURN_STATE_HEADER), upstream.name)
+    aff.pinned = read_turn_state(token, upstream.name) if token else None
     CURRENT.set(aff)
     return aff
+
+
+def unresolved(aff: Affinity) -> bool:
+    """``preferred`` has a lookup to make (else its answer is ``aff.pinned or aff.replica``)."""
+    return not aff.resolved and (aff.previous is not None or aff.key is not None)
+
+
+def changed(aff: Affinity, label: str) -> bool:
+    """``served`` has a write to make: the turn's key names another replica than ``label``."""
+    return aff.key is not None and label != aff.replica
 
 
 async def preferred(app: web.Application, aff: Affinity) -> str | None:
@@ -134,7 +146,7 @@ async def _resolve_chain(app: web.Application, aff: Affinity, previous: str) -> 
 
 async def served(app: web.Application, aff: Affinity, label: str) -> None:
     """The replica ``label`` answered the turn: its key keeps it (written when it changed)."""
-    if aff.key is not None and label != aff.replica:
+    if changed(aff, label):
         await _remember(app, f"affinity:{aff.upstream}:{aff.key}", label, aff.ttl)
     aff.replica = label
 
@@ -182,8 +194,9 @@ async def replica_of(app: web.Application, upstream: str, response_id: str) -> s
     return await _recall(app, f"affinity:{upstream}:{key}")
 
 
+@functools.lru_cache(maxsize=1024)
 def turn_state(label: str) -> str:
-    """The opaque ``x-codex-turn-state`` token naming a replica."""
+    """The opaque ``x-codex-turn-state`` token naming a replica (a pool's few labels: cached)."""
     return _TOKEN_PREFIX + _b64(label)
 
 

@@ -183,7 +183,9 @@ async def pooled_leg(
     app, primary = turn.app, turn.upstream
     pool = app[POOLS][primary.name]
     aff = affinity.CURRENT.get()
-    prefer = await affinity.preferred(app, aff) if aff is not None and aff.upstream == primary.name else None
+    prefer = None
+    if aff is not None and aff.upstream == primary.name:  # (no await when there is nothing to look up)
+        prefer = await affinity.preferred(app, aff) if affinity.unresolved(aff) else aff.pinned or aff.replica
 
     async def attempt(up: Upstream) -> aiohttp.ClientResponse:
         if up.name == primary.name:
@@ -192,14 +194,29 @@ async def pooled_leg(
         turn.log["answered_model"] = model
         return await _call(turn, up, path, {**body, "model": up.model_map.get(model, model)})
 
-    response, answered = await pool.call(attempt, prefer, avoid=avoid, fallback=avoid is None)
+    # The first attempt awaited here (most calls have no other): pool.call's loop only after it failed.
+    first = pool.first(prefer, avoid)
+    after: tuple[Replica, BaseException] | None = None
+    if first is not None:
+        replica, lease = first
+        try:
+            response = await _call(turn, replica.upstream, path, body)
+        except BaseException as exc:
+            pool.attempt_failed(replica, lease, exc)
+            after = (replica, exc)
+        else:
+            answered = pool.answered(replica, lease, prefer)
+    if first is None or after is not None:
+        response, answered = await pool.call(attempt, prefer, avoid=avoid, fallback=avoid is None, after=after)
     replica = answered.replica
     turn.log["replica"] = replica.label
     hold(response, answered.lease)
     if aff is not None and replica.upstream.name == primary.name:
         if answered.moved:
             pool.moved()
-        await affinity.served(app, aff, replica.label)
+        if affinity.changed(aff, replica.label):
+            await affinity.served(app, aff, replica.label)
+        aff.replica = replica.label
     return response
 
 
