@@ -14,7 +14,10 @@ Three measurements:
    crossfeed with ``base_url`` = replica 0,
    then on crossfeed with ``base_urls`` = the three replicas (unkeyed calls: least busy, ties
    take turns), interleaved A/B then B/A; crossfeed's utime+stime per upstream chunk (frames
-   counted by the replicas' ``/stats``). The goal: the pool within 3 % of one upstream.
+   counted by the replicas' ``/stats``). The goal: the pool within 3 % of one upstream. Two
+   more arms tell the pool's code from the replicas' number: the pool of three URLs of one
+   replica process (127.0.0.1, .2, .3: chunks arrive as from one backend), and one
+   ``base_url`` the kernel spreads over the three processes (SO_REUSEPORT, no pool code).
 2. **Affinity hit rate** over a multi-turn keyed workload: conversations of several turns, run
    several at once, half chained with ``previous_response_id``, half keyed by
    ``prompt_cache_key``; a hit is a turn answered (``x-crossfeed-replica``) by the replica of its
@@ -64,7 +67,10 @@ _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]+)"')
 # ------------------------------------------------------------------------------------ processes
 
 
-def start_replicas(n: int, logdir: Path) -> list[Proc]:
+def start_replicas(n: int, logdir: Path, shared_port: int | None = None) -> list[Proc]:
+    """``n`` fake replicas, each its own process on its own port; each also on ``shared_port``
+    (SO_REUSEPORT) when given: one address the kernel spreads connections over, as a load
+    balancer in front of them does."""
     procs = []
     for i in range(n):
         port = free_port()
@@ -72,7 +78,8 @@ def start_replicas(n: int, logdir: Path) -> list[Proc]:
         hosts = "127.0.0.1,127.0.0.2,127.0.0.3" if i == 0 else "127.0.0.1"
         proc = Proc(
             f"replica{i}",
-            [sys.executable, str(HERE / "upstream.py"), "--port", str(port), "--host", hosts],
+            [sys.executable, str(HERE / "upstream.py"), "--port", str(port), "--host", hosts]
+            + (["--shared-port", str(shared_port)] if shared_port else []),
             port,
             OTHERS_CPU,
             logdir / f"replica{i}.log",
@@ -154,13 +161,23 @@ async def cpu_run(name: str, urls: list[str], replicas: list[Proc], logdir: Path
     }
 
 
-ARMS = {"one": "one base_url", "pool1": "pool of 3 URLs, one replica process", "pool": "pool of 3 replica processes"}
+ARMS = {
+    "one": "one base_url",
+    "pool1": "pool of 3 URLs, one replica process",
+    "pool": "pool of 3 replica processes",
+    "spread": "one base_url over the 3 replica processes (SO_REUSEPORT), no pool",
+}
 
 
 async def cpu_cell(replicas: list[Proc], logdir: Path, args: argparse.Namespace) -> tuple[list[str], dict]:
     urls = [f"http://127.0.0.1:{r.port}/v1" for r in replicas]
     port = replicas[0].port  # three addresses of one process: the pool's cost without the replicas'
-    arms = {"one": urls[:1], "pool1": [f"http://127.0.0.{i}:{port}/v1" for i in (1, 2, 3)], "pool": urls}
+    arms = {
+        "one": urls[:1],
+        "pool1": [f"http://127.0.0.{i}:{port}/v1" for i in (1, 2, 3)],
+        "pool": urls,
+        "spread": [f"http://127.0.0.1:{args.shared_port}/v1"],
+    }
     runs: dict[str, list[dict]] = {k: [] for k in arms}
     for rep in range(args.repeat):
         for which in list(arms) if rep % 2 == 0 else list(arms)[::-1]:
@@ -183,6 +200,12 @@ async def cpu_cell(replicas: list[Proc], logdir: Path, args: argparse.Namespace)
             f"{statistics.median(ratios[which]):.3f} ({', '.join(f'{x:.3f}' for x in ratios[which])}) | "
             f"{statistics.median(r['chunks_per_wakeup'] for r in these):.1f} | {sum(r['errors'] for r in these):.0f} |"
         )
+    own = [p["cpu_us_per_chunk"] / o["cpu_us_per_chunk"] for p, o in zip(runs["pool"], runs["spread"], strict=True)]
+    ratios["pool_vs_spread"] = own
+    lines.append(
+        f"the pool's own cost: one process {statistics.median(ratios['pool1']):.3f}x one base_url; three processes "
+        f"{statistics.median(own):.3f}x one base_url over the same three ({', '.join(f'{x:.3f}' for x in own)})"
+    )
     return lines, {"runs": runs, "ratios": ratios}
 
 
@@ -315,7 +338,8 @@ async def run_all(args: argparse.Namespace) -> tuple[list[str], dict]:
     if PINNED:
         os.sched_setaffinity(0, {OTHERS_CPU or 0})
     logdir = Path(tempfile.mkdtemp(prefix="cf-pool-bench-"))
-    replicas = start_replicas(3, logdir)
+    args.shared_port = free_port()
+    replicas = start_replicas(3, logdir, args.shared_port)
     lines: list[str] = [f"# pool cell, {os.cpu_count()} cores, logs in {logdir}"]
     data: dict[str, Any] = {}
     try:

@@ -839,7 +839,7 @@ class UpstreamProtocol(asyncio.Protocol):
         Stats.bytes += nbytes
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, shared_port: int | None = None) -> None:
     loop = asyncio.get_running_loop()
     hosts = host.split(",")  # several loopback addresses: one server that a pool sees as several replicas
     server = await loop.create_server(
@@ -847,8 +847,13 @@ async def serve(host: str, port: int) -> None:
     )
     sock = server.sockets[0]
     print(f"bench upstream listening on http://{hosts[0]}:{sock.getsockname()[1]} ({host})", flush=True)
+    shared = None
+    if shared_port is not None:  # one port several processes listen on: the kernel spreads connections
+        shared = await loop.create_server(UpstreamProtocol, hosts[0], shared_port, backlog=1024, reuse_port=True)
     async with server:
         await server.serve_forever()
+    if shared is not None:
+        shared.close()
 
 
 def install_uvloop() -> bool:
@@ -864,6 +869,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1", help="or several loopback addresses, comma-separated")
     ap.add_argument("--port", type=int, default=8101)
+    ap.add_argument(
+        "--shared-port",
+        type=int,
+        help="also listen here with SO_REUSEPORT: several processes behind one address, as a load balancer makes",
+    )
     ap.add_argument("--no-uvloop", action="store_true")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
     ap.add_argument(
@@ -879,7 +889,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_uvloop:
         install_uvloop()
     try:
-        asyncio.run(serve(args.host, args.port))
+        asyncio.run(serve(args.host, args.port, args.shared_port))
     except KeyboardInterrupt:
         pass
 
