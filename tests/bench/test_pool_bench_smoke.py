@@ -28,7 +28,7 @@ def test_pool_bench_quick_run_completes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
     assert all(r["errors"] == 0 for runs in data["cpu"]["runs"].values() for r in runs)
-    assert set(data["cpu"]["ratios"]) == {"one", "pool1", "pool"}
+    assert set(data["cpu"]["ratios"]) == {"one", "pool1", "pool", "spread", "pool_vs_spread"}
     keyed = data["affinity"]["keyed"]
     assert keyed["hits"] == keyed["turns"] > 0  # no replica was full or down: every later turn stayed
     assert data["failover"]["runs"]["live"][0]["failovers"] == 0
