@@ -5,13 +5,14 @@ and the deadline."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
 
 from crossfeed.proxy.errors import ClientRequestError, ProxyError, UpstreamHTTPError, UpstreamUnavailable
 from crossfeed.proxy.runtime.config import Upstream
-from crossfeed.proxy.runtime.pool import Pool, retry_after, retryable
+from crossfeed.proxy.runtime.pool import Pool, hold, release, retry_after, retryable
 
 URLS = ("http://a/v1", "http://b/v1", "http://c/v1")
 
@@ -154,3 +155,32 @@ async def test_a_4xx_is_raised_at_once_and_the_deadline_stops_retries() -> None:
     with pytest.raises(UpstreamUnavailable):
         await p.call(slow_failure)
     assert asked == 1
+
+
+def test_a_lease_held_by_a_response_is_released_by_release_or_when_the_response_goes() -> None:
+    p = pool(Clock())
+    first = p.first()
+    assert first is not None
+    replica, lease = first
+
+    class Response:  # aiohttp's ClientResponse has a __dict__ too
+        pass
+
+    response = Response()
+    hold(response, lease)
+    assert replica.inflight == 1
+    release(response)
+    assert replica.inflight == 0
+    release(response)  # once only
+    assert replica.inflight == 0
+
+    second = p.first()
+    assert second is not None
+    replica, lease = second
+    response = Response()
+    hold(response, lease)
+    del lease, second
+    assert replica.inflight == 1
+    del response  # a leg that never ran: its response collected unreleased
+    gc.collect()
+    assert replica.inflight == 0
