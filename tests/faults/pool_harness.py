@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import pytest
 
 from crossfeed.proxy.keys import POOLS
 from crossfeed.proxy.runtime.config import Config, load_config
-from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, SSEReply
+from tests.fakes.upstream import FakeUpstream, JSONReply, Recorded, Reply, SSEReply
+from tests.support.app_server import ProxyHandle, running_proxy
 from tests.support.chat_replies import text_reply
+from tests.support.clients import Captured, sdk_client
 
 MODEL = "pool-model"
 
@@ -32,6 +35,31 @@ async def replicas(n: int) -> AsyncIterator[list[FakeUpstream]]:
     finally:
         for fake in fakes:
             await fake.close()
+
+
+@dataclass
+class ScriptedPool:
+    fakes: list[FakeUpstream]
+    proxy: ProxyHandle
+    client: openai.AsyncOpenAI
+
+
+@contextlib.asynccontextmanager
+async def scripted_pool(
+    tmp_path: Path, captured: list[Captured], script: Reply, *, n: int = 2, **pool: Any
+) -> AsyncIterator[ScriptedPool]:
+    """``n`` replicas that all answer with ``script``, crossfeed in front of them as one pool (with
+    ``pool`` keys, as ``pool_config`` takes them) and an SDK client on it, closed when the block ends."""
+    async with replicas(n) as fakes:
+        for fake in fakes:
+            fake.default = script
+        config = pool_config(tmp_path, [f.base_url for f in fakes], **pool)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured)
+            try:
+                yield ScriptedPool(fakes, proxy, client)
+            finally:
+                await client.close()
 
 
 def served(fakes: Sequence[FakeUpstream]) -> list[int]:

@@ -25,6 +25,7 @@ from tests.faults.pool_harness import (
     failed_terminals,
     pool_config,
     replicas,
+    scripted_pool,
     served,
     stream,
     terminals,
@@ -43,22 +44,16 @@ TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "pro
 
 @pytest.mark.parametrize("cut", [True, False], ids=["connection_dropped", "closed_without_finish"])
 async def test_a_replica_dying_mid_text_is_continued_on_another(tmp_path, captured, cut) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_rest(HALF, REST, cut=cut)
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await stream(client)
-            await client.close()
-            metric = proxy.app[METRICS].continuations.labels("gpu", "continued")._value.get()
+    script = dying_then_rest(HALF, REST, cut=cut)
+    async with scripted_pool(tmp_path, captured, script, continue_on_failure=True) as pool:
+        events = await stream(pool.client)
+        metric = pool.proxy.app[METRICS].continuations.labels("gpu", "continued")._value.get()
     first, second = script.calls
     assert first.body["messages"][-1]["role"] == "user"
     assert second.body["messages"][:-1] == first.body["messages"]
     assert second.body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
     assert "continue_final_message" not in second.body
-    assert sorted(served(fakes)) == [1, 1]  # one replica each
+    assert sorted(served(pool.fakes)) == [1, 1]  # one replica each
     assert terminals(events) == ["response.completed"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     final = events[-1].response
@@ -71,37 +66,24 @@ async def test_a_replica_dying_mid_text_is_continued_on_another(tmp_path, captur
 async def test_a_replica_that_repeats_the_prefill_first_has_it_dropped(tmp_path, captured) -> None:
     """llama.cpp's server streams the prefill it continues before its new text."""
     echoing = chunk({"role": "assistant", "content": None}) + chunk({"content": "Hello"}) + chunk({"content": ", wor"})
-    async with replicas(2) as fakes:
-        calls: list[Recorded] = []
+    calls: list[Recorded] = []
 
-        def reply(recorded: Recorded) -> SSEReply:
-            calls.append(recorded)
-            return SSEReply(HALF, cut=True) if len(calls) == 1 else SSEReply(echoing + REST)
+    def reply(recorded: Recorded) -> SSEReply:
+        calls.append(recorded)
+        return SSEReply(HALF, cut=True) if len(calls) == 1 else SSEReply(echoing + REST)
 
-        for fake in fakes:
-            fake.default = reply
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await stream(client)
-            await client.close()
+    async with scripted_pool(tmp_path, captured, reply, continue_on_failure=True) as pool:
+        events = await stream(pool.client)
     assert terminals(events) == ["response.completed"]
     assert events[-1].response.output_text == "Hello, world!"
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hello, world!"
 
 
 async def test_vllm_prefill_asks_to_continue_the_final_message(tmp_path, captured) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_rest(HALF, REST)
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(
-            tmp_path, [f.base_url for f in fakes], continue_on_failure=True, prefill="continue_final_message"
-        )
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await stream(client)
-            await client.close()
+    script = dying_then_rest(HALF, REST)
+    keys = {"continue_on_failure": True, "prefill": "continue_final_message"}
+    async with scripted_pool(tmp_path, captured, script, **keys) as pool:
+        events = await stream(pool.client)
     body = script.calls[1].body
     assert body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
     assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
@@ -109,32 +91,19 @@ async def test_vllm_prefill_asks_to_continue_the_final_message(tmp_path, capture
 
 
 async def test_a_replica_dying_inside_a_call_is_not_continued(tmp_path, captured) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_rest(CALL_HALF, REST)
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await failed_stream(client, captured, tools=TOOLS)
-            await client.close()
+    script = dying_then_rest(CALL_HALF, REST)
+    async with scripted_pool(tmp_path, captured, script, continue_on_failure=True) as pool:
+        events = await failed_stream(pool.client, captured, tools=TOOLS)
     assert failed_terminals(events) == ["response.failed"]
     assert events[-1]["response"]["error"]["code"] == "upstream_disconnected"
-    assert sum(served(fakes)) == 1  # no continuation asked
+    assert sum(served(pool.fakes)) == 1  # no continuation asked
 
 
 async def test_continuation_is_off_by_default(tmp_path, captured) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_rest(HALF, REST)
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes])
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await failed_stream(client, captured)
-            await client.close()
+    async with scripted_pool(tmp_path, captured, dying_then_rest(HALF, REST)) as pool:
+        events = await failed_stream(pool.client, captured)
     assert failed_terminals(events) == ["response.failed"]
-    assert sum(served(fakes)) == 1
+    assert sum(served(pool.fakes)) == 1
 
 
 async def test_no_healthy_replica_left_fails_as_before(tmp_path, captured) -> None:
@@ -155,20 +124,14 @@ async def test_no_healthy_replica_left_fails_as_before(tmp_path, captured) -> No
 
 async def test_one_continuation_per_turn_by_default(tmp_path, captured) -> None:
     """The continuation dies too: with max_continuations = 1 the Response fails there."""
-    async with replicas(2) as fakes:
-        calls: list[Recorded] = []
+    calls: list[Recorded] = []
 
-        def reply(recorded: Recorded) -> SSEReply:
-            calls.append(recorded)
-            return SSEReply(HALF if len(calls) == 1 else chunk({"content": "ld"}), cut=True)
+    def reply(recorded: Recorded) -> SSEReply:
+        calls.append(recorded)
+        return SSEReply(HALF if len(calls) == 1 else chunk({"content": "ld"}), cut=True)
 
-        for fake in fakes:
-            fake.default = reply
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await failed_stream(client, captured)
-            await client.close()
+    async with scripted_pool(tmp_path, captured, reply, continue_on_failure=True) as pool:
+        events = await failed_stream(pool.client, captured)
     assert len(calls) == 2
     assert failed_terminals(events) == ["response.failed"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -177,20 +140,14 @@ async def test_one_continuation_per_turn_by_default(tmp_path, captured) -> None:
 
 async def test_a_replica_gone_silent_mid_text_is_continued_after_the_idle_timeout(tmp_path, captured) -> None:
     never = asyncio.Event()
-    async with replicas(2) as fakes:
-        calls: list[Recorded] = []
+    calls: list[Recorded] = []
 
-        def reply(recorded: Recorded) -> SSEReply:
-            calls.append(recorded)
-            return SSEReply(HALF, holds={len(HALF): never}) if len(calls) == 1 else SSEReply(REST)
+    def reply(recorded: Recorded) -> SSEReply:
+        calls.append(recorded)
+        return SSEReply(HALF, holds={len(HALF): never}) if len(calls) == 1 else SSEReply(REST)
 
-        for fake in fakes:
-            fake.default = reply
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True, timeouts={"idle": 0.5})
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await stream(client)
-            await client.close()
+    async with scripted_pool(tmp_path, captured, reply, continue_on_failure=True, timeouts={"idle": 0.5}) as pool:
+        events = await stream(pool.client)
     assert terminals(events) == ["response.completed"]
     assert events[-1].response.output_text == "Hello, world!"
     assert calls[1].body["messages"][-1] == {"role": "assistant", "content": "Hello, wor"}
@@ -221,21 +178,15 @@ async def test_a_recorded_turn_shows_both_legs(tmp_path, captured) -> None:
 async def test_a_replica_that_refuses_the_prefill_leaves_the_failure_as_it_was(tmp_path, captured) -> None:
     """A 400 to the continuation (a server started with --no-prefill-assistant may refuse a
     trailing assistant message) is not tried elsewhere: the Response fails with the first error."""
-    async with replicas(2) as fakes:
-        calls: list[Recorded] = []
+    calls: list[Recorded] = []
 
-        def reply(recorded: Recorded) -> SSEReply | JSONReply:
-            calls.append(recorded)
-            return SSEReply(HALF, cut=False) if len(calls) == 1 else error_reply(400)
+    def reply(recorded: Recorded) -> SSEReply | JSONReply:
+        calls.append(recorded)
+        return SSEReply(HALF, cut=False) if len(calls) == 1 else error_reply(400)
 
-        for fake in fakes:
-            fake.default = reply
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await failed_stream(client, captured)
-            await client.close()
-            states = {r["replica"]: r["state"] for r in proxy.app[POOLS]["gpu"].states()}
+    async with scripted_pool(tmp_path, captured, reply, continue_on_failure=True) as pool:
+        events = await failed_stream(pool.client, captured)
+        states = {r["replica"]: r["state"] for r in pool.proxy.app[POOLS]["gpu"].states()}
     assert len(calls) == 2
     assert failed_terminals(events) == ["response.failed"]
     assert events[-1]["response"]["error"]["code"] == "upstream_truncated"

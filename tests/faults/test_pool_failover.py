@@ -16,7 +16,7 @@ import pytest
 from crossfeed.proxy.keys import POOLS
 from tests.fakes.upstream import JSONReply, SSEReply
 from tests.faults.fault_upstream import FaultUpstream, closed_port
-from tests.faults.pool_harness import ask, error_reply, in_flight, pool_config, replicas, served
+from tests.faults.pool_harness import ask, error_reply, in_flight, pool_config, replicas, scripted_pool, served
 from tests.support.app_server import running_proxy
 from tests.support.chat_replies import json_text, text_reply
 from tests.support.clients import sdk_client
@@ -93,17 +93,11 @@ async def test_a_stall_before_the_first_byte_fails_over(tmp_path, captured) -> N
 
 
 async def test_a_400_is_not_tried_on_another_replica(tmp_path, captured) -> None:
-    async with replicas(2) as fakes:
-        for f in fakes:
-            f.default = error_reply(400)
-        config = pool_config(tmp_path, [f.base_url for f in fakes])
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            with pytest.raises(openai.BadRequestError) as caught:
-                await ask(client)
-            await client.close()
+    async with scripted_pool(tmp_path, captured, error_reply(400)) as pool:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await ask(pool.client)
     assert caught.value.status_code == 400 and "replica says 400" in str(caught.value)
-    assert sum(served(fakes)) == 1
+    assert sum(served(pool.fakes)) == 1
 
 
 async def test_every_replica_down_is_one_503_naming_the_pool(tmp_path, captured) -> None:

@@ -13,18 +13,8 @@ from typing import Any
 import pytest
 
 from crossfeed.proxy.runtime.observability import METRICS
-from tests.faults.pool_harness import (
-    dying_then_rest,
-    failed_stream,
-    failed_terminals,
-    pool_config,
-    replicas,
-    served,
-    stream,
-)
-from tests.support.app_server import running_proxy
+from tests.faults.pool_harness import dying_then_rest, failed_stream, failed_terminals, scripted_pool, served, stream
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
-from tests.support.clients import sdk_client
 
 THINKING = chunk({"role": "assistant", "content": ""}) + chunk({"reasoning_content": "Let me "})
 THINKING += chunk({"reasoning_content": "th"})
@@ -45,16 +35,10 @@ TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "pro
     ids=["reasoning_deltas-vllm", "raw_content-llama", "reasoning_deltas-llama", "raw_content-vllm"],
 )
 async def test_a_replica_dying_mid_reasoning_is_continued_in_the_same_item(tmp_path, captured, rest, style) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": ""}) + rest + END)
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True, prefill=style)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await stream(client)
-            await client.close()
-            metric = proxy.app[METRICS].continuations.labels("gpu", "continued")._value.get()
+    script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": ""}) + rest + END)
+    async with scripted_pool(tmp_path, captured, script, continue_on_failure=True, prefill=style) as pool:
+        events = await stream(pool.client)
+        metric = pool.proxy.app[METRICS].continuations.labels("gpu", "continued")._value.get()
     first, second = script.calls
     assert second.body["messages"][:-1] == first.body["messages"]
     assert second.body["messages"][-1] == {"role": "assistant", "content": "<think>\nLet me th"}
@@ -64,7 +48,7 @@ async def test_a_replica_dying_mid_reasoning_is_continued_in_the_same_item(tmp_p
     else:
         assert second.body["continue_final_message"] is True and second.body["add_generation_prompt"] is False
         assert "chat_template_kwargs" not in second.body
-    assert sorted(served(fakes)) == [1, 1]
+    assert sorted(served(pool.fakes)) == [1, 1]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     types = [e.type for e in events]
     assert [t for t in types if t in ("response.completed", "response.failed", "response.incomplete")] == [
@@ -83,15 +67,9 @@ async def test_a_replica_dying_mid_reasoning_is_continued_in_the_same_item(tmp_p
 async def test_a_replica_that_repeats_the_think_prefill_has_it_dropped(tmp_path, captured) -> None:
     """llama.cpp's server streams the prefill it continues, its <think> too, before the new text."""
     echoed = chunk({"content": "<think>\nLet"}) + chunk({"content": " me th"}) + AS_CONTENT
-    async with replicas(2) as fakes:
-        script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": None}) + echoed + END)
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events = await stream(client)
-            await client.close()
+    script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": None}) + echoed + END)
+    async with scripted_pool(tmp_path, captured, script, continue_on_failure=True) as pool:
+        events = await stream(pool.client)
     final = events[-1].response
     assert final.status == "completed"
     assert [c.text for c in final.output[0].content or []] == ["Let me think."]
@@ -102,15 +80,9 @@ async def test_a_replica_dying_in_a_call_after_its_reasoning_is_not_continued(tm
     call = chunk(
         {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"q":'}}]}
     )
-    async with replicas(2) as fakes:
-        script = dying_then_rest(THINKING + call, b"")
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            events: list[dict[str, Any]] = await failed_stream(client, captured, tools=TOOLS)
-            await client.close()
+    script = dying_then_rest(THINKING + call, b"")
+    async with scripted_pool(tmp_path, captured, script, continue_on_failure=True) as pool:
+        events: list[dict[str, Any]] = await failed_stream(pool.client, captured, tools=TOOLS)
     assert failed_terminals(events) == ["response.failed"]
     assert events[-1]["response"]["error"]["code"] == "upstream_disconnected"
-    assert sum(served(fakes)) == 1
+    assert sum(served(pool.fakes)) == 1

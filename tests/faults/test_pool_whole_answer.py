@@ -13,10 +13,8 @@ import pytest
 
 from crossfeed.proxy.runtime.observability import METRICS
 from tests.fakes.upstream import JSONReply, Recorded, SSEReply
-from tests.faults.pool_harness import MODEL, error_reply, pool_config, replicas, served
-from tests.support.app_server import running_proxy
+from tests.faults.pool_harness import MODEL, error_reply, scripted_pool, served
 from tests.support.chat_replies import json_text
-from tests.support.clients import sdk_client
 
 # The first bytes of a chat.completion, then nothing more.
 CUT = b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"as'
@@ -47,91 +45,57 @@ async def ask_whole(client: Any) -> tuple[Any, dict[str, str]]:
 
 @pytest.mark.parametrize("dropped", [True, False], ids=["connection_dropped", "truncated_json"])
 async def test_a_replica_dying_mid_body_is_asked_no_more(tmp_path, captured, dropped) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_whole(cut_body(dropped=dropped))
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            response, headers = await ask_whole(client)
-            await client.close()
-            metrics = proxy.app[METRICS].continuations
-            retried = metrics.labels("gpu", "retried")._value.get()
+    script = dying_then_whole(cut_body(dropped=dropped))
+    async with scripted_pool(tmp_path, captured, script, continue_on_failure=True) as pool:
+        response, headers = await ask_whole(pool.client)
+        retried = pool.proxy.app[METRICS].continuations.labels("gpu", "retried")._value.get()
     first, second = script.calls
     assert second.body == first.body  # the same request, no prefill: nothing reached the client
-    assert sorted(served(fakes)) == [1, 1]
+    assert sorted(served(pool.fakes)) == [1, 1]
     assert response.status == "completed"
     assert response.output_text == "whole from the second"
-    second_index = next(i for i, f in enumerate(fakes) if f.requests and f.requests[0] is second)
+    second_index = next(i for i, f in enumerate(pool.fakes) if f.requests and f.requests[0] is second)
     assert headers["x-crossfeed-replica"] == f"gpu/{second_index}"
     assert retried == 1
 
 
 async def test_without_continue_on_failure_the_error_is_the_clients(tmp_path, captured) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_whole(cut_body(dropped=True))
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes])
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            with pytest.raises(openai.APIStatusError) as raised:
-                await ask_whole(client)
-            await client.close()
+    async with scripted_pool(tmp_path, captured, dying_then_whole(cut_body(dropped=True))) as pool:
+        with pytest.raises(openai.APIStatusError) as raised:
+            await ask_whole(pool.client)
     assert raised.value.status_code == 502
     assert raised.value.code == "upstream_unavailable"
-    assert sum(served(fakes)) == 1
+    assert sum(served(pool.fakes)) == 1
 
 
 async def test_a_body_of_valid_json_is_never_asked_again(tmp_path, captured) -> None:
     """Whatever it says, a whole JSON body is the replica's answer (here an error inside a 200)."""
     said = JSONReply({"error": {"message": "the model broke", "code": "model_error"}})
-    async with replicas(2) as fakes:
-        script = dying_then_whole(said)
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            try:
-                await ask_whole(client)
-            except openai.APIError:
-                pass
-            await client.close()
-    assert sum(served(fakes)) == 1
+    async with scripted_pool(tmp_path, captured, dying_then_whole(said), continue_on_failure=True) as pool:
+        try:
+            await ask_whole(pool.client)
+        except openai.APIError:
+            pass
+    assert sum(served(pool.fakes)) == 1
 
 
 async def test_a_4xx_is_never_asked_again(tmp_path, captured) -> None:
-    async with replicas(2) as fakes:
-        script = dying_then_whole(error_reply(400))
-        for fake in fakes:
-            fake.default = script
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            with pytest.raises(openai.BadRequestError):
-                await ask_whole(client)
-            await client.close()
-    assert sum(served(fakes)) == 1
+    async with scripted_pool(tmp_path, captured, dying_then_whole(error_reply(400)), continue_on_failure=True) as pool:
+        with pytest.raises(openai.BadRequestError):
+            await ask_whole(pool.client)
+    assert sum(served(pool.fakes)) == 1
 
 
 async def test_one_retry_per_turn_by_default(tmp_path, captured) -> None:
     """The second replica dies mid-body too: with max_continuations = 1 the error is the client's."""
-    async with replicas(3) as fakes:
-        calls: list[Recorded] = []
+    calls: list[Recorded] = []
 
-        def reply(recorded: Recorded) -> SSEReply:
-            calls.append(recorded)
-            return cut_body(dropped=True)
+    def reply(recorded: Recorded) -> SSEReply:
+        calls.append(recorded)
+        return cut_body(dropped=True)
 
-        for fake in fakes:
-            fake.default = reply
-        config = pool_config(tmp_path, [f.base_url for f in fakes], continue_on_failure=True)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured)
-            with pytest.raises(openai.APIStatusError) as raised:
-                await ask_whole(client)
-            await client.close()
+    async with scripted_pool(tmp_path, captured, reply, n=3, continue_on_failure=True) as pool:
+        with pytest.raises(openai.APIStatusError) as raised:
+            await ask_whole(pool.client)
     assert raised.value.status_code == 502
     assert len(calls) == 2
