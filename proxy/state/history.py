@@ -66,10 +66,13 @@ async def load_history(app: web.Application, body: dict[str, Any]) -> list[dict[
     """The conversation a ``previous_response_id`` continues, or the items of the ``conversation``
     a create names (proxy/state/conversations.py), or None without either. The body's
     ``item_reference`` input items are resolved here too (``resolve_item_references``)."""
-    history = await conversation_history(app, body)
-    if history is None:
+    # Each step is awaited only when the body has what it reads: a plain create (no conversation,
+    # no previous_response_id, an input that is no list) makes no coroutine here at all.
+    history = await conversation_history(app, body) if body.get("conversation") is not None else None
+    if history is None and body.get("previous_response_id") is not None:
         history = await _previous(app, body)
-    await resolve_item_references(app, body)
+    if isinstance(body.get("input"), list):  # (only a list holds item references)
+        await resolve_item_references(app, body)
     return history
 
 
