@@ -192,9 +192,14 @@ class Pool:
     def replica(self, label: str | None) -> Replica | None:
         return self._by_label.get(label) if label else None
 
-    def pick(self, prefer: str | None = None, tried: Collection[int] = ()) -> Replica | None:
+    def pick(self, prefer: str | None = None, tried: Collection[int] = (), *, rotate: bool = True) -> Replica | None:
         """The replica for the next call: ``prefer`` when usable; else one whose cooldown just
-        ended (its probe); else the least busy usable one (ties in turn). None: none usable."""
+        ended (its probe); else the least busy usable one (ties in turn). None: none usable.
+
+        The turn among ties moves on once per call (``rotate``), not per attempt: a failover's
+        pick (``rotate`` false) takes the next replica after the one that failed without moving
+        the turn, so a replica that fails every call is still the first choice of only one call
+        in n, and its calls go to the replica after it."""
         now = self._clock()
         if prefer is not None:
             wanted = self.replica(prefer)
@@ -202,7 +207,7 @@ class Pool:
                 return wanted
         best: Replica | None = None
         best_key = (0, 0)
-        turn = self._turn + 1
+        turn = self._turn + 1 if rotate else self._turn
         n = len(self.replicas)
         cap = self.upstream.max_concurrent_streams  # (every replica's: a copy of the pool's upstream)
         for r in self.replicas:
@@ -306,7 +311,7 @@ class Pool:
         for n in range(start, self.retries + 1):
             if n and self._clock() >= deadline:
                 break
-            replica = self.pick(prefer, tried)
+            replica = self.pick(prefer, tried, rotate=not n)
             if replica is None:
                 break
             if n:

@@ -51,6 +51,35 @@ def test_the_least_busy_replica_is_picked_and_ties_take_turns() -> None:
     assert {p.pick().index for _ in range(3)} == {2}  # type: ignore[union-attr]
 
 
+async def test_a_replica_that_fails_every_call_is_first_choice_of_one_call_in_n() -> None:
+    """The turn among ties moves once per call, not per attempt: with replica 0 refusing every
+    call (never cooled down), 60 sequential calls ask it first 20 times (a third), and each of
+    those goes on to the replica after it. (Moving the turn on the failover's pick too made it
+    every other call: 30 of 60.)"""
+    p = pool(Clock(), failures_before_cooldown=10_000)
+    first_asked: list[int] = []
+    answered_by: list[int] = []
+    asked: list[int] = []
+
+    async def attempt(up: Upstream) -> int:
+        index = URLS.index(up.base_url)
+        asked.append(index)
+        if index == 0:
+            raise UpstreamUnavailable("refused")
+        return index
+
+    for _ in range(60):
+        asked.clear()
+        result, answered = await p.call(attempt)
+        answered.lease.release()
+        first_asked.append(asked[0])
+        answered_by.append(result)
+        if asked[0] == 0:
+            assert asked == [0, 1]  # the next replica after the one that failed
+    assert first_asked.count(0) == 20 and first_asked.count(1) == 20 and first_asked.count(2) == 20
+    assert answered_by.count(1) == 40 and answered_by.count(2) == 20
+
+
 def test_a_preferred_replica_wins_unless_it_is_unusable() -> None:
     clock = Clock()
     p = pool(clock, max_concurrent_streams=1)
