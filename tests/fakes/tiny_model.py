@@ -5,7 +5,8 @@ model is gigabytes. This module writes one of a few hundred thousand parameters 
 are set by hand so that greedy decoding says one of a few fixed scripts: a plain answer, a
 Qwen3-Coder XML tool call to ``get_weather`` or ``exec_command`` (the tool Codex runs commands
 with), an answer after a tool result, and tool-call markup in three dialects for servers that
-run no tool parser. Everything else about the file is ordinary: a GPT-2 byte-level BPE
+run no tool parser, and a reasoning script (``<think>`` ... ``</think>``, then an answer) that an
+assistant prefill of its beginning continues. Everything else about the file is ordinary: a GPT-2 byte-level BPE
 vocabulary, a chat template (Qwen3-Coder style, so llama-server picks its Qwen3-Coder tool-call
 parser and grammar), a llama architecture of one layer.
 
@@ -17,7 +18,8 @@ How the weights pick a script:
 - The chat template puts one selector token at the very start of the prompt, chosen from the
   request: ``<|sel_after_tool|>`` when the last message is a tool result, ``<|sel_text|>`` when
   the last user message says "hello", ``<|sel_markup_DIALECT|>`` when the system message says
-  ``markup=DIALECT``, ``<|sel_call_NAME|>`` when a known tool is declared, else ``<|sel_text|>``.
+  ``markup=DIALECT``, ``<|sel_reasoning|>`` when the last user message says "think" (and not
+  "hello"), ``<|sel_call_NAME|>`` when a known tool is declared, else ``<|sel_text|>``.
   The one attention head attends from every position to
   the selector (its key is the only non-zero one; the query and key live in a dimension RoPE
   leaves alone), and copies the selector's identity into the residual stream.
@@ -26,7 +28,12 @@ How the weights pick a script:
   The chain weight outweighs both, so a script, once started, runs to its end.
 
 The prompt ends with ``<|im_start|>assistant`` and a newline (the generation prompt); the newline
-byte token starts the selected script. With one slot and greedy sampling, answers are exact, so
+byte token starts the selected script. The reasoning script's tokens are matched in prompts too: a
+prompt ending with an assistant prefill of the script's first pieces (as llama-server renders one,
+``"<think>\n" + the reasoning so far``) ends with a scripted token, and the chain goes on from it.
+The template renders an assistant message's ``reasoning_content`` Qwen3's way (``<think>`` block
+before its content): with ``<think>`` in its source llama-server's Qwen3-Coder parser reads the
+reasoning block and streams it as ``reasoning_content``. With one slot and greedy sampling, answers are exact, so
 tests compare what crossfeed returns with what the server itself returns for the same request.
 
 ``python -m tests.fakes.tiny_model PATH`` writes the file (``.ci/build-llama.sh`` calls it).
@@ -59,6 +66,22 @@ EXEC_CALL = [
     "</function>\n",
     "</tool_call>",
 ]
+# A thought, then its answer. Unlike the other scripts' tokens these are matched in prompts as
+# themselves (USER_DEFINED, as ``<tool_call>`` is): a prompt that ends inside the script (an
+# assistant prefill of part of it) ends with one of them, and its chain weight goes on from there.
+REASONING = [
+    "<think>\n",
+    "Counting",
+    " sheep",
+    " before",
+    " answering",
+    " slowly.\n",
+    "</think>\n\n",
+    "Seven",
+    " it",
+    " is",
+    " then.",
+]
 SCRIPTS: dict[str, list[str]] = {
     "text": ["Hello", " from", " a", " tiny", " model", " served", " by", " llama", ".cpp", "."],
     "after_tool": ["The", " tool", " answered", ";", " all", " done", "!"],
@@ -75,12 +98,17 @@ SCRIPTS: dict[str, list[str]] = {
         "</tool_call>",
     ],
     "markup_mistral": ["[TOOL_CALLS]", "get_weather", "[ARGS]", '{"city": "Paris"}'],
+    "reasoning": REASONING,
 }
 # A server that forces a named tool with a JSON grammar of its arguments (llama-cpp-python) rejects
 # the XML script's first token; the next best, the arguments as one token, fits the grammar.
 FORCED_ARGS = {"get_weather": '{"city": "Paris"}', "exec_command": '{"cmd": "' + COMMAND + '"}'}
 TEXT_ANSWER = "".join(SCRIPTS["text"])
 AFTER_TOOL_ANSWER = "".join(SCRIPTS["after_tool"])
+_CLOSE = REASONING.index("</think>\n\n")
+THOUGHT = "".join(REASONING[1:_CLOSE])  # the reasoning, as llama-server's parser reads the block
+THOUGHT_ANSWER = "".join(REASONING[_CLOSE + 1 :])
+THINK_TRIGGER = "think"  # a last user message saying it (and not "hello") selects the reasoning script
 TOOLS_KNOWN = ("get_weather", "exec_command")
 MARKUP = ("qwen3", "hermes", "mistral")
 
@@ -100,6 +128,8 @@ CHAT_TEMPLATE = (
     )
     + "{% endif %}"
     "{% if messages and messages[-1].role == 'user' and messages[-1].content is string"
+    " and '" + THINK_TRIGGER + "' in messages[-1].content %}{% set ns.sel = '<|sel_reasoning|>' %}{% endif %}"
+    "{% if messages and messages[-1].role == 'user' and messages[-1].content is string"
     " and ('hello' in messages[-1].content or 'Hello' in messages[-1].content) %}"
     "{% set ns.sel = '<|sel_text|>' %}{% endif %}"
     "{% if messages and messages[-1].role == 'tool' %}{% set ns.sel = '<|sel_after_tool|>' %}{% endif %}"
@@ -116,7 +146,10 @@ CHAT_TEMPLATE = (
     "{% endif %}"
     "{% for message in messages %}"
     "{% if message.role == 'assistant' %}"
-    "<|im_start|>assistant\n{% if message.content is string %}{{ message.content }}{% endif %}"
+    "<|im_start|>assistant\n"
+    "{% if message.reasoning_content is string and message.reasoning_content %}"
+    "<think>\n{{ message.reasoning_content }}\n</think>\n\n{% endif %}"
+    "{% if message.content is string %}{{ message.content }}{% endif %}"
     "{% if message.tool_calls %}{% for tc in message.tool_calls %}"
     "{% set call = tc.function if tc.function else tc %}"
     "\n<tool_call>\n<function={{ call.name }}>\n"
@@ -177,6 +210,8 @@ class Vocab:
             self._add(special, special, 3)  # CONTROL
         for tag in TOOL_TOKENS:
             self._add(tag, tag, 4)  # USER_DEFINED: matched in prompts as themselves (as Qwen's are)
+        for piece in REASONING:
+            self._add(piece, piece, 4)  # USER_DEFINED: a prompt holding the piece holds the token
         for script in [*SCRIPTS.values(), list(FORCED_ARGS.values())]:
             for piece in script:
                 symbol = _encode(piece)
