@@ -5,8 +5,8 @@ Each replica sits behind a small recording relay (``Relay``): it forwards every 
 server and keeps the request bodies and the text it passed on, so a test reads what each replica
 was asked and said. The tiny model answers its ten tokens in milliseconds, faster than a kill can
 land between two of them: the relay of the replica that takes a turn's first call SIGKILLs its
-server after the answer's third text chunk and drops the connection there, which is what
-crossfeed would see had the server died at that point.
+server after the answer's third chunk of text or reasoning and drops the connection there, which
+is what crossfeed would see had the server died at that point.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from aiohttp import web
 
 from crossfeed.proxy.runtime.config import load_config
 from tests.fakes import llama_servers as ls
+from tests.fakes.tiny_model import REASONING, THOUGHT, THOUGHT_ANSWER
 from tests.faults.pool_harness import ask, pool_config
 from tests.support.app_server import running_proxy
 from tests.support.clients import sdk_client
 
 MODEL = "tiny"
-KILL_AFTER = 3  # text chunks the dying replica passes on
+KILL_AFTER = 3  # chunks of text or reasoning the dying replica passes on
 
 
 class Relay:
@@ -43,6 +44,7 @@ class Relay:
         self.plan = plan  # {"kill": True} until a relay has killed its server
         self.bodies: list[dict[str, Any]] = []
         self.texts: list[str] = []  # per call, the text passed on
+        self.reasonings: list[str] = []  # per call, the reasoning passed on (reasoning_content)
         self.killed = False
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -76,6 +78,7 @@ class Relay:
         body = await request.json()
         self.bodies.append(body)
         self.texts.append("")
+        self.reasonings.append("")
         assert self._session is not None
         async with self._session.post(self.server.url + "/chat/completions", json=body) as up:
             if not body.get("stream"):
@@ -87,8 +90,8 @@ class Relay:
             kill = self.plan.pop("kill", False)
             chunks = 0
             async for line in up.content:
-                text = _text(line)
-                if text:
+                text, thought = _delta(line)
+                if text or thought:
                     if kill and chunks == KILL_AFTER:
                         os.kill(self.server.pid, signal.SIGKILL)
                         self.killed = True
@@ -97,16 +100,19 @@ class Relay:
                         raise asyncio.CancelledError
                     chunks += 1
                     self.texts[-1] += text
+                    self.reasonings[-1] += thought
                 await resp.write(line)
             await resp.write_eof()
             return resp
 
 
-def _text(line: bytes) -> str:
+def _delta(line: bytes) -> tuple[str, str]:
+    """A streamed chunk's text and reasoning (each "" when it has none)."""
     if not line.startswith(b"data: {"):
-        return ""
+        return "", ""
     choices = orjson.loads(line[6:]).get("choices") or [{}]
-    return (choices[0].get("delta") or {}).get("content") or ""
+    delta = choices[0].get("delta") or {}
+    return delta.get("content") or "", delta.get("reasoning_content") or ""
 
 
 @pytest.fixture
@@ -180,6 +186,56 @@ async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers
     assert [item.type for item in final.output] == ["message"]
     assert final.output_text == first_part + second_part
     assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"  # the answer began there
+
+
+@pytest.mark.parametrize("prefill", ["trailing_assistant", "continue_final_message"])
+async def test_a_replica_killed_mid_reasoning_is_continued_by_the_other(
+    two_servers, tmp_path, captured, prefill
+) -> None:
+    """The tiny model's reasoning script (a question saying "think"): llama-server's Qwen3-Coder
+    parser streams its ``<think>`` block as ``reasoning_content``; the relay kills the first
+    replica after three reasoning chunks. The other is asked to go on from ``"<think>\\n"`` + that
+    reasoning, as assistant content. This llama-server takes it in both forms (the
+    ``enable_thinking`` refusal is gone from this build), renders the content after an empty,
+    closed think block of its own and so streams the rest as raw content: the reasoning going
+    on, ``</think>``, the answer (``trailing_assistant`` first repeats the prefill, ``<think>``
+    and all; ``continue_final_message`` does not). crossfeed reads it as one reasoning item, then
+    the message."""
+    async with relays(two_servers, kill=True) as pair:
+        config = pool_config(
+            tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, prefill=prefill
+        )
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured, timeout=60)
+            final, headers = await ask(client, "Please think first", model=MODEL, max_output_tokens=64, temperature=0)
+            await client.close()
+    dead = next(r for r in pair if r.killed)
+    alive = next(r for r in pair if not r.killed)
+    assert _dead(dead.server.pid) and not _dead(alive.server.pid)
+    thought = dead.reasonings[0]
+    assert thought == "".join(REASONING[1 : 1 + KILL_AFTER]) and not dead.texts[0]  # the "<think>\n" is the parser's
+    asked = alive.bodies[0]
+    assert asked["messages"][:-1] == dead.bodies[0]["messages"]
+    assert asked["messages"][-1] == {"role": "assistant", "content": "<think>\n" + thought}  # the prefill
+    if prefill == "trailing_assistant":  # llama-server used to refuse a prefill with thinking on
+        assert asked["chat_template_kwargs"] == {"enable_thinking": False}
+        assert "continue_final_message" not in asked
+    else:
+        assert asked["continue_final_message"] is True and asked["add_generation_prompt"] is False
+        assert "chat_template_kwargs" not in asked
+    said = alive.texts[0]
+    if prefill == "trailing_assistant":  # llama-server repeats the prefill first: crossfeed drops it
+        assert said.startswith("<think>\n" + thought)
+        said = said[len("<think>\n" + thought) :]
+    rest, answer = said.split("</think>", 1)
+    assert rest and answer.strip() and not alive.reasonings[0]
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert [c.text for c in final.output[0].content or []] == [thought + rest]
+    assert final.output_text == answer.strip()
+    # the model's whole script, as llama-server itself parses it when nothing breaks
+    assert thought + rest == THOUGHT and final.output_text == THOUGHT_ANSWER
+    assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"
 
 
 def _dead(pid: int) -> bool:
