@@ -4,17 +4,18 @@ Real servers (llama.cpp's ``llama-server``, ``llama-cpp-python``) need a model f
 model is gigabytes. This module writes one of a few hundred thousand parameters whose weights
 are set by hand so that greedy decoding says one of a few fixed scripts: a plain answer, a
 Qwen3-Coder XML tool call to ``get_weather`` or ``exec_command`` (the tool Codex runs commands
-with), an answer after a tool result, and tool-call markup in three dialects for servers that
-run no tool parser, and a reasoning script (``<think>`` ... ``</think>``, then an answer) that an
-assistant prefill of its beginning continues. Everything else about the file is ordinary: a GPT-2 byte-level BPE
-vocabulary, a chat template (Qwen3-Coder style, so llama-server picks its Qwen3-Coder tool-call
+with), an answer after a tool result, tool-call markup in three dialects for servers that run
+no tool parser, and a thought (``<think>`` ... ``</think>``, then an answer). Everything else
+about the file is ordinary: a GPT-2 byte-level BPE vocabulary, a chat template (Qwen3-Coder style, so llama-server picks its Qwen3-Coder tool-call
 parser and grammar), a llama architecture of one layer.
 
 How the weights pick a script:
 
-- Every script's tokens are output-only multi-character tokens (no merge builds them, so a prompt
-  never contains them). Each has an identity dimension in the embedding, and the output matrix
-  maps it to its successor in the script: a bigram chain, ending in ``<|im_end|>``.
+- Every script's tokens are multi-character tokens no merge builds, so a prompt never contains
+  them, except those of the plain answer and the thought (``PREFILLABLE``), which are matched in
+  prompts as themselves (USER_DEFINED, as ``<tool_call>`` is). Each has an identity dimension in
+  the embedding, and the output matrix maps it to its successor in the script: a bigram chain,
+  ending in ``<|im_end|>``.
 - The chat template puts one selector token at the very start of the prompt, chosen from the
   request: ``<|sel_after_tool|>`` when the last message is a tool result, ``<|sel_text|>`` when
   the last user message says "hello", ``<|sel_markup_DIALECT|>`` when the system message says
@@ -28,13 +29,18 @@ How the weights pick a script:
   The chain weight outweighs both, so a script, once started, runs to its end.
 
 The prompt ends with ``<|im_start|>assistant`` and a newline (the generation prompt); the newline
-byte token starts the selected script. The reasoning script's tokens are matched in prompts too: a
-prompt ending with an assistant prefill of the script's first pieces (as llama-server renders one,
-``"<think>\n" + the reasoning so far``) ends with a scripted token, and the chain goes on from it.
-The template renders an assistant message's ``reasoning_content`` Qwen3's way (``<think>`` block
-before its content): with ``<think>`` in its source llama-server's Qwen3-Coder parser reads the
-reasoning block and streams it as ``reasoning_content``. With one slot and greedy sampling, answers are exact, so
-tests compare what crossfeed returns with what the server itself returns for the same request.
+byte token starts the selected script. A prompt that ends with an assistant prefill of the first
+pieces of a ``PREFILLABLE`` script (a continuation: llama-server renders the prefill after the
+generation prompt, ``"<think>\n"`` + the thought so far for the thought) ends with one of its
+tokens, whose chain weight outweighs the selector's: the model goes on where the prefill stops
+rather than starting its script again.
+
+The template renders an assistant message's ``reasoning_content`` Qwen3's way (a ``<think>``
+block before its content): with ``<think>`` in its source, llama-server's Qwen3-Coder parser reads
+the thought's block and streams it as ``reasoning_content``, with no extra flag.
+
+With one slot and greedy sampling, answers are exact, so tests compare what crossfeed returns with
+what the server itself returns for the same request.
 
 ``python -m tests.fakes.tiny_model PATH`` writes the file (``.ci/build-llama.sh`` calls it).
 """
@@ -66,9 +72,7 @@ EXEC_CALL = [
     "</function>\n",
     "</tool_call>",
 ]
-# A thought, then its answer. Unlike the other scripts' tokens these are matched in prompts as
-# themselves (USER_DEFINED, as ``<tool_call>`` is): a prompt that ends inside the script (an
-# assistant prefill of part of it) ends with one of them, and its chain weight goes on from there.
+# A thought, then its answer (a last user message saying THINK_TRIGGER).
 REASONING = [
     "<think>\n",
     "Counting",
@@ -103,6 +107,8 @@ SCRIPTS: dict[str, list[str]] = {
 # A server that forces a named tool with a JSON grammar of its arguments (llama-cpp-python) rejects
 # the XML script's first token; the next best, the arguments as one token, fits the grammar.
 FORCED_ARGS = {"get_weather": '{"city": "Paris"}', "exec_command": '{"cmd": "' + COMMAND + '"}'}
+# The scripts a prefill of their beginning continues (their tokens are matched in prompts).
+PREFILLABLE = ("text", "reasoning")
 TEXT_ANSWER = "".join(SCRIPTS["text"])
 AFTER_TOOL_ANSWER = "".join(SCRIPTS["after_tool"])
 _CLOSE = REASONING.index("</think>\n\n")
@@ -210,8 +216,9 @@ class Vocab:
             self._add(special, special, 3)  # CONTROL
         for tag in TOOL_TOKENS:
             self._add(tag, tag, 4)  # USER_DEFINED: matched in prompts as themselves (as Qwen's are)
-        for piece in REASONING:
-            self._add(piece, piece, 4)  # USER_DEFINED: a prompt holding the piece holds the token
+        for piece in (p for name in PREFILLABLE for p in SCRIPTS[name]):
+            if piece not in self.ids and len(piece.encode()) > 1:  # a single byte: its byte token
+                self._add(piece, piece, 4)  # USER_DEFINED: a prompt holding the piece holds the token
         for script in [*SCRIPTS.values(), list(FORCED_ARGS.values())]:
             for piece in script:
                 symbol = _encode(piece)

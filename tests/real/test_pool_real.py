@@ -27,7 +27,7 @@ from aiohttp import web
 
 from crossfeed.proxy.runtime.config import load_config
 from tests.fakes import llama_servers as ls
-from tests.fakes.tiny_model import REASONING, THOUGHT, THOUGHT_ANSWER
+from tests.fakes.tiny_model import REASONING, SCRIPTS, TEXT_ANSWER, THOUGHT, THOUGHT_ANSWER
 from tests.faults.pool_harness import ask, pool_config
 from tests.support.app_server import running_proxy
 from tests.support.clients import sdk_client
@@ -161,7 +161,9 @@ async def test_a_ten_turn_chain_stays_on_one_real_replica(two_servers, tmp_path,
 
 @pytest.mark.parametrize("prefill", ["trailing_assistant", "continue_final_message"])
 async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers, tmp_path, captured, prefill) -> None:
-    """llama-server takes both forms of the prefill (it reads ``continue_final_message`` too)."""
+    """llama-server takes both forms of the prefill (it reads ``continue_final_message`` too). The
+    tiny model goes on where the prefill stops (tiny_model.PREFILLABLE), so the Response is the
+    model's uninterrupted answer, each part said once."""
     async with relays(two_servers, kill=True) as pair:
         config = pool_config(
             tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, prefill=prefill
@@ -173,18 +175,18 @@ async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers
     dead = next(r for r in pair if r.killed)
     alive = next(r for r in pair if not r.killed)
     assert _dead(dead.server.pid) and not _dead(alive.server.pid)
-    first_part, answered = dead.texts[0], alive.texts[0]
-    # llama-server repeats the prefill it continues at the start of its answer: crossfeed drops it
-    assert answered.startswith(first_part)
-    second_part = answered[len(first_part) :]
-    assert first_part and second_part
+    first_part, second_part = dead.texts[0], alive.texts[0]
+    if prefill == "trailing_assistant":  # llama-server repeats the prefill first: crossfeed drops it
+        assert second_part.startswith(first_part)
+        second_part = second_part[len(first_part) :]
+    assert first_part == "".join(SCRIPTS["text"][:KILL_AFTER]) and second_part
     asked = alive.bodies[0]["messages"]
     assert asked[:-1] == dead.bodies[0]["messages"]
     assert asked[-1] == {"role": "assistant", "content": first_part}  # the prefill
     assert alive.bodies[0].get("continue_final_message") is (True if prefill == "continue_final_message" else None)
     assert final.status == "completed"
     assert [item.type for item in final.output] == ["message"]
-    assert final.output_text == first_part + second_part
+    assert final.output_text == first_part + second_part == TEXT_ANSWER
     assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"  # the answer began there
 
 
