@@ -225,6 +225,11 @@ async def test_a_replica_killed_mid_reasoning_is_continued_by_the_other(
     else:
         assert asked["continue_final_message"] is True and asked["add_generation_prompt"] is False
         assert "chat_template_kwargs" not in asked
+    # the prompt it made of that: its own closed, empty block, then the prefill as the answer's start
+    async with aiohttp.ClientSession() as http:
+        async with http.post(alive.server.url.removesuffix("/v1") + "/apply-template", json=asked) as r:
+            prompt = (await r.json())["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n<think>\n" + thought)
     said = alive.texts[0]
     if prefill == "trailing_assistant":  # llama-server repeats the prefill first: crossfeed drops it
         assert said.startswith("<think>\n" + thought)
