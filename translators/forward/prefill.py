@@ -9,21 +9,35 @@ continues (``prefill``, a pool key):
                            ``add_generation_prompt: false`` in the body
 
 A partial answer in its text is that text. One broken in its reasoning (no message nor call
-begun) is ``"<think>\\n"`` + the reasoning text: the backend goes on thinking inside the block it
-opened. With ``trailing_assistant`` that request also has ``chat_template_kwargs:
-{"enable_thinking": false}`` (merged into the request's own): llama.cpp's server refuses an
-assistant prefill while thinking is on ("Assistant response prefill is incompatible with
-enable_thinking"); the template then leaves the think block to the prefill.
+begun) is sent in one of two forms (``reasoning_prefill``, a pool key):
+
+  think_tag        the message's content is ``"<think>\\n"`` + the reasoning text: the backend goes
+                   on thinking inside the block it opened. With ``trailing_assistant`` that
+                   request also has ``chat_template_kwargs: {"enable_thinking": false}`` (merged
+                   into the request's own): older llama.cpp servers refuse an assistant prefill
+                   while thinking is on ("Assistant response prefill is incompatible with
+                   enable_thinking"); the template then leaves the think block to the prefill.
+  reasoning_field  the message's reasoning field (the upstream's ``reasoning_field``) is the
+                   reasoning text and its content ``""``: current llama.cpp servers continue the
+                   thought from it (the prompt ends with ``<think>\\n`` + the reasoning, no
+                   block closed before it) and stream the rest as reasoning deltas. No
+                   ``enable_thinking`` is sent: the template is left to open the thought (on the
+                   pinned build it changes nothing either way).
 
 The continued stream may bring the rest of the reasoning back in two ways: in the reasoning
 fields (a backend with a reasoning parser) or as raw content that goes on with the reasoning,
 then ``</think>``, then the answer (no parser: the block was opened by the prefill, not by the
 model). ``ThinkResume`` turns the second into the first, with the think-tag splitter
 (think_tags.py) started inside the block, so the machine writes both into the same reasoning item.
+It follows a ``think_tag`` prefill only: a backend that takes the ``reasoning_field`` form parses
+the thought it was given, so its content is the answer (llama-server streams the rest of the
+reasoning as reasoning deltas, first repeating the prefill in them with ``trailing_assistant``,
+which ``PrefillEcho`` matches there).
 
 A request that already ends with an assistant message of text (the client's own prefill) has the
-partial output appended to it: servers refuse two trailing assistant messages. Empty text: the
-request as it was (the continuation is a retry).
+partial output appended to it (to its content, or in the field form to its reasoning field):
+servers refuse two trailing assistant messages. Empty text: the request as it was (the
+continuation is a retry).
 """
 
 from __future__ import annotations
@@ -36,12 +50,22 @@ THINK = OPEN + "\n"  # what a reasoning prefill opens with
 _REASONING_KEYS = ("reasoning_content", "reasoning")
 
 
-def prefill_body(chat: dict[str, Any], text: str, style: str, *, reasoning: bool = False) -> dict[str, Any]:
+def prefill_body(
+    chat: dict[str, Any],
+    text: str,
+    style: str,
+    *,
+    reasoning: bool = False,
+    form: str = "think_tag",
+    field: str = "reasoning_content",
+) -> dict[str, Any]:
     """``chat`` (not changed) continued after ``text`` in the ``style`` the backend takes;
-    ``reasoning``: ``text`` is the answer's reasoning, not its text."""
+    ``reasoning``: ``text`` is the answer's reasoning, not its text, sent in ``form``
+    (``think_tag`` or ``reasoning_field``; ``field``: the backend's reasoning field)."""
     if not text:
         return chat
-    if reasoning:
+    in_field = reasoning and form == "reasoning_field"
+    if reasoning and not in_field:
         text = THINK + text
     messages = list(chat.get("messages") or [])
     last = messages[-1] if messages else None
@@ -51,14 +75,20 @@ def prefill_body(chat: dict[str, Any], text: str, style: str, *, reasoning: bool
         and isinstance(last.get("content"), str)
         and not last.get("tool_calls")
     ):
-        messages[-1] = {**last, "content": last["content"] + text}
+        if in_field:
+            before = last.get(field)
+            messages[-1] = {**last, field: (before if isinstance(before, str) else "") + text}
+        else:
+            messages[-1] = {**last, "content": last["content"] + text}
+    elif in_field:
+        messages.append({"role": "assistant", "content": "", field: text})
     else:
         messages.append({"role": "assistant", "content": text})
     body = {**chat, "messages": messages}
     if style == "continue_final_message":
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False
-    elif reasoning:
+    elif reasoning and not in_field:
         kwargs = chat.get("chat_template_kwargs")
         body["chat_template_kwargs"] = {**(kwargs if isinstance(kwargs, dict) else {}), "enable_thinking": False}
     return body

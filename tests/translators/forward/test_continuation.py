@@ -215,6 +215,37 @@ def test_reasoning_prefill_continue_final_message() -> None:
     assert "chat_template_kwargs" not in body
 
 
+@pytest.mark.parametrize("style", ["trailing_assistant", "continue_final_message"])
+def test_reasoning_prefill_in_the_reasoning_field(style: str) -> None:
+    """The thought in the message's reasoning field, content empty: no <think>, and thinking left
+    on (llama-server continues the thought from it)."""
+    body = prefill_body(CHAT_KWARGS, "Let me th", style, reasoning=True, form="reasoning_field")
+    assert body["messages"][:-1] == CHAT["messages"]
+    assert body["messages"][-1] == {"role": "assistant", "content": "", "reasoning_content": "Let me th"}
+    assert body["chat_template_kwargs"] == {"reasoning_effort": "high"}  # no enable_thinking
+    if style == "continue_final_message":
+        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    else:
+        assert "continue_final_message" not in body and "add_generation_prompt" not in body
+    vllm = prefill_body(CHAT, "Let me th", style, reasoning=True, form="reasoning_field", field="reasoning")
+    assert vllm["messages"][-1] == {"role": "assistant", "content": "", "reasoning": "Let me th"}
+    assert "chat_template_kwargs" not in vllm
+
+
+def test_reasoning_field_prefill_extends_the_clients_own_message_and_leaves_text_alone() -> None:
+    own = {**CHAT, "messages": [*CHAT["messages"], {"role": "assistant", "content": "", "reasoning_content": "So, "}]}
+    body = prefill_body(own, "Let me th", "trailing_assistant", reasoning=True, form="reasoning_field")
+    assert body["messages"][1:] == [{"role": "assistant", "content": "", "reasoning_content": "So, Let me th"}]
+    bare = {**CHAT, "messages": [*CHAT["messages"], {"role": "assistant", "content": ""}]}
+    body = prefill_body(bare, "Let me th", "trailing_assistant", reasoning=True, form="reasoning_field")
+    assert body["messages"][1:] == [{"role": "assistant", "content": "", "reasoning_content": "Let me th"}]
+    assert own["messages"][-1]["reasoning_content"] == "So, "  # not changed
+    # an answer's text is its text in either form; nothing to continue: the request as it was
+    text = prefill_body(CHAT, "Hello", "trailing_assistant", form="reasoning_field")
+    assert text["messages"][-1] == {"role": "assistant", "content": "Hello"}
+    assert prefill_body(CHAT, "", "trailing_assistant", reasoning=True, form="reasoning_field") is CHAT
+
+
 def _field(chunks: list[dict], key: str) -> str:
     return "".join(c["choices"][0]["delta"].get(key) or "" for c in chunks)
 
