@@ -299,7 +299,7 @@ def _pool_lines(u: Upstream) -> list[str]:
         lines.append(
             f"       continue  an answer whose replica dies mid-text or mid-reasoning goes on on another replica "
             f"(a whole answer is asked again), {times} a turn; "
-            f"prefill: {u.prefill}"
+            f"prefill: {u.prefill}, reasoning prefill: {u.reasoning_prefill}"
         )
     return lines
 

@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # How a backend takes the partial answer to continue (translators/forward/prefill.py).
 Prefill = Literal["trailing_assistant", "continue_final_message"]
+# How a prefill of reasoning is sent: "<think>\n" + it as content, or in the reasoning field.
+ReasoningPrefill = Literal["think_tag", "reasoning_field"]
 # The pool keys that need a pool (base_urls or a fallback); the continuation ones need base_urls.
 POOL_KEYS = ("retries", "retry_deadline_seconds", "failures_before_cooldown", "cooldown_seconds")
-CONTINUATION_KEYS = ("continue_on_failure", "prefill", "max_continuations")
+CONTINUATION_KEYS = ("continue_on_failure", "prefill", "reasoning_prefill", "max_continuations")
 
 # Headers crossfeed itself sets on an upstream call, or that name the connection: never a hint's.
 _RESERVED_HEADERS = frozenset(
@@ -100,6 +102,12 @@ class PoolKeys(BaseModel):
         "trailing_assistant",
         description="pool: how the backend takes that prefill: a trailing assistant message it continues "
         '(llama.cpp), or with continue_final_message (vLLM: "continue_final_message")',
+    )
+    reasoning_prefill: ReasoningPrefill = Field(
+        "think_tag",
+        description='pool: how a prefill of reasoning is sent: "<think>\\n" + it as the content ("think_tag", '
+        "the default; older llama.cpp builds), or in the message's reasoning field with empty content "
+        '("reasoning_field": current llama.cpp builds continue the thought from it)',
     )
     max_continuations: int = Field(1, ge=1, le=2, description="pool: continuations of one turn at most")
 

@@ -8,11 +8,13 @@ text of a message, no call in this leg, or in the reasoning the leg began with; 
 left), the failure never reaches the machine: the relay ends the leg with nothing written,
 ``broken`` says why, and the exchange (``exchange.continue_legs``) asks another healthy replica
 for the same request with the partial text, or ``"<think>\n"`` + the partial reasoning, as a
-prefill (translators/forward/prefill.py; for llama.cpp's server a reasoning prefill also turns
-its template's ``enable_thinking`` off: it refuses a prefill with thinking on). Its stream goes
-into the same machine (``resume``; the prefill dropped when the backend repeats it first, as
-llama.cpp's server does; after a reasoning prefill, raw content is reasoning until its
-``</think>``: prefill.ThinkResume), so the client sees one Response: the same item, its text
+prefill (translators/forward/prefill.py; ``reasoning_prefill = "reasoning_field"``: the partial
+reasoning in the assistant message's reasoning field instead, with empty content; in the
+``think_tag`` form, for llama.cpp's server, a reasoning prefill also turns its template's
+``enable_thinking`` off: older builds refuse a prefill with thinking on). Its stream goes into
+the same machine (``resume``; the prefill dropped when the backend repeats it first, as
+llama.cpp's server does; after a ``think_tag`` reasoning prefill, raw content is reasoning until
+its ``</think>``: prefill.ThinkResume), so the client sees one Response: the same item, its text
 continuous, ``sequence_number`` continuous, one terminal event. Anywhere else (in a call's
 arguments, a refusal, a total timeout, crossfeed draining) the failure is the machine's, as
 without it.
@@ -54,11 +56,12 @@ class Continuing:
         "prefill",
         "reasoning",
         "left",
+        "tagged",
         "_echo",
         "_think",
     )
 
-    def __init__(self, machine: ChatToResponsesStream, budget: int) -> None:
+    def __init__(self, machine: ChatToResponsesStream, budget: int, *, tagged: bool = True) -> None:
         self.machine = machine
         self.feed: Callable[[dict[str, Any]], list[Out]] = machine.feed
         self.feed_frame: Callable[[bytes], list[Out] | None] | None = machine.feed_frame
@@ -67,6 +70,7 @@ class Continuing:
         self.prefill = ""  # the partial text the continuation takes
         self.reasoning = False  # ... and it is the answer's reasoning
         self.left = budget  # continuations this turn may still make
+        self.tagged = tagged  # a reasoning prefill is "<think>\n" + the reasoning (not a reasoning field)
         self._echo = PrefillEcho("")
         self._think: ThinkResume | None = None  # the content of a continued reasoning, until settled
 
@@ -113,12 +117,13 @@ class Continuing:
     def resume(self) -> None:
         """The continuation's stream is open: the machine takes it as the rest of its leg. Until
         its text shows whether the backend repeats the prefill (prefill.PrefillEcho), and after a
-        reasoning prefill until it shows how the reasoning goes on (prefill.ThinkResume), its
+        ``think_tag`` reasoning prefill until it shows how the reasoning goes on (prefill.ThinkResume:
+        after a ``reasoning_field`` one the backend parses the thought it was given), its
         chunks go through ``_unecho`` (as dicts: that leg's pump decodes no typed frames)."""
         self.machine.resume()
         self.broken = None
         self.left -= 1
-        self._think = ThinkResume() if self.reasoning else None
+        self._think = ThinkResume() if self.reasoning and self.tagged else None
         if self.prefill or self.reasoning:
             text = self.prefill
             self._echo = PrefillEcho(THINK + text, text) if self.reasoning and text else PrefillEcho(text)
@@ -166,7 +171,7 @@ def continuing(turn: Turn, machine: Any) -> Continuing | None:
     up = turn.upstream
     if not (up.pooled and up.continue_on_failure and isinstance(machine, ChatToResponsesStream)):
         return None
-    return Continuing(machine, up.max_continuations)
+    return Continuing(machine, up.max_continuations, tagged=up.reasoning_prefill == "think_tag")
 
 
 def noted(turn: Turn, outcome: str, code: str, dead: str | None) -> None:

@@ -486,7 +486,15 @@ async def continue_legs(
             if dead is not None:
                 pool.failed(dead, UpstreamUnavailable(message))
                 try:
-                    prefill = prefill_body(body, cont.prefill, turn.upstream.prefill, reasoning=cont.reasoning)
+                    up = turn.upstream
+                    prefill = prefill_body(
+                        body,
+                        cont.prefill,
+                        up.prefill,
+                        reasoning=cont.reasoning,
+                        form=up.reasoning_prefill,
+                        field=up.profile.reasoning_field,
+                    )
                     response = await pooled_leg(turn, path, prefill, avoid=dead)
                 except ProxyError as exc:
                     log.info("pool.continuation_unavailable", upstream=pool.upstream.name, error=exc.message)

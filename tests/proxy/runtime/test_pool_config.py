@@ -13,6 +13,7 @@ import pytest
 from crossfeed.proxy.cli.check_config import check_config
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.config import Config, load_config
+from crossfeed.proxy.runtime.pool_config import CONTINUATION_KEYS
 from tests.support.paths import ROOT
 
 
@@ -51,6 +52,11 @@ def test_base_urls_make_a_pool_whose_base_url_is_its_first_replica(tmp_path: Pat
             ["upstreams.0", "continue_on_failure needs a pool of chat replicas"],
         ),
         ('base_urls = ["http://a/v1", "http://b/v1"]\nprefill = "echo"', ["upstreams.0.prefill"]),
+        (
+            'base_urls = ["http://a/v1", "http://b/v1"]\nreasoning_prefill = "content"',
+            ["upstreams.0.reasoning_prefill", "think_tag", "reasoning_field"],
+        ),
+        ('reasoning_prefill = "reasoning_field"', ["upstreams.0", "reasoning_prefill only applies to a pool"]),
         ('base_urls = ["http://a/v1", "http://b/v1"]\nmax_continuations = 3', ["upstreams.0.max_continuations"]),
     ],
 )
@@ -92,6 +98,20 @@ def test_check_config_shows_each_replica_without_credentials(tmp_path: Path) -> 
     )
     out = io.StringIO()
     assert check_config(path, {}, out) == 0
+    assert "prefill: continue_final_message, reasoning prefill: think_tag" in out.getvalue()
+    path.write_text(
+        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1", "http://b:8000/v1"]\n'
+        'continue_on_failure = true\nreasoning_prefill = "reasoning_field"\n'
+    )
+    out = io.StringIO()
+    assert check_config(path, {}, out) == 0
+    assert "prefill: trailing_assistant, reasoning prefill: reasoning_field" in out.getvalue()
+    path.write_text(
+        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1", "http://b:8000/v1"]\n'
+        'continue_on_failure = true\nprefill = "continue_final_message"\n'
+    )
+    out = io.StringIO()
+    assert check_config(path, {}, out) == 0
     assert (
         "continue  an answer whose replica dies mid-text or mid-reasoning goes on on another replica "
         "(a whole answer is asked again), once a turn; " in out.getvalue()
@@ -115,15 +135,22 @@ def test_the_documented_pools_load(tmp_path: Path) -> None:
     pool_lines = lines[: next(i for i, line in enumerate(lines) if line.startswith("fallback"))]
     config = load(tmp_path, "\n".join(pool_lines) + "\n")
     assert config.upstreams[0].pooled and config.upstreams[0].retries == 2
+    keys = [line.split(" ", 1)[0] for line in lines]
+    continuation = lines[keys.index("continue_on_failure") : keys.index("max_continuations") + 1]
+    assert tuple(line.split(" ", 1)[0] for line in continuation) == CONTINUATION_KEYS  # each documented
+    up = load(tmp_path, "\n".join(pool_lines + continuation) + "\n").upstreams[0]
+    assert up.prefill == "trailing_assistant" and up.reasoning_prefill == "think_tag"
 
 
 def test_continuation_keys_on_a_pool(tmp_path: Path) -> None:
     config = load(
         tmp_path,
         '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a/v1", "http://b/v1"]\ncontinue_on_failure = true\n'
-        'prefill = "continue_final_message"\nmax_continuations = 2\n',
+        'prefill = "continue_final_message"\nreasoning_prefill = "reasoning_field"\nmax_continuations = 2\n',
     )
     up = config.upstreams[0]
     assert up.continue_on_failure and up.prefill == "continue_final_message" and up.max_continuations == 2
+    assert up.reasoning_prefill == "reasoning_field"
     plain = load(tmp_path, '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a/v1", "http://b/v1"]\n').upstreams[0]
     assert not plain.continue_on_failure and plain.prefill == "trailing_assistant" and plain.max_continuations == 1
+    assert plain.reasoning_prefill == "think_tag"
