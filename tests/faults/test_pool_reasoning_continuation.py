@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from crossfeed.proxy.runtime.observability import METRICS
+from crossfeed.translators.forward.prefill import HOLD
 from tests.faults.pool_harness import dying_then_rest, failed_stream, failed_terminals, scripted_pool, served, stream
 from tests.support.chat_chunks import DONE, chunk, usage_chunk
 
@@ -86,3 +87,59 @@ async def test_a_replica_dying_in_a_call_after_its_reasoning_is_not_continued(tm
     assert failed_terminals(events) == ["response.failed"]
     assert events[-1]["response"]["error"]["code"] == "upstream_disconnected"
     assert sum(served(pool.fakes)) == 1
+
+
+# llama-server with ``reasoning_prefill = "reasoning_field"`` and ``trailing_assistant``: the prefill
+# repeated in the reasoning field, the first new text in the same delta (seen on the real server).
+ECHOED_IN_REASONING = chunk({"reasoning_content": "Let me think"}) + chunk({"reasoning_content": "."})
+ECHOED_IN_REASONING += chunk({"content": "Answer"}, "stop")
+
+
+@pytest.mark.parametrize(
+    ("rest", "style", "field"),
+    [
+        (ECHOED_IN_REASONING, "trailing_assistant", "reasoning_content"),
+        (AS_REASONING, "continue_final_message", "reasoning_content"),
+        (AS_REASONING, "trailing_assistant", "reasoning"),
+    ],
+    ids=["echoed-llama", "vllm-style", "reasoning-field-named-reasoning"],
+)
+async def test_a_reasoning_field_prefill_carries_the_thought_in_the_field(
+    tmp_path, captured, rest, style, field
+) -> None:
+    """``reasoning_prefill = "reasoning_field"``: the second replica is asked with the partial
+    reasoning in the upstream's reasoning field and empty content, no ``<think>``, thinking left on."""
+    script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": None}) + rest + END)
+    keys = {"prefill": style, "reasoning_prefill": "reasoning_field", "reasoning_field": field}
+    async with scripted_pool(tmp_path, captured, script, continue_on_failure=True, **keys) as pool:
+        events = await stream(pool.client)
+    first, second = script.calls
+    assert second.body["messages"][:-1] == first.body["messages"]
+    assert second.body["messages"][-1] == {"role": "assistant", "content": "", field: "Let me th"}
+    assert "chat_template_kwargs" not in second.body
+    assert second.body.get("continue_final_message") is (True if style == "continue_final_message" else None)
+    assert sorted(served(pool.fakes)) == [1, 1]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.item.type for e in events if e.type == "response.output_item.added"] == ["reasoning", "message"]
+    final = events[-1].response
+    assert final.status == "completed"
+    assert [c.text for c in final.output[0].content or []] == ["Let me think."]
+    assert final.output_text == "Answer"
+
+
+async def test_after_a_reasoning_field_prefill_content_is_the_answer(tmp_path, captured) -> None:
+    """The backend parses the thought it was given, so content with no ``</think>`` is the answer
+    at once, however long (after a ``think_tag`` prefill it would be held, then past HOLD taken
+    for reasoning)."""
+    long = "word " * (HOLD // 5 + 10)
+    rest = chunk({"content": long}) + chunk({"content": "end."}, "stop")
+    script = dying_then_rest(THINKING, chunk({"role": "assistant", "content": None}) + rest + END)
+    async with scripted_pool(
+        tmp_path, captured, script, continue_on_failure=True, reasoning_prefill="reasoning_field"
+    ) as pool:
+        events = await stream(pool.client)
+    final = events[-1].response
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert [c.text for c in final.output[0].content or []] == ["Let me th"]
+    assert final.output_text == long + "end."
