@@ -190,23 +190,13 @@ async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers
     assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"  # the answer began there
 
 
-@pytest.mark.parametrize("prefill", ["trailing_assistant", "continue_final_message"])
-async def test_a_replica_killed_mid_reasoning_is_continued_by_the_other(
-    two_servers, tmp_path, captured, prefill
-) -> None:
-    """The tiny model's reasoning script (a question saying "think"): llama-server's Qwen3-Coder
-    parser streams its ``<think>`` block as ``reasoning_content``; the relay kills the first
-    replica after three reasoning chunks. The other is asked to go on from ``"<think>\\n"`` + that
-    reasoning, as assistant content. This llama-server takes it in both forms (the
-    ``enable_thinking`` refusal is gone from this build), renders the content after an empty,
-    closed think block of its own and so streams the rest as raw content: the reasoning going
-    on, ``</think>``, the answer (``trailing_assistant`` first repeats the prefill, ``<think>``
-    and all; ``continue_final_message`` does not). crossfeed reads it as one reasoning item, then
-    the message."""
-    async with relays(two_servers, kill=True) as pair:
-        config = pool_config(
-            tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, prefill=prefill
-        )
+async def _killed_mid_reasoning(
+    servers: list[ls.RunningServer], tmp_path: Path, captured: Any, **keys: Any
+) -> tuple[Relay, Relay, Any, dict[str, str]]:
+    """The reasoning script asked through a pool (``keys`` on it) whose first replica is killed
+    after three reasoning chunks: the dead relay, the living one, the Response, its headers."""
+    async with relays(servers, kill=True) as pair:
+        config = pool_config(tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, **keys)
         async with running_proxy(config) as proxy:
             client = sdk_client(proxy.base_url, captured, timeout=60)
             final, headers = await ask(client, "Please think first", model=MODEL, max_output_tokens=64, temperature=0)
@@ -214,10 +204,37 @@ async def test_a_replica_killed_mid_reasoning_is_continued_by_the_other(
     dead = next(r for r in pair if r.killed)
     alive = next(r for r in pair if not r.killed)
     assert _dead(dead.server.pid) and not _dead(alive.server.pid)
+    assert (
+        dead.reasonings[0] == "".join(REASONING[1 : 1 + KILL_AFTER]) and not dead.texts[0]
+    )  # "<think>\n": the parser's
+    assert alive.bodies[0]["messages"][:-1] == dead.bodies[0]["messages"]
+    assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"  # the answer began there
+    return dead, alive, final, headers
+
+
+async def _prompt(server: ls.RunningServer, body: dict[str, Any]) -> str:
+    """The prompt the server makes of a chat request (its ``/apply-template``)."""
+    async with aiohttp.ClientSession() as http:
+        async with http.post(server.url.removesuffix("/v1") + "/apply-template", json=body) as r:
+            return str((await r.json())["prompt"])
+
+
+@pytest.mark.parametrize("prefill", ["trailing_assistant", "continue_final_message"])
+async def test_a_replica_killed_mid_reasoning_is_continued_by_the_other(
+    two_servers, tmp_path, captured, prefill
+) -> None:
+    """The tiny model's reasoning script (a question saying "think"): llama-server's Qwen3-Coder
+    parser streams its ``<think>`` block as ``reasoning_content``; the relay kills the first
+    replica after three reasoning chunks. With ``reasoning_prefill = "think_tag"`` (the default)
+    the other is asked to go on from ``"<think>\\n"`` + that reasoning, as assistant content. This
+    llama-server takes it in both forms (the ``enable_thinking`` refusal is gone from this build),
+    renders the content after an empty, closed think block of its own and so streams the rest as
+    raw content: the reasoning going on, ``</think>``, the answer (``trailing_assistant`` first
+    repeats the prefill, ``<think>`` and all; ``continue_final_message`` does not). crossfeed
+    reads it as one reasoning item, then the message."""
+    dead, alive, final, _ = await _killed_mid_reasoning(two_servers, tmp_path, captured, prefill=prefill)
     thought = dead.reasonings[0]
-    assert thought == "".join(REASONING[1 : 1 + KILL_AFTER]) and not dead.texts[0]  # the "<think>\n" is the parser's
     asked = alive.bodies[0]
-    assert asked["messages"][:-1] == dead.bodies[0]["messages"]
     assert asked["messages"][-1] == {"role": "assistant", "content": "<think>\n" + thought}  # the prefill
     if prefill == "trailing_assistant":  # llama-server used to refuse a prefill with thinking on
         assert asked["chat_template_kwargs"] == {"enable_thinking": False}
@@ -226,9 +243,7 @@ async def test_a_replica_killed_mid_reasoning_is_continued_by_the_other(
         assert asked["continue_final_message"] is True and asked["add_generation_prompt"] is False
         assert "chat_template_kwargs" not in asked
     # the prompt it made of that: its own closed, empty block, then the prefill as the answer's start
-    async with aiohttp.ClientSession() as http:
-        async with http.post(alive.server.url.removesuffix("/v1") + "/apply-template", json=asked) as r:
-            prompt = (await r.json())["prompt"]
+    prompt = await _prompt(alive.server, asked)
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n<think>\n" + thought)
     said = alive.texts[0]
     if prefill == "trailing_assistant":  # llama-server repeats the prefill first: crossfeed drops it
@@ -242,7 +257,45 @@ async def test_a_replica_killed_mid_reasoning_is_continued_by_the_other(
     assert final.output_text == answer.strip()
     # the model's whole script, as llama-server itself parses it when nothing breaks
     assert thought + rest == THOUGHT and final.output_text == THOUGHT_ANSWER
-    assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"
+
+
+@pytest.mark.parametrize("prefill", ["trailing_assistant", "continue_final_message"])
+async def test_a_replica_killed_mid_reasoning_is_continued_from_the_reasoning_field(
+    two_servers, tmp_path, captured, prefill
+) -> None:
+    """``reasoning_prefill = "reasoning_field"``: the other replica is asked with the partial
+    reasoning as the assistant message's ``reasoning_content`` and empty content, thinking left
+    on. This llama-server continues the thought natively: its prompt ends with ``<think>\\n`` +
+    the reasoning (no block closed before it) and the rest streams back as ``reasoning_content``
+    (``trailing_assistant`` first repeats the prefill there, the first new words in the same
+    delta; ``continue_final_message`` does not), then the answer as content. The Response is the
+    uninterrupted one: the same reasoning item and message."""
+    dead, alive, final, _ = await _killed_mid_reasoning(
+        two_servers, tmp_path, captured, prefill=prefill, reasoning_prefill="reasoning_field"
+    )
+    thought = dead.reasonings[0]
+    asked = alive.bodies[0]
+    assert asked["messages"][-1] == {"role": "assistant", "content": "", "reasoning_content": thought}
+    assert "chat_template_kwargs" not in asked
+    assert asked.get("continue_final_message") is (True if prefill == "continue_final_message" else None)
+    prompt = await _prompt(alive.server, asked)
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n" + thought)
+    assert "</think>" not in prompt.rsplit("<|im_start|>assistant\n", 1)[1]  # no empty, closed block
+    went_on = alive.reasonings[0]
+    if prefill == "trailing_assistant":  # repeated in the reasoning field: crossfeed drops it
+        assert went_on.startswith(thought)
+        went_on = went_on[len(thought) :]
+    assert went_on and alive.texts[0] == THOUGHT_ANSWER  # the answer as content, no think tags
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert [c.text for c in final.output[0].content or []] == [thought + went_on] == [THOUGHT]
+    assert final.output_text == THOUGHT_ANSWER
+    # the same as the server's own answer when nothing breaks
+    async with aiohttp.ClientSession() as http:
+        plain = {k: v for k, v in dead.bodies[0].items() if k not in ("stream", "stream_options")}
+        async with http.post(alive.server.url + "/chat/completions", json=plain) as r:
+            whole = (await r.json())["choices"][0]["message"]
+    assert (whole["reasoning_content"], whole["content"]) == (THOUGHT, THOUGHT_ANSWER)
 
 
 def _dead(pid: int) -> bool:
