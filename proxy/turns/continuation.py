@@ -29,10 +29,11 @@ from typing import Any
 
 import structlog
 
+from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.machine import ChatToResponsesStream
-from crossfeed.translators.forward.prefill import THINK, PrefillEcho, ThinkResume
+from crossfeed.translators.forward.prefill import THINK, PrefillEcho, ThinkResume, prefill_body
 from crossfeed.translators.pump import Machine, Out
 
 log = structlog.get_logger("crossfeed")
@@ -113,6 +114,18 @@ class Continuing:
             return False
         self.broken, self.prefill, self.reasoning = (code, message), found[1], found[0] == "reasoning"
         return True
+
+    def request(self, body: dict[str, Any], up: Upstream) -> dict[str, Any]:
+        """The chat request ``body`` continued after the partial output (translators/forward/prefill.py),
+        in the forms ``up``'s backend takes (``prefill``, ``reasoning_prefill``, ``reasoning_field``)."""
+        return prefill_body(
+            body,
+            self.prefill,
+            up.prefill,
+            reasoning=self.reasoning,
+            form=up.reasoning_prefill,
+            field=up.profile.reasoning_field,
+        )
 
     def resume(self) -> None:
         """The continuation's stream is open: the machine takes it as the rest of its leg. Until

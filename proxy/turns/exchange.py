@@ -54,7 +54,6 @@ from crossfeed.proxy.turns.continuation import Continuing, continuing, noted
 from crossfeed.proxy.turns.turn import Create, Turn
 from crossfeed.proxy.upstream import open_upstream, read_json
 from crossfeed.translators.forward.machine import ChatToResponsesStream
-from crossfeed.translators.forward.prefill import prefill_body
 from crossfeed.translators.forward.request import MappedRequest, responses_request_to_chat
 from crossfeed.translators.options import ToolContext
 from crossfeed.translators.pump import Machine, Out, Pump
@@ -486,16 +485,7 @@ async def continue_legs(
             if dead is not None:
                 pool.failed(dead, UpstreamUnavailable(message))
                 try:
-                    up = turn.upstream
-                    prefill = prefill_body(
-                        body,
-                        cont.prefill,
-                        up.prefill,
-                        reasoning=cont.reasoning,
-                        form=up.reasoning_prefill,
-                        field=up.profile.reasoning_field,
-                    )
-                    response = await pooled_leg(turn, path, prefill, avoid=dead)
+                    response = await pooled_leg(turn, path, cont.request(body, turn.upstream), avoid=dead)
                 except ProxyError as exc:
                     log.info("pool.continuation_unavailable", upstream=pool.upstream.name, error=exc.message)
             noted(turn, "failed" if response is None else "continued", code, dead.label if dead else None)
