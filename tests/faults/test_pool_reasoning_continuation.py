@@ -1,9 +1,10 @@
 """Continuation in the reasoning (proxy/turns/continuation.py): a replica that dies while the answer
 is still reasoning has it continued by another replica, whose request carries ``"<think>\\n"`` +
-the partial reasoning as its trailing assistant message. The rest may come back as reasoning
-deltas (a backend with a reasoning parser) or as raw content that goes on with the reasoning,
-then ``</think>`` and the answer; either way the SDK reads one reasoning item whose text is the
-two parts, then the answer (the ``captured`` fixture validates every stream strictly). A
+the partial reasoning as its trailing assistant message (``reasoning_prefill =
+"reasoning_field"``: the partial reasoning in the message's reasoning field, content empty). The
+rest may come back as reasoning deltas (a backend with a reasoning parser) or, after a think-tag
+prefill, as raw content that goes on with the reasoning, then ``</think>`` and the answer; either
+way the SDK reads one reasoning item whose text is the two parts, then the answer (the ``captured`` fixture validates every stream strictly). A
 replica that dies in a call after its reasoning still fails the Response."""
 
 from __future__ import annotations
