@@ -123,20 +123,32 @@ class SSEDecoder:
 
 def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     """Whole events of exactly ``event: X`` + ``data: Y`` each, or None for the general rules.
-    With two LFs a separator and one inside each event, any other line adds to the count."""
+    The chunk opens with ``event: `` (the caller checked); it is split where one event ends and
+    the next one's name starts, and each event where its data starts: then neither its name nor
+    its data may hold an LF (another line). A name seen before is known to hold none."""
     first = chunk.find(b"\n")
     if chunk.startswith(b"\ndata: ", first) and chunk.find(b"\n", first + 1) == len(chunk) - 2:  # one event
         return [(chunk[7:first].decode("utf-8", "replace"), chunk[first + 7 : -2])]
-    blocks = chunk[:-2].split(b"\n\n")
-    if chunk.count(b"\n") != 3 * len(blocks):
-        return None
     out: list[SSEEvent] = []
-    for block in blocks:
+    names = _NAMES
+    for block in chunk[7:-2].split(b"\n\nevent: "):
         name, sep, data = block.partition(b"\ndata: ")
-        if not sep or name[:7] != b"event: ":
+        text = names.get(name)
+        if text is None:
+            if name.find(b"\n") >= 0:
+                return None
+            text = name.decode("utf-8", "replace")
+            if len(names) < _MAX_NAMES:
+                names[name] = text
+        if not sep or data.find(b"\n") >= 0:
             return None
-        out.append((name[7:].decode("utf-8", "replace"), data))
+        out.append((text, data))
     return out
+
+
+# Event names as decoded, by their bytes (names without an LF only; a stream uses a few dozen).
+_NAMES: dict[bytes, str] = {}
+_MAX_NAMES: Final = 512
 
 
 _HEADS: dict[str, bytes] = {}

@@ -106,3 +106,24 @@ def test_fast_path_shapes() -> None:
     assert SSEDecoder().feed(b"event: t\ndata: a\ndata: b\n\n") == [("t", b"a\nb")]
     assert SSEDecoder().feed(b"data: a\n\n: c\n\n") == [(None, b"a")]
     assert SSEDecoder().feed(b"event: t\n\ndata: b\n\n") == [(None, b"b")]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"event: t\ndata: a\n\nevent: t\nid: 1\ndata: b\n\n",  # a known name, then another line
+        b"event: u\nid: 1\ndata: a\n\nevent: u\ndata: b\n\n",  # an unknown name and another line
+        b"event: t\ndata: a\n\nevent: t\ndata: b\ndata: c\n\n",  # two data lines
+        b"event: t\ndata: a\n\nevent: t\n\nevent: t\ndata: c\n\n",  # an event without data
+        b"event: t\ndata: a\n\nevent: t\ndata: b\n: note\n\n",  # a comment after the data
+        b"event: t\ndata: a\n\nevent: \ndata: b\n\n",  # an empty name
+        b"event: t\ndata: a\n\nevent:  t\ndata: \n\n",  # a name with a space, empty data
+        b"event: t\ndata: a\n\nevent: t\ndata: b\n\n\n",  # a blank line more
+        "event: t\ndata: a\n\nevent: \u00e9\xff\ndata: b\n\n".encode("latin-1"),  # a name not UTF-8
+    ],
+)
+def test_named_frames_near_misses(raw: bytes) -> None:
+    """Whole ``event:`` + ``data:`` chunks the fast path splits, and near misses of them: the same
+    events as the line-by-line rules, whether a name was seen before or not."""
+    assert SSEDecoder().feed(raw) == _by_lines(raw)
+    assert SSEDecoder().feed(raw) == _by_lines(raw)  # every name now seen
