@@ -409,6 +409,7 @@ def install_hooks(marker: Any) -> None:
         import crossfeed.translators.reverse.machine as r2c
 
         h.add(pump, "_loads", _loads_hook)
+        h.add(r2c, "decode_event", _loads_hook)  # the typed decode of the frames around the deltas
         h.add(ResponsesToChatStream, "_first", lambda f: sync_phase(f, "lifecycle"))
         for t in list(r2c._HANDLERS):
             phase = _upstream_phase(t) if isinstance(t, str) else None

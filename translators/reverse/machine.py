@@ -87,6 +87,14 @@ from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.responses.fields import bad_field, error_body, up_dict, up_items, up_list, up_str
 from crossfeed.translators.reverse.body import chat_annotations, chat_usage, incomplete_finish_reason, output_tokens_of
 from crossfeed.translators.reverse.delta_frames import FRAME_ERRORS, TEXT_DELTA, TEXT_DELTA_PREFIX, decode_text_delta
+from crossfeed.translators.reverse.event_frames import (
+    EVENT_PREFIXES,
+    ITEM_ADDED,
+    QUIET,
+    TERMINAL,
+    decode_event,
+    frame_event,
+)
 from crossfeed.translators.reverse.stream_state import (
     CALL_TYPES,
     OUTPUT_TEXT,
@@ -105,6 +113,7 @@ _LIFECYCLE = frozenset(
     {"response.created", "response.queued", "response.in_progress", "response.completed", "response.incomplete"}
 )
 _NO_START = frozenset({"error", "response.failed", "keepalive"})
+_QUIET_ITEMS = ("message", "reasoning")  # the item types whose output_item.added sends nothing
 _HOSTED_PREFIXES = (
     "response.web_search_call.",
     "response.file_search_call.",
@@ -221,11 +230,13 @@ class ResponsesToChatStream(CallStream):
             return self._with_role(out + self._malformed(f"malformed upstream event ({type(exc).__name__})"))
 
     def feed_frame(self, data: bytes) -> list[Out] | None:
-        """``feed`` for a text delta still in its JSON bytes (delta_frames.py); None for any other
-        frame, or a text delta of a shape the general path should judge (the pump then parses
-        it and calls ``feed``)."""
-        if self._phase is not STREAMING or not data.startswith(TEXT_DELTA_PREFIX):
+        """``feed`` for a frame still in its JSON bytes: a text delta (delta_frames.py), or a frame
+        around the deltas (event_frames.py); None for any other frame, or one of a shape the
+        general path should judge (the pump then parses it and calls ``feed``)."""
+        if self._phase is not STREAMING:
             return None
+        if not data.startswith(TEXT_DELTA_PREFIX):
+            return self._event_frame(data) if data.startswith(EVENT_PREFIXES) else None
         try:
             ev = decode_text_delta(data)
         except FRAME_ERRORS:
@@ -247,6 +258,29 @@ class ResponsesToChatStream(CallStream):
         self._streamed = True
         out = [self._content(oi, ci, d)]
         return self._with_role(out) if self._role else out
+
+    def _event_frame(self, data: bytes) -> list[Out] | None:
+        """``feed_frame`` for the frames of event_frames.py: those that send nothing here, and
+        the closing ones made into the event their handler reads (through ``feed``)."""
+        try:
+            ev = decode_event(data)
+        except FRAME_ERRORS:
+            return None
+        t = ev.type
+        if type(t) is not str:
+            return None
+        if t in QUIET:  # ignored once the stream started
+            return []
+        if t == ITEM_ADDED:  # a message or a reasoning item opens nothing by itself
+            item = ev.item
+            if item is None or type(ev.output_index) is not int or item.type not in _QUIET_ITEMS:
+                return None
+            self._streamed = True
+            return []
+        if t in TERMINAL and (not self._streamed or self._held):  # the Response's output is read
+            return None
+        event = frame_event(ev, t)
+        return None if event is None else self.feed(event)
 
     def finish(self, *, clean: bool = True) -> list[Out]:
         """The upstream ended (``clean``: with ``[DONE]``, else EOF). Without a terminal event

@@ -96,7 +96,7 @@ def test_the_common_delta_takes_the_typed_path() -> None:
     chunks = [orjson.loads(line[6:]) for line in body.split(b"\n\n") if line.startswith(b"data: ")]
     assert chunks[1]["choices"][0]["delta"] == {"content": "Hi"}
     # Not decoded typed: another event type that shares the prefix's start, logprobs, a wrong shape.
-    assert m.feed_frame(data.replace(b"output_text.delta", b"output_text.done")) is None
+    assert m.feed_frame(data.replace(b"output_text.delta", b"output_text.annotation.added")) is None
     assert m.feed_frame(orjson.dumps({**delta, "delta": "x", "logprobs": [{"token": "x"}]})) is None
     assert m.feed_frame(orjson.dumps({**delta, "delta": 3})) is None
     assert m.feed_frame(b'{"type":"response.output_text.delta",') is None  # not JSON

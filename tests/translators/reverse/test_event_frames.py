@@ -1,0 +1,284 @@
+"""The reverse machine's typed path for the frames around its text deltas (``feed_frame``,
+event_frames.py) against plain JSON into ``feed``: for those frames of any shape (and odd ones
+that must fall back), both produce the same chunks, byte for byte in wire mode, the same
+diagnostics, the same usage for the driver and the same error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.reverse.event_frames import EVENT_PREFIXES
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
+from crossfeed.translators.sse import render_chat
+
+CREATED = {"type": "response.created", "response": {"id": "resp_1", "model": "m", "created_at": 1, "output": []}}
+USAGE = {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
+
+
+def frame(event: Any) -> bytes:
+    name = event.get("type") if type(event) is dict else None
+    return b"event: " + str(name).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def run(frames: list[bytes], *, typed: bool, wire: bool, usage: bool, limit: int | None) -> tuple[Any, ...]:
+    m = ResponsesToChatStream(
+        include_usage=usage,
+        options=BackendProfile(),
+        ids=SequentialIds(),
+        now=lambda: 1,
+        wire=wire,
+        max_output_tokens=limit,
+    )
+    pump = Pump(m, typed_frames=typed)
+    out: list[Any] = []
+    for f in frames:
+        out += pump.feed(f)
+    out += pump.finish()
+    return render_chat(out), m.diagnostics, m.usage, m.error, m.finish_reason
+
+
+def assert_same(frames: list[bytes], *, usage: bool = True, limit: int | None = None) -> None:
+    plain = run(frames, typed=False, wire=False, usage=usage, limit=limit)
+    for wire in (False, True):
+        assert run(frames, typed=True, wire=wire, usage=usage, limit=limit) == plain
+
+
+_odd = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-1, 3),
+    st.text(max_size=4),
+    st.lists(st.integers(0, 1), max_size=2),
+    st.fixed_dictionaries({"type": st.sampled_from(["output_text", "x"])}),
+)
+_text = st.sampled_from(["", "Hi", "Hi there", "Ho", "Hi\u00e9"])
+
+
+def _maybe(draw: Any, good: Any) -> Any:
+    return draw(st.one_of(good, _odd)) if draw(st.integers(0, 4)) == 0 else draw(good)
+
+
+def _fields(draw: Any, event: dict[str, Any], fields: list[tuple[str, Any]]) -> dict[str, Any]:
+    for key, good in fields:
+        if draw(st.integers(0, 5)) > 0:
+            event[key] = _maybe(draw, good)
+    return event
+
+
+@st.composite
+def part(draw: Any) -> dict[str, Any]:
+    ann = {"type": "url_citation", "url": "https://a.example", "title": "A", "start_index": 0, "end_index": 2}
+    return _fields(
+        draw,
+        {"type": draw(st.sampled_from(["output_text", "refusal", "reasoning_text", "summary_text", "x"]))},
+        [
+            ("text", _text),
+            ("refusal", _text),
+            ("annotations", st.lists(st.just(ann), max_size=1)),
+            ("logprobs", st.just([])),
+        ],
+    )
+
+
+@st.composite
+def item(draw: Any) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["message", "message", "reasoning", "function_call", "web_search_call", 5]))
+    body: dict[str, Any] = {"type": kind, "id": "msg_1"}
+    return _fields(
+        draw,
+        body,
+        [
+            ("content", st.lists(part(), max_size=2)),
+            ("status", st.just("completed")),
+            ("role", st.just("assistant")),
+            ("summary", st.just([])),
+            ("name", st.just("f")),
+            ("call_id", st.just("c1")),
+            ("arguments", st.just("{}")),
+        ],
+    )
+
+
+@st.composite
+def around(draw: Any) -> dict[str, Any]:
+    """One of the frames event_frames.py decodes typed, ``type`` first, each field maybe odd."""
+    t = draw(
+        st.sampled_from(
+            [
+                "response.in_progress",
+                "response.content_part.added",
+                "response.output_item.added",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+            ]
+        )
+    )
+    return _fields(
+        draw,
+        {"type": t},
+        [
+            ("sequence_number", st.integers(0, 9)),
+            ("item_id", st.just("msg_1")),
+            ("output_index", st.integers(0, 1)),
+            ("content_index", st.integers(0, 1)),
+            ("text", _text),
+            ("part", part()),
+            ("item", item()),
+            ("response", st.just({"id": "resp_1", "status": "in_progress", "output": []})),
+        ],
+    )
+
+
+@st.composite
+def terminal(draw: Any) -> dict[str, Any]:
+    t = draw(st.sampled_from(["response.completed", "response.completed", "response.incomplete"]))
+    resp = _fields(
+        draw,
+        {"id": "resp_1", "status": "completed"},
+        [
+            ("usage", st.just(USAGE)),
+            ("incomplete_details", st.sampled_from([{"reason": "max_output_tokens"}, {"reason": "content_filter"}])),
+            ("output", st.lists(item(), max_size=1)),
+            ("model", st.just("m")),
+        ],
+    )
+    return _fields(draw, {"type": t}, [("sequence_number", st.integers(0, 9)), ("response", st.just(resp))])
+
+
+def delta(text: str, oi: int = 0) -> dict[str, Any]:
+    return {"type": "response.output_text.delta", "output_index": oi, "content_index": 0, "delta": text}
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.one_of(around(), st.sampled_from([delta("Hi"), delta(" there"), delta("x", 1)])), max_size=8),
+    terminal(),
+    st.booleans(),
+    st.sampled_from([None, 1, 5]),
+)
+def test_frames_around_deltas_same_both_ways(
+    middle: list[dict[str, Any]], end: dict[str, Any], usage: bool, limit: int | None
+) -> None:
+    assert_same([frame(CREATED), *(frame(e) for e in middle), frame(end)], usage=usage, limit=limit)
+
+
+def _stream(text: str = "Hi there") -> list[dict[str, Any]]:
+    part_done = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    item_done = {"id": "msg_1", "type": "message", "status": "completed", "content": [part_done], "role": "assistant"}
+    return [
+        CREATED,
+        {"type": "response.in_progress", "sequence_number": 1, "response": CREATED["response"]},
+        {
+            "type": "response.output_item.added",
+            "sequence_number": 2,
+            "output_index": 0,
+            "item": {"id": "msg_1", "type": "message", "status": "in_progress", "content": [], "role": "assistant"},
+        },
+        {
+            "type": "response.content_part.added",
+            "sequence_number": 3,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""},
+        },
+        {**delta("Hi"), "item_id": "msg_1", "sequence_number": 4, "logprobs": []},
+        {**delta(" there"), "item_id": "msg_1", "sequence_number": 5, "logprobs": []},
+        {
+            "type": "response.output_text.done",
+            "sequence_number": 6,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "text": text,
+        },
+        {
+            "type": "response.content_part.done",
+            "sequence_number": 7,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "part": part_done,
+        },
+        {"type": "response.output_item.done", "sequence_number": 8, "output_index": 0, "item": item_done},
+        {
+            "type": "response.completed",
+            "sequence_number": 9,
+            "response": {**CREATED["response"], "status": "completed", "output": [item_done], "usage": USAGE},
+        },
+    ]
+
+
+@pytest.mark.parametrize("text", ["Hi there", "Hi there, more", "Ho", ""])
+@pytest.mark.parametrize("limit", [None, 2])
+def test_an_ordinary_stream_same_both_ways(text: str, limit: int | None) -> None:
+    """Final texts that equal, extend or disagree with what the deltas sent."""
+    assert_same([frame(e) for e in _stream(text)], limit=limit)
+    assert_same([frame(e) for e in _stream(text)], usage=False, limit=limit)
+
+
+def test_an_ordinary_stream_takes_the_typed_path() -> None:
+    """Every frame after ``created`` of an ordinary text stream is decoded typed (the path is
+    taken, not only equivalent)."""
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    events = _stream("Hi there, more")
+    m.feed(events[0])
+    sent: list[Any] = []
+    for event in events[1:]:
+        data = orjson.dumps(event)
+        if event["type"] != "response.output_text.delta":
+            assert data.startswith(EVENT_PREFIXES)
+        out = m.feed_frame(data)
+        assert out is not None, event["type"]
+        sent += out
+    assert m.done and m.finish_reason == "stop" and m.usage == USAGE
+    chunks = [orjson.loads(x[6:]) for x in render_chat(sent).split(b"\n\n") if x.startswith(b"data: ")]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "Hi there, more"
+    assert chunks[-1]["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "function_call", "name": "f"}},
+        {"type": "response.output_item.added", "item_id": "msg_1", "item": {"type": "message"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": None},
+        {"type": "response.output_item.added", "output_index": 0, "item": [1]},
+        {"type": "response.output_item.done", "output_index": 0, "item": {"type": "reasoning", "summary": []}},
+        {"type": "response.output_item.done", "output_index": 0, "item": {"type": "message", "content": 3}},
+        {"type": "response.content_part.done", "output_index": 0, "part": "x"},
+        {"type": "response.completed", "response": None},
+        {"type": "response.completed", "response": 7},
+        {"type": "response.in_progress", "type2": 1, "response": []},
+    ],
+)
+def test_odd_shapes_fall_back(event: dict[str, Any]) -> None:
+    """Frames the typed path leaves to ``feed`` (a call item, no index, a wrong container)."""
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    m.feed(CREATED)
+    assert m.feed_frame(orjson.dumps(event)) is None
+    assert_same([frame(CREATED), frame(event), frame(_stream()[-1])])
+
+
+def test_a_terminal_event_whose_output_is_needed_falls_back() -> None:
+    """A done-only stream (no item events): the terminal Response's output is replayed."""
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    m.feed(CREATED)
+    end = _stream()[-1]
+    assert m.feed_frame(orjson.dumps(end)) is None
+    assert_same([frame(CREATED), frame(end)])
