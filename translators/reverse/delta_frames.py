@@ -8,7 +8,7 @@ objects for them, as the forward stream does for chat chunks (translators/forwar
 Only frames whose bytes open with the event's ``type`` are decoded this way (OpenAI, vLLM,
 llama-server and the Open Responses servers write ``type`` first); any other frame, and any
 text delta of another shape (an index that is not an integer, logprobs, a ``delta`` that is not
-a string), goes the general way: parsed to a dict and fed to the machine's handler, which
+a string: the struct's types, checked by the decoder), goes the general way: parsed to a dict and fed to the machine's handler, which
 reports a wrong shape exactly as it always has.
 
 The struct is ``gc=False``: decoded JSON cannot hold a reference cycle.
@@ -16,20 +16,22 @@ The struct is ``gc=False``: decoded JSON cannot hold a reference cycle.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 TEXT_DELTA_PREFIX = b'{"type":"response.output_text.delta"'
-TEXT_DELTA = "response.output_text.delta"
 
 
 class TextDelta(msgspec.Struct, gc=False):
-    type: Any = None
-    delta: Any = None
-    output_index: Any = None
-    content_index: Any = None
-    logprobs: Any = None
+    """The shape the typed path takes; a delta of any other fails to decode, and goes the general
+    way (no ``output_index``: an ``item_id`` to read; a ``null`` index; logprobs not an array)."""
+
+    type: Literal["response.output_text.delta"]
+    delta: str
+    output_index: int
+    content_index: int = 0  # absent: 0, as the general path reads it
+    logprobs: list[Any] | None = None
 
 
 decode_text_delta = msgspec.json.Decoder(TextDelta).decode

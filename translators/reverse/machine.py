@@ -86,7 +86,7 @@ from crossfeed.translators.ids import CHAT_COMPLETION, IdFactory
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.responses.fields import bad_field, error_body, up_dict, up_items, up_list, up_str
 from crossfeed.translators.reverse.body import chat_annotations, chat_usage, incomplete_finish_reason, output_tokens_of
-from crossfeed.translators.reverse.delta_frames import FRAME_ERRORS, TEXT_DELTA, TEXT_DELTA_PREFIX, decode_text_delta
+from crossfeed.translators.reverse.delta_frames import FRAME_ERRORS, TEXT_DELTA_PREFIX, decode_text_delta
 from crossfeed.translators.reverse.event_frames import (
     EVENT_PREFIXES,
     ITEM_ADDED,
@@ -101,6 +101,7 @@ from crossfeed.translators.reverse.stream_state import (
     PART_FIELDS,
     REASONING_TEXT,
     SUMMARY_TEXT,
+    Part,
     added_item_key,
     event_item,
 )
@@ -134,7 +135,7 @@ _MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError, Overf
 class ResponsesToChatStream(CallStream):
     """One Responses stream -> one chat completion stream. See the module docstring for rules."""
 
-    __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit")
+    __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit", "_run")
 
     def __init__(
         self,
@@ -189,6 +190,7 @@ class ResponsesToChatStream(CallStream):
         # or failed), for the driver's accounting; unchecked unless ``include_usage``.
         self.usage: dict[str, Any] | None = None
         self._limit = max_output_tokens
+        self._run: tuple[int, int, Part, bytes] | None = None  # feed_frame's last text part, its frame head
 
     # -- public interface ------------------------------------------------------------------
 
@@ -241,23 +243,34 @@ class ResponsesToChatStream(CallStream):
             ev = decode_text_delta(data)
         except FRAME_ERRORS:
             return None
-        d, oi, ci, lps = ev.delta, ev.output_index, ev.content_index, ev.logprobs
-        if ev.type != TEXT_DELTA or type(d) is not str or type(oi) is not int or type(ci) is not int:
-            return None
-        if lps is not None and (lps.__class__ is not list or lps):  # logprobs to map, or the wrong type
+        d = ev.delta  # a str, and the indexes ints: the decoder checked them
+        if ev.logprobs:  # logprobs to map
             return None
         if not d:
             return []
+        oi, ci = ev.output_index, ev.content_index
         if oi == self._last_msg:  # the text of the part the last delta continued: its frame as _content makes it
-            part = self._parts.get((OUTPUT_TEXT, oi, ci))
-            head = self._heads.get("content")
-            if part is not None and head is not None:  # (a content frame went out: the role chunk too)
-                part.pieces.append(d)
+            run = self._run
+            if run is None or run[0] != oi or run[1] != ci:
+                run = self._new_run(oi, ci)
+            if run is not None:
+                run[2].pieces.append(d)
                 self._content_len += len(d)
-                return [b"%s%s%s" % (head, _dumps(d), self._after)]
+                return [b"%s%s%s" % (run[3], _dumps(d), self._after)]
         self._streamed = True
         out = [self._content(oi, ci, d)]
         return self._with_role(out) if self._role else out
+
+    def _new_run(self, oi: int, ci: int) -> tuple[int, int, Part, bytes] | None:
+        """The text part ``(oi, ci)`` and the content frame's head, once both exist (a content
+        frame went out: the role chunk too), kept for the deltas that follow (neither changes once
+        made)."""
+        part = self._parts.get((OUTPUT_TEXT, oi, ci))
+        head = self._heads.get("content")
+        if part is None or head is None:
+            return None
+        self._run = (oi, ci, part, head)
+        return self._run
 
     def _event_frame(self, data: bytes) -> list[Out] | None:
         """``feed_frame`` for the frames of event_frames.py: those that send nothing here, and

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -108,3 +109,48 @@ def test_stop_sequences_never_take_the_typed_path() -> None:
     )
     m.feed(CREATED)
     assert m.feed_frame(orjson.dumps({"type": "response.output_text.delta", "output_index": 0, "delta": "x"})) is None
+
+
+def _delta_bytes(body: str) -> bytes:
+    return b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",' + body.encode() + b"}\n\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '"output_index":0,"content_index":0,"delta":"a"',
+        '"output_index":0,"delta":"a"',  # content_index absent: 0
+        '"output_index":0,"content_index":null,"delta":"a"',
+        '"item_id":"msg_1","content_index":0,"delta":"a"',  # no output_index: the item id
+        '"output_index":0.0,"content_index":0,"delta":"a"',
+        '"output_index":true,"content_index":0,"delta":"a"',
+        '"output_index":0,"content_index":0,"delta":null',
+        '"output_index":0,"content_index":0',  # no delta
+        '"output_index":0,"content_index":0,"delta":"a","logprobs":{}',
+        '"output_index":0,"content_index":0,"delta":"a","logprobs":0',
+        '"output_index":0,"content_index":0,"delta":"a","logprobs":""',
+        '"output_index":0,"content_index":0,"delta":"a","logprobs":null',
+        '"output_index":0,"content_index":0,"delta":"a","type":"response.refusal.delta"',  # the last type wins
+        '"output_index":0,"content_index":0,"delta":""',
+        '"output_index":0,"content_index":0,"delta":"\\u00e9\\ud83d\\ude00"',
+    ],
+)
+def test_odd_text_deltas_same_both_ways(body: str) -> None:
+    """Each delta after an ordinary one of the same part (so that the typed path's kept part is
+    in play), and alone."""
+    first = frame({**ADDED_DELTA, "delta": "x"})
+    assert_same([frame(CREATED), frame(ADDED), first, _delta_bytes(body), frame(COMPLETED)])
+    assert_same([frame(CREATED), frame(ADDED), _delta_bytes(body), first, frame(COMPLETED)])
+
+
+ADDED_DELTA = {"type": "response.output_text.delta", "output_index": 0, "content_index": 0}
+
+
+def test_text_parts_interleaved_same_both_ways() -> None:
+    """Deltas that go back and forth between parts and items: the kept part follows them."""
+    second = {"type": "response.output_item.added", "output_index": 1, "item": {"type": "message", "id": "msg_2"}}
+    order = [(0, 0), (0, 0), (0, 1), (0, 0), (1, 0), (1, 0), (0, 0), (0, 1), (1, 0)]
+    deltas = [
+        frame({**ADDED_DELTA, "output_index": oi, "content_index": ci, "delta": f"{oi}{ci};"}) for oi, ci in order
+    ]
+    assert_same([frame(CREATED), frame(ADDED), frame(second), *deltas, frame(COMPLETED)])
