@@ -17,6 +17,7 @@ and a tuple is much cheaper than a NamedTuple to make and to unpack (docs/DESIGN
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Final
 
 import orjson
@@ -125,7 +126,8 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     """Whole events of exactly ``event: X`` + ``data: Y`` each, or None for the general rules.
     The chunk opens with ``event: `` (the caller checked); it is split where one event ends and
     the next one's name starts, and each event where its data starts: then neither its name nor
-    its data may hold an LF (another line). A name seen before is known to hold none."""
+    its data may hold an LF (another line). A name seen before is known to hold none; the data
+    are checked at once, joined."""
     first = chunk.find(b"\n")
     if chunk.startswith(b"\ndata: ", first) and chunk.find(b"\n", first + 1) == len(chunk) - 2:  # one event
         return [(chunk[7:first].decode("utf-8", "replace"), chunk[first + 7 : -2])]
@@ -133,19 +135,23 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     names = _NAMES
     for block in chunk[7:-2].split(b"\n\nevent: "):
         name, sep, data = block.partition(b"\ndata: ")
-        text = names.get(name)
-        if text is None:
+        if not sep:
+            return None
+        try:
+            text = names[name]
+        except KeyError:
             if name.find(b"\n") >= 0:
                 return None
             text = name.decode("utf-8", "replace")
             if len(names) < _MAX_NAMES:
                 names[name] = text
-        if not sep or data.find(b"\n") >= 0:
-            return None
         out.append((text, data))
+    if b"".join(map(_DATA, out)).find(b"\n") >= 0:
+        return None
     return out
 
 
+_DATA = itemgetter(1)
 # Event names as decoded, by their bytes (names without an LF only; a stream uses a few dozen).
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES: Final = 512
