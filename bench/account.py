@@ -409,7 +409,8 @@ def install_hooks(marker: Any) -> None:
         import crossfeed.translators.reverse.machine as r2c
 
         h.add(pump, "_loads", _loads_hook)
-        h.add(r2c, "decode_event", _loads_hook)  # the typed decode of the frames around the deltas
+        for name in ("decode_quiet", "decode_event"):  # the typed decode of the frames around the deltas
+            h.add(r2c, name, _loads_hook)
         h.add(ResponsesToChatStream, "_first", lambda f: sync_phase(f, "lifecycle"))
         for t in list(r2c._HANDLERS):
             phase = _upstream_phase(t) if isinstance(t, str) else None

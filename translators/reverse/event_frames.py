@@ -14,10 +14,13 @@ the handler reads, ``None`` where the frame had none (the handlers read absent a
 alike), so ``feed`` of it does what ``feed`` of the whole parsed frame does. It returns None for
 a frame it does not know, and the caller then parses the frame as plain JSON.
 
-Every field is typed ``Any`` unless the handler requires an object or an array there: a value of
-another type makes the decode fail, and the frame goes the general way (parsed into a dict, fed
-to ``feed``), which reports it exactly as it always has. Only frames whose bytes open with the
-event's ``type`` are decoded this way (``EVENT_PREFIXES``). Structs are ``gc=False``.
+The frames that send nothing once the stream started (``in_progress``, ``content_part.added``,
+the ``output_item.added`` of a message or a reasoning item) are decoded into ``QuietFrame``, the
+closing ones into ``EventFrame``. Every field is typed ``Any`` unless the handler requires an
+object or an array there: a value of another type makes the decode fail, and the frame goes the
+general way (parsed into a dict, fed to ``feed``), which reports it exactly as it always has.
+Only frames whose bytes open with the event's ``type`` are decoded this way
+(``QUIET_PREFIXES``, ``EVENT_PREFIXES``). Structs are ``gc=False``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,19 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
+
+
+class ItemHead(msgspec.Struct, gc=False):
+    type: Any = None
+
+
+class QuietFrame(msgspec.Struct, gc=False):
+    """``in_progress``, ``content_part.added``, ``output_item.added``: what tells whether the
+    frame sends nothing (the added item's type and index)."""
+
+    type: Any = None
+    output_index: Any = None
+    item: ItemHead | None = None
 
 
 class PartBody(msgspec.Struct, gc=False):
@@ -50,6 +66,9 @@ class ResponseTail(msgspec.Struct, gc=False):
 
 
 class EventFrame(msgspec.Struct, gc=False):
+    """The closing frames: ``output_text.done``, ``content_part.done``, ``output_item.done``,
+    ``completed``, ``incomplete``."""
+
     type: Any = None
     output_index: Any = None
     item_id: Any = None
@@ -60,6 +79,7 @@ class EventFrame(msgspec.Struct, gc=False):
     response: ResponseTail | None = None
 
 
+decode_quiet = msgspec.json.Decoder(QuietFrame).decode
 decode_event = msgspec.json.Decoder(EventFrame).decode
 
 ITEM_ADDED: Final = "response.output_item.added"
@@ -68,9 +88,8 @@ TEXT_DONE: Final = "response.output_text.done"
 PART_DONE: Final = "response.content_part.done"
 ITEM_DONE: Final = "response.output_item.done"
 TERMINAL: Final = frozenset({"response.completed", "response.incomplete"})
-EVENT_PREFIXES: Final = tuple(
-    b'{"type":"%s"' % t.encode() for t in (ITEM_ADDED, *QUIET, TEXT_DONE, PART_DONE, ITEM_DONE, *TERMINAL)
-)
+QUIET_PREFIXES: Final = tuple(b'{"type":"%s"' % t.encode() for t in (*QUIET, ITEM_ADDED))
+EVENT_PREFIXES: Final = tuple(b'{"type":"%s"' % t.encode() for t in (TEXT_DONE, PART_DONE, ITEM_DONE, *TERMINAL))
 
 
 def _part(p: PartBody) -> dict[str, Any]:

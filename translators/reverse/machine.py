@@ -91,8 +91,10 @@ from crossfeed.translators.reverse.event_frames import (
     EVENT_PREFIXES,
     ITEM_ADDED,
     QUIET,
+    QUIET_PREFIXES,
     TERMINAL,
     decode_event,
+    decode_quiet,
     frame_event,
 )
 from crossfeed.translators.reverse.stream_state import (
@@ -238,6 +240,8 @@ class ResponsesToChatStream(CallStream):
         if self._phase is not STREAMING:
             return None
         if not data.startswith(TEXT_DELTA_PREFIX):
+            if data.startswith(QUIET_PREFIXES):
+                return self._quiet_frame(data)
             return self._event_frame(data) if data.startswith(EVENT_PREFIXES) else None
         try:
             ev = decode_text_delta(data)
@@ -272,17 +276,16 @@ class ResponsesToChatStream(CallStream):
         self._run = (oi, ci, part, head)
         return self._run
 
-    def _event_frame(self, data: bytes) -> list[Out] | None:
-        """``feed_frame`` for the frames of event_frames.py: those that send nothing here, and
-        the closing ones made into the event their handler reads (through ``feed``)."""
+    def _quiet_frame(self, data: bytes) -> list[Out] | None:
+        """``feed_frame`` for the frames that send nothing once the stream started."""
         try:
-            ev = decode_event(data)
+            ev = decode_quiet(data)
         except FRAME_ERRORS:
             return None
         t = ev.type
         if type(t) is not str:
             return None
-        if t in QUIET:  # ignored once the stream started
+        if t in QUIET:
             return []
         if t == ITEM_ADDED:  # a message or a reasoning item opens nothing by itself
             item = ev.item
@@ -290,10 +293,28 @@ class ResponsesToChatStream(CallStream):
                 return None
             self._streamed = True
             return []
-        if t in TERMINAL and (not self._streamed or self._held):  # the Response's output is read
+        return None
+
+    def _event_frame(self, data: bytes) -> list[Out] | None:
+        """``feed_frame`` for the closing frames: made into the event their handler reads, handled
+        as ``feed`` handles an event once the stream started."""
+        try:
+            ev = decode_event(data)
+        except FRAME_ERRORS:
+            return None
+        t = ev.type
+        if type(t) is not str or (t in TERMINAL and (not self._streamed or self._held)):  # output to read
             return None
         event = frame_event(ev, t)
-        return None if event is None else self.feed(event)
+        if event is None:
+            return None
+        try:
+            sent = _HANDLERS[t](self, event)
+        except UpstreamProtocolError as exc:
+            return self._with_role(self._malformed(exc.message))
+        except _MALFORMED as exc:
+            return self._with_role(self._malformed(f"malformed upstream event ({type(exc).__name__})"))
+        return self._with_role(sent) if self._role and sent else sent
 
     def finish(self, *, clean: bool = True) -> list[Out]:
         """The upstream ended (``clean``: with ``[DONE]``, else EOF). Without a terminal event
