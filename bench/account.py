@@ -409,7 +409,7 @@ def install_hooks(marker: Any) -> None:
         import crossfeed.translators.reverse.machine as r2c
 
         h.add(pump, "_loads", _loads_hook)
-        for name in ("decode_quiet", "decode_event"):  # the typed decode of the frames around the deltas
+        for name in ("decode_quiet", "closing_event"):  # the typed decodes of the frames around the deltas
             h.add(r2c, name, _loads_hook)
         h.add(ResponsesToChatStream, "_first", lambda f: sync_phase(f, "lifecycle"))
         for t in list(r2c._HANDLERS):

@@ -9,10 +9,10 @@ part's ``logprobs``, ``sequence_number``, ``item_id`` where unread) is skipped w
 Python objects for it, as the forward stream does for chat chunks
 (translators/forward/chunk_frames.py).
 
-``frame_event`` makes of a decoded frame the event dict the machine's handler reads: every key
-the handler reads, ``None`` where the frame had none (the handlers read absent and ``null``
-alike), so ``feed`` of it does what ``feed`` of the whole parsed frame does. It returns None for
-a frame it does not know, and the caller then parses the frame as plain JSON.
+``closing_event`` makes of a closing frame's bytes the event dict the machine's handler reads:
+every key the handler reads, ``None`` where the frame had none (the handlers read absent and
+``null`` alike), so the handler does with it what it does with the whole parsed frame. It
+returns None for a frame it does not know, and the caller then parses the frame as plain JSON.
 
 The frames that send nothing once the stream started (``in_progress``, ``content_part.added``,
 the ``output_item.added`` of a message or a reasoning item) are decoded into ``QuietFrame``, the
@@ -28,6 +28,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
+
+from crossfeed.translators.reverse.delta_frames import FRAME_ERRORS
 
 
 class ItemHead(msgspec.Struct, gc=False):
@@ -80,7 +82,7 @@ class EventFrame(msgspec.Struct, gc=False):
 
 
 decode_quiet = msgspec.json.Decoder(QuietFrame).decode
-decode_event = msgspec.json.Decoder(EventFrame).decode
+_decode_event = msgspec.json.Decoder(EventFrame).decode
 
 ITEM_ADDED: Final = "response.output_item.added"
 QUIET: Final = frozenset({"response.in_progress", "response.content_part.added"})  # nothing to read
@@ -96,9 +98,17 @@ def _part(p: PartBody) -> dict[str, Any]:
     return {"type": p.type, "text": p.text, "refusal": p.refusal, "annotations": p.annotations}
 
 
-def frame_event(ev: EventFrame, t: str) -> dict[str, Any] | None:
-    """The event the machine's handler reads, of a ``*.done`` frame of a message's text or a
-    terminal frame whose Response output is not needed; None for any other."""
+def closing_event(data: bytes) -> dict[str, Any] | None:
+    """The event the machine's handler reads, of a closing frame's bytes: a ``*.done`` frame of a
+    message's text, or a terminal frame (the machine judges whether its Response's output is
+    needed); None for any other frame or shape."""
+    try:
+        ev = _decode_event(data)
+    except FRAME_ERRORS:
+        return None
+    t = ev.type
+    if type(t) is not str:
+        return None
     if t == TEXT_DONE:
         return {
             "type": t,
