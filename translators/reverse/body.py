@@ -58,8 +58,8 @@ def chat_usage(usage: dict[str, Any], where: str = "usage") -> dict[str, Any]:
     completion = up_int(usage, "output_tokens", where) or 0
     idet = up_dict(usage, "input_tokens_details", where) or {}
     odet = up_dict(usage, "output_tokens_details", where) or {}
-    pdet: dict[str, Any] = {"cached_tokens": up_int(idet, "cached_tokens", f"{where}.input_tokens_details") or 0}
-    write = up_int(idet, "cache_write_tokens", f"{where}.input_tokens_details")
+    pdet: dict[str, Any] = {"cached_tokens": _detail(idet, "cached_tokens", where, "input_tokens_details") or 0}
+    write = _detail(idet, "cache_write_tokens", where, "input_tokens_details")
     if write is not None:
         pdet["cache_write_tokens"] = write
     return {
@@ -68,9 +68,17 @@ def chat_usage(usage: dict[str, Any], where: str = "usage") -> dict[str, Any]:
         "total_tokens": up_int(usage, "total_tokens", where) or (prompt + completion),
         "prompt_tokens_details": pdet,
         "completion_tokens_details": {
-            "reasoning_tokens": up_int(odet, "reasoning_tokens", f"{where}.output_tokens_details") or 0
+            "reasoning_tokens": _detail(odet, "reasoning_tokens", where, "output_tokens_details") or 0
         },
     }
+
+
+def _detail(details: dict[str, Any], key: str, where: str, name: str) -> int | None:
+    """``up_int`` of a usage details object, its place (``<where>.<name>``) named only in an error."""
+    value = details.get(key)
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise bad_field(f"{where}.{name}", key, value, "a non-negative integer")
 
 
 def _logprob(lp: Any, where: str) -> dict[str, Any]:

@@ -260,7 +260,7 @@ class ResponsesToChatStream(CallStream):
             if run is not None:
                 run[2].pieces.append(d)
                 self._content_len += len(d)
-                return [b"%s%s%s" % (run[3], _dumps(d), self._after)]
+                return [run[3] + _dumps(d) + self._after]  # (two joins cost less than a format)
         self._streamed = True
         out = [self._content(oi, ci, d)]
         return self._with_role(out) if self._role else out
@@ -389,14 +389,7 @@ class ResponsesToChatStream(CallStream):
         if kind == "message":
             parts = up_items(up_list(item, "content", kind), "message.content")
             for ci, part in enumerate(parts):
-                where = f"message.content[{ci}]"
-                found = PART_FIELDS.get(up_str(part, "type", where))
-                if found is not None:
-                    out += self._final_text(found.kind, oi, ci, up_str(part, found.field, where))
-                    if found.kind == OUTPUT_TEXT:
-                        anns = up_items(up_list(part, "annotations", where), f"{where}.annotations")
-                        if anns:
-                            self._anns[(OUTPUT_TEXT, oi, ci)] = dict(enumerate(anns))
+                out += self._message_part(oi, ci, part)
         elif kind == "reasoning":
             for si, s in enumerate(up_items(up_list(item, "summary", kind), "reasoning.summary")):
                 out += self._final_text(SUMMARY_TEXT, oi, si, up_str(s, "text", f"reasoning.summary[{si}]"))
@@ -407,6 +400,29 @@ class ResponsesToChatStream(CallStream):
             out += self._item_call(oi, item, custom, up_str(item, "input" if custom else "arguments", kind), True)
         elif count_hosted:
             self._count(f"hosted_item:{kind}")
+        return out
+
+    def _message_part(self, oi: Any, ci: int, part: dict[str, Any]) -> list[Out]:
+        """A final message item's part ``ci``: its text's tail, its annotations kept. (``up_str``
+        and ``up_list`` inline: the part's place is named only in an error.)"""
+        kind = part.get("type")
+        if kind is not None and type(kind) is not str:
+            raise bad_field(f"message.content[{ci}]", "type", kind, "a string")
+        found = PART_FIELDS.get(kind)
+        if found is None:
+            return []
+        text = part.get(found.field)
+        if text is not None and type(text) is not str:
+            raise bad_field(f"message.content[{ci}]", found.field, text, "a string")
+        out = self._final_text(found.kind, oi, ci, text)
+        if found.kind == OUTPUT_TEXT:
+            anns = part.get("annotations")
+            if anns is not None and type(anns) is not list:
+                raise bad_field(f"message.content[{ci}]", "annotations", anns, "an array")
+            if anns:
+                self._anns[(OUTPUT_TEXT, oi, ci)] = dict(
+                    enumerate(up_items(anns, f"message.content[{ci}].annotations"))
+                )
         return out
 
     # -- terminal --------------------------------------------------------------------------

@@ -266,6 +266,30 @@ def test_chat_usage_defaults() -> None:
 
 
 @pytest.mark.parametrize(
+    ("details", "message"),
+    [
+        (
+            {"input_tokens_details": {"cached_tokens": -1}},
+            "response.usage.input_tokens_details: cached_tokens is an integer, expected a non-negative integer",
+        ),
+        (
+            {"input_tokens_details": {"cache_write_tokens": "2"}},
+            "response.usage.input_tokens_details: cache_write_tokens is a string, expected a non-negative integer",
+        ),
+        (
+            {"output_tokens_details": {"reasoning_tokens": 1.5}},
+            "response.usage.output_tokens_details: reasoning_tokens is a number, expected a non-negative integer",
+        ),
+    ],
+)
+def test_chat_usage_bad_details(details: dict[str, Any], message: str) -> None:
+    """A details count of the wrong type is named with its place, as ``up_int`` names it."""
+    with pytest.raises(TranslationError) as caught:
+        chat_usage({"input_tokens": 3, "output_tokens": 4, **details}, "response.usage")
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
     "ann, base, expected",
     [
         (
