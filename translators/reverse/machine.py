@@ -376,7 +376,9 @@ class ResponsesToChatStream(CallStream):
 
     def _on_item_done(self, ev: dict[str, Any]) -> list[Out]:
         item = event_item(ev)
-        oi = added_item_key(ev, item)
+        oi = ev.get("output_index")
+        if type(oi) is not int:  # (the usual index read inline)
+            oi = added_item_key(ev, item)
         self._streamed = True
         return self._item_tails(oi, item, False)
 
@@ -448,7 +450,7 @@ class ResponsesToChatStream(CallStream):
         if not self._streamed:  # done-only at the response level: replay the final output
             for i, item in enumerate(up_items(output, "response.output")):
                 out += self._item_tails(i, item, True)
-        for oi in list(self._held):  # fragments whose item never came: the final output may name it
+        for oi in list(self._held) if self._held else ():  # fragments whose item never came: the output may name it
             named = output[oi] if type(oi) is int and 0 <= oi < len(output) else None
             if type(named) is dict and named.get("type") in CALL_TYPES:
                 out += self._item_tails(oi, named, False)

@@ -154,7 +154,9 @@ class TextStream(ChunkWriter):
 
     def _on_text_done(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
-        oi = item_key(ev)
+        oi = ev.get("output_index")
+        if type(oi) is not int:  # (the usual index read inline)
+            oi = item_key(ev)
         kind: PartKind
         if t == "response.reasoning_summary_part.done":  # the final text is in part.text
             part = up_dict(ev, "part", t)
@@ -165,22 +167,32 @@ class TextStream(ChunkWriter):
             done = DONE_FIELDS[t]
             kind = done.kind
             final = up_str(ev, done.field, t)
-            idx = part_index(ev, done.index_key)
+            given = ev.get(done.index_key)
+            idx = given if type(given) is int else part_index(ev, done.index_key)
         self._streamed = True
         return self._final_text(kind, oi, idx, final)
 
     def _on_part_done(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
-        oi = item_key(ev)
-        idx = part_index(ev, "content_index")
+        oi = ev.get("output_index")
+        if type(oi) is not int:  # (the usual indexes read inline)
+            oi = item_key(ev)
+        given = ev.get("content_index")
+        idx = given if type(given) is int else part_index(ev, "content_index")
         self._streamed = True
         part = up_dict(ev, "part", t)
         if part is None:
             return []
-        found = PART_FIELDS.get(up_str(part, "type", f"{t}: part"))
+        kind = part.get("type")  # (up_str inline: the part's place is named only in an error)
+        if kind is not None and type(kind) is not str:
+            raise bad_field(f"{t}: part", "type", kind, "a string")
+        found = PART_FIELDS.get(kind)
         if found is None:
             return []
-        return self._final_text(found.kind, oi, idx, up_str(part, found.field, f"{t}: part"))
+        text = part.get(found.field)
+        if text is not None and type(text) is not str:
+            raise bad_field(f"{t}: part", found.field, text, "a string")
+        return self._final_text(found.kind, oi, idx, text)
 
     def _on_annotation(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]

@@ -599,6 +599,40 @@ MALFORMED = [
         "incomplete_details is a string",
     ),
     ([{"type": 5}], "type is an integer"),
+    # the places named where a check is read inline (text_parts.py, machine.py, body.py)
+    ([ev("content_part.done", part={"type": 5})], "response.content_part.done: part: type is an integer"),
+    ([ev("content_part.done", part={"type": "refusal", "refusal": 3})], "response.content_part.done: part: refusal is"),
+    ([item_done(0, {"type": "message", "content": [{"type": 5}]})], "message.content[0]: type is an integer"),
+    (
+        [
+            item_done(
+                0,
+                {
+                    "type": "message",
+                    "content": [{"type": "output_text", "text": "a"}, {"type": "output_text", "text": 5}],
+                },
+            )
+        ],
+        "message.content[1]: text is an integer",
+    ),
+    (
+        [item_done(0, {"type": "message", "content": [{"type": "output_text", "annotations": "x"}]})],
+        "message.content[0]: annotations is a string",
+    ),
+    (
+        [item_done(0, {"type": "message", "content": [{"type": "output_text", "annotations": [5]}]})],
+        "message.content[0].annotations[0] is an integer",
+    ),
+    ([ev("output_text.done", content_index="0", text="a")], "response.output_text.done: content_index is a string"),
+    ([ev("output_text.done", output_index="0", text="a")], "response.output_text.done: output_index is a string"),
+    (
+        [completed(usage={"output_tokens_details": {"reasoning_tokens": "2"}})],
+        "response.usage.output_tokens_details: reasoning_tokens is a string",
+    ),
+    (
+        [completed(usage={"input_tokens_details": {"cached_tokens": -1}})],
+        "response.usage.input_tokens_details: cached_tokens is an integer",
+    ),
 ]
 
 
