@@ -102,6 +102,8 @@ class TextStream(ChunkWriter):
         pieces = holder.pieces
         seen = pieces[0] if len(pieces) == 1 else "".join(pieces)
         holder.pieces = [seen]
+        if final == seen:  # the usual case: everything was streamed
+            return ""
         if final.startswith(seen):
             return final[len(seen) :]
         self._count("done_text_mismatch")
