@@ -9,23 +9,24 @@ part's ``logprobs``, ``sequence_number``, ``item_id`` where unread) is skipped w
 Python objects for it, as the forward stream does for chat chunks
 (translators/forward/chunk_frames.py).
 
-``closing_event`` makes of a closing frame's bytes the event dict the machine's handler reads:
-every key the handler reads, ``None`` where the frame had none (the handlers read absent and
-``null`` alike), so the handler does with it what it does with the whole parsed frame. It
-returns None for a frame it does not know, and the caller then parses the frame as plain JSON.
+``closing_event`` makes of a closing frame's bytes the event dict the machine's handler reads: a
+``TypedDict`` that declares the keys the handler reads, so msgspec builds the dicts (only of the
+keys the frame has: the handlers read absent and ``null`` alike) and the handler does with it
+what it does with the whole parsed frame. It returns None for a frame it does not know, and the
+caller then parses the frame as plain JSON.
 
 The frames that send nothing once the stream started (``in_progress``, ``content_part.added``,
 the ``output_item.added`` of a message or a reasoning item) are decoded into ``QuietFrame``, the
-closing ones into ``EventFrame``. Every field is typed ``Any`` unless the handler requires an
+closing ones into ``ClosingEvent``. Every field is typed ``Any`` unless the handler requires an
 object or an array there: a value of another type makes the decode fail, and the frame goes the
 general way (parsed into a dict, fed to ``feed``), which reports it exactly as it always has.
 Only frames whose bytes open with the event's ``type`` are decoded this way
-(``QUIET_PREFIXES``, ``EVENT_PREFIXES``). Structs are ``gc=False``.
+(``QUIET_PREFIXES``, ``EVENT_PREFIXES``). The structs are ``gc=False``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 import msgspec
 
@@ -45,44 +46,44 @@ class QuietFrame(msgspec.Struct, gc=False):
     item: ItemHead | None = None
 
 
-class PartBody(msgspec.Struct, gc=False):
+class Part(TypedDict, total=False):
     """A content part (``content_part.done``'s ``part``, an item's ``content[i]``)."""
 
-    type: Any = None
-    text: Any = None
-    refusal: Any = None
-    annotations: Any = None
+    type: Any
+    text: Any
+    refusal: Any
+    annotations: Any
 
 
-class ItemBody(msgspec.Struct, gc=False):
-    type: Any = None
-    id: Any = None
-    content: list[PartBody] | None = None
+class Item(TypedDict, total=False):
+    type: Any
+    id: Any
+    content: list[Part] | None
 
 
-class ResponseTail(msgspec.Struct, gc=False):
+class ResponseTail(TypedDict, total=False):
     """What a terminal event's Response tells once its output was streamed."""
 
-    usage: Any = None
-    incomplete_details: Any = None
+    usage: Any
+    incomplete_details: Any
 
 
-class EventFrame(msgspec.Struct, gc=False):
+class ClosingEvent(TypedDict, total=False):
     """The closing frames: ``output_text.done``, ``content_part.done``, ``output_item.done``,
     ``completed``, ``incomplete``."""
 
-    type: Any = None
-    output_index: Any = None
-    item_id: Any = None
-    content_index: Any = None
-    text: Any = None
-    part: PartBody | None = None
-    item: ItemBody | None = None
-    response: ResponseTail | None = None
+    type: Any
+    output_index: Any
+    item_id: Any
+    content_index: Any
+    text: Any
+    part: Part | None
+    item: Item | None
+    response: ResponseTail | None
 
 
 decode_quiet = msgspec.json.Decoder(QuietFrame).decode
-_decode_event = msgspec.json.Decoder(EventFrame).decode
+_decode_event = msgspec.json.Decoder(ClosingEvent).decode
 
 ITEM_ADDED: Final = "response.output_item.added"
 QUIET: Final = frozenset({"response.in_progress", "response.content_part.added"})  # nothing to read
@@ -94,56 +95,23 @@ QUIET_PREFIXES: Final = tuple(b'{"type":"%s"' % t.encode() for t in (*QUIET, ITE
 EVENT_PREFIXES: Final = tuple(b'{"type":"%s"' % t.encode() for t in (TEXT_DONE, PART_DONE, ITEM_DONE, *TERMINAL))
 
 
-def _part(p: PartBody) -> dict[str, Any]:
-    return {"type": p.type, "text": p.text, "refusal": p.refusal, "annotations": p.annotations}
-
-
 def closing_event(data: bytes) -> dict[str, Any] | None:
     """The event the machine's handler reads, of a closing frame's bytes: a ``*.done`` frame of a
     message's text, or a terminal frame (the machine judges whether its Response's output is
     needed); None for any other frame or shape."""
     try:
-        ev = _decode_event(data)
+        ev: Any = _decode_event(data)
     except FRAME_ERRORS:
         return None
-    t = ev.type
-    if type(t) is not str:
-        return None
-    if t == TEXT_DONE:
-        return {
-            "type": t,
-            "output_index": ev.output_index,
-            "item_id": ev.item_id,
-            "content_index": ev.content_index,
-            "text": ev.text,
-        }
-    if t == PART_DONE:
-        part = ev.part
-        return {
-            "type": t,
-            "output_index": ev.output_index,
-            "item_id": ev.item_id,
-            "content_index": ev.content_index,
-            "part": None if part is None else _part(part),
-        }
+    t = ev.get("type")
+    if t in _TEXT_DONES:  # (a str: the tuple holds strs only, and == of another type is False)
+        return ev
     if t == ITEM_DONE:
-        item = ev.item
-        if item is None or item.type != "message":  # (a reasoning item, a call: fields not declared)
-            return None
-        content = item.content
-        return {
-            "type": t,
-            "output_index": ev.output_index,
-            "item_id": ev.item_id,
-            "item": {
-                "type": "message",
-                "id": item.id,
-                "content": None if content is None else [_part(p) for p in content],
-            },
-        }
-    if t in TERMINAL:
-        resp = ev.response
-        if resp is None:
-            return None
-        return {"type": t, "response": {"usage": resp.usage, "incomplete_details": resp.incomplete_details}}
+        item = ev.get("item")  # a reasoning item, a call: fields not declared
+        return ev if item is not None and item.get("type") == "message" else None
+    if type(t) is str and t in TERMINAL:
+        return ev if ev.get("response") is not None else None
     return None
+
+
+_TEXT_DONES: Final = (TEXT_DONE, PART_DONE)
