@@ -44,6 +44,7 @@ FILENAME = "responses.sqlite3"
 SCHEMA_VERSION = 1
 PROBE_ID = "\x00crossfeed-write-probe"  # never a response id (they are resp_...)
 PROBE_BYTES = 16384
+LOW_SPACE_BYTES = 1 << 20  # a probe on a filesystem with less free than this reports the disk full
 OPEN_RETRY_SECONDS = 15.0  # how long opening waits out another process setting up the same file
 
 
@@ -376,6 +377,13 @@ class SQLiteStore(SQLiteRuns, ResponseStore):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        # The WAL is reused from its start after each checkpoint, so on a full disk a probe (and
+        # a small save) can still fit in it while another process's bigger save fails: the free
+        # space itself says whether saves are failing now.
+        stat = os.statvfs(self.path.parent)
+        free = stat.f_bavail * stat.f_frsize
+        if free < LOW_SPACE_BYTES:
+            raise sqlite3.OperationalError(f"database or disk is full ({free} bytes free in {self.path.parent})")
 
     def _close_sync(self) -> None:
         if self._conn is not None:
