@@ -16,30 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.test_store_chaos import namespace_problem
+from tests.support.full_disk import namespace_problem
 from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.timeout(120)]
 
 SCRIPT = r"""
-import asyncio, errno, os, sys
+import asyncio, os, sys
 from pathlib import Path
 from crossfeed.proxy.runtime.store_config import StoreConfig
 from crossfeed.proxy.state.store.sqlite import SQLiteStore
 from crossfeed.proxy.state.store.base import StoreError
 from tests.store.helpers import rec
-
-def fill(path):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    for size in (1 << 20, 1 << 12, 1 << 9):
-        while True:
-            try:
-                os.write(fd, b"\0" * size)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-    os.close(fd)
+from tests.support.full_disk import fill
 
 async def main():
     data = Path(sys.argv[1])

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import errno
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -38,6 +36,7 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream, Recorded
 from tests.support.chat_replies import json_text, text_reply
+from tests.support.full_disk import fill, namespace_problem
 from tests.support.redis_server import RedisServer
 from tests.support.serve_process import ServedProcess, serve_process
 from tests.support.validators import validate_responses_sse
@@ -308,42 +307,12 @@ async def test_redis_stopped_30s_under_load_on_two_replicas(upstream_for_load: F
     assert sum(tally.counts["outage"].values()) > 0 and tally.sum("503", "outage") > 0
 
 
-def namespace_problem() -> str | None:
-    if sys.platform != "linux":
-        return f"a private mount namespace needs Linux (this is {sys.platform})"
-    if os.geteuid() != 0:
-        return "unshare --mount and mount -t tmpfs need root (CI runs as root)"
-    for tool in ("unshare", "nsenter", "sh"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (util-linux)"
-    return None
-
-
 COUNT_MISSING = """
 import json, sqlite3, sys
 conn = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, timeout=5)
 found = {row[0] for row in conn.execute("SELECT id FROM responses")}
 print(len(set(json.load(sys.stdin)) - found))
 """
-
-
-def fill(path: Path) -> int:
-    """Write ``path`` until the filesystem has no byte left; returns the bytes written."""
-    written = 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 20, 1 << 12, 1 << 9):
-            block = b"\0" * size
-            while True:
-                try:
-                    written += os.write(fd, block)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    break
-    finally:
-        os.close(fd)
-    return written
 
 
 async def test_sqlite_disk_full_20s_under_load_on_two_workers(upstream_for_load: FakeUpstream, tmp_path: Path) -> None:
