@@ -99,12 +99,12 @@ from crossfeed.translators.reverse.event_frames import (
 from crossfeed.translators.reverse.stream_state import (
     CALL_TYPES,
     OUTPUT_TEXT,
-    PART_FIELDS,
     REASONING_TEXT,
     SUMMARY_TEXT,
     Part,
     added_item_key,
     event_item,
+    part_text,
 )
 from crossfeed.translators.reverse.tool_calls import CallStream
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
@@ -405,19 +405,13 @@ class ResponsesToChatStream(CallStream):
         return out
 
     def _message_part(self, oi: Any, ci: int, part: dict[str, Any]) -> list[Out]:
-        """A final message item's part ``ci``: its text's tail, its annotations kept. (``up_str``
-        and ``up_list`` inline: the part's place is named only in an error.)"""
-        kind = part.get("type")
-        if kind is not None and type(kind) is not str:
-            raise bad_field(f"message.content[{ci}]", "type", kind, "a string")
-        found = PART_FIELDS.get(kind)
+        """A final message item's part ``ci``: its text's tail, its annotations kept."""
+        found = part_text(part, f"message.content[{ci}]")
         if found is None:
             return []
-        text = part.get(found.field)
-        if text is not None and type(text) is not str:
-            raise bad_field(f"message.content[{ci}]", found.field, text, "a string")
-        out = self._final_text(found.kind, oi, ci, text)
-        if found.kind == OUTPUT_TEXT:
+        kind, text = found
+        out = self._final_text(kind, oi, ci, text)
+        if kind == OUTPUT_TEXT:
             anns = part.get("annotations")
             if anns is not None and type(anns) is not list:
                 raise bad_field(f"message.content[{ci}]", "annotations", anns, "an array")

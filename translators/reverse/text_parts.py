@@ -18,7 +18,6 @@ from crossfeed.translators.reverse.stream_state import (
     DELTA_KINDS,
     DONE_FIELDS,
     OUTPUT_TEXT,
-    PART_FIELDS,
     REFUSAL,
     SUMMARY_TEXT,
     Call,
@@ -28,6 +27,7 @@ from crossfeed.translators.reverse.stream_state import (
     delta_text,
     item_key,
     part_index,
+    part_text,
 )
 from crossfeed.translators.sse import Out
 
@@ -185,16 +185,8 @@ class TextStream(ChunkWriter):
         part = up_dict(ev, "part", t)
         if part is None:
             return []
-        kind = part.get("type")  # (up_str inline: the part's place is named only in an error)
-        if kind is not None and type(kind) is not str:
-            raise bad_field(f"{t}: part", "type", kind, "a string")
-        found = PART_FIELDS.get(kind)
-        if found is None:
-            return []
-        text = part.get(found.field)
-        if text is not None and type(text) is not str:
-            raise bad_field(f"{t}: part", found.field, text, "a string")
-        return self._final_text(found.kind, oi, idx, text)
+        found = part_text(part, f"{t}: part")
+        return [] if found is None else self._final_text(found[0], oi, idx, found[1])
 
     def _on_annotation(self, ev: dict[str, Any]) -> list[Out]:
         t = ev["type"]
