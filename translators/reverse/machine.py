@@ -406,7 +406,7 @@ class ResponsesToChatStream(CallStream):
 
     def _message_part(self, oi: Any, ci: int, part: dict[str, Any]) -> list[Out]:
         """A final message item's part ``ci``: its text's tail, its annotations kept."""
-        found = part_text(part, f"message.content[{ci}]")
+        found = part_text(part, "message.content", ci)
         if found is None:
             return []
         kind, text = found

@@ -70,20 +70,24 @@ DONE_FIELDS: Final = {
 }
 
 
-def part_text(part: dict[str, Any], where: str) -> tuple[PartKind, str | None] | None:
+def part_text(part: dict[str, Any], label: str, index: int | None = None) -> tuple[PartKind, str | None] | None:
     """A content part's text kind and text (``None`` when absent); ``None`` for a part of a type
-    that carries no text. A ``type`` or text that is not a string is an error naming ``where``.
-    (``up_str`` inline: the part's place is named only in an error.)"""
+    that carries no text. A ``type`` or text that is not a string is an error naming the part:
+    ``label``, with ``[index]`` when given (built only then: this runs for every part)."""
     kind = part.get("type")
     if kind is not None and type(kind) is not str:
-        raise bad_field(where, "type", kind, "a string")
+        raise bad_field(_where(label, index), "type", kind, "a string")
     found = PART_FIELDS.get(kind)
     if found is None:
         return None
     text = part.get(found.field)
     if text is not None and type(text) is not str:
-        raise bad_field(where, found.field, text, "a string")
+        raise bad_field(_where(label, index), found.field, text, "a string")
     return found.kind, text
+
+
+def _where(label: str, index: int | None) -> str:
+    return label if index is None else f"{label}[{index}]"
 
 
 class Part:

@@ -185,7 +185,7 @@ class TextStream(ChunkWriter):
         part = up_dict(ev, "part", t)
         if part is None:
             return []
-        found = part_text(part, f"{t}: part")
+        found = part_text(part, t + ": part")
         return [] if found is None else self._final_text(found[0], oi, idx, found[1])
 
     def _on_annotation(self, ev: dict[str, Any]) -> list[Out]:
