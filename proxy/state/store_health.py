@@ -118,6 +118,19 @@ class Miss:
         return f"{subject} {self.verb}: {self.why}"
 
     @classmethod
+    def failed_elsewhere(cls, backend: str, at: float | None, now: float) -> Miss | None:
+        """A save failed at ``at`` in another process (noted in the store, ``note_failed_save``):
+        less than ``RECOVERY_HINT_SECONDS`` ago, a 503 as for one of this process's own; else None."""
+        if at is None or not 0.0 <= now - at < RECOVERY_HINT_SECONDS:
+            return None
+        return cls(
+            False,
+            "was not found",
+            f"the response store ({backend}) failed a save in another crossfeed process at {stamp(at)}; it may be "
+            "that one, still queued to be written there. Try again in a few seconds.",
+        )
+
+    @classmethod
     def given_up(cls, backend: str, *, why: str, reason: str) -> Miss:
         """A response this process could not save and gave up on: a 404 that says so."""
         return cls(

@@ -165,6 +165,7 @@ class SaveKeeper:
             )
 
     def _failed(self, exc: BaseException) -> None:
+        self.store.note_failed_save(self.clock())
         if self.health.failed(short_reason(exc)):
             log.warning("store.failing", backend=self.backend, error=str(exc))
 
@@ -264,7 +265,10 @@ class SaveKeeper:
             # A save of ours that went through a moment ago says nothing of a save another
             # process failed since: the miss asks the store itself (misses share one probe).
             await self._probe_once()
-        return self.health.miss(self.backend)
+        miss = self.health.miss(self.backend)
+        if miss is None:  # saves of ours went through; another process's may not have (noted in the store)
+            miss = Miss.failed_elsewhere(self.backend, self.store.failed_save_noted(), self.clock())
+        return miss
 
     async def _probe_once(self) -> bool:
         """One probe write at a time (concurrent misses share it); True when it went through."""

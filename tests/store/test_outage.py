@@ -276,6 +276,35 @@ async def test_another_process_that_misses_it_says_the_save_failed_then_finds_it
     assert ws_frames.validate()[1] == 1
 
 
+@pytest.mark.parametrize("kind", ["sqlite-full", "sqlite-readonly"])
+async def test_a_miss_after_the_store_came_back_before_the_queue_was_written_is_a_503(
+    upstream: FakeUpstream, tmp_path: Path, kind: str, handles: list[ProxyHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's save fails; the store comes back before A's retry writes its queue; B, whose saves never
+    failed, is asked for the response then. Its probe write goes through, so its own health says
+    nothing: the failure A noted beside the SQLite file makes the miss a 503 naming it, never a
+    404 for a response that exists in A's queue."""
+    from crossfeed.proxy.state import store_retry
+
+    monkeypatch.setattr(store_retry, "BACKOFF_FIRST", 30.0)  # A's queue waits
+    upstream.default = reply
+    a = await start(upstream, tmp_path, kind, None)
+    handles.append(a)
+    b = await start(upstream, tmp_path, kind, None)
+    handles.append(b)
+    breaker = Breaker(kind, [a], None)
+    await breaker.fail()
+    status, made = await create(a)
+    assert status == 200 and a.app[KEEPER].queue_size == 1
+    await breaker.heal()
+    status, body = await call("GET", f"{b.base_url}/responses/{made['id']}")
+    assert b.app[KEEPER].health.failing_since is None and b.app[KEEPER].health.recovered_at is None
+    assert status == 503 and body["error"]["code"] == "store_unavailable", body
+    message = body["error"]["message"]
+    assert "was not found: the response store (sqlite) failed a save in another crossfeed process at " in message
+    assert a.app[KEEPER].queue_size == 1  # (still queued: the answer was not a race won by A's retry)
+
+
 @pytest.mark.parametrize("kind", [kind_param(k) for k in ["sqlite-full", "redis-readonly"]])
 async def test_a_miss_right_after_a_good_save_still_asks_the_store(
     upstream: FakeUpstream, tmp_path: Path, kind: str, handles: list[ProxyHandle], request: pytest.FixtureRequest
@@ -406,13 +435,22 @@ async def test_shutdown_drains_the_queue_within_bounds(
     assert took < store_retry.DRAIN_SECONDS + 2, took
     b = await start(upstream, tmp_path, "sqlite", None)  # a new process on the same file
     try:
-        found = [(await call("GET", f"{b.base_url}/responses/{rid}"))[0] for rid in ids]
+        answers = [await call("GET", f"{b.base_url}/responses/{rid}") for rid in ids]
+        if not heal:
+            # B cannot tell a response A gave up on from one still in A's queue: while A's failed
+            # saves are recent (noted beside the file) its miss is a 503, then a plain 404
+            monkeypatch.setattr(store_health, "RECOVERY_HINT_SECONDS", 0.0)
+            later = [(await call("GET", f"{b.base_url}/responses/{rid}"))[0] for rid in ids]
     finally:
         await b.stop()
+    found = [status for status, _ in answers]
     if heal:
         assert found == [200, 200]
     else:
-        assert found == [404, 404]
+        assert found == [503, 503], answers
+        for _, body in answers:
+            assert "failed a save in another crossfeed process at" in body["error"]["message"], body
+        assert later == [404, 404]
         assert metric(a, "store_lost", "shutdown") == 2
         assert any(e["event"] == "store.retry_abandoned" and e["queued"] == 2 for e in logs), logs
 

@@ -166,6 +166,16 @@ class ResponseStore(ABC):
     async def ping(self) -> None:
         """Open / reach the backend now (startup and readiness checks); raises ``StoreError``."""
 
+    def note_failed_save(self, at: float) -> None:
+        """Let every process on this store know that a save failed at ``at`` (a time from the
+        keeper's clock), where the backend can do that without a working store (SQLite: a file
+        beside the database). This default does nothing."""
+        return None
+
+    def failed_save_noted(self) -> float | None:
+        """The time of the last failed save any process noted (``note_failed_save``), or None."""
+        return None
+
     async def probe_write(self) -> None:
         """A small write (about one record's size) that fails when saves fail (the backend down,
         its disk full or read-only), leaving no stored response behind: how a process that has

@@ -36,6 +36,7 @@ from crossfeed.proxy.state.store.base import (
     item_ids,
     owner_tag,
 )
+from crossfeed.proxy.state.store.failure_mark import FailureMark
 from crossfeed.proxy.state.store.sqlite_runs import SQLiteRuns
 
 T = TypeVar("T")
@@ -154,6 +155,7 @@ class SQLiteStore(SQLiteRuns, ResponseStore):
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crossfeed-sqlite")
         self._conn: sqlite3.Connection | None = None  # touched only by the worker thread
+        self._failures = FailureMark(data_dir / (FILENAME + "-failed"))
         self._closed = False
         self._next_sweep = 0.0  # first save sweeps: catches up after downtime
         self._evicted = 0
@@ -222,6 +224,7 @@ class SQLiteStore(SQLiteRuns, ResponseStore):
         except BaseException:
             conn.close()
             raise
+        self._failures.open()
         return conn
 
     def _unwritable(self, exc: BaseException) -> BaseException:
@@ -386,9 +389,16 @@ class SQLiteStore(SQLiteRuns, ResponseStore):
             raise sqlite3.OperationalError(f"database or disk is full ({free} bytes free in {self.path.parent})")
 
     def _close_sync(self) -> None:
+        self._failures.close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def note_failed_save(self, at: float) -> None:
+        self._failures.note(at)
+
+    def failed_save_noted(self) -> float | None:
+        return self._failures.last()
 
     # -- interface -------------------------------------------------------------------------
 
