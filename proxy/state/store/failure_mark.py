@@ -46,20 +46,20 @@ class FailureMark:
             self._fd = fd
 
     def note(self, at: float) -> None:
-        fd = self._fd
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.pwrite(fd, _TIME.pack(at), 0)
+        with self._lock:  # (held: a descriptor closed meanwhile could be another file's by now)
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.pwrite(self._fd, _TIME.pack(at), 0)
 
     def last(self) -> float | None:
         """The time of the last failed save any process noted, or None."""
-        fd = self._fd
-        if fd is None:
-            return None
-        try:
-            data = os.pread(fd, _TIME.size, 0)
-        except OSError:
-            return None
+        with self._lock:
+            if self._fd is None:
+                return None
+            try:
+                data = os.pread(self._fd, _TIME.size, 0)
+            except OSError:
+                return None
         if len(data) != _TIME.size:
             return None
         (at,) = _TIME.unpack(data)
