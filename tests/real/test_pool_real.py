@@ -164,17 +164,7 @@ async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers
     """llama-server takes both forms of the prefill (it reads ``continue_final_message`` too). The
     tiny model goes on where the prefill stops (tiny_model.PREFILLABLE), so the Response is the
     model's uninterrupted answer, each part said once."""
-    async with relays(two_servers, kill=True) as pair:
-        config = pool_config(
-            tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, prefill=prefill
-        )
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured, timeout=60)
-            final, headers = await ask(client, "Say hello", model=MODEL, max_output_tokens=32, temperature=0)
-            await client.close()
-    dead = next(r for r in pair if r.killed)
-    alive = next(r for r in pair if not r.killed)
-    assert _dead(dead.server.pid) and not _dead(alive.server.pid)
+    dead, alive, final, _ = await _killed(two_servers, tmp_path, captured, "Say hello", 32, prefill=prefill)
     first_part, second_part = dead.texts[0], alive.texts[0]
     if prefill == "trailing_assistant":  # llama-server repeats the prefill first: crossfeed drops it
         assert second_part.startswith(first_part)
@@ -187,7 +177,24 @@ async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers
     assert final.status == "completed"
     assert [item.type for item in final.output] == ["message"]
     assert final.output_text == first_part + second_part == TEXT_ANSWER
+
+
+async def _killed(
+    servers: list[ls.RunningServer], tmp_path: Path, captured: Any, question: str, tokens: int, **keys: Any
+) -> tuple[Relay, Relay, Any, dict[str, str]]:
+    """``question`` asked through a pool (``keys`` on it) whose first replica the relay kills
+    mid-answer: the dead relay, the living one, the Response, its headers."""
+    async with relays(servers, kill=True) as pair:
+        config = pool_config(tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, **keys)
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured, timeout=60)
+            final, headers = await ask(client, question, model=MODEL, max_output_tokens=tokens, temperature=0)
+            await client.close()
+    dead = next(r for r in pair if r.killed)
+    alive = next(r for r in pair if not r.killed)
+    assert _dead(dead.server.pid) and not _dead(alive.server.pid)
     assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"  # the answer began there
+    return dead, alive, final, headers
 
 
 async def _killed_mid_reasoning(
@@ -195,20 +202,11 @@ async def _killed_mid_reasoning(
 ) -> tuple[Relay, Relay, Any, dict[str, str]]:
     """The reasoning script asked through a pool (``keys`` on it) whose first replica is killed
     after three reasoning chunks: the dead relay, the living one, the Response, its headers."""
-    async with relays(servers, kill=True) as pair:
-        config = pool_config(tmp_path, [r.base_url for r in pair], model=MODEL, continue_on_failure=True, **keys)
-        async with running_proxy(config) as proxy:
-            client = sdk_client(proxy.base_url, captured, timeout=60)
-            final, headers = await ask(client, "Please think first", model=MODEL, max_output_tokens=64, temperature=0)
-            await client.close()
-    dead = next(r for r in pair if r.killed)
-    alive = next(r for r in pair if not r.killed)
-    assert _dead(dead.server.pid) and not _dead(alive.server.pid)
+    dead, alive, final, headers = await _killed(servers, tmp_path, captured, "Please think first", 64, **keys)
     assert (
         dead.reasonings[0] == "".join(REASONING[1 : 1 + KILL_AFTER]) and not dead.texts[0]
     )  # "<think>\n": the parser's
     assert alive.bodies[0]["messages"][:-1] == dead.bodies[0]["messages"]
-    assert headers["x-crossfeed-replica"] == f"gpu/{pair.index(dead)}"  # the answer began there
     return dead, alive, final, headers
 
 

@@ -92,31 +92,25 @@ def test_check_config_shows_each_replica_without_credentials(tmp_path: Path) -> 
     assert "max streams 4 on each replica" in text
     assert "has no base_url" not in text
     assert "continue " not in text
-    path.write_text(
-        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1", "http://b:8000/v1"]\n'
-        'continue_on_failure = true\nprefill = "continue_final_message"\n'
-    )
-    out = io.StringIO()
-    assert check_config(path, {}, out) == 0
-    assert "prefill: continue_final_message, reasoning prefill: think_tag" in out.getvalue()
-    path.write_text(
-        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1", "http://b:8000/v1"]\n'
-        'continue_on_failure = true\nreasoning_prefill = "reasoning_field"\n'
-    )
-    out = io.StringIO()
-    assert check_config(path, {}, out) == 0
-    assert "prefill: trailing_assistant, reasoning prefill: reasoning_field" in out.getvalue()
-    path.write_text(
-        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1", "http://b:8000/v1"]\n'
-        'continue_on_failure = true\nprefill = "continue_final_message"\n'
-    )
-    out = io.StringIO()
-    assert check_config(path, {}, out) == 0
+    text = _checked(path, 'prefill = "continue_final_message"')
+    assert "prefill: continue_final_message, reasoning prefill: think_tag" in text
     assert (
         "continue  an answer whose replica dies mid-text or mid-reasoning goes on on another replica "
-        "(a whole answer is asked again), once a turn; " in out.getvalue()
+        "(a whole answer is asked again), once a turn; " in text
     )
-    assert "prefill: continue_final_message" in out.getvalue()
+    text = _checked(path, 'reasoning_prefill = "reasoning_field"')
+    assert "prefill: trailing_assistant, reasoning prefill: reasoning_field" in text
+
+
+def _checked(path: Path, continuation: str) -> str:
+    """What check-config says of a two-replica pool that continues answers (``continuation``: one key more)."""
+    path.write_text(
+        '[[upstreams]]\nname = "gpu"\nbase_urls = ["http://a:8000/v1", "http://b:8000/v1"]\n'
+        f"continue_on_failure = true\n{continuation}\n"
+    )
+    out = io.StringIO()
+    assert check_config(path, {}, out) == 0
+    return out.getvalue()
 
 
 def test_the_documented_pools_load(tmp_path: Path) -> None:
