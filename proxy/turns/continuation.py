@@ -57,12 +57,12 @@ class Continuing:
         "prefill",
         "reasoning",
         "left",
-        "tagged",
+        "form",
         "_echo",
         "_think",
     )
 
-    def __init__(self, machine: ChatToResponsesStream, budget: int, *, tagged: bool = True) -> None:
+    def __init__(self, machine: ChatToResponsesStream, budget: int, *, form: str = "think_tag") -> None:
         self.machine = machine
         self.feed: Callable[[dict[str, Any]], list[Out]] = machine.feed
         self.feed_frame: Callable[[bytes], list[Out] | None] | None = machine.feed_frame
@@ -71,7 +71,7 @@ class Continuing:
         self.prefill = ""  # the partial text the continuation takes
         self.reasoning = False  # ... and it is the answer's reasoning
         self.left = budget  # continuations this turn may still make
-        self.tagged = tagged  # a reasoning prefill is "<think>\n" + the reasoning (not a reasoning field)
+        self.form = form  # how a reasoning prefill is sent (reasoning_prefill): think_tag or reasoning_field
         self._echo = PrefillEcho("")
         self._think: ThinkResume | None = None  # the content of a continued reasoning, until settled
 
@@ -117,14 +117,9 @@ class Continuing:
 
     def request(self, body: dict[str, Any], up: Upstream) -> dict[str, Any]:
         """The chat request ``body`` continued after the partial output (translators/forward/prefill.py),
-        in the forms ``up``'s backend takes (``prefill``, ``reasoning_prefill``, ``reasoning_field``)."""
+        in the forms ``up``'s backend takes (``prefill``, ``reasoning_field``; a reasoning prefill in ``form``)."""
         return prefill_body(
-            body,
-            self.prefill,
-            up.prefill,
-            reasoning=self.reasoning,
-            form=up.reasoning_prefill,
-            field=up.profile.reasoning_field,
+            body, self.prefill, up.prefill, reasoning=self.reasoning, form=self.form, field=up.profile.reasoning_field
         )
 
     def resume(self) -> None:
@@ -136,7 +131,7 @@ class Continuing:
         self.machine.resume()
         self.broken = None
         self.left -= 1
-        self._think = ThinkResume() if self.reasoning and self.tagged else None
+        self._think = ThinkResume() if self.reasoning and self.form == "think_tag" else None
         if self.prefill or self.reasoning:
             text = self.prefill
             self._echo = PrefillEcho(THINK + text, text) if self.reasoning and text else PrefillEcho(text)
@@ -184,7 +179,7 @@ def continuing(turn: Turn, machine: Any) -> Continuing | None:
     up = turn.upstream
     if not (up.pooled and up.continue_on_failure and isinstance(machine, ChatToResponsesStream)):
         return None
-    return Continuing(machine, up.max_continuations, tagged=up.reasoning_prefill == "think_tag")
+    return Continuing(machine, up.max_continuations, form=up.reasoning_prefill)
 
 
 def noted(turn: Turn, outcome: str, code: str, dead: str | None) -> None:
