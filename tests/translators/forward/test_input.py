@@ -1,10 +1,11 @@
 """item_reference input items and reasoning replayed by id only: finding and replacing them
-(translators/forward/input.py, pure). The proxy's lookup in the store by item id, scoped by key
+(translators/forward/input.py, pure); and the arguments a custom tool call is replayed with. The proxy's lookup in the store by item id, scoped by key
 (proxy/state/history.py), is tests/proxy/state/test_history.py."""
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from crossfeed.translators.errors import InvalidRequest, UnsupportedFeature
 from crossfeed.translators.forward.input import (
     bare_reasoning,
+    custom_arguments,
     fill_reasoning,
     is_item_reference,
     item_references,
@@ -113,3 +115,29 @@ def test_bare_reasoning_is_a_reasoning_item_with_nothing_but_its_id() -> None:
     assert bare_reasoning("hi") == []
     filled = fill_reasoning(inp, {"rs_1": REASONING, "rs_2": ASSISTANT})  # a non-reasoning item is not put there
     assert filled[1] == REASONING and filled[1] is not REASONING and filled[2] == inp[2] and inp[1] == BARE
+
+
+# -- a custom tool call's replayed arguments ----------------------------------------------------
+
+
+def test_custom_arguments_are_the_bytes_json_dumps_writes_for_every_code_point() -> None:
+    every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    for text in (every, "", 'a "patch"\n\t\\ \x00\x1b\x7f\u2028 é 😀'):
+        assert custom_arguments(text) == json.dumps({"input": text}, ensure_ascii=False)
+        assert json.loads(custom_arguments(text)) == {"input": text}
+    lone = "x\ud800y"  # never from a JSON body (both decoders refuse it); written as json writes it
+    assert custom_arguments(lone) == json.dumps({"input": lone}, ensure_ascii=False)
+
+
+def test_a_custom_tool_call_is_replayed_as_a_call_of_its_wrapped_function() -> None:
+    patch = '*** Begin Patch\n*** Add File: a.py\n+print("é")\n*** End Patch'
+    body = {
+        "model": "m",
+        "input": [
+            {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": patch},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"},
+        ],
+    }
+    chat = responses_request_to_chat(body, BackendProfile()).chat
+    call = chat["messages"][0]["tool_calls"][0]
+    assert call["function"] == {"name": "apply_patch", "arguments": json.dumps({"input": patch}, ensure_ascii=False)}
