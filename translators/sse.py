@@ -65,7 +65,9 @@ class SSEDecoder:
                 if chunk.find(b"\n") == len(chunk) - 2:  # one frame: the most common read of all
                     return [(None, chunk[6:-2])]
                 parts = chunk[6:-2].split(_DATA_SEP)
-                if chunk.count(b"\n") == 2 * len(parts):
+                # No LF inside a frame's data: one memchr over the joined data (bytes.count
+                # of one byte walks the chunk a byte at a time, several times the cost).
+                if b"".join(parts).find(b"\n") < 0:
                     return [(None, p) for p in parts]
             elif chunk.startswith(b"event: "):
                 named = _named_frames(chunk)
