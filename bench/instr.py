@@ -1,0 +1,163 @@
+"""Instructions per request: crossfeed against the pass-through and the minimal translator, the
+yardsticks of issue 33's budgets, counted by callgrind (load-independent) instead of timed.
+
+    .venv/bin/python bench/instr.py                                  # ~4 minutes on 2 cores
+    .venv/bin/python bench/instr.py --directions forward --requests 20
+    .venv/bin/python bench/instr.py --tree /tmp/cf-base              # another crossfeed build
+    .venv/bin/python bench/instr.py --variant tool --chunks 2000     # another cell's stream
+
+Each target (``bench/passthrough.py``, ``bench/mintrans.py``, ``crossfeed serve``) runs unchanged
+under ``valgrind --tool=callgrind --instr-atstart=no`` in front of the fake upstream
+(bench/upstream.py), on uvloop as bench/run.py runs them. One client sends the cell's request
+(bench/loadgen.py's body: ``c1 n20 text`` by default) on one keep-alive connection, one request
+at a time: ``--warmup`` requests, then ``callgrind_control --instr=on``, ``--requests`` requests
+and a dump, ``--requests`` more and a second dump. The second dump holds exactly the second
+batch (the first absorbs the switch): its total over ``--requests`` is the figure. Only the
+target's own process is counted: the upstream and the client run natively.
+
+What it counts: every user-space instruction of the process (the interpreter, aiohttp, uvloop,
+orjson, crossfeed), nothing of the kernel (system calls, TCP): the pass-through and crossfeed make
+about the same system calls per request (one upstream request, a write per upstream read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import loadgen  # noqa: E402 - bench/ is this script's own folder
+import upstream as upstream_mod  # noqa: E402
+from account import Client, free_port, stop, tree_env, wait_http  # noqa: E402
+
+TARGETS = ("passthrough", "mintrans", "crossfeed")
+
+
+def target_argv(target: str, direction: str, port: int, up_url: str, python: str) -> list[str]:
+    reverse = direction == "reverse"
+    if target == "passthrough":
+        return [python, str(HERE / "passthrough.py"), "--port", str(port), "--upstream", up_url, "--uvloop"]
+    if target == "mintrans":
+        argv = [python, str(HERE / "mintrans.py"), "--port", str(port), "--upstream", up_url, "--uvloop"]
+        return [*argv, "--upstream-api", "responses" if reverse else "chat"]
+    argv = [python, "-m", "crossfeed", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", up_url]
+    return argv + (["--upstream-api", "responses"] if reverse else [])
+
+
+def control(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=60)
+
+
+def dumped(outdir: Path, seen: set[Path], timeout: float = 60) -> int:
+    """The total of the next dump file callgrind writes into ``outdir``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in sorted(outdir.glob("cg.*")):
+            if path in seen:
+                continue
+            text = path.read_text(errors="replace")
+            for line in text.splitlines():
+                if line.startswith("totals:") or line.startswith("summary:"):
+                    seen.add(path)
+                    return int(line.split()[1])
+        time.sleep(0.2)
+    raise RuntimeError(f"callgrind wrote no dump into {outdir} within {timeout:.0f} s")
+
+
+def measure(target: str, direction: str, args: argparse.Namespace, up_url: str, work: Path) -> float:
+    """Instructions per request of ``target`` in ``direction``."""
+    port = free_port()
+    outdir = work / f"{target}-{direction}"
+    outdir.mkdir()
+    log = outdir / "target.log"
+    argv = target_argv(target, direction, port, up_url, args.python)
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={outdir}/cg", "-q", *argv]
+    api = "chat" if direction == "reverse" else "responses"
+    path = "/v1/chat/completions" if direction == "reverse" else "/v1/responses"
+    body = loadgen.request_body(api, upstream_mod.model_name(args.chunks, v=args.variant), args.variant)
+    env = tree_env(Path(args.tree))
+    env["CROSSFEED_DATA_DIR"] = str(outdir / "data")
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=args.tree, env=env)
+    seen: set[Path] = set()
+    try:
+        wait_http(port, "/healthz", proc, log, 600)
+        client = Client(port, 600)
+        for _ in range(args.warmup):
+            status, data = client.request("POST", path, body)
+            if status != 200:
+                raise RuntimeError(f"{target} {direction}: HTTP {status}: {data[:300]!r}")
+        control(proc.pid, "--instr=on")
+        totals = []
+        for _ in range(2):
+            for _ in range(args.requests):
+                client.request("POST", path, body)
+            control(proc.pid, "--dump")
+            totals.append(dumped(outdir, seen))
+        client.close()
+    finally:
+        stop(proc)
+    return totals[1] / args.requests
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--directions", default="forward,reverse")
+    ap.add_argument("--chunks", type=int, default=20, help="delta frames per stream (the cell's n)")
+    ap.add_argument("--variant", default="text", choices=("text", "tool", "reasoning"))
+    ap.add_argument("--requests", type=int, default=30, help="requests per measured batch")
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--tree", default=str(HERE.parent), help="the crossfeed tree to measure (default: this one)")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("bench/instr.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    targets = [t for t in args.targets.split(",") if t]
+    directions = [d for d in args.directions.split(",") if d]
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="cf-instr-") as tmp:
+        work = Path(tmp)
+        up_port = free_port()
+        up_log = work / "upstream.log"
+        with open(up_log, "wb") as logf:
+            up = subprocess.Popen(
+                [args.python, str(HERE / "upstream.py"), "--port", str(up_port)], stdout=logf, stderr=subprocess.STDOUT
+            )
+        try:
+            wait_http(up_port, "/healthz", up, up_log, 60)
+            up_url = f"http://127.0.0.1:{up_port}/v1"
+            for direction in directions:
+                for target in targets:
+                    print(f"# {direction} {target} ...", file=sys.stderr, flush=True)
+                    results.setdefault(direction, {})[target] = measure(target, direction, args, up_url, work)
+        finally:
+            stop(up)
+    cell = f"c1 n{args.chunks} {args.variant}"
+    print(f"# instructions per request, {cell}, {args.requests} requests per batch (bench/instr.py)")
+    print("| target | " + " | ".join(directions) + " |")
+    print("|---|" + "--:|" * len(directions))
+    for target in targets:
+        row = [f"{results[d][target]:,.0f}" for d in directions]
+        print(f"| {target} | " + " | ".join(row) + " |")
+    for a, b in (("crossfeed", "passthrough"), ("crossfeed", "mintrans"), ("mintrans", "passthrough")):
+        if a in targets and b in targets:
+            ratios = [f"{results[d][a] / results[d][b]:.2f}x" for d in directions]
+            print(f"| {a} / {b} | " + " | ".join(ratios) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"cell": cell, "instructions": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Smoke run of the instruction counts per request (bench/instr.py) so the harness never rots.
+
+A few requests of the forward 20-chunk cell on each target, under callgrind: it checks that each
+target answered under valgrind, that callgrind's dumps were found and read, and that the table
+and the JSON hold a count for each. Counts are deterministic, not timed; the one relation
+checked is one the design guarantees: crossfeed does more per request than a byte copier.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.services import require_service
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(600)
+def test_instruction_counts_per_request(tmp_path: Path) -> None:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        require_service("valgrind", "apt-get install valgrind (.ci/run installs it)")
+    out = tmp_path / "instr.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "instr.py"),
+            "--directions",
+            "forward",
+            "--warmup",
+            "3",
+            "--requests",
+            "3",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=590,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(out.read_text())["instructions"]["forward"]
+    assert set(counts) == {"passthrough", "mintrans", "crossfeed"}
+    assert all(n > 100_000 for n in counts.values()), counts  # a whole request each, not an idle loop
+    assert counts["crossfeed"] > counts["passthrough"], counts
+    for row in ("| passthrough |", "| mintrans |", "| crossfeed |", "| crossfeed / passthrough |"):
+        assert row in proc.stdout, proc.stdout
