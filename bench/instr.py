@@ -5,6 +5,7 @@ yardsticks of issue 33's budgets, counted by callgrind (load-independent) instea
     .venv/bin/python bench/instr.py --directions forward --requests 20
     .venv/bin/python bench/instr.py --tree /tmp/cf-base              # another crossfeed build
     .venv/bin/python bench/instr.py --variant tool --chunks 2000     # another cell's stream
+    .venv/bin/python bench/instr.py --targets crossfeed --pool 3      # a pool of 3 replicas against one (issue 35)
 
 Each target (``bench/passthrough.py``, ``bench/mintrans.py``, ``crossfeed serve``) runs unchanged
 under ``valgrind --tool=callgrind --instr-atstart=no`` in front of the fake upstream
@@ -18,6 +19,11 @@ target's own process is counted: the upstream and the client run natively.
 What it counts: every user-space instruction of the process (the interpreter, aiohttp, uvloop,
 orjson, crossfeed), nothing of the kernel (system calls, TCP): the pass-through and crossfeed make
 about the same system calls per request (one upstream request, a write per upstream read).
+
+``--pool N`` (issue 35's pool cell in instructions): N fake upstreams, each its own process, and
+the target ``crossfeed-pool``, crossfeed with one upstream whose ``base_urls`` are the N (README
+"Pools"; unkeyed requests: the least busy replica, ties taking turns, so every replica serves);
+``crossfeed`` then runs from the same kind of config with the first one as its ``base_url``.
 """
 
 from __future__ import annotations
@@ -41,8 +47,20 @@ from account import Client, free_port, stop, tree_env, wait_http  # noqa: E402
 TARGETS = ("passthrough", "mintrans", "crossfeed")
 
 
-def target_argv(target: str, direction: str, port: int, up_url: str, python: str) -> list[str]:
+def pool_config(path: Path, direction: str, urls: list[str]) -> Path:
+    """One default upstream: ``base_url`` for one URL, ``base_urls`` (a pool) for several."""
+    api = "responses" if direction == "reverse" else "chat"
+    where = f'base_url = "{urls[0]}"' if len(urls) == 1 else "base_urls = [" + ", ".join(f'"{u}"' for u in urls) + "]"
+    path.write_text(f'[[upstreams]]\nname = "default"\ndefault = true\napi = "{api}"\n{where}\n')
+    return path
+
+
+def target_argv(
+    target: str, direction: str, port: int, up_url: str, python: str, config: Path | None = None
+) -> list[str]:
     reverse = direction == "reverse"
+    if config is not None:  # crossfeed from a config file (--pool)
+        return [python, "-m", "crossfeed", "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)]
     if target == "passthrough":
         return [python, str(HERE / "passthrough.py"), "--port", str(port), "--upstream", up_url, "--uvloop"]
     if target == "mintrans":
@@ -72,13 +90,17 @@ def dumped(outdir: Path, seen: set[Path], timeout: float = 60) -> int:
     raise RuntimeError(f"callgrind wrote no dump into {outdir} within {timeout:.0f} s")
 
 
-def measure(target: str, direction: str, args: argparse.Namespace, up_url: str, work: Path) -> float:
+def measure(target: str, direction: str, args: argparse.Namespace, up_urls: list[str], work: Path) -> float:
     """Instructions per request of ``target`` in ``direction``."""
     port = free_port()
     outdir = work / f"{target}-{direction}"
     outdir.mkdir()
     log = outdir / "target.log"
-    argv = target_argv(target, direction, port, up_url, args.python)
+    config = None
+    if args.pool > 1 and target.startswith("crossfeed"):
+        urls = up_urls if target == "crossfeed-pool" else up_urls[:1]
+        config = pool_config(outdir / "crossfeed.toml", direction, urls)
+    argv = target_argv(target, direction, port, up_urls[0], args.python, config)
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={outdir}/cg", "-q", *argv]
     api = "chat" if direction == "reverse" else "responses"
     path = "/v1/chat/completions" if direction == "reverse" else "/v1/responses"
@@ -116,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", default="text", choices=("text", "tool", "reasoning"))
     ap.add_argument("--requests", type=int, default=30, help="requests per measured batch")
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--pool", type=int, default=1, help="N fake upstream processes and a crossfeed-pool target")
     ap.add_argument("--tree", default=str(HERE.parent), help="the crossfeed tree to measure (default: this one)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", type=Path)
@@ -124,38 +147,55 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/instr.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     targets = [t for t in args.targets.split(",") if t]
+    if args.pool > 1 and "crossfeed-pool" not in targets:
+        targets.append("crossfeed-pool")
     directions = [d for d in args.directions.split(",") if d]
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="cf-instr-") as tmp:
         work = Path(tmp)
-        up_port = free_port()
-        up_log = work / "upstream.log"
-        with open(up_log, "wb") as logf:
-            up = subprocess.Popen(
-                [args.python, str(HERE / "upstream.py"), "--port", str(up_port)], stdout=logf, stderr=subprocess.STDOUT
-            )
+        ups: list[subprocess.Popen[bytes]] = []
+        up_urls = []
         try:
-            wait_http(up_port, "/healthz", up, up_log, 60)
-            up_url = f"http://127.0.0.1:{up_port}/v1"
+            for i in range(max(1, args.pool)):  # the fake upstreams, each its own process
+                up_port = free_port()
+                up_log = work / f"upstream{i}.log"
+                with open(up_log, "wb") as logf:
+                    ups.append(
+                        subprocess.Popen(
+                            [args.python, str(HERE / "upstream.py"), "--port", str(up_port)],
+                            stdout=logf,
+                            stderr=subprocess.STDOUT,
+                        )
+                    )
+                wait_http(up_port, "/healthz", ups[-1], up_log, 60)
+                up_urls.append(f"http://127.0.0.1:{up_port}/v1")
             for direction in directions:
                 for target in targets:
                     print(f"# {direction} {target} ...", file=sys.stderr, flush=True)
-                    results.setdefault(direction, {})[target] = measure(target, direction, args, up_url, work)
+                    results.setdefault(direction, {})[target] = measure(target, direction, args, up_urls, work)
         finally:
-            stop(up)
+            for up in ups:
+                stop(up)
     cell = f"c1 n{args.chunks} {args.variant}"
-    print(f"# instructions per request, {cell}, {args.requests} requests per batch (bench/instr.py)")
+    pooled = f", crossfeed-pool: {args.pool} upstream processes" if args.pool > 1 else ""
+    print(f"# instructions per request, {cell}, {args.requests} requests per batch{pooled} (bench/instr.py)")
     print("| target | " + " | ".join(directions) + " |")
     print("|---|" + "--:|" * len(directions))
     for target in targets:
         row = [f"{results[d][target]:,.0f}" for d in directions]
         print(f"| {target} | " + " | ".join(row) + " |")
-    for a, b in (("crossfeed", "passthrough"), ("crossfeed", "mintrans"), ("mintrans", "passthrough")):
+    pairs = (
+        ("crossfeed", "passthrough"),
+        ("crossfeed", "mintrans"),
+        ("mintrans", "passthrough"),
+        ("crossfeed-pool", "crossfeed"),
+    )
+    for a, b in pairs:
         if a in targets and b in targets:
             ratios = [f"{results[d][a] / results[d][b]:.2f}x" for d in directions]
             print(f"| {a} / {b} | " + " | ".join(ratios) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"cell": cell, "instructions": results}, indent=2))
+        args.json.write_text(json.dumps({"cell": cell, "pool": args.pool, "instructions": results}, indent=2))
     return 0
 
 
