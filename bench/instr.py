@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for a, b in pairs:
         if a in targets and b in targets:
-            ratios = [f"{results[d][a] / results[d][b]:.2f}x" for d in directions]
+            ratios = [f"{results[d][a] / results[d][b]:.3f}x" for d in directions]
             print(f"| {a} / {b} | " + " | ".join(ratios) + " |")
     if args.json:
         args.json.write_text(json.dumps({"cell": cell, "pool": args.pool, "instructions": results}, indent=2))

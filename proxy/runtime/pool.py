@@ -164,6 +164,8 @@ class Pool:
             for i, url in enumerate(upstream.replica_urls)
         )
         self._by_label = {r.label: r for r in self.replicas}
+        reps = self.replicas  # the replicas in the turn's order, for each turn (``pick``)
+        self._orders = tuple(reps[i:] + reps[:i] for i in range(len(reps)))
         self._clock = clock
         self._sleep = sleep
         self._metrics = metrics
@@ -200,6 +202,21 @@ class Pool:
         pick (``rotate`` false) takes the next replica after the one that failed without moving
         the turn, so a replica that fails every call is still the first choice of only one call
         in n, and its calls go to the replica after it."""
+        if prefer is None and not tried and not self.upstream.max_concurrent_streams:
+            # The common call: no replica asked for, none excluded, no cap. The least busy in
+            # the turn's order (``_orders``: the replicas from each index on), as the general
+            # rule below picks it, without its per-replica key; a replica that was ever cooled
+            # down sends the call to the general rule.
+            turn = self._turn + 1 if rotate else self._turn
+            least: Replica | None = None
+            for r in self._orders[turn % len(self._orders)]:
+                if r.down_until:
+                    break
+                if least is None or r.inflight < least.inflight:
+                    least = r
+            else:
+                self._turn = turn
+                return least
         now = self._clock()
         if prefer is not None:
             wanted = self.replica(prefer)

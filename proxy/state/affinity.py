@@ -84,6 +84,18 @@ def begin(
     if not (upstream.pooled or upstream.forwards_affinity) or body is None:
         CURRENT.set(None)
         return None
+    get, hget = body.get, headers.get
+    if (
+        get("conversation") is None
+        and get("previous_response_id") is None
+        and get("prompt_cache_key") is None
+        and not hget("session_id")
+        and not hget("session-id")
+        and not hget(TURN_STATE_HEADER)
+    ):  # nothing names the turn (most calls of a load balancer's kind): no key to work out
+        aff = Affinity(upstream.name, upstream.affinity_ttl_seconds, None, None, None, app=app)
+        CURRENT.set(aff)
+        return aff
     conversation = body.get("conversation")
     if isinstance(conversation, dict):
         conversation = conversation.get("id")

@@ -186,13 +186,6 @@ async def pooled_leg(
     if aff is not None and aff.upstream == primary.name:  # (no await when there is nothing to look up)
         prefer = await affinity.preferred(app, aff) if affinity.unresolved(aff) else aff.pinned or aff.replica
 
-    async def attempt(up: Upstream) -> aiohttp.ClientResponse:
-        if up.name == primary.name:
-            return await _call(turn, up, path, body)
-        model = fallback_model(up, str(turn.log.get("model") or body.get("model") or ""))
-        turn.log["answered_model"] = model
-        return await _call(turn, up, path, {**body, "model": up.model_map.get(model, model)})
-
     # The first attempt awaited here (most calls have no other): pool.call's loop only after it failed.
     first = pool.first(prefer, avoid)
     after: tuple[Replica, BaseException] | None = None
@@ -206,6 +199,7 @@ async def pooled_leg(
         else:
             answered = pool.answered(replica, lease, prefer)
     if first is None or after is not None:
+        attempt = _attempt(turn, primary, path, body)
         response, answered = await pool.call(attempt, prefer, avoid=avoid, fallback=avoid is None, after=after)
     replica = answered.replica
     turn.log["replica"] = replica.label
@@ -217,6 +211,22 @@ async def pooled_leg(
             await affinity.served(app, aff, replica.label)
         aff.replica = replica.label
     return response
+
+
+def _attempt(
+    turn: Turn, primary: Upstream, path: str, body: dict[str, Any]
+) -> Callable[[Upstream], Awaitable[aiohttp.ClientResponse]]:
+    """A pool's attempt on one of its replicas, or on its fallback upstream (another model: the
+    client's when the fallback serves it, and the log says which answered)."""
+
+    async def attempt(up: Upstream) -> aiohttp.ClientResponse:
+        if up.name == primary.name:
+            return await _call(turn, up, path, body)
+        model = fallback_model(up, str(turn.log.get("model") or body.get("model") or ""))
+        turn.log["answered_model"] = model
+        return await _call(turn, up, path, {**body, "model": up.model_map.get(model, model)})
+
+    return attempt
 
 
 def leg_upstream(turn: Turn) -> Upstream:

@@ -6,6 +6,7 @@ and the deadline."""
 from __future__ import annotations
 
 import gc
+import random
 from typing import Any
 
 import pytest
@@ -49,6 +50,36 @@ def test_the_least_busy_replica_is_picked_and_ties_take_turns() -> None:
     assert sorted(picked[:3]) == [0, 1, 2] and picked[3:] == picked[:3]
     p.replicas[0].inflight = p.replicas[1].inflight = 2
     assert {p.pick().index for _ in range(3)} == {2}  # type: ignore[union-attr]
+
+
+def _by_the_rule(p: Pool, turn: int) -> int:
+    """The documented choice: the least busy usable replica; among equals, the first at or after
+    the turn's index (the turn moves on each call)."""
+    n = len(p.replicas)
+    usable = [r for r in p.replicas if not r.down_until]
+    return min(usable, key=lambda r: (r.inflight, (r.index - turn) % n)).index
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_common_call_takes_the_replica_the_rule_names(seed: int) -> None:
+    """``pick``'s path for a call with nothing asked for (no preferred replica, none excluded, no
+    cap) names the replica the general rule names, for any load, as the turn moves; a replica
+    ever cooled down sends every call to the general rule."""
+    rng = random.Random(seed)
+    clock = Clock()
+    p = Pool(Upstream(name="gpu", base_urls=tuple(f"http://r{i}/v1" for i in range(rng.randint(1, 5)))), clock=clock)
+    for _ in range(30):
+        for r in p.replicas:
+            r.inflight = rng.randint(0, 3)
+        if rng.random() < 0.2:
+            r = rng.choice(p.replicas)
+            r.down_until = clock.now + rng.choice((-1.0, 5.0))  # a probe due, or cooling down
+        expected = _by_the_rule(p, p._turn + 1) if not any(r.down_until for r in p.replicas) else None
+        got = p.pick()
+        if expected is not None:
+            assert got is not None and got.index == expected
+        for r in p.replicas:
+            r.down_until = 0.0
 
 
 async def test_a_replica_that_fails_every_call_is_first_choice_of_one_call_in_n() -> None:
