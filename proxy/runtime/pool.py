@@ -205,8 +205,8 @@ class Pool:
         if prefer is None and not tried and not self.upstream.max_concurrent_streams:
             # The common call: no replica asked for, none excluded, no cap. The least busy in
             # the turn's order (``_orders``: the replicas from each index on), as the general
-            # rule below picks it, without its per-replica key; a replica that was ever cooled
-            # down sends the call to the general rule.
+            # rule below picks it, without its per-replica key; a replica cooling down or due
+            # its probe (``down_until`` set) sends the call to the general rule.
             turn = self._turn + 1 if rotate else self._turn
             least: Replica | None = None
             for r in self._orders[turn % len(self._orders)]:

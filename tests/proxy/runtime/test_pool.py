@@ -64,7 +64,7 @@ def _by_the_rule(p: Pool, turn: int) -> int:
 def test_the_common_call_takes_the_replica_the_rule_names(seed: int) -> None:
     """``pick``'s path for a call with nothing asked for (no preferred replica, none excluded, no
     cap) names the replica the general rule names, for any load, as the turn moves; a replica
-    ever cooled down sends every call to the general rule."""
+    cooling down or due its probe sends the call to the general rule."""
     rng = random.Random(seed)
     clock = Clock()
     p = Pool(Upstream(name="gpu", base_urls=tuple(f"http://r{i}/v1" for i in range(rng.randint(1, 5)))), clock=clock)
