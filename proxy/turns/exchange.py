@@ -198,8 +198,15 @@ async def pooled_leg(
             after = (replica, exc)
         else:
             answered = pool.answered(replica, lease, prefer)
-    if first is None or after is not None:
-        attempt = _attempt(turn, primary, path, body)
+    if first is None or after is not None:  # (the closure made only here: most calls never fail over)
+
+        async def attempt(up: Upstream) -> aiohttp.ClientResponse:
+            if up.name == primary.name:
+                return await _call(turn, up, path, body)
+            model = fallback_model(up, str(turn.log.get("model") or body.get("model") or ""))
+            turn.log["answered_model"] = model
+            return await _call(turn, up, path, {**body, "model": up.model_map.get(model, model)})
+
         response, answered = await pool.call(attempt, prefer, avoid=avoid, fallback=avoid is None, after=after)
     replica = answered.replica
     turn.log["replica"] = replica.label
@@ -211,22 +218,6 @@ async def pooled_leg(
             await affinity.served(app, aff, replica.label)
         aff.replica = replica.label
     return response
-
-
-def _attempt(
-    turn: Turn, primary: Upstream, path: str, body: dict[str, Any]
-) -> Callable[[Upstream], Awaitable[aiohttp.ClientResponse]]:
-    """A pool's attempt on one of its replicas, or on its fallback upstream (another model: the
-    client's when the fallback serves it, and the log says which answered)."""
-
-    async def attempt(up: Upstream) -> aiohttp.ClientResponse:
-        if up.name == primary.name:
-            return await _call(turn, up, path, body)
-        model = fallback_model(up, str(turn.log.get("model") or body.get("model") or ""))
-        turn.log["answered_model"] = model
-        return await _call(turn, up, path, {**body, "model": up.model_map.get(model, model)})
-
-    return attempt
 
 
 def leg_upstream(turn: Turn) -> Upstream:
