@@ -308,29 +308,29 @@ async def run_leg(
     The relay runs as its own task. A coroutine that waits for upstream data is resumed through
     every coroutine awaiting it; in the handler's task that is the middlewares, the endpoint
     and the handler, once per upstream read. In its own task the chain is the relay alone, which
-    costs less CPU per chunk (measured in docs/DESIGN.md). Cancelling the
-    caller (the client hung up) cancels the task it awaits, and the relay closes the upstream
+    costs less CPU per chunk (measured in docs/DESIGN.md). A stream whose end is already in
+    (a short answer that came with its headers) never waits for the upstream, so it runs in the
+    caller's task: no task to start and no two turns of the event loop to wait for it. Cancelling
+    the caller (the client hung up) cancels the task it awaits, and the relay closes the upstream
     on its way out; if it is cancelled before it ever ran, that is done here."""
     app, backend, turn_log = turn.app, turn.upstream, turn.log
     pooled = backend.pooled
     if pooled:  # its timeouts and metrics: the replica's (a fallback upstream's own)
         backend = leg_upstream(turn)
-    task = asyncio.get_running_loop().create_task(
-        relay(
-            response,
-            pump,
-            sink,
-            idle=backend.timeouts.idle,
-            keepalive=app[CONFIG].server.keepalive_seconds,
-            total=backend.timeouts.total,
-            initial=initial,
-            registry=app[OPEN_STREAMS],
-            close=close,
-            before_end=before_end,
-        )
+    running = relay(
+        response,
+        pump,
+        sink,
+        idle=backend.timeouts.idle,
+        keepalive=app[CONFIG].server.keepalive_seconds,
+        total=backend.timeouts.total,
+        initial=initial,
+        registry=app[OPEN_STREAMS],
+        close=close,
+        before_end=before_end,
     )
     try:
-        stats = await task
+        stats = await (running if response.content.is_eof() else asyncio.get_running_loop().create_task(running))
     except asyncio.CancelledError:
         response.close()
         if pooled:
