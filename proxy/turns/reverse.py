@@ -34,6 +34,7 @@ from crossfeed.proxy.turns.common import log
 from crossfeed.proxy.turns.exchange import SinkOpener, chat_ended, reverse_turn, stream_flag, stream_turn, whole_leg
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.compaction import estimate_tokens
+from crossfeed.translators.records import quick_init
 from crossfeed.translators.reverse.body import response_to_chat_completion
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.request import chat_request_to_responses, choice_count, include_usage, stop_sequences
@@ -41,7 +42,8 @@ from crossfeed.translators.reverse.stopping import StoppingChatStream
 from crossfeed.translators.sse import SSE_FRAMING, Framing, render_chat
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(frozen=True)
 class ChatCall:
     """A chat request as the reverse mapping made it: the client's body, the Responses body for
     the backend, and the two chat parameters run here (``n`` choices, ``stop`` sequences)."""

@@ -27,9 +27,11 @@ from crossfeed.proxy.state import affinity
 from crossfeed.proxy.state.reasoning_seal import ReasoningSeal
 from crossfeed.translators.forward.request import MappedRequest
 from crossfeed.translators.ids import IdFactory
+from crossfeed.translators.records import quick_init
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(frozen=True)
 class Turn:
     """What a plan needs of its turn. Frozen: a plan that needs another log record (one choice of
     n) makes a copy (``dataclasses.replace``)."""
@@ -89,7 +91,8 @@ def route(config: Config, body: dict[str, Any], log: TurnLog) -> Upstream:
     return upstream
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(frozen=True)
 class Create:
     """A Responses create on a chat upstream as the create decision made it: the client's body,
     its chat request (the plan maps it again only when an MCP approval changes the input), and

@@ -82,6 +82,7 @@ from crossfeed.translators.forward.input import InputMessages, OpenSummary, Reve
 from crossfeed.translators.forward.tools import ToolTable, map_text, map_tool_choice, map_tools
 from crossfeed.translators.forward.web_search_items import WebSearchRequest, search_function_name, search_request
 from crossfeed.translators.options import CUSTOM_ARG, BackendProfile, ToolContext
+from crossfeed.translators.records import quick_init
 
 # Top-level fields that are accepted, not sent upstream, and listed in `ignored` when set.
 _IGNORED_FIELDS = (
@@ -128,6 +129,8 @@ _HANDLED_FIELDS = frozenset(
 _UNSUPPORTED_KEYS = frozenset({"prompt", "background"})
 _SAMPLING_KEYS = frozenset({"max_output_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty"})
 _INCLUDE_KEYS = frozenset({"include", "top_logprobs"})
+_TOOL_KEYS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
+_KNOWN_FIELDS = _HANDLED_FIELDS | frozenset(_IGNORED_FIELDS)
 _CHECKED_IGNORED_KEYS = frozenset(
     {
         "max_tool_calls",
@@ -165,7 +168,8 @@ class HostedTools:
     images: ImageRequest | None = None  # an image_generation tool (the proxy runs it, or refuses it)
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(frozen=True)
 class MappedRequest:
     chat: dict  # the body to POST to the upstream /chat/completions
     tools: ToolContext  # for the stream machine (custom tool names, namespace map)
@@ -298,6 +302,8 @@ def _map_tool_fields(
 ) -> tuple[ToolTable, ts.ToolCatalog | None]:
     """tools, tool_choice and parallel_tool_calls (tools.map_tools / map_tool_choice); with
     deferred tools, the catalogue that keeps them out until a tool search reveals them."""
+    if body.keys().isdisjoint(_TOOL_KEYS) and not msgs.extra_tools and not msgs.loaded:
+        return ToolTable(), None  # no tools anywhere: nothing to map, nothing to choose
     table = map_tools(body.get("tools"), ignored, CUSTOM_ARG, msgs.extra_tools, msgs.loaded)
     choice, allowed = map_tool_choice(body.get("tool_choice"), table, ignored)
     tools = [t for t in table.chat if allowed is None or t["function"]["name"] in allowed]
@@ -483,8 +489,11 @@ def _map_misc(body: dict[str, Any], chat: dict[str, Any], ignored: list[str]) ->
     max_tool_calls = _check_ignored(body) if not body.keys().isdisjoint(_CHECKED_IGNORED_KEYS) else None
     if body.get("service_tier") not in (None, "auto", "default"):
         ignored.append(f"service_tier {body['service_tier']}")
-    ignored.extend(key for key in _IGNORED_FIELDS if body.get(key) is not None)
-    ignored.extend(key for key in body if key not in _HANDLED_FIELDS and key not in _IGNORED_FIELDS)
+    keys = body.keys()
+    if not keys.isdisjoint(_IGNORED_FIELDS):
+        ignored.extend(key for key in _IGNORED_FIELDS if body.get(key) is not None)
+    if not keys <= _KNOWN_FIELDS:
+        ignored.extend(key for key in body if key not in _KNOWN_FIELDS)
     return store, max_tool_calls
 
 

@@ -102,3 +102,15 @@ def test_the_create_decision_is_made_once_for_both_transports(transport: str) ->
     assert "respond" in names
     decided_there = {"map_forward", "load_history", "forward_turn", "forward_streamed", "forward_now", "hosted_turn"}
     assert names & decided_there == set()
+
+
+def test_the_per_request_records_are_made_in_one_step() -> None:
+    """Turn, Create, MappedRequest and ChatCall are made for every request: their ``__init__`` is
+    ``quick_init``'s (one ``__dict__`` write), not the frozen dataclass's (a call per field)."""
+    from crossfeed.proxy.turns.reverse import ChatCall
+    from crossfeed.proxy.turns.turn import Create
+    from crossfeed.translators.forward.request import MappedRequest
+
+    for cls in (Turn, Create, MappedRequest, ChatCall):
+        assert cls.__init__.__code__.co_names == ("_set",), cls
+        assert dataclasses.is_dataclass(cls)
