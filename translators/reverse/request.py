@@ -73,6 +73,25 @@ _HANDLED = frozenset(
 )
 # Never dropped by drop_params: without them there is no request.
 _NOT_DROPPABLE = frozenset({"model", "messages", "stream"})
+# The fields each group of checks reads: a group whose fields are all absent (the usual request
+# sends a handful) is skipped with one set test instead of a lookup per field.
+_REJECTED_KEYS = frozenset({"n", "stop", "seed", "logit_bias", "modalities", "audio", "prediction", "moderation"})
+_TOOL_KEYS = frozenset({"tools", "functions", "web_search_options"})
+_SAMPLING_KEYS = frozenset(
+    {
+        "max_completion_tokens",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "response_format",
+        "verbosity",
+        "reasoning_effort",
+        "logprobs",
+        "top_logprobs",
+    }
+)
 MAX_CHOICES = 8  # n: that many Responses calls run for one request
 MAX_STOP_SEQUENCES = 4  # as OpenAI's Chat API
 
@@ -174,7 +193,7 @@ def chat_request_to_responses(
     if msgs.instructions:
         out["instructions"] = "\n\n".join(msgs.instructions)
     out["input"] = msgs.items
-    tools = _map_tools(body)
+    tools = _map_tools(body) if not body.keys().isdisjoint(_TOOL_KEYS) else None
     if tools:
         out["tools"] = tools
     choice = _map_tool_choice(body.get("tool_choice"), "tool_choice")
@@ -187,16 +206,18 @@ def chat_request_to_responses(
         out["parallel_tool_calls"] = parallel
     _map_sampling(body, out, options.min_output_tokens)
     _map_copied(body, out)
-    dropped.extend(key for key in _DROPPED if body.get(key) is not None)
+    if not body.keys().isdisjoint(_DROPPED):
+        dropped.extend(key for key in _DROPPED if body.get(key) is not None)
     return out
 
 
 def _map_copied(body: dict[str, Any], out: dict[str, Any]) -> None:
     """The fields copied after a check: the strings, ``metadata``, ``store``, ``stream`` and
     ``stream_options.include_obfuscation``."""
-    for key in _PASS_STR:
-        if opt_str(body, key, "") is not None:
-            out[key] = body[key]
+    if not body.keys().isdisjoint(_PASS_STR):
+        for key in _PASS_STR:
+            if opt_str(body, key, "") is not None:
+                out[key] = body[key]
     metadata = body.get("metadata")
     if metadata is not None:
         for key, value in expect_dict(metadata, "metadata").items():
@@ -224,6 +245,8 @@ def _drop_params(body: dict[str, Any], names: tuple[str, ...], dropped: list[str
 
 
 def _reject_unsupported(body: dict[str, Any], options: BackendProfile) -> None:
+    if body.keys().isdisjoint(_REJECTED_KEYS):
+        return
     # n and stop are crossfeed's to run (several calls; the text cut): checked here, not sent.
     choice_count(body, options)
     stop_sequences(body, options)
@@ -240,6 +263,8 @@ def _reject_unsupported(body: dict[str, Any], options: BackendProfile) -> None:
 
 
 def _map_sampling(body: dict[str, Any], out: dict[str, Any], floor: int) -> None:
+    if body.keys().isdisjoint(_SAMPLING_KEYS):
+        return
     tokens = opt_number(body, "max_completion_tokens", integer=True, low=1)
     if tokens is None:
         tokens = opt_number(body, "max_tokens", integer=True, low=1)
