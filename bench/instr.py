@@ -4,6 +4,7 @@ yardsticks of issue 33's budgets, counted by callgrind (load-independent) instea
     .venv/bin/python bench/instr.py                                  # ~4 minutes on 2 cores
     .venv/bin/python bench/instr.py --directions forward --requests 20
     .venv/bin/python bench/instr.py --tree /tmp/cf-base              # another crossfeed build
+    .venv/bin/python bench/instr.py --targets crossfeed --keep /tmp/cg  # the dumps, for callgrind_annotate
     .venv/bin/python bench/instr.py --variant tool --chunks 2000     # another cell's stream
     .venv/bin/python bench/instr.py --targets crossfeed --pool 3      # a pool of 3 replicas against one (issue 35)
 
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", default=str(HERE.parent), help="the crossfeed tree to measure (default: this one)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", type=Path, help="copy each target's callgrind dumps here (for callgrind_annotate)")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("bench/instr.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
@@ -176,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for up in ups:
                 stop(up)
+            if args.keep is not None:
+                shutil.copytree(work, args.keep, dirs_exist_ok=True, ignore=shutil.ignore_patterns("data"))
     cell = f"c1 n{args.chunks} {args.variant}"
     pooled = f", crossfeed-pool: {args.pool} upstream processes" if args.pool > 1 else ""
     print(f"# instructions per request, {cell}, {args.requests} requests per batch{pooled} (bench/instr.py)")
