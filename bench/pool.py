@@ -17,7 +17,10 @@ Three measurements:
    counted by the replicas' ``/stats``). The goal: the pool within 3 % of one upstream. Two
    more arms tell the pool's code from the replicas' number: the pool of three URLs of one
    replica process (127.0.0.1, .2, .3: chunks arrive as from one backend), and one
-   ``base_url`` the kernel spreads over the three processes (SO_REUSEPORT, no pool code).
+   ``base_url`` the kernel spreads over the three processes (SO_REUSEPORT, no pool code). The
+   byte pass-through (bench/passthrough.py, chat requests) in front of one replica and in front
+   of the same three processes shows what three replicas instead of one cost a proxy that has
+   neither a pool nor a translation (``--no-passthrough`` leaves these two arms out).
 2. **Affinity hit rate** over a multi-turn keyed workload: conversations of several turns, run
    several at once, half chained with ``previous_response_id``, half keyed by
    ``prompt_cache_key``; a hit is a turn answered (``x-crossfeed-replica``) by the replica of its
@@ -135,12 +138,28 @@ async def failovers(proc: Proc) -> float:
 # ------------------------------------------------------------------------------------ 1. CPU
 
 
+async def start_passthrough(name: str, url: str, logdir: Path) -> Proc:
+    """bench/passthrough.py in front of ``url``, on crossfeed's CPU and its event loop (uvloop)."""
+    port = free_port()
+    argv = [sys.executable, str(HERE / "passthrough.py"), "--port", str(port), "--upstream", url, "--uvloop"]
+    proc = Proc(name, argv, port, CROSSFEED_CPU, logdir / f"{name}.log")
+    proc.start()
+    await wait_ready(proc, 30)
+    return proc
+
+
 async def cpu_run(name: str, urls: list[str], replicas: list[Proc], logdir: Path, args: argparse.Namespace) -> dict:
-    config = write_config(logdir / f"{name}.toml", urls, logdir / f"data-{name}")
-    proc = await start_crossfeed(name, config, logdir)
+    """One measured run: crossfeed in front of ``urls`` (one: ``base_url``, more: a pool), or,
+    for an arm named ``pt-*``, the byte pass-through in front of the one URL (chat requests: it
+    copies what the replica streams)."""
+    if name.startswith("pt-"):
+        proc, path = await start_passthrough(name, urls[0], logdir), "/v1/chat/completions"
+    else:
+        config = write_config(logdir / f"{name}.toml", urls, logdir / f"data-{name}")
+        proc, path = await start_crossfeed(name, config, logdir), "/v1/responses"
     try:
         spec = loadgen.LoadSpec(
-            url=f"http://127.0.0.1:{proc.port}/v1/responses",
+            url=f"http://127.0.0.1:{proc.port}{path}",
             model=upstream_mod.model_name(args.chunks, d=args.delay_ms),
             concurrency=args.concurrency,
             duration=2.0,
@@ -166,6 +185,8 @@ ARMS = {
     "pool1": "pool of 3 URLs, one replica process",
     "pool": "pool of 3 replica processes",
     "spread": "one base_url over the 3 replica processes (SO_REUSEPORT), no pool",
+    "pt": "pass-through, one replica (its own yardstick)",
+    "pt_spread": "pass-through over the 3 replica processes (SO_REUSEPORT)",
 }
 
 
@@ -178,21 +199,28 @@ async def cpu_cell(replicas: list[Proc], logdir: Path, args: argparse.Namespace)
         "pool": urls,
         "spread": [f"http://127.0.0.1:{args.shared_port}/v1"],
     }
+    if args.passthrough:  # what three processes cost a proxy with no pool and no translation
+        arms |= {"pt": urls[:1], "pt_spread": arms["spread"]}
     runs: dict[str, list[dict]] = {k: [] for k in arms}
     for rep in range(args.repeat):
         for which in list(arms) if rep % 2 == 0 else list(arms)[::-1]:
-            runs[which].append(await cpu_run(f"cf-{which}-{rep}", arms[which], replicas, logdir, args))
+            prefix = "pt" if which.startswith("pt") else "cf"
+            runs[which].append(await cpu_run(f"{prefix}-{which}-{rep}", arms[which], replicas, logdir, args))
     lines = [
         f"CPU per chunk: c{args.concurrency} n{args.chunks} d{args.delay_ms:g} text, {args.seconds:g} s per run, "
         f"{args.repeat} interleaved repeats, crossfeed {'on CPU 1' if PINNED else 'unpinned'}, store {STORE}",
-        "| upstream | streams/s | CPU us/chunk (median) | per run | vs one (median of per-repeat ratios) "
+        "| upstream | streams/s | CPU us/chunk (median) | per run | vs the same proxy on one replica (median of "
+        "per-repeat ratios) "
         "| chunks per wakeup | errors |",
         "|---|---|---|---|---|---|---|",
     ]
     ratios: dict[str, list[float]] = {}
     for which, label in ARMS.items():
+        if which not in runs:
+            continue
         these = runs[which]
-        ratios[which] = [r["cpu_us_per_chunk"] / o["cpu_us_per_chunk"] for o, r in zip(runs["one"], these, strict=True)]
+        base = runs["pt" if which.startswith("pt") else "one"]  # each proxy against itself on one replica
+        ratios[which] = [r["cpu_us_per_chunk"] / o["cpu_us_per_chunk"] for o, r in zip(base, these, strict=True)]
         per_run = ", ".join(f"{r['cpu_us_per_chunk']:.1f}" for r in these)
         lines.append(
             f"| {label} | {statistics.median(r['streams_per_s'] for r in these):.0f} | "
@@ -206,6 +234,11 @@ async def cpu_cell(replicas: list[Proc], logdir: Path, args: argparse.Namespace)
         f"the pool's own cost: one process {statistics.median(ratios['pool1']):.3f}x one base_url; three processes "
         f"{statistics.median(own):.3f}x one base_url over the same three ({', '.join(f'{x:.3f}' for x in own)})"
     )
+    if "pt_spread" in ratios:
+        lines.append(
+            f"three replica processes instead of one: crossfeed with the pool {statistics.median(ratios['pool']):.3f}x, "
+            f"the pass-through {statistics.median(ratios['pt_spread']):.3f}x (each against itself on one replica)"
+        )
     return lines, {"runs": runs, "ratios": ratios}
 
 
@@ -366,6 +399,12 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--chunks", type=int, default=20)
     ap.add_argument("--delay-ms", type=float, default=5.0, help="between chunks (paced: both runs get the same load)")
+    ap.add_argument(
+        "--no-passthrough",
+        dest="passthrough",
+        action="store_false",
+        help="CPU cell: leave out the pass-through's two arms (one replica, the three processes)",
+    )
     ap.add_argument("--conversations", type=int, default=24)
     ap.add_argument("--conversations-at-once", type=int, default=8)
     ap.add_argument("--turns", type=int, default=6)

@@ -28,7 +28,8 @@ def test_pool_bench_quick_run_completes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
     assert all(r["errors"] == 0 for runs in data["cpu"]["runs"].values() for r in runs)
-    assert set(data["cpu"]["ratios"]) == {"one", "pool1", "pool", "spread", "pool_vs_spread"}
+    assert set(data["cpu"]["ratios"]) == {"one", "pool1", "pool", "spread", "pool_vs_spread", "pt", "pt_spread"}
+    assert all(r["cpu_us_per_chunk"] > 0 for r in data["cpu"]["runs"]["pt_spread"])  # the pass-through ran
     keyed = data["affinity"]["keyed"]
     assert keyed["hits"] == keyed["turns"] > 0  # no replica was full or down: every later turn stayed
     assert data["failover"]["runs"]["live"][0]["failovers"] == 0
