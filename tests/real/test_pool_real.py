@@ -159,6 +159,39 @@ async def test_a_ten_turn_chain_stays_on_one_real_replica(two_servers, tmp_path,
     assert len(busy.bodies[-1]["messages"]) == 19  # the whole chain: 9 answers and 10 questions
 
 
+@pytest.mark.parametrize("store", [True, False], ids=["stored chain", "unstored chain, session-id"])
+async def test_a_ten_turn_chain_on_a_socket_stays_on_one_real_replica(
+    two_servers, tmp_path, captured, ws_frames, store
+) -> None:
+    """The same chain over the SDK's WebSocket (``client.responses.connect()``). Stored, each turn
+    reads its replica from the record of the response it continues; unstored (as Codex sends its
+    turns, with a ``session-id`` on the handshake), from the socket's remembered response."""
+    async with relays(two_servers) as (r0, r1):
+        config = pool_config(tmp_path, [r0.base_url, r1.base_url], model=MODEL, store="sqlite")
+        async with running_proxy(config) as proxy:
+            client = sdk_client(proxy.base_url, captured, timeout=60)
+            headers = {} if store else {"session-id": f"real-pool-{uuid.uuid4().hex}"}
+            async with client.responses.connect(extra_headers=headers) as conn:
+                ws = ws_frames.attach(conn, "real pool")
+                previous = None
+                for _ in range(10):
+                    turn, parsed = await ws.turn(
+                        model=MODEL,
+                        input="Say hello",
+                        previous_response_id=previous,
+                        store=store,
+                        max_output_tokens=32,
+                        temperature=0,
+                    )
+                    assert turn.terminal == "response.completed", turn.events[-1:]
+                    previous = parsed[-1].response.id
+            await client.close()
+    assert sorted([len(r0.bodies), len(r1.bodies)]) == [0, 10]  # the servers' own count of calls
+    busy = r0 if r0.bodies else r1
+    assert len(busy.bodies[-1]["messages"]) == 19  # the whole chain: 9 answers and 10 questions
+    assert all(busy.texts)  # every turn's answer came from the real server
+
+
 @pytest.mark.parametrize("prefill", ["trailing_assistant", "continue_final_message"])
 async def test_a_replica_killed_mid_answer_is_continued_by_the_other(two_servers, tmp_path, captured, prefill) -> None:
     """llama-server takes both forms of the prefill (it reads ``continue_final_message`` too). The
