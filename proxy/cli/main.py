@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crossfeed.proxy.errors import ConfigError
+from crossfeed.proxy.runtime.allocator import tune_allocator
 from crossfeed.proxy.runtime.config import Config, load_config
 from crossfeed.proxy.runtime.logs import FLUSH_BYTES, configure_logging, flush_logs, log
 from crossfeed.proxy.state.store.base import StoreError
@@ -476,6 +477,7 @@ async def _serve(config: Config, worker: WorkerRole | None = None) -> None:
     port = sockets[0].getsockname()[1] if sockets else config.server.port
     _tune_gc()
     _tune_threads()
+    log.debug("server.allocator", setting=tune_allocator(config.server.allocator_retain_mb))
     if worker is None:
         from crossfeed.proxy.cli.startup import announce
 

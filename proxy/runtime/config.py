@@ -200,6 +200,13 @@ class Server(_Model):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    allocator_retain_mb: int = Field(
+        64,
+        ge=0,
+        le=1024,
+        description="freed memory (MiB) glibc keeps for the next request instead of returning it, so a large "
+        "body's parse faults no pages in (0: glibc's own thresholds; proxy/runtime/allocator.py)",
+    )
     inbound_keys_env: str | None = None
     inbound_keys: tuple[InboundKey, ...] = Field(
         (), description="named client keys ([[server.inbound_keys]]); with inbound_keys_env, theirs come first"
