@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from crossfeed.proxy.errors import ConfigError
+from crossfeed.proxy.runtime.allocator import DEFAULT_RETAIN_MB
 from crossfeed.proxy.runtime.config_errors import Sources, explain, misspelt_variables, source_of
 from crossfeed.proxy.runtime.config_sources import (
     ENV_KEYS,
@@ -201,7 +202,7 @@ class Server(_Model):
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     allocator_retain_mb: int = Field(
-        64,
+        DEFAULT_RETAIN_MB,
         ge=0,
         le=1024,
         description="freed memory (MiB) glibc keeps for the next request instead of returning it, so a large "
