@@ -21,13 +21,14 @@ from typing import Any, TypedDict
 
 import structlog
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from crossfeed.proxy.errors import ClientRequestError, error_response
 from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS
+from crossfeed.proxy.runtime.request_series import LocalFamilies, Record, SharedFamilies
 
 # Request ids: a random per-process prefix and a counter: unique across replicas and restarts,
 # and far cheaper than a uuid per request.
@@ -79,7 +80,6 @@ _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 disable_created_metrics()
 
 MAX_MODEL_LABELS = 200
-_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
 class _OpenStreams(Collector):
@@ -122,24 +122,16 @@ class Metrics:
             self.streams_changed = lambda upstream, n: active.labels(upstream).set(n)
         else:
             r.register(_OpenStreams(open_streams))
-        self.requests = Counter(
-            "crossfeed_requests", "Requests handled", ["route", "model", "status", "key"], registry=r
-        )
-        self.ttfb = Histogram(
-            "crossfeed_time_to_first_byte_seconds",
-            "Time until the upstream answered",
-            ["route"],
-            buckets=_TIME_BUCKETS,
-            registry=r,
-        )
-        self.duration = Histogram(
-            "crossfeed_request_duration_seconds", "Whole request duration", ["route"], buckets=_TIME_BUCKETS, registry=r
-        )
+        # The series every request records: lock-free in one process, shared between workers.
+        self._families: LocalFamilies | SharedFamilies
+        if shared_dir:
+            self._families = SharedFamilies(r)
+        else:
+            self._families = LocalFamilies()
+            r.register(self._families)
         self.upstream_errors = Counter(
             "crossfeed_upstream_errors", "Upstream failures by kind", ["upstream", "kind"], registry=r
         )
-        self.tokens = Counter("crossfeed_tokens", "Tokens reported by upstreams", ["model", "direction"], registry=r)
-        self.terminals = Counter("crossfeed_terminal_events", "How streams ended", ["route", "terminal"], registry=r)
         self.store_failures = Counter("crossfeed_store_failures", "Response store failures", ["operation"], registry=r)
         # Failed saves kept for retry (proxy/state/store_retry.py): how many are held now, what became of them.
         from prometheus_client import Gauge as RetryGauge
@@ -162,8 +154,7 @@ class Metrics:
         )
         self._pool_metrics(r, RetryGauge)
         self._run_metrics(r, RetryGauge)
-        self._children: dict[tuple[Any, ...], Any] = {}
-        self._request_children: dict[tuple[str, str, int, str], RequestSeries] = {}
+        self._request_series: dict[tuple[str, str, int, str], Record] = {}
         self._models: set[str] = set()
 
     def _run_metrics(self, r: CollectorRegistry, gauge: Any) -> None:
@@ -228,59 +219,13 @@ class Metrics:
         self._models.add(model)
         return model
 
-    def request_children(self, route: str, model: str, status: int, key_name: str = "none") -> RequestSeries:
-        """Every series a request of one (route, model, status, key name) records, found with one
-        lookup: the request counter and duration series (every request records both), and the
-        ones a request records when it has them (time to first byte, tokens, how it ended)."""
+    def request_series(self, route: str, model: str, status: int, key_name: str = "none") -> Record:
+        """What records a request of one (route, model, status, key name) in its series, found
+        with one lookup (request_series.py)."""
         key = (route, model, status, key_name)
-        found = self._request_children.get(key)
+        found = self._request_series.get(key)
         if found is None:
-            found = self._request_children[key] = RequestSeries(self, route, model, status, key_name)
-        return found
-
-    def child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, cached: labels() takes a lock and builds a key every call."""
-        key = (id(metric), *labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
-
-
-class RequestSeries:
-    """The series of one (route, model, status, key name). A labelled series is exported from
-    its first use, so those a request may not record are made the first time one does."""
-
-    __slots__ = ("count", "duration", "_metrics", "_route", "_model", "_ttfb", "_tokens", "_terminals")
-
-    def __init__(self, metrics: Metrics, route: str, model: str, status: int, key_name: str) -> None:
-        self.count = metrics.requests.labels(route, model, str(status), key_name)
-        self.duration = metrics.duration.labels(route)
-        self._metrics = metrics
-        self._route = route
-        self._model = model
-        self._ttfb: Any = None
-        self._tokens: tuple[Any, Any] | None = None
-        self._terminals: dict[str, Any] = {}
-
-    def ttfb(self) -> Any:
-        found = self._ttfb
-        if found is None:
-            found = self._ttfb = self._metrics.child(self._metrics.ttfb, self._route)
-        return found
-
-    def tokens(self) -> tuple[Any, Any]:
-        """The (in, out) token counters of the model."""
-        found = self._tokens
-        if found is None:
-            m = self._metrics
-            found = self._tokens = (m.child(m.tokens, self._model, "in"), m.child(m.tokens, self._model, "out"))
-        return found
-
-    def terminal(self, terminal: str) -> Any:
-        found = self._terminals.get(terminal)
-        if found is None:
-            found = self._terminals[terminal] = self._metrics.child(self._metrics.terminals, self._route, terminal)
+            found = self._request_series[key] = self._families.series(route, model, status, key_name)
         return found
 
 
@@ -403,21 +348,11 @@ def record_request(app: web.Application, route: str, summary: TurnLog, status: i
     """One request's (or WebSocket turn's) metrics and its summary line."""
     metrics = app[METRICS]
     model = metrics.model_label(str(summary.get("model") or ""))
-    series = metrics.request_children(route, model, status, str(summary.get("key") or "none"))
-    series.count.inc()
-    series.duration.observe(duration)
+    record = metrics.request_series(route, model, status, str(summary.get("key") or "none"))
     ttfb = summary.pop("ttfb", None)
+    record(duration, ttfb, summary.get("usage"), summary.get("terminal"))
     if ttfb is not None:
-        series.ttfb().observe(ttfb)
         summary["ttfb_ms"] = round(ttfb * 1000, 1)
-    usage = summary.get("usage")
-    if usage:
-        tokens_in, tokens_out = series.tokens()
-        tokens_in.inc(usage.get("in", 0))
-        tokens_out.inc(usage.get("out", 0))
-    terminal = summary.get("terminal")
-    if terminal:
-        series.terminal(terminal).inc()
     if route != "/metrics":
         log = app[SUMMARY_LOG]
         duration_ms = round(duration * 1000, 1)
