@@ -94,7 +94,7 @@ class Item:
         self.namespace: str | None = None
         self.args: list[str] = []
         self.unwrap: JsonStringField | None = None
-        self.head = b""  # wire mode: the frame of this item's delta event up to the delta text
+        self.head = b""  # wire mode: the template of this item's delta event (Assembler._head)
         self.head_ci = -1  # ... for this content_index
 
 
@@ -499,9 +499,12 @@ class ResponseAssembler(NumberedStream):
     def _snapshot(self) -> dict[str, Any]:
         return dict(self._resp)
 
-    def _head(self, item: Item, event_type: str, ci: int | None, index_key: bytes = b"content_index") -> bytes:
-        """The wire-mode template of ``item``'s delta event: its frame up to the delta text, in
-        the key order of the dict the event would be (orjson keeps insertion order)."""
+    def _head(
+        self, item: Item, event_type: str, ci: int | None, index_key: bytes = b"content_index", tail: bytes = _SEQ_TAIL
+    ) -> bytes:
+        """The wire-mode template of ``item``'s delta event: its whole frame, in the key order of
+        the dict the event would be (orjson keeps insertion order), with two holes: ``%s`` for the
+        delta's JSON and ``%d`` for its sequence number. ``tail``: what comes between them."""
         head = b'%s{"type":"%s","item_id":%s,"output_index":%d' % (
             self._framing.named(event_type),
             event_type.encode(),
@@ -510,12 +513,17 @@ class ResponseAssembler(NumberedStream):
         )
         if ci is not None:
             head += b',"%s":%d' % (index_key, ci)
-        item.head = head = head + b',"delta":'
+        item.head = head = b"%s%%s%s%%d%s" % (
+            (head + b',"delta":').replace(b"%", b"%%"),
+            tail,
+            self._end.replace(b"%", b"%%"),
+        )
         item.head_ci = ci if ci is not None else 0
         return head
 
     def _frame(self, head: bytes, delta: str) -> None:
-        """Wire mode: a delta event without logprobs as its finished frame; one sequence number."""
+        """Wire mode: a delta event without logprobs as its finished frame (``head``: ``_head``'s
+        template); one sequence number."""
         seq = self._seq
         self._seq = seq + 1
-        self._out.append(b"%s%s%s%d%s" % (head, _dumps(delta), _SEQ_TAIL, seq, self._end))
+        self._out.append(head % (_dumps(delta), seq))

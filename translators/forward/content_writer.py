@@ -128,8 +128,8 @@ class ContentWriter(ResponseAssembler):
                 self._seq = seq + 1
                 ci = len(item.parts) - 1
                 if self._wire:
-                    head = item.head if item.head_ci == ci else self._head(item, _TEXT_DELTA, ci)
-                    self._out.append(b"%s%s%s%d%s" % (head, _dumps(text), _TEXT_TAIL, seq, self._end))
+                    head = item.head if item.head_ci == ci else self._head(item, _TEXT_DELTA, ci, tail=_TEXT_TAIL)
+                    self._out.append(head % (_dumps(text), seq))
                     return
                 self._out.append(
                     {
