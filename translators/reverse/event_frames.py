@@ -15,6 +15,10 @@ keys the frame has: the handlers read absent and ``null`` alike) and the handler
 what it does with the whole parsed frame. It returns None for a frame it does not know, and the
 caller then parses the frame as plain JSON.
 
+The stream's first frame (``created``; ``in_progress`` or ``queued`` where a server sends none)
+carries the whole Response, of which the machine reads the model and the creation time: it is
+decoded into ``StartEvent`` (``start_event``).
+
 The frames that send nothing once the stream started (``in_progress``, ``content_part.added``,
 the ``output_item.added`` of a message or a reasoning item) are decoded into ``QuietFrame``, the
 closing ones into ``ClosingEvent``. Every field is typed ``Any`` unless the handler requires an
@@ -82,7 +86,20 @@ class ClosingEvent(TypedDict, total=False):
     response: ResponseTail | None
 
 
+class ResponseHead(TypedDict, total=False):
+    """What the first lifecycle event's Response tells the machine: the stream's identity."""
+
+    model: Any
+    created_at: Any
+
+
+class StartEvent(TypedDict, total=False):
+    type: Any
+    response: ResponseHead | None
+
+
 decode_quiet = msgspec.json.Decoder(QuietFrame).decode
+_decode_start = msgspec.json.Decoder(StartEvent).decode
 _decode_event = msgspec.json.Decoder(ClosingEvent).decode
 
 ITEM_ADDED: Final = "response.output_item.added"
@@ -92,6 +109,8 @@ PART_DONE: Final = "response.content_part.done"
 ITEM_DONE: Final = "response.output_item.done"
 TERMINAL: Final = frozenset({"response.completed", "response.incomplete"})
 QUIET_PREFIXES: Final = tuple(b'{"type":"%s"' % t.encode() for t in (*QUIET, ITEM_ADDED))
+START: Final = frozenset({"response.created", "response.in_progress", "response.queued"})
+START_PREFIXES: Final = tuple(b'{"type":"%s"' % t.encode() for t in sorted(START))
 EVENT_PREFIXES: Final = tuple(b'{"type":"%s"' % t.encode() for t in (TEXT_DONE, PART_DONE, ITEM_DONE, *TERMINAL))
 
 
@@ -115,3 +134,26 @@ def closing_event(data: bytes) -> dict[str, Any] | None:
 
 
 _TEXT_DONES: Final = (TEXT_DONE, PART_DONE)
+
+
+# The integers orjson parses as integers; the plain parse makes a float of any other, so one of
+# them in a field the machine reads is left to it.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+def start_event(data: bytes) -> dict[str, Any] | None:
+    """The event ``_first`` reads, of the first lifecycle frame's bytes: its type and its
+    Response's model and creation time, the rest of the Response skipped. None for another
+    event or shape (the caller then parses the frame as plain JSON)."""
+    try:
+        ev: Any = _decode_start(data)
+    except FRAME_ERRORS:
+        return None
+    if ev.get("type") not in START:  # (a repeated ``type``: the last one counts)
+        return None
+    resp = ev.get("response")
+    if resp is not None:
+        for value in resp.values():
+            if value.__class__ is int and not _INT_MIN <= value <= _INT_MAX:
+                return None
+    return ev

@@ -92,9 +92,11 @@ from crossfeed.translators.reverse.event_frames import (
     ITEM_ADDED,
     QUIET,
     QUIET_PREFIXES,
+    START_PREFIXES,
     TERMINAL,
     closing_event,
     decode_quiet,
+    start_event,
 )
 from crossfeed.translators.reverse.stream_state import (
     CALL_TYPES,
@@ -115,6 +117,9 @@ _LIFECYCLE = frozenset(
     {"response.created", "response.queued", "response.in_progress", "response.completed", "response.incomplete"}
 )
 _NO_START = frozenset({"error", "response.failed", "keepalive"})
+# A chunk's ``created`` is a 64-bit integer (orjson writes no other): a creation time beyond it is
+# replaced by the proxy's clock.
+_CREATED_MIN, _CREATED_END = -(2**63), 2**63
 _PREFIX_LEN = len(TEXT_DELTA_PREFIX)
 _QUIET_ITEMS = ("message", "reasoning")  # the item types whose output_item.added sends nothing
 _HOSTED_PREFIXES = (
@@ -234,10 +239,13 @@ class ResponsesToChatStream(CallStream):
             return self._with_role(out + self._malformed(f"malformed upstream event ({type(exc).__name__})"))
 
     def feed_frame(self, data: bytes) -> list[Out] | None:
-        """``feed`` for a frame still in its JSON bytes: a text delta (delta_frames.py), or a frame
-        around the deltas (event_frames.py); None for any other frame, or one of a shape the
-        general path should judge (the pump then parses it and calls ``feed``)."""
+        """``feed`` for a frame still in its JSON bytes: a text delta (delta_frames.py), a frame
+        around the deltas or the first one (event_frames.py); None for any other frame, or one of
+        a shape the general path should judge (the pump then parses it and calls ``feed``)."""
         if self._phase is not STREAMING:
+            if self._phase is WAITING and data.startswith(START_PREFIXES):  # the Response's identity
+                first = start_event(data)
+                return None if first is None else self.feed(first)
             return None
         if data[:_PREFIX_LEN] != TEXT_DELTA_PREFIX:  # (a slice compares faster than startswith)
             if data.startswith(QUIET_PREFIXES):
@@ -341,6 +349,9 @@ class ResponsesToChatStream(CallStream):
         created = resp.get("created_at")
         if created is not None and (type(created) not in (int, float) or not math.isfinite(created)):
             raise bad_field("response", "created_at", created, "a number")
+        if created is not None and not _CREATED_MIN <= created < _CREATED_END:  # no chunk could carry it
+            self._count("created_at_out_of_range")
+            created = None
         self._phase = STREAMING
         self._id = self._ids.new(CHAT_COMPLETION)
         self._model = model or self._fallback_model

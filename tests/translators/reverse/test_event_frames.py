@@ -304,3 +304,68 @@ def test_odd_bytes_same_both_ways(data: bytes) -> None:
     frames = [frame(e) for e in events]
     odd = b"event: x\ndata: " + data + b"\n\n"
     assert_same([*frames[:6], odd, *frames[6:]])
+
+
+_RESPONSE = {"id": "resp_1", "object": "response", "status": "in_progress", "output": [], "tools": []}
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        CREATED,
+        {**CREATED, "type": "response.in_progress"},  # a server that sends no created
+        {**CREATED, "type": "response.queued"},
+        {"type": "response.created", "response": None},
+        {"type": "response.created"},
+        {"type": "response.created", "response": {**_RESPONSE}},  # no model, no created_at
+        {"type": "response.created", "response": {**_RESPONSE, "model": None, "created_at": None}},
+        {"type": "response.created", "response": {**_RESPONSE, "model": "m", "created_at": 1.5}},
+        {"type": "response.created", "response": {**_RESPONSE, "model": 5, "created_at": 1}},
+        {"type": "response.created", "response": {**_RESPONSE, "model": "m", "created_at": "1"}},
+        {"type": "response.created", "response": {**_RESPONSE, "model": "m", "created_at": True}},
+        {"type": "response.created", "response": {**_RESPONSE, "model": "m", "created_at": 2**64 - 1}},
+        {"type": "response.created", "response": {**_RESPONSE, "model": "m", "created_at": -(2**63)}},
+        {"type": "response.created", "response": 7},
+        {"type": "response.created", "response": "x"},
+        {"type": "response.created", "response": [1]},
+    ],
+)
+def test_the_first_frame_same_both_ways(first: dict[str, Any]) -> None:
+    """The first lifecycle frame decoded typed (its Response's model and creation time) or
+    parsed whole: the same chunks, errors and diagnostics, whatever its shape."""
+    assert_same([frame(first), *(frame(e) for e in _stream()[1:])])
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"type":"response.created","response":{"model":"m","created_at":18446744073709551616}}',  # orjson: a float
+        b'{"type":"response.created","response":{"model":"m","created_at":-9223372036854775809}}',
+        b'{"type":"response.created","response":{"model":"m","created_at":1e400}}',  # neither parses it
+        b'{"type":"response.created","response":{"model":"m"},"type":"error"}',  # the last type counts
+        b'{"type":"response.created","response":{"model":"\xff"}}',
+        b'{"type":"response.created","response":{"model":"m"}',  # cut short
+    ],
+)
+def test_odd_first_frames_same_both_ways(data: bytes) -> None:
+    """Integers beyond 64 bits (orjson makes them floats: the typed path leaves them to it),
+    a repeated type, invalid UTF-8, JSON cut short."""
+    first = b"event: response.created\ndata: " + data + b"\n\n"
+    assert_same([first, *(frame(e) for e in _stream()[1:])])
+
+
+def test_the_first_frame_takes_the_typed_path() -> None:
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    assert m.feed_frame(orjson.dumps({**CREATED, "response": {**_RESPONSE, "model": "m", "created_at": 7}})) == []
+    assert m.phase == "streaming"
+    out = m.feed_frame(orjson.dumps(_stream()[4]))  # the first delta: the role chunk, then the text
+    assert out is not None
+    chunks = [orjson.loads(x[6:]) for x in render_chat(out).split(b"\n\n") if x.startswith(b"data: ")]
+    assert {(c["model"], c["created"]) for c in chunks} == {("m", 7)}
+    bad = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    assert bad.feed_frame(b'{"type":"response.created","response":{"created_at":18446744073709551616}}') is None
+    assert bad.phase == "waiting"

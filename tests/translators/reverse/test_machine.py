@@ -207,6 +207,17 @@ def test_created_at_missing_uses_the_clock_and_later_lifecycle_events_change_not
     assert {(c["model"], c["created"]) for c in out} == {("up-model", NOW)}
 
 
+@pytest.mark.parametrize("created_at", [2**63, 1e19, -(2**63) - 1, 2**70])
+def test_a_creation_time_no_chunk_can_carry_uses_the_clock(created_at: float) -> None:
+    """A chunk's ``created`` is a 64-bit integer: a time beyond it (orjson parses an integer
+    past 64 bits as a float) is counted and replaced, never a stream that cannot be rendered."""
+    out, m = run([created(created_at=created_at), text_delta("x"), completed()])
+    assert {c["created"] for c in out} == {NOW}
+    assert m.diagnostics.get("created_at_out_of_range") == 1
+    _, kept = run([created(created_at=2**63 - 1), text_delta("x"), completed()])
+    assert "created_at_out_of_range" not in kept.diagnostics
+
+
 def test_stream_without_lifecycle_events_starts_on_first_content() -> None:
     out, _m = run([text_delta("hi"), completed()])
     assert deltas(out)[:2] == [{"role": "assistant", "content": ""}, {"content": "hi"}]
