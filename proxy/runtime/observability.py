@@ -107,6 +107,9 @@ class Metrics:
         live ones."""
         self.registry = r = CollectorRegistry()
         self.streams_changed: Callable[[str, int], None] | None = None
+        # The series every request records (request_series.py): shared between workers, else
+        # plain numbers in this process.
+        self._families: LocalFamilies | SharedFamilies
         if shared_dir:
             from prometheus_client import Gauge, multiprocess
 
@@ -120,13 +123,9 @@ class Metrics:
                 registry=r,
             )
             self.streams_changed = lambda upstream, n: active.labels(upstream).set(n)
-        else:
-            r.register(_OpenStreams(open_streams))
-        # The series every request records: lock-free in one process, shared between workers.
-        self._families: LocalFamilies | SharedFamilies
-        if shared_dir:
             self._families = SharedFamilies(r)
         else:
+            r.register(_OpenStreams(open_streams))
             self._families = LocalFamilies()
             r.register(self._families)
         self.upstream_errors = Counter(
