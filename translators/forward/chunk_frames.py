@@ -7,10 +7,11 @@ into msgspec structs that declare only those skips the rest (``id``, ``object``,
 less than half the cost of ``orjson.loads`` into dicts (docs/DESIGN.md), on the hot path of
 every token.
 
-Every field the machine reads is typed ``Any`` unless its container shape is fixed by the
-protocol (``choices`` a list of objects, ``delta`` an object): a value of another type makes
-the decode fail, and the caller then parses the frame as plain JSON so the machine reports the
-problem exactly as it always has. A field nobody reads is skipped unchecked, so an upstream
+Every field the machine reads is typed ``Json`` (any JSON value, integers as the plain parse
+reads them: bounded_json.py) unless its container shape is fixed by the protocol (``choices`` a
+list of objects, ``delta`` an object): a value of another type makes the decode fail, and the
+caller then parses the frame as plain JSON so the machine reports the problem exactly as it
+always has. A field nobody reads is skipped unchecked, so an upstream
 that puts garbage in ``id`` no longer fails a stream it could serve (orjson validated those
 bytes too; msgspec still rejects invalid UTF-8 in every field it keeps).
 
@@ -24,30 +25,32 @@ from typing import Any
 
 import msgspec
 
+from crossfeed.translators.bounded_json import Json
+
 
 class Delta(msgspec.Struct, gc=False):
-    content: Any = None
-    reasoning_content: Any = None
-    reasoning: Any = None
-    reasoning_details: Any = None
-    refusal: Any = None
-    annotations: Any = None
-    tool_calls: Any = None
-    function_call: Any = None
+    content: Json = None
+    reasoning_content: Json = None
+    reasoning: Json = None
+    reasoning_details: Json = None
+    refusal: Json = None
+    annotations: Json = None
+    tool_calls: Json = None
+    function_call: Json = None
 
 
 class Choice(msgspec.Struct, gc=False):
-    index: Any = 0
+    index: Json = 0
     delta: Delta | None = None
-    finish_reason: Any = None
-    logprobs: Any = None
+    finish_reason: Json = None
+    logprobs: Json = None
 
 
 class Chunk(msgspec.Struct, gc=False):
     choices: list[Choice] | None = None
-    usage: Any = None
-    error: Any = None
-    x_groq: Any = None
+    usage: Json = None
+    error: Json = None
+    x_groq: Json = None
 
 
 decode_chunk = msgspec.json.Decoder(Chunk).decode

@@ -8,17 +8,20 @@ objects for them, as the forward stream does for chat chunks (translators/forwar
 Only frames whose bytes open with the event's ``type`` are decoded this way (OpenAI, vLLM,
 llama-server and the Open Responses servers write ``type`` first); any other frame, and any
 text delta of another shape (an index that is not an integer, logprobs, a ``delta`` that is not
-a string: the struct's types, checked by the decoder), goes the general way: parsed to a dict and fed to the machine's handler, which
-reports a wrong shape exactly as it always has.
+a string, an index past 64 bits: the struct's types, checked by the decoder), goes the general
+way: parsed to a dict and fed to the machine's handler, which reports a wrong shape exactly as it
+always has.
 
 The struct is ``gc=False``: decoded JSON cannot hold a reference cycle.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
+
+from crossfeed.translators.bounded_json import Int, Json
 
 TEXT_DELTA_PREFIX = b'{"type":"response.output_text.delta"'
 
@@ -29,9 +32,9 @@ class TextDelta(msgspec.Struct, gc=False):
 
     type: Literal["response.output_text.delta"]
     delta: str
-    output_index: int
-    content_index: int = 0  # absent: 0, as the general path reads it
-    logprobs: list[Any] | None = None
+    output_index: Int
+    content_index: Int = 0  # absent: 0, as the general path reads it
+    logprobs: list[Json] | None = None
 
 
 decode_text_delta = msgspec.json.Decoder(TextDelta).decode

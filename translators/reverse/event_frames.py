@@ -21,8 +21,9 @@ decoded into ``StartEvent`` (``start_event``).
 
 The frames that send nothing once the stream started (``in_progress``, ``content_part.added``,
 the ``output_item.added`` of a message or a reasoning item) are decoded into ``QuietFrame``, the
-closing ones into ``ClosingEvent``. Every field is typed ``Any`` unless the handler requires an
-object or an array there: a value of another type makes the decode fail, and the frame goes the
+closing ones into ``ClosingEvent``. Every field is typed ``Json`` (any JSON value, integers as
+the plain parse reads them: bounded_json.py) unless the handler requires an object or an array
+there: a value of another type makes the decode fail, and the frame goes the
 general way (parsed into a dict, fed to ``feed``), which reports it exactly as it always has.
 Only frames whose bytes open with the event's ``type`` are decoded this way
 (``QUIET_PREFIXES``, ``EVENT_PREFIXES``). The structs are ``gc=False``.
@@ -34,53 +35,54 @@ from typing import Any, Final, TypedDict
 
 import msgspec
 
+from crossfeed.translators.bounded_json import Json
 from crossfeed.translators.reverse.delta_frames import FRAME_ERRORS
 
 
 class ItemHead(msgspec.Struct, gc=False):
-    type: Any = None
+    type: Json = None
 
 
 class QuietFrame(msgspec.Struct, gc=False):
     """``in_progress``, ``content_part.added``, ``output_item.added``: what tells whether the
     frame sends nothing (the added item's type and index)."""
 
-    type: Any = None
-    output_index: Any = None
+    type: Json = None
+    output_index: Json = None
     item: ItemHead | None = None
 
 
 class Part(TypedDict, total=False):
     """A content part (``content_part.done``'s ``part``, an item's ``content[i]``)."""
 
-    type: Any
-    text: Any
-    refusal: Any
-    annotations: Any
+    type: Json
+    text: Json
+    refusal: Json
+    annotations: Json
 
 
 class Item(TypedDict, total=False):
-    type: Any
-    id: Any
+    type: Json
+    id: Json
     content: list[Part] | None
 
 
 class ResponseTail(TypedDict, total=False):
     """What a terminal event's Response tells once its output was streamed."""
 
-    usage: Any
-    incomplete_details: Any
+    usage: Json
+    incomplete_details: Json
 
 
 class ClosingEvent(TypedDict, total=False):
     """The closing frames: ``output_text.done``, ``content_part.done``, ``output_item.done``,
     ``completed``, ``incomplete``."""
 
-    type: Any
-    output_index: Any
-    item_id: Any
-    content_index: Any
-    text: Any
+    type: Json
+    output_index: Json
+    item_id: Json
+    content_index: Json
+    text: Json
     part: Part | None
     item: Item | None
     response: ResponseTail | None
@@ -89,12 +91,12 @@ class ClosingEvent(TypedDict, total=False):
 class ResponseHead(TypedDict, total=False):
     """What the first lifecycle event's Response tells the machine: the stream's identity."""
 
-    model: Any
-    created_at: Any
+    model: Json
+    created_at: Json
 
 
 class StartEvent(TypedDict, total=False):
-    type: Any
+    type: Json
     response: ResponseHead | None
 
 
@@ -136,11 +138,6 @@ def closing_event(data: bytes) -> dict[str, Any] | None:
 _TEXT_DONES: Final = (TEXT_DONE, PART_DONE)
 
 
-# The integers orjson parses as integers; the plain parse makes a float of any other, so one of
-# them in a field the machine reads is left to it.
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
-
-
 def start_event(data: bytes) -> dict[str, Any] | None:
     """The event ``_first`` reads, of the first lifecycle frame's bytes: its type and its
     Response's model and creation time, the rest of the Response skipped. None for another
@@ -151,9 +148,4 @@ def start_event(data: bytes) -> dict[str, Any] | None:
         return None
     if ev.get("type") not in START:  # (a repeated ``type``: the last one counts)
         return None
-    resp = ev.get("response")
-    if resp is not None:
-        for value in resp.values():
-            if value.__class__ is int and not _INT_MIN <= value <= _INT_MAX:
-                return None
     return ev

@@ -250,6 +250,40 @@ def test_frames_of_the_wrong_shape_go_to_the_json_path(data: bytes) -> None:
     assert out[-1]["response"]["error"]["code"] == "upstream_protocol_error"
 
 
+@pytest.mark.parametrize("wide", [b"18446744073709551616", b"-9223372036854775809"])
+@pytest.mark.parametrize(
+    "template",
+    [
+        b'{"choices":[{"index":%s,"delta":{"content":"Hi"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":%s}}]}',
+        b'{"choices":[{"index":0,"delta":{"reasoning_content":%s}}]}',
+        b'{"choices":[{"index":0,"delta":{},"finish_reason":%s}]}',
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":%s,"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}',
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":%s}}]}}]}',
+        b'{"choices":[],"usage":{"prompt_tokens":%s,"completion_tokens":1,"total_tokens":2}}',
+        b'{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%s,"total_tokens":2}}',
+        b'{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%s}}}',
+        b'{"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi","logprob":-1,"bytes":[%s],"top_logprobs":[]}]}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"Hi","annotations":[{"type":"url_citation","url_citation":{"url":"u","title":"t","start_index":%s,"end_index":1}}]}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"Hi"}}],"error":{"message":"m","code":%s}}',
+    ],
+)
+def test_integers_past_64_bits_same_both_ways(template: bytes, wide: bytes) -> None:
+    """An integer orjson parses as a float (past 64 bits) where the machine reads: in an index,
+    a text, a finish reason, a tool call, the usage, logprobs, an annotation, an error. The
+    typed decode keeps it an int; the frame goes the plain way, so both give the same events
+    (before, a logprob's bytes or an annotation's index past 64 bits failed to render). The
+    events are not validated: a float where a logprob's bytes are ints is what the upstream sent."""
+    first = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    last = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    frames = [first, b"data: " + template % wide + b"\n\n", last]
+    plain = translate(frames, typed=False)
+    assert translate(frames, typed=True) == plain
+    wire = translate(frames, typed=True, wire=True)
+    assert render_responses(wire[0]) == render_responses(plain[0])
+    assert wire[1:] == plain[1:]
+
+
 def test_fields_nobody_reads_are_not_decoded() -> None:
     """Garbage in a field the machine never reads no longer fails the stream: the typed decode
     skips it (plain JSON rejected the whole frame over a byte in ``id``)."""

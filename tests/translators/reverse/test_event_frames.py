@@ -369,3 +369,53 @@ def test_the_first_frame_takes_the_typed_path() -> None:
     )
     assert bad.feed_frame(b'{"type":"response.created","response":{"created_at":18446744073709551616}}') is None
     assert bad.phase == "waiting"
+
+
+_HUGE = b"18446744073709551616"  # 2**64: orjson parses it as a float, msgspec as an int
+_LOW = b"-9223372036854775809"  # -(2**63) - 1
+
+
+def _with(event: dict[str, Any], path: tuple[Any, ...], raw: bytes) -> bytes:
+    """``event``'s JSON with the value at ``path`` written as ``raw`` (orjson cannot write it)."""
+    marker = 987654321987
+    copy = orjson.loads(orjson.dumps(event))
+    node: Any = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = marker
+    return orjson.dumps(copy).replace(str(marker).encode(), raw)
+
+
+_BIG_INT_PLACES = [
+    (2, ("output_index",), b"%s"),  # a quiet frame
+    (2, ("item", "type"), b"%s"),
+    (4, ("output_index",), b"%s"),  # a text delta
+    (4, ("content_index",), b"%s"),
+    (4, ("logprobs",), b'[{"token":"Hi","logprob":-0.5,"bytes":[72,%s],"top_logprobs":[]}]'),
+    (6, ("output_index",), b"%s"),
+    (6, ("content_index",), b"%s"),
+    (6, ("text",), b"%s"),
+    (7, ("output_index",), b"%s"),
+    (7, ("content_index",), b"%s"),
+    (7, ("part", "annotations"), b'[{"type":"url_citation","url":"u","title":"t","start_index":%s,"end_index":2}]'),
+    (8, ("output_index",), b"%s"),
+    (8, ("item", "content", 0, "annotations"), b'[{"type":"file_citation","file_id":"f","index":%s}]'),
+    (9, ("response", "usage", "input_tokens"), b"%s"),
+    (9, ("response", "usage", "output_tokens"), b"%s"),
+    (9, ("response", "usage", "total_tokens"), b"%s"),
+    (9, ("response", "usage", "output_tokens_details"), b'{"reasoning_tokens":%s}'),
+    (9, ("response", "usage", "input_tokens_details"), b'{"cached_tokens":%s}'),
+]
+
+
+@pytest.mark.parametrize("raw", [_HUGE, _LOW])
+@pytest.mark.parametrize(("at", "path", "template"), _BIG_INT_PLACES)
+def test_integers_past_64_bits_same_both_ways(at: int, path: tuple[Any, ...], template: bytes, raw: bytes) -> None:
+    """An integer orjson makes a float, in any field a typed frame's handler reads (an index, a
+    logprob's bytes, an annotation's index, a count of the usage or of its details): the same as
+    the general path."""
+    events = _stream()
+    frames = [frame(e) for e in events]
+    frames[at] = b"event: x\ndata: " + _with(events[at], path, template % raw) + b"\n\n"
+    for usage in (True, False):
+        assert_same(frames, usage=usage)
