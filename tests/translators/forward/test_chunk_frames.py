@@ -284,6 +284,60 @@ def test_integers_past_64_bits_same_both_ways(template: bytes, wide: bytes) -> N
     assert wire[1:] == plain[1:]
 
 
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        {  # logprobs with their alternatives: the deepest value a chunk carries (6 levels)
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "Hi"},
+                    "logprobs": {
+                        "content": [
+                            {
+                                "token": "Hi",
+                                "logprob": -0.1,
+                                "bytes": [72, 105],
+                                "top_logprobs": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105]}],
+                            }
+                        ],
+                        "refusal": None,
+                    },
+                }
+            ]
+        },
+        {  # Mistral's thinking parts
+            "choices": [
+                {"index": 0, "delta": {"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "hm"}]}]}}
+            ]
+        },
+        {
+            "choices": [
+                {"index": 0, "delta": {"reasoning_details": [{"type": "reasoning.text", "text": "hm", "index": 0}]}}
+            ]
+        },
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 3,
+                "completion_tokens": 5,
+                "prompt_tokens_details": {"cached_tokens": 1},
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            },
+        },
+        {"choices": [], "x_groq": {"id": "x", "usage": {"queue_time": 0.1, "prompt_tokens": 3}}},
+    ],
+)
+def test_nested_values_take_the_typed_path(chunk: dict[str, Any]) -> None:
+    """The values a real chunk nests (bounded_json.py bounds the depth the typed decode takes)
+    are decoded typed, not sent the plain way."""
+    m = machine()
+    m.start()
+    m.feed(orjson.loads(sse({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})[6:]))
+    assert m.feed_frame(orjson.dumps(chunk)) is not None
+    assert_same([sse(chunk), sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})])
+
+
 def test_fields_nobody_reads_are_not_decoded() -> None:
     """Garbage in a field the machine never reads no longer fails the stream: the typed decode
     skips it (plain JSON rejected the whole frame over a byte in ``id``)."""
