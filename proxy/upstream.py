@@ -31,6 +31,7 @@ from crossfeed.proxy.errors import (
 )
 from crossfeed.proxy.runtime.config import Timeouts, Upstream
 from crossfeed.proxy.runtime.logs import TRACE
+from crossfeed.proxy.runtime.timeout_scope import timeout_after
 from crossfeed.proxy.runtime.turn_trace import log_request, log_response, shown_url
 from crossfeed.proxy.state import affinity_hints
 
@@ -76,7 +77,7 @@ def upstream_headers(
 def client_timeout(up: Upstream) -> aiohttp.ClientTimeout:
     """aiohttp's part of the timeouts: the connect timeout only.
 
-    The wait for the response headers (``first_byte``) is an ``asyncio.timeout`` around the
+    The wait for the response headers (``first_byte``) is a timeout scope around the
     request (``send``), and the body's idle and total timeouts are enforced by the relay,
     ``read_body`` and the pass-through, so that each expiry ends the answer properly and names
     itself. aiohttp's ``sock_read`` is not used: it applies to every read of the body too, so a
@@ -101,7 +102,7 @@ def upstream_failure(exc: BaseException, up: Upstream) -> UpstreamError:
     t = up.timeouts
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return UpstreamTimeout("connect", t.connect)
-    if isinstance(exc, TimeoutError):  # asyncio.timeout around the request (first_byte)
+    if isinstance(exc, TimeoutError):  # the timeout scope around the request (first_byte)
         return UpstreamTimeout("first_byte", t.first_byte)
     if isinstance(exc, aiohttp.ClientConnectorError):
         # The client is told which upstream, not where it is: the address is the operator's (logs, /readyz).
@@ -133,7 +134,7 @@ async def send(
     """Make the request and return once the response headers are in, within ``first_byte``
     seconds; every failure is raised as an ``UpstreamError`` (see ``upstream_failure``)."""
     try:
-        async with asyncio.timeout(up.timeouts.first_byte):
+        with timeout_after(up.timeouts.first_byte):
             # Redirects are not followed: a POST would turn into a GET without its body, and the
             # request would go to an address the operator never configured.
             resp = await session.request(method, url, timeout=client_timeout(up), allow_redirects=False, **kwargs)

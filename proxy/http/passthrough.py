@@ -177,7 +177,7 @@ async def _relay_unchanged(
         # Idle and total bound the body, as in the translating relay (proxy/streaming/deadline.py).
         while True:
             try:
-                async with deadline.arm():
+                with deadline.arm():
                     async for chunk in resp.content.iter_any():
                         if sniff is not None and await sniff.feed(chunk):  # a pool's Responses answer
                             sniff = None

@@ -1,7 +1,7 @@
 """The idle and total bounds of reading one upstream body, shared by every streaming loop.
 
-Re-arming an asyncio timer for every chunk costs about what handling the chunk does, so a loop
-reads inside one ``asyncio.timeout_at`` scope (``arm``) that it moves at most once a second
+Re-arming a timer for every chunk costs about what handling the chunk does, so a loop reads
+inside one timeout scope (``arm``, proxy/runtime/timeout_scope.py) that it moves at most once a second
 (``move``, when ``now > move_at``), recording the time of the last data in ``last``. When the
 scope fires, ``lapsed`` says why: the total bound, the idle bound, or neither (a silence shorter
 than ``idle``: the loop's tick, when it sends a keepalive, then arms again).
@@ -9,7 +9,7 @@ than ``idle``: the loop's tick, when it sends a keepalive, then arms again).
     deadline = Deadline(loop, idle=300, total=3600, tick=15)
     while ...:
         try:
-            async with deadline.arm():
+            with deadline.arm():
                 ... chunk = await read(); now = loop.time(); deadline.last = now
                 ... if now > deadline.move_at: deadline.move(now)
         except TimeoutError:
@@ -19,6 +19,8 @@ than ``idle``: the loop's tick, when it sends a keepalive, then arms again).
 from __future__ import annotations
 
 import asyncio
+
+from crossfeed.proxy.runtime.timeout_scope import TimeoutScope
 
 
 class Deadline:
@@ -34,13 +36,13 @@ class Deadline:
         self.end = now + total
         self.last = now
         self.move_at = now + 1.0
-        self._scope: asyncio.Timeout | None = None
+        self._scope: TimeoutScope | None = None
 
-    def arm(self) -> asyncio.Timeout:
+    def arm(self) -> TimeoutScope:
         """A fresh scope ending at the next tick (never past the total bound)."""
         now = self._loop.time()
         self.move_at = now + 1.0
-        self._scope = asyncio.timeout_at(min(now + self.tick, self.end))
+        self._scope = TimeoutScope(self._loop, min(now + self.tick, self.end))
         return self._scope
 
     def move(self, now: float) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
+from crossfeed.proxy.runtime.timeout_scope import timeout_after
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.sinks import FrameSink, P
 from crossfeed.translators.pump import Machine, Out, Pump
@@ -169,7 +170,7 @@ async def relay(
         first: bytes | None = upstream.content.read_nowait()  # a fast answer is often in already
         if not first:
             try:
-                async with asyncio.timeout(FIRST_FLUSH):
+                with timeout_after(FIRST_FLUSH):
                     first = await readany()
             except TimeoutError:
                 first = None
@@ -183,7 +184,7 @@ async def relay(
         last_data = deadline.last  # locals on the per-chunk path; the deadline reads them when it fires
         while not pump.done:
             try:
-                async with deadline.arm():
+                with deadline.arm():
                     # Before the first data, 0: the first chunk takes the branch that moves the
                     # deadline, where its time is kept (nothing more is done per chunk).
                     move_at = deadline.move_at if stats.chunks_in else 0.0
