@@ -260,7 +260,7 @@ async def read_body(resp: aiohttp.ClientResponse, up: Upstream, limit: int, *, t
         while True:
             wait = min(idle, end - loop.time())
             try:
-                async with asyncio.timeout(wait):
+                with timeout_after(wait):
                     chunk = await resp.content.readany()
             except TimeoutError:
                 if loop.time() >= end:

@@ -28,7 +28,9 @@ class _Async:
         self.scope.__enter__()
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.scope.__exit__(et, e, tb)
 
     def reschedule(self, when: float) -> None:
@@ -142,7 +144,7 @@ def _outcome(case: Callable[[Make], Awaitable[Any]], make: Make, loop_factory: C
         assert task is not None
         try:
             result: Any = ("returned", await case(make))
-        except BaseException as exc:  # noqa: BLE001 - the exception is the outcome compared
+        except BaseException as exc:  # the exception is the outcome compared
             result = ("raised", type(exc).__name__)
         return result, task.cancelling()
 
