@@ -307,7 +307,7 @@ def _responses_route(on_chat: ChatHandler) -> Callable[[web.Request], Awaitable[
     is served by ``on_chat``."""
 
     async def endpoint(request: web.Request) -> web.StreamResponse:
-        body = await read_body(request)
+        body = await read_body(request, create=True)
         with request.app[TRACER].turn(request.headers, request.path, request[SUMMARY], body):
             turn = _turn(request, body)
             backend = turn.upstream

@@ -48,6 +48,7 @@ from crossfeed.proxy.runtime.config import Config, Upstream
 from crossfeed.proxy.runtime.inspector import INSPECTOR, Ring, Watched
 from crossfeed.proxy.runtime.logs import ARRIVED, REQUEST_FIELDS, TRACE
 from crossfeed.translators.pump import Machine, Out, Pump
+from crossfeed.translators.responses.create_body import output_text
 
 log = structlog.get_logger("crossfeed")
 
@@ -119,7 +120,10 @@ async def _stop_inspecting(app: web.Application) -> None:
 def redact(value: Any, hidden: tuple[str, ...] = (), limit: int | None = None) -> Any:
     """A copy of a JSON value with credentials redacted: fields named in ``SECRET_FIELDS``,
     every value of a ``headers`` object, and the ``hidden`` strings wherever they occur;
-    strings longer than ``limit`` cut (saying how much was cut)."""
+    strings longer than ``limit`` cut (saying how much was cut). A tool output the request
+    kept as JSON (translators/responses/create_body.py) is read as text first."""
+    if value.__class__ is orjson.Fragment:
+        value = output_text(value)
     if value.__class__ is str:
         for secret in hidden:
             if secret in value:

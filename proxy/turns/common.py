@@ -15,6 +15,7 @@ from crossfeed.proxy.keys import CONFIG, ENV
 from crossfeed.proxy.runtime.config import Upstream
 from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.upstream import upstream_headers
+from crossfeed.translators.responses.create_body import decode_create
 
 log = structlog.get_logger("crossfeed")
 
@@ -59,10 +60,17 @@ def note_anomalies(app: web.Application, diagnostics: dict[str, int]) -> None:
         app[METRICS].anomalies.labels(kind).inc(n)
 
 
-async def read_body(request: web.Request) -> dict[str, Any]:
+# A create body this long or longer is read by decode_create: a shorter one costs less in one
+# orjson.loads than in msgspec's pass and a value-by-value build (docs/benchmark.md).
+RAW_BODY_MIN = 64 * 1024
+
+
+async def read_body(request: web.Request, *, create: bool = False) -> dict[str, Any]:
     """The request's JSON object, or a 400 that says what is wrong with it. A body compressed as
     its ``Content-Encoding`` says (gzip, deflate, zstd) is read decompressed; one that is not what
-    the header says is a 400, not a failure of crossfeed's."""
+    the header says is a 400, not a failure of crossfeed's. A Responses create body (``create``)
+    of ``RAW_BODY_MIN`` bytes or more keeps its long tool outputs as JSON
+    (translators/responses/create_body.py)."""
     try:
         raw = await body_bytes(request)
     except RequestPayloadError:
@@ -72,6 +80,10 @@ async def read_body(request: web.Request) -> dict[str, Any]:
             "compressed that way, or without the header",
             code="invalid_body",
         ) from None
+    if create and len(raw) >= RAW_BODY_MIN:
+        decoded = decode_create(raw)
+        if decoded is not None:
+            return decoded
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -99,8 +111,10 @@ async def body_bytes(request: web.Request) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
-        chunk = await content.readany()
+        chunk, chunk_end = await content.readchunk()  # one piece as it came: readany joins what waits
         if not chunk:
+            if chunk_end:  # the end of a piece of a chunked body: more follows
+                continue
             break
         size += len(chunk)
         if limit and size > limit:

@@ -65,6 +65,8 @@ def item_references(inp: Any) -> list[tuple[int, str]]:
         return []
     refs = []
     for i, item in enumerate(inp):
+        if item.__class__ is dict and item.get("type") not in (None, ITEM_REFERENCE):
+            continue  # the usual item, told apart without a call
         if not is_item_reference(item):
             continue
         ref = item.get("id")
@@ -228,10 +230,11 @@ class InputMessages:
     def add_item(self, raw: Any, p: str) -> None:
         item = expect_dict(raw, p)
         kind = item.get("type")
-        if kind is None and "role" in item:
-            kind = "message"
-        elif is_item_reference(item):
-            kind = ITEM_REFERENCE
+        if kind is None:  # a typed item_reference keeps its kind
+            if "role" in item:
+                kind = "message"
+            elif is_item_reference(item):
+                kind = ITEM_REFERENCE
         if kind == "message":
             self._message(item, p)
         elif kind in ("function_call", "custom_tool_call"):
@@ -411,7 +414,8 @@ class InputMessages:
         output = item.get("output")
         if output is None:
             raise missing(f"{p}.output")
-        if isinstance(output, str):
+        text: Any
+        if isinstance(output, str) or output.__class__ is orjson.Fragment:  # a long one as JSON (create_body.py)
             text = output
         else:
             texts: list[str] = []
