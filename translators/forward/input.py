@@ -160,6 +160,27 @@ def _text_of(parts: list[str]) -> str:
     return "\n".join(parts)
 
 
+_TEXT_KINDS = ("input_text", "output_text")
+_REASONING_KINDS = (("content", ("reasoning_text", "text")), ("summary", ("summary_text",)))
+
+
+def _plain_texts(content: Any, kinds: tuple[str, ...]) -> list[str] | None:
+    """The texts of ``content`` when it is a list of parts all of ``kinds``, each with a string
+    ``text`` (the usual message: a long history holds hundreds); None for anything else, which
+    the checked loops read and, where it is wrong, refuse naming the part."""
+    if content.__class__ is not list:
+        return None
+    texts = []
+    for part in content:
+        if part.__class__ is not dict or part.get("type") not in kinds:
+            return None
+        text = part.get("text")
+        if text.__class__ is not str:
+            return None
+        texts.append(text)
+    return texts
+
+
 class InputMessages:
     """Folds Responses input items into chat messages.
 
@@ -355,6 +376,9 @@ class InputMessages:
         self.out.append({"role": chat_role, "content": mapped})
 
     def _assistant_text(self, content: Any, p: str) -> str:
+        plain = _plain_texts(content, _TEXT_KINDS)
+        if plain is not None:
+            return _text_of(plain)
         texts = []
         for j, raw in enumerate(expect_list(content, f"{p}.content")):
             part = expect_dict(raw, f"{p}.content[{j}]")
@@ -370,6 +394,9 @@ class InputMessages:
         return _text_of(texts)
 
     def _parts(self, content: Any, p: str, *, media: bool) -> str | list[dict[str, Any]]:
+        plain = _plain_texts(content, _TEXT_KINDS)
+        if plain is not None:
+            return _text_of(plain)
         parts = [
             self._part(raw, f"{p}.content[{j}]", media) for j, raw in enumerate(expect_list(content, f"{p}.content"))
         ]
@@ -524,13 +551,17 @@ class InputMessages:
             self.reasoning_at = self.reasoning_at or p
 
     def _visible_reasoning(self, item: dict[str, Any], p: str) -> str | None:
-        for key, kinds in (("content", ("reasoning_text", "text")), ("summary", ("summary_text",))):
+        for key, kinds in _REASONING_KINDS:
             raw = item.get(key)
-            texts = []
-            for j, part in enumerate(expect_list(raw, f"{p}.{key}") if raw is not None else ()):
-                part = expect_dict(part, f"{p}.{key}[{j}]")
-                if part.get("type") in kinds:
-                    texts.append(req_str(part, "text", f"{p}.{key}[{j}]"))
+            if raw is None:
+                continue
+            texts = _plain_texts(raw, kinds)
+            if texts is None:  # parts of other kinds (skipped), or wrong ones (refused)
+                texts = []
+                for j, part in enumerate(expect_list(raw, f"{p}.{key}")):
+                    part = expect_dict(part, f"{p}.{key}[{j}]")
+                    if part.get("type") in kinds:
+                        texts.append(req_str(part, "text", f"{p}.{key}[{j}]"))
             if any(texts):
                 return ("" if key == "content" else "\n\n").join(texts)
         return None

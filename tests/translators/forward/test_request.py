@@ -286,6 +286,46 @@ ERROR_ROWS = [
         "input[0].content[0].text",
         InvalidRequest,
     ),
+    (  # a wrong part after good ones: the texts' quick read leaves it to the checked loop
+        "second-part-text-number",
+        body(
+            input=[
+                {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": 5}]}
+            ]
+        ),
+        "input[0].content[1].text",
+        InvalidRequest,
+    ),
+    (
+        "assistant-part-no-text",
+        body(input=[{"role": "assistant", "content": [{"type": "output_text", "text": "a"}, {"type": "output_text"}]}]),
+        "input[0].content[1].text",
+        InvalidRequest,
+    ),
+    (
+        "assistant-part-not-object",
+        body(input=[{"role": "assistant", "content": ["a"]}]),
+        "input[0].content[0]",
+        InvalidRequest,
+    ),
+    (
+        "reasoning-summary-text-number",
+        body(input=[{"type": "reasoning", "summary": [{"type": "summary_text", "text": 5}]}]),
+        "input[0].summary[0].text",
+        InvalidRequest,
+    ),
+    (
+        "reasoning-summary-part-not-object",
+        body(input=[{"type": "reasoning", "summary": [{"type": "summary_text", "text": "a"}, 7]}]),
+        "input[0].summary[1]",
+        InvalidRequest,
+    ),
+    (
+        "reasoning-content-not-array",
+        body(input=[{"type": "reasoning", "summary": [], "content": "a"}]),
+        "input[0].content",
+        InvalidRequest,
+    ),
     (
         "image-url-object",
         body(
