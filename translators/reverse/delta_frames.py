@@ -1,4 +1,4 @@
-"""Typed decoding of the reverse stream's most frequent frame: ``response.output_text.delta``.
+"""Typed decoding of the reverse stream's most frequent frames: its deltas.
 
 A text delta carries seven fields, and the machine reads four (``delta``, ``output_index``,
 ``content_index``, ``logprobs``). Decoding them into a msgspec struct that declares only those
@@ -38,4 +38,36 @@ class TextDelta(msgspec.Struct, gc=False):
 
 
 decode_text_delta = msgspec.json.Decoder(TextDelta).decode
+
+# The other deltas of a tool or reasoning stream: a call's arguments (or custom input), a
+# reasoning item's text or summary. The machine reads ``delta``, ``output_index`` and the part's
+# index; a refusal delta, one with an ``item_id`` instead of an ``output_index``, a ``null``
+# index, go the general way as above.
+ARGS_DELTAS = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
+OTHER_DELTA_PREFIXES = tuple(
+    b'{"type":"' + t.encode() + b'"'
+    for t in (
+        *ARGS_DELTAS,
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning.delta",
+    )
+)
+
+
+class OtherDelta(msgspec.Struct, gc=False):
+    type: Literal[
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning.delta",
+    ]
+    delta: str
+    output_index: Int
+    content_index: Int = 0  # absent: 0 (reasoning_text's part)
+    summary_index: Int = 0  # absent: 0 (reasoning_summary_text's part)
+
+
+decode_other_delta = msgspec.json.Decoder(OtherDelta).decode
 FRAME_ERRORS = (msgspec.DecodeError, RecursionError)

@@ -86,7 +86,14 @@ from crossfeed.translators.ids import CHAT_COMPLETION, IdFactory
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.responses.fields import bad_field, error_body, up_dict, up_items, up_list, up_str
 from crossfeed.translators.reverse.body import chat_annotations, chat_usage, incomplete_finish_reason, output_tokens_of
-from crossfeed.translators.reverse.delta_frames import FRAME_ERRORS, TEXT_DELTA_PREFIX, decode_text_delta
+from crossfeed.translators.reverse.delta_frames import (
+    ARGS_DELTAS,
+    FRAME_ERRORS,
+    OTHER_DELTA_PREFIXES,
+    TEXT_DELTA_PREFIX,
+    decode_other_delta,
+    decode_text_delta,
+)
 from crossfeed.translators.reverse.event_frames import (
     EVENT_PREFIXES,
     ITEM_ADDED,
@@ -100,6 +107,7 @@ from crossfeed.translators.reverse.event_frames import (
 )
 from crossfeed.translators.reverse.stream_state import (
     CALL_TYPES,
+    DELTA_KINDS,
     OUTPUT_TEXT,
     REASONING_TEXT,
     SUMMARY_TEXT,
@@ -248,6 +256,8 @@ class ResponsesToChatStream(CallStream):
                 return None if first is None else self.feed(first)
             return None
         if data[:_PREFIX_LEN] != TEXT_DELTA_PREFIX:  # (a slice compares faster than startswith)
+            if data.startswith(OTHER_DELTA_PREFIXES):
+                return self._other_delta_frame(data)
             if data.startswith(QUIET_PREFIXES):
                 return self._quiet_frame(data)
             return self._event_frame(data) if data.startswith(EVENT_PREFIXES) else None
@@ -271,6 +281,32 @@ class ResponsesToChatStream(CallStream):
                 return [run[3] + _dumps(d) + self._after]  # (two joins cost less than a format)
         self._streamed = True
         out = [self._content(oi, ci, d)]
+        return self._with_role(out) if self._role else out
+
+    def _other_delta_frame(self, data: bytes) -> list[Out] | None:
+        """A call's arguments delta or a reasoning delta (delta_frames.py), as ``_on_args_delta``
+        and ``_on_other_delta`` make it; a call not yet opened (its fragments are held) goes the
+        general way."""
+        try:
+            ev = decode_other_delta(data)
+        except FRAME_ERRORS:
+            return None
+        d, t, oi = ev.delta, ev.type, ev.output_index
+        out: list[Out]
+        if t in ARGS_DELTAS:
+            call = self._calls.get(oi)
+            if call is None:
+                return None
+            if not d:
+                return []
+            self._streamed = True
+            out = [self._args(call, d)]
+        else:
+            if not d:
+                return []
+            self._streamed = True
+            kind = DELTA_KINDS[t]
+            out = [self._reasoning((kind, oi, ev.summary_index if kind == SUMMARY_TEXT else ev.content_index), d)]
         return self._with_role(out) if self._role else out
 
     def _new_run(self, oi: int, ci: int) -> tuple[int, int, Part, bytes] | None:

@@ -154,3 +154,107 @@ def test_text_parts_interleaved_same_both_ways() -> None:
         frame({**ADDED_DELTA, "output_index": oi, "content_index": ci, "delta": f"{oi}{ci};"}) for oi, ci in order
     ]
     assert_same([frame(CREATED), frame(ADDED), frame(second), *deltas, frame(COMPLETED)])
+
+
+CALL_ADDED = {
+    "type": "response.output_item.added",
+    "output_index": 1,
+    "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": ""},
+}
+CUSTOM_ADDED = {
+    "type": "response.output_item.added",
+    "output_index": 2,
+    "item": {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_2", "name": "g", "input": ""},
+}
+REASONING_ADDED = {"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning", "id": "rs_1"}}
+OTHER_TYPES = [
+    "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+    "response.reasoning.delta",
+    "response.refusal.delta",
+]
+
+
+@st.composite
+def other_delta(draw: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": draw(st.sampled_from(OTHER_TYPES))}  # type first, as servers write it
+    for key, good in (
+        ("sequence_number", st.integers(0, 9)),
+        ("item_id", st.sampled_from(["rs_1", "fc_1", "ctc_1"])),
+        ("output_index", st.integers(0, 3)),
+        ("content_index", st.integers(0, 1)),
+        ("summary_index", st.integers(0, 1)),
+        ("delta", st.text(max_size=8)),
+    ):
+        if draw(st.booleans()):
+            event[key] = draw(st.one_of(good, _value)) if draw(st.integers(0, 4)) == 0 else draw(good)
+    return event
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(other_delta(), min_size=1, max_size=8), st.integers(0, 3))
+def test_any_call_or_reasoning_delta_same_both_ways(deltas: list[dict[str, Any]], opened: int) -> None:
+    """Before and after their items are added (a call's fragments held until it is named), of any
+    index, part or shape: typed and plain give the same chunks and diagnostics."""
+    added = [REASONING_ADDED, CALL_ADDED, CUSTOM_ADDED][:opened]
+    frames = [frame(CREATED), *(frame(a) for a in added), *(frame(d) for d in deltas)]
+    frames += [frame(a) for a in (REASONING_ADDED, CALL_ADDED, CUSTOM_ADDED)[opened:]] + [frame(COMPLETED)]
+    assert_same(frames)
+
+
+@pytest.mark.parametrize(
+    ("added", "delta", "expected"),
+    [
+        (
+            CALL_ADDED,
+            {"output_index": 1, "delta": '{"a":'},
+            {"tool_calls": [{"index": 0, "function": {"arguments": '{"a":'}}]},
+        ),
+        (
+            CUSTOM_ADDED,
+            {"output_index": 2, "delta": "x\n"},
+            {"tool_calls": [{"index": 0, "function": {"arguments": "x\\n"}}]},
+        ),
+        (REASONING_ADDED, {"output_index": 0, "summary_index": 0, "delta": "hm"}, {"reasoning_content": "hm"}),
+        (REASONING_ADDED, {"output_index": 0, "content_index": 0, "delta": "hm"}, {"reasoning_content": "hm"}),
+        (REASONING_ADDED, {"output_index": 0, "delta": "hm"}, {"reasoning_content": "hm"}),
+    ],
+    ids=["arguments", "custom-input", "summary", "reasoning-text", "reasoning-open-responses"],
+)
+def test_the_common_call_and_reasoning_deltas_take_the_typed_path(
+    added: dict[str, Any], delta: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    kind = {
+        "function_call": "response.function_call_arguments.delta",
+        "custom_tool_call": "response.custom_tool_call_input.delta",
+    }.get(added["item"]["type"])
+    if kind is None:
+        kind = (
+            "response.reasoning_summary_text.delta"
+            if "summary_index" in delta
+            else "response.reasoning_text.delta"
+            if "content_index" in delta
+            else "response.reasoning.delta"
+        )
+    m = ResponsesToChatStream(include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1)
+    m.feed(CREATED)
+    m.feed(added)
+    data = orjson.dumps({"type": kind, "item_id": added["item"]["id"], **delta, "sequence_number": 3})
+    out = m.feed_frame(data)
+    assert out is not None, "the general way was taken"
+    deltas = [o["choices"][0]["delta"] for o in out if isinstance(o, dict)]
+    last = deltas[-1]
+    if "tool_calls" in expected:
+        assert last["tool_calls"][0]["function"] == expected["tool_calls"][0]["function"]
+    else:
+        assert last == expected
+    # the general way: no output_index (the item id), a refusal, a null index, a call not yet added
+    assert m.feed_frame(orjson.dumps({"type": kind, "item_id": "x", "delta": "a"})) is None
+    assert m.feed_frame(orjson.dumps({"type": "response.refusal.delta", "output_index": 0, "delta": "a"})) is None
+    assert m.feed_frame(orjson.dumps({"type": kind, "output_index": 0, "summary_index": None, "delta": "a"})) is None
+    assert (
+        m.feed_frame(orjson.dumps({"type": "response.function_call_arguments.delta", "output_index": 7, "delta": "a"}))
+        is None
+    )
