@@ -24,7 +24,7 @@ import pytest
 from crossfeed.proxy.runtime.turn_trace import REDACTED, redact
 from crossfeed.proxy.turns import common
 from crossfeed.translators.responses.create_body import RAW_OUTPUT_MIN
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, JSONReply
 from tests.support.app_server import ProxyHandle
 from tests.support.chat_replies import text_reply
 
@@ -111,6 +111,33 @@ async def test_a_stored_response_gives_its_long_outputs_back_as_text(
     replayed = upstream.requests[-1].body["messages"]
     assert outputs_of(replayed) == [listing(k) for k in range(40)]
     assert replayed[-1] == {"role": "user", "content": "go on"}
+
+
+async def test_compact_of_a_long_history_asks_the_same_either_way(
+    client: openai.AsyncOpenAI, upstream: FakeUpstream, fast_reads: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/v1/responses/compact`` (Codex's remote compaction sends the whole history): the backend
+    is asked to summarise the same messages, and the compaction answers the same items."""
+    upstream.default = JSONReply(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "sum"}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+        }
+    )
+    answers = []
+    for _ in range(2):
+        compacted = await client.responses.compact(model="m", input=history())  # type: ignore[arg-type]
+        answers.append([o.type for o in compacted.output])
+        monkeypatch.setattr(common, "RAW_BODY_MIN", 1 << 40)  # the second one the plain way
+    assert fast_reads == [True]
+    assert answers[0] == answers[1]
+    fast, plain = (r.body for r in upstream.requests)
+    assert fast == plain
+    assert outputs_of(fast["messages"]) == [listing(k) for k in range(40)]
 
 
 @pytest.mark.parametrize(
