@@ -161,6 +161,21 @@ async def test_what_the_plain_parse_refuses_is_the_same_400(
     assert upstream.requests == []
 
 
+@pytest.mark.parametrize("way", ["fast", "plain"])
+async def test_nesting_too_deep_is_the_same_400(
+    proxy: ProxyHandle, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    if way == "plain":
+        monkeypatch.setattr(common, "RAW_BODY_MIN", 1 << 40)
+    deep = b"[" * 50_000 + b"]" * 50_000
+    raw = orjson.dumps({"model": "m", "input": history()})[:-1] + b',"metadata":' + deep + b"}"
+    async with aiohttp.ClientSession() as s, s.post(proxy.base_url + "/responses", data=raw) as r:
+        assert r.status == 400
+        error = (await r.json())["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_json")
+    assert upstream.requests == []
+
+
 def test_a_kept_output_is_redacted_as_text() -> None:
     from crossfeed.translators.responses.create_body import decode_create
 

@@ -16,7 +16,8 @@ The fast way never changes what a request means. Where it cannot give exactly wh
 ``orjson.loads`` gives, it answers ``None`` and the caller parses the plain way, which also gives
 any error its usual words:
   - a body that is not valid JSON, not an object, or whose ``input`` is not a string or a list
-    of objects; a top-level field this module does not list (``FIELDS``);
+    of objects; a top-level field this module does not list (``FIELDS``); nesting past
+    msgspec's limit;
   - a value orjson refuses (invalid UTF-8 anywhere: msgspec checks the JSON grammar of a span
     it skips, orjson also its UTF-8).
 msgspec's pass refuses what orjson refuses in a span's JSON, escapes included (a ``\\uD800``
@@ -84,6 +85,8 @@ _Body = msgspec.defstruct(
 )
 _DECODER: Final = msgspec.json.Decoder(_Body)
 _json = msgspec.json.Decoder(Json).decode
+# msgspec raises RecursionError past its nesting limit, where orjson refuses at 1,024 levels
+_DECODE_ERRORS = (msgspec.DecodeError, RecursionError)
 _loads = orjson.loads
 _Fragment = orjson.Fragment
 
@@ -93,7 +96,7 @@ def decode_create(raw: bytes) -> dict[str, Any] | None:
     where that cannot be had this way (the caller parses the plain way)."""
     try:
         decoded = _DECODER.decode(raw)
-    except msgspec.DecodeError:
+    except _DECODE_ERRORS:
         return None
     body: dict[str, Any] = {}
     try:
@@ -116,7 +119,7 @@ def _value(span: Raw) -> Any:
     number past a double, a value nested deeper than ``JSON_DEPTH``)."""
     try:
         return _json(span)
-    except msgspec.DecodeError:
+    except _DECODE_ERRORS:
         return _loads(memoryview(span))
 
 
@@ -128,7 +131,7 @@ def _item(spans: dict[str, Raw]) -> dict[str, Any]:
             continue
         try:  # _value, inlined: an item has several values, a long history hundreds of items
             item[key] = _json(span)
-        except msgspec.DecodeError:
+        except _DECODE_ERRORS:
             item[key] = _loads(memoryview(span))
     long = item.get("output")
     if long.__class__ is Raw:

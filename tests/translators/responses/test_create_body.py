@@ -145,6 +145,22 @@ def test_a_body_of_another_shape_is_left_to_the_plain_parse(raw: bytes) -> None:
     assert decode_create(raw) is None
 
 
+@pytest.mark.parametrize("depth", [1_025, 5_000, 200_000])
+@pytest.mark.parametrize("where", ["metadata", "item"])
+def test_nesting_orjson_refuses_is_left_to_the_plain_parse(depth: int, where: str) -> None:
+    """Past msgspec's limit its pass raises RecursionError, past 1,024 levels orjson refuses: both
+    end in the plain parse (and its 400), never in an error of crossfeed's."""
+    deep = b"[" * depth + b"]" * depth
+    raw = (
+        b'{"model":"m","metadata":%s,"input":[]}' % deep
+        if where == "metadata"
+        else b'{"model":"m","input":[{"type":"x","v":%s}]}' % deep
+    )
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)
+    assert decode_create(raw) is None
+
+
 @pytest.mark.parametrize(
     "value",
     [
