@@ -25,6 +25,10 @@ import msgspec
 # An integer field: one past int64 fails the decode.
 Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
+# What a typed decode raises on bytes it does not take: not JSON, not of the type, or nested past
+# msgspec's limit (a RecursionError, where orjson refuses past 1,024 levels).
+DECODE_ERRORS: Final = (msgspec.DecodeError, RecursionError)
+
 JSON_DEPTH: Final = 6  # a chat chunk's logprobs, the deepest field read, nest 6 below the field
 
 

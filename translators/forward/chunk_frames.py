@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from crossfeed.translators.bounded_json import Json
+from crossfeed.translators.bounded_json import DECODE_ERRORS, Json
 
 
 class Delta(msgspec.Struct, gc=False):
@@ -54,8 +54,7 @@ class Chunk(msgspec.Struct, gc=False):
 
 
 decode_chunk = msgspec.json.Decoder(Chunk).decode
-# Not JSON, not an object, a field of the wrong shape, or nested too deep.
-FRAME_ERRORS = (msgspec.DecodeError, RecursionError)
+FRAME_ERRORS = DECODE_ERRORS  # not JSON, not an object, a field of the wrong shape, or nested too deep
 
 
 def as_dict(chunk: Chunk) -> dict[str, Any]:

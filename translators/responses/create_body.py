@@ -36,7 +36,7 @@ import msgspec
 import orjson
 from msgspec import UNSET, Raw, UnsetType
 
-from crossfeed.translators.bounded_json import Json
+from crossfeed.translators.bounded_json import DECODE_ERRORS, Json
 
 RAW_OUTPUT_MIN: Final = 2048  # bytes of JSON: a shorter output is read as a str
 TOOL_OUTPUTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
@@ -85,8 +85,6 @@ _Body = msgspec.defstruct(
 )
 _DECODER: Final = msgspec.json.Decoder(_Body)
 _json = msgspec.json.Decoder(Json).decode
-# msgspec raises RecursionError past its nesting limit, where orjson refuses at 1,024 levels
-_DECODE_ERRORS = (msgspec.DecodeError, RecursionError)
 _loads = orjson.loads
 _Fragment = orjson.Fragment
 
@@ -96,7 +94,7 @@ def decode_create(raw: bytes) -> dict[str, Any] | None:
     where that cannot be had this way (the caller parses the plain way)."""
     try:
         decoded = _DECODER.decode(raw)
-    except _DECODE_ERRORS:
+    except DECODE_ERRORS:
         return None
     body: dict[str, Any] = {}
     try:
@@ -119,7 +117,7 @@ def _value(span: Raw) -> Any:
     number past a double, a value nested deeper than ``JSON_DEPTH``)."""
     try:
         return _json(span)
-    except _DECODE_ERRORS:
+    except DECODE_ERRORS:
         return _loads(memoryview(span))
 
 
@@ -131,7 +129,7 @@ def _item(spans: dict[str, Raw]) -> dict[str, Any]:
             continue
         try:  # _value, inlined: an item has several values, a long history hundreds of items
             item[key] = _json(span)
-        except _DECODE_ERRORS:
+        except DECODE_ERRORS:
             item[key] = _loads(memoryview(span))
     long = item.get("output")
     if long.__class__ is Raw:

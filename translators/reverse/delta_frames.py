@@ -21,7 +21,7 @@ from typing import Literal
 
 import msgspec
 
-from crossfeed.translators.bounded_json import Int, Json
+from crossfeed.translators.bounded_json import DECODE_ERRORS, Int, Json
 
 TEXT_DELTA_PREFIX = b'{"type":"response.output_text.delta"'
 
@@ -70,4 +70,4 @@ class OtherDelta(msgspec.Struct, gc=False):
 
 
 decode_other_delta = msgspec.json.Decoder(OtherDelta).decode
-FRAME_ERRORS = (msgspec.DecodeError, RecursionError)
+FRAME_ERRORS = DECODE_ERRORS
