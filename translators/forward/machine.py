@@ -190,8 +190,19 @@ class ChatToResponsesStream(ContentWriter):
         except FRAME_ERRORS:
             return None
         choices = chunk.choices
+        usage = chunk.usage
         if (
-            chunk.usage is not None
+            usage.__class__ is dict
+            and usage
+            and not choices
+            and chunk.error is None
+            and chunk.x_groq is None
+            and self._live
+        ):  # the usage chunk that ends most streams (include_usage): what ``feed`` does with it
+            self._usage = usage
+            return []
+        if (
+            usage is not None
             or chunk.error is not None
             or chunk.x_groq is not None
             or choices is None

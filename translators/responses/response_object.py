@@ -50,39 +50,57 @@ def echoed_tool(tool: Any) -> Any:
 _FUNCTION_TOOL_FIELDS = frozenset({"type", "name", "description", "parameters", "strict"})
 
 
-# The echoed fields with their defaults, in the Response's key order: copied whole into each new
-# Response (one C-level update), then the few the request sets are written over (a dict keeps a
-# key's place when its value changes). A loop of get-and-set over every field cost more than the
-# rest of the skeleton (bench/account.py, "lifecycle events").
-_ECHO_TEMPLATE: dict[str, Any] = dict(_ECHO_DEFAULTS)
-_ECHO_KEYS = frozenset(_ECHO_TEMPLATE)
+# Every field of a new Response, in its key order, with the value it has when the request sets
+# nothing: copied whole into each new Response (one C-level copy of a dict already at its final
+# size), then the few fields of this response and those the request sets are written over (a
+# dict keeps a key's place when its value changes). Building it field by field, or updating a
+# smaller dict with the echoed defaults, cost more than the rest of the machine's set-up
+# (bench/account.py, "lifecycle events"). Values of the skeleton are never mutated in place:
+# ``tools`` is replaced when the request has tools, ``output``, ``metadata``, ``reasoning`` and
+# ``text`` are made anew for each Response.
+_SKELETON: dict[str, Any] = {
+    "id": "",
+    "object": "response",
+    "created_at": 0,
+    "completed_at": None,  # set when the Response completes
+    "status": "in_progress",
+    "error": None,
+    "incomplete_details": None,
+    "model": "",
+    "output": None,
+    "usage": None,
+    "metadata": None,
+    **dict(_ECHO_DEFAULTS),
+    "reasoning": None,
+    "text": None,
+}
+_ECHO_KEYS = frozenset(k for k, _ in _ECHO_DEFAULTS)
 
 
 def new_response(request: dict[str, Any], *, response_id: str, created_at: int, model: str) -> dict[str, Any]:
     """An ``in_progress`` Response with empty output that echoes the client's request."""
-    resp: dict[str, Any] = {
-        "id": response_id,
-        "object": "response",
-        "created_at": created_at,
-        "completed_at": None,  # set when the Response completes
-        "status": "in_progress",
-        "error": None,
-        "incomplete_details": None,
-        "model": model,
-        "output": [],
-        "usage": None,
-        "metadata": request.get("metadata") or {},
-    }
-    resp.update(_ECHO_TEMPLATE)
+    resp = _SKELETON.copy()
+    resp["id"] = response_id
+    resp["created_at"] = created_at
+    resp["model"] = model
+    resp["output"] = []
+    resp["metadata"] = request.get("metadata") or {}
     for key in _ECHO_KEYS.intersection(request):
         value = request[key]
         if value is not None:
             resp[key] = value
     if resp["tools"]:
         resp["tools"] = [echoed_tool(t) for t in resp["tools"]]
-    reasoning = request.get("reasoning") or {}
-    resp["reasoning"] = {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")}
-    text = dict(request.get("text") or {})
+    reasoning = request.get("reasoning")
+    if reasoning:
+        resp["reasoning"] = {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")}
+    else:
+        resp["reasoning"] = {"effort": None, "summary": None}
+    text = request.get("text")
+    if not text:
+        resp["text"] = {"format": {"type": "text"}, "verbosity": "medium"}
+        return resp
+    text = dict(text)
     text.setdefault("format", {"type": "text"})
     fmt = text["format"]
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # echoed whole, as the API does
@@ -93,23 +111,38 @@ def new_response(request: dict[str, Any], *, response_id: str, created_at: int, 
 
 
 def map_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
-    """Chat ``usage`` -> Responses ``usage``; every required field present, 0 when unknown."""
+    """Chat ``usage`` -> Responses ``usage``; every required field present, 0 when unknown.
+
+    Each count is checked inline (``_count``'s test): this runs at the end of every turn."""
     u = usage if isinstance(usage, dict) else {}
-    prompt = _count(u.get("prompt_tokens"))
-    completion = _count(u.get("completion_tokens"))
-    pd = u.get("prompt_tokens_details")
+    get = u.get
+    prompt = get("prompt_tokens")
+    prompt = prompt if prompt.__class__ is int and prompt >= 0 else 0
+    completion = get("completion_tokens")
+    completion = completion if completion.__class__ is int and completion >= 0 else 0
+    pd = get("prompt_tokens_details")
     if not isinstance(pd, dict):
         pd = {}
-    cd = u.get("completion_tokens_details")
+    cd = get("completion_tokens_details")
     if not isinstance(cd, dict):
         cd = {}
-    cached = _count(pd.get("cached_tokens")) or _count(u.get("prompt_cache_hit_tokens"))
+    cached = pd.get("cached_tokens")
+    if not (cached.__class__ is int and cached > 0):
+        cached = _count(get("prompt_cache_hit_tokens"))
+    written = pd.get("cache_write_tokens")
+    reasoning = cd.get("reasoning_tokens")
+    total = get("total_tokens")
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": _count(pd.get("cache_write_tokens"))},
+        "input_tokens_details": {
+            "cached_tokens": cached,
+            "cache_write_tokens": written if written.__class__ is int and written >= 0 else 0,
+        },
         "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": _count(cd.get("reasoning_tokens"))},
-        "total_tokens": _count(u.get("total_tokens")) or (prompt + completion),
+        "output_tokens_details": {
+            "reasoning_tokens": reasoning if reasoning.__class__ is int and reasoning >= 0 else 0
+        },
+        "total_tokens": total if total.__class__ is int and total > 0 else prompt + completion,
     }
 
 

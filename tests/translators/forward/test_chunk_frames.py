@@ -349,8 +349,8 @@ def test_fields_nobody_reads_are_not_decoded() -> None:
 
 
 def test_hot_shapes_do_not_build_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Text, reasoning and tool-call fragments, and a bare finish_reason, are handled on the
-    structs; only other chunks are turned into dicts for ``feed``."""
+    """Text, reasoning and tool-call fragments, a bare finish_reason and a usage chunk are handled
+    on the structs; only other chunks are turned into dicts for ``feed``."""
     import crossfeed.translators.forward.machine as c2r
 
     calls: list[Chunk] = []
@@ -377,8 +377,9 @@ def test_hot_shapes_do_not_build_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
         },
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}},  # include_usage's last chunk
     ]
-    cold = [{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}]
+    cold = [{"choices": [], "x_groq": {"usage": {"prompt_tokens": 3, "completion_tokens": 6}}}]
     out = assert_same([sse(c) for c in hot + cold])
     assert len(calls) == 2 * len(cold)  # the typed runs (dicts, wire); the plain one parses JSON itself
     assert [e["type"] for e in out if e["type"].endswith(".done")] == [
@@ -391,7 +392,7 @@ def test_hot_shapes_do_not_build_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
         "response.function_call_arguments.done",
         "response.output_item.done",
     ]
-    assert out[-1]["response"]["usage"]["output_tokens"] == 5
+    assert out[-1]["response"]["usage"]["output_tokens"] == 6  # the last usage read (Groq's, in x_groq)
 
 
 def test_decoded_chunk_keeps_only_what_feed_reads() -> None:
