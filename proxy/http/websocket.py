@@ -56,11 +56,13 @@ from crossfeed.proxy.runtime.observability import REQUEST_ID, SUMMARY, TurnLog, 
 from crossfeed.proxy.state import affinity, rate_limits
 from crossfeed.proxy.state.history import save_before_final
 from crossfeed.proxy.streaming.relay import Draining
+from crossfeed.proxy.turns.common import RAW_BODY_MIN
 from crossfeed.proxy.turns.exchange import relay_turn
 from crossfeed.proxy.turns.forward import conversation, respond
 from crossfeed.proxy.turns.steering import STEERING, Steer, Steering
 from crossfeed.proxy.turns.turn import Turn, new_turn, route
 from crossfeed.translators.errors import TranslationError
+from crossfeed.translators.responses.create_body import decode_create_frame
 from crossfeed.translators.responses.input_items import continued_history, normalize_input
 from crossfeed.translators.responses.relay import primed_response_events
 
@@ -231,11 +233,15 @@ class Connection(StreamsMixin):
                 413, "the frame is larger than the configured maximum request size", code="request_too_large"
             )
             return
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            await self._error(400, "the frame is not valid JSON", code="invalid_json")
-            return
+        # A long create frame (a new socket's first turn may resend a whole history) is read as
+        # a long POST body is: its long tool outputs stay JSON (translators/responses/create_body.py).
+        event = decode_create_frame(data) if len(data) >= RAW_BODY_MIN else None
+        if event is None or event.get("type") != "response.create":
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                await self._error(400, "the frame is not valid JSON", code="invalid_json")
+                return
         if not isinstance(event, dict):
             await self._error(400, "a frame must be a JSON object", code="invalid_type")
             return

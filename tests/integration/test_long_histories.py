@@ -8,7 +8,9 @@ against the fake backend (every stream validated by the ``captured`` fixture):
     ``previous_response_id`` replays;
   - what the plain parse refuses in a long output (invalid UTF-8, a lone surrogate) is the same
     400 either way;
-  - the credentials the trace redacts are redacted inside a kept output too.
+  - the credentials the trace redacts are redacted inside a kept output too;
+  - a long ``response.create`` frame on a WebSocket (a new socket's first turn resends the
+    history) is read the same way, through the SDK's own WebSocket client.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import openai
 import orjson
 import pytest
 
+from crossfeed.proxy.http import websocket
 from crossfeed.proxy.runtime.turn_trace import REDACTED, redact
 from crossfeed.proxy.turns import common
 from crossfeed.translators.responses.create_body import RAW_OUTPUT_MIN
 from tests.fakes.upstream import FakeUpstream, JSONReply
 from tests.support.app_server import ProxyHandle
 from tests.support.chat_replies import text_reply
+from tests.support.ws import FrameRecorder, ws_url
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -191,3 +195,65 @@ def test_a_kept_output_is_redacted_as_text() -> None:
     shown = redact(body, (secret,), 40)
     assert shown["input"][0]["output"].startswith(f"token={REDACTED}")
     assert secret not in orjson.dumps(shown).decode()
+
+
+@pytest.fixture
+def fast_frames(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each long WebSocket frame was read the fast way (decode_create_frame gave an event)."""
+    seen: list[bool] = []
+    real: Callable[[Any], Any] = websocket.decode_create_frame
+
+    def spy(data: Any) -> Any:
+        event = real(data)
+        seen.append(event is not None)
+        return event
+
+    monkeypatch.setattr(websocket, "decode_create_frame", spy)
+    return seen
+
+
+async def test_a_long_websocket_create_asks_the_same_either_way(
+    proxy: ProxyHandle,
+    upstream: FakeUpstream,
+    ws_frames: FrameRecorder,
+    fast_frames: list[bool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    upstream.default = text_reply("done")
+    items = history()
+    client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="sk-test-client", max_retries=0)
+    try:
+        async with client.responses.connect() as conn:
+            ws = ws_frames.attach(conn)
+            first, _ = await ws.turn(model="m", input=items, tools=TOOLS)
+            monkeypatch.setattr(websocket, "RAW_BODY_MIN", 1 << 40)  # the second one the plain way
+            second, _ = await ws.turn(model="m", input=items, tools=TOOLS)
+    finally:
+        await client.close()
+    assert first.terminal == second.terminal == "response.completed"
+    assert fast_frames == [True]
+    fast, plain = (r.body for r in upstream.requests)
+    assert fast == plain
+    assert outputs_of(fast["messages"]) == [listing(k) for k in range(40)]
+    assert ws_frames.validate() == (2, 0)
+
+
+async def test_a_long_frame_the_fast_read_does_not_take_is_served_the_plain_way(
+    proxy: ProxyHandle, upstream: FakeUpstream, ws_frames: FrameRecorder, fast_frames: list[bool]
+) -> None:
+    """A field the fast read does not list, a ``stream_id``, and a frame that is not JSON: the
+    first is read the plain way (its field ignored, as over HTTP), the second fast, the last is
+    the usual in-band 400."""
+    upstream.default = text_reply("done")
+    items = history()
+    async with ws_frames.connect(ws_url(proxy.url)) as ws:
+        plain = await ws.turn(model="m", input=items, tools=TOOLS, x_extension={"a": 1})
+        lane = await ws.turn(model="m", input=items, tools=TOOLS, stream_id="s1")
+        await ws.ws.send_str(orjson.dumps({"type": "response.create", "model": "m", "input": items}).decode()[:-1])
+        error = await ws.recv()
+    assert plain.terminal == lane.terminal == "response.completed"
+    assert error["type"] == "error" and error["status"] == 400 and error["error"]["code"] == "invalid_json"
+    assert fast_frames == [False, True, False]
+    first, second = (r.body for r in upstream.requests)
+    assert "x_extension" not in first and first == second
+    assert ws_frames.validate() == (2, 1)

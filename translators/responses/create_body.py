@@ -78,12 +78,17 @@ FIELDS: Final = (
     "moderation",
 )
 
-_Body = msgspec.defstruct(
-    "_Body",
-    [(name, str | list[dict[str, Raw]] | UnsetType if name == "input" else Raw | UnsetType, UNSET) for name in FIELDS],
-    forbid_unknown_fields=True,
-)
-_DECODER: Final = msgspec.json.Decoder(_Body)
+# A WebSocket ``response.create`` frame is the body with these besides (proxy/http/websocket.py).
+FRAME_FIELDS: Final = ("type", "stream_id", "generate", *FIELDS)
+
+
+def _struct(name: str, fields: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
+    spec = [(f, str | list[dict[str, Raw]] | UnsetType if f == "input" else Raw | UnsetType, UNSET) for f in fields]
+    return msgspec.json.Decoder(msgspec.defstruct(name, spec, forbid_unknown_fields=True))
+
+
+_DECODER: Final = _struct("_Body", FIELDS)
+_FRAME_DECODER: Final = _struct("_Frame", FRAME_FIELDS)
 _json = msgspec.json.Decoder(Json).decode
 _loads = orjson.loads
 _Fragment = orjson.Fragment
@@ -92,13 +97,24 @@ _Fragment = orjson.Fragment
 def decode_create(raw: bytes) -> dict[str, Any] | None:
     """The body as ``orjson.loads`` reads it, long tool outputs as ``orjson.Fragment``; ``None``
     where that cannot be had this way (the caller parses the plain way)."""
+    return _build(_DECODER, FIELDS, raw)
+
+
+def decode_create_frame(data: str | bytes) -> dict[str, Any] | None:
+    """``decode_create`` for a WebSocket text frame (its ``type`` and ``stream_id`` first). A
+    frame's text holds no invalid UTF-8, but a ``str`` may hold a lone surrogate (escaped in the
+    JSON it is read from, never in the text): orjson refuses it, and so does this, with None."""
+    return _build(_FRAME_DECODER, FRAME_FIELDS, data)
+
+
+def _build(decoder: msgspec.json.Decoder[Any], fields: tuple[str, ...], raw: str | bytes) -> dict[str, Any] | None:
     try:
-        decoded = _DECODER.decode(raw)
-    except DECODE_ERRORS:
+        decoded = decoder.decode(raw)
+    except (*DECODE_ERRORS, UnicodeEncodeError):
         return None
     body: dict[str, Any] = {}
     try:
-        for name in FIELDS:
+        for name in fields:
             value = getattr(decoded, name)
             if value is UNSET:
                 continue

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crossfeed.translators.responses.create_body import RAW_OUTPUT_MIN, decode_create, output_text
+from crossfeed.translators.responses.create_body import RAW_OUTPUT_MIN, decode_create, decode_create_frame, output_text
 
 FIXTURE = Path(__file__).parents[2] / "fixtures/codex/reasoning.3.request.json"
 LONG = 'line of tool output, ünïcode ✓ and a "quote"\n' * (RAW_OUTPUT_MIN // 20)
@@ -250,3 +250,43 @@ def test_any_body_reads_as_orjson_reads_it(items: list[dict[str, Any]], meta: An
     except orjson.JSONEncodeError:  # an integer orjson does not write
         return
     same_as_orjson(raw)
+
+
+# -- WebSocket frames (decode_create_frame) ------------------------------------------------------
+
+
+def test_a_websocket_frame_reads_as_orjson_reads_it() -> None:
+    """A ``response.create`` text frame (a ``str``): its ``type``, ``stream_id`` and ``generate``
+    first, then the body's fields; the long outputs kept as in a POST body."""
+    body = codex_history()
+    frame = orjson.dumps({"input": body["input"], "type": "response.create", "stream_id": "s1", "generate": True})
+    event = decode_create_frame(frame.decode())
+    assert event is not None
+    assert list(event)[:3] == ["type", "stream_id", "generate"]
+    assert plain(event) == orjson.loads(frame)
+    assert len(kept(event)) == 6
+    assert plain(decode_create_frame(frame)) == plain(event)  # bytes read alike
+    assert decode_create(frame) is None  # a POST body has no `type`: the plain parse says what is wrong
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type":"response.create","model":"\ud800","input":"%s"}',  # a lone surrogate, escaped
+        '{"type":"response.create","model":"m","input":"%s","extension":1}',
+        '{"type":"response.create","model":"m","input":7}',
+        '{"type":"response.create","model":"m","input":"%s",}',
+    ],
+    ids=["lone-surrogate", "unlisted-field", "input-shape", "not-json"],
+)
+def test_a_frame_of_another_shape_is_left_to_the_plain_parse(frame: str) -> None:
+    assert decode_create_frame(frame.replace("%s", "x" * RAW_OUTPUT_MIN)) is None
+
+
+def test_a_str_holding_a_lone_surrogate_is_left_to_the_plain_parse() -> None:
+    """Not a frame aiohttp gives (it decodes a text frame strictly), but a ``str`` can hold one:
+    orjson refuses it, and so does this, with None rather than an error of its own."""
+    frame = '{"type":"response.create","model":"' + chr(0xD800) + '","input":"x"}'
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(frame)
+    assert decode_create_frame(frame) is None
