@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 import structlog
 
+from crossfeed.proxy import upstream_protocol
 from crossfeed.proxy.errors import (
     ClientRequestError,
     UpstreamBroken,
@@ -47,6 +48,7 @@ def new_session() -> aiohttp.ClientSession:
     so a cookie one upstream answer set (a load balancer's, say) would otherwise ride along on
     every later request, whoever sent it."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+    upstream_protocol.install(connector)  # no resume per chunk read (proxy/upstream_protocol.py)
     return aiohttp.ClientSession(
         connector=connector,
         auto_decompress=True,

@@ -1,0 +1,65 @@
+"""The protocol of crossfeed's upstream connections: aiohttp's, without a resume per chunk read.
+
+An upstream stream arrives as HTTP chunks, one SSE frame each, and aiohttp's ``StreamReader``
+keeps each chunk as a piece of its buffer. From aiohttp 3.14 on, taking a piece out
+(``readany``, ``read_nowait``: one call per piece) calls the connection protocol's
+``resume_reading`` whenever the buffer is under its low-water mark, paused or not; and
+``resume_reading`` feeds the HTTP parser an empty ``data_received(b"")`` and resumes the
+transport. For a connection whose reading was never paused that does nothing, at a cost of
+five Python calls per upstream frame: about 4,700 instructions a frame, 6 to 7 % of a short turn
+(docs/benchmark.md, "The resume aiohttp makes per chunk read").
+
+``ResponseHandler`` here is aiohttp's, but for a ``resume_reading`` that returns at once when
+there is nothing to resume: reading not paused (``_reading_paused``: every pause aiohttp makes,
+for a full buffer, too many chunks or a decompression that has to wait, goes through
+``pause_reading``, which sets it; the parser holds input back only while it is set), no buffer
+hold (``_buffer_paused``), and no upgraded or WebSocket parser. Any other call is aiohttp's own.
+
+It reads attributes aiohttp keeps private, so it is installed only where they are what this
+module expects (``installable``: aiohttp's ``ResponseHandler`` as the connector's factory, the
+flags where 3.14 keeps them); anywhere else the connector keeps aiohttp's protocol.
+tests/proxy/test_upstream_protocol.py checks that it is installed with the aiohttp the project
+pins, and that paused streams (a full buffer, many small chunks, a gzip body) still arrive whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import aiohttp
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.client_proto import ResponseHandler as AiohttpHandler
+
+_FLAGS = ("_reading_paused", "_buffer_paused", "_upgraded")
+
+
+class ResponseHandler(AiohttpHandler):
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        if self._reading_paused or self._buffer_paused or self._upgraded or self._payload_parser is not None:
+            super().resume_reading(resume_parser)
+
+
+def _handler(loop: asyncio.AbstractEventLoop) -> AiohttpHandler:
+    return ResponseHandler(loop)
+
+
+def installable(connector: aiohttp.BaseConnector) -> bool:
+    """The connector makes aiohttp's ``ResponseHandler``, whose flags are where this expects them."""
+    factory = getattr(connector, "_factory", None)
+    return (
+        isinstance(factory, functools.partial)
+        and factory.func is AiohttpHandler
+        and not factory.args
+        and set(factory.keywords) == {"loop"}
+        and all(flag in BaseProtocol.__slots__ for flag in _FLAGS)
+        and "_payload_parser" in AiohttpHandler.__init__.__code__.co_names
+    )
+
+
+def install(connector: aiohttp.BaseConnector) -> bool:
+    """Have ``connector`` open its connections with this module's protocol, where it can."""
+    if not installable(connector):
+        return False
+    connector._factory = functools.partial(_handler, **connector._factory.keywords)
+    return True

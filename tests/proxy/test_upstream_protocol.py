@@ -1,0 +1,192 @@
+"""crossfeed's upstream connection protocol (proxy/upstream_protocol.py): aiohttp's, without the
+resume it makes per chunk read when nothing is paused.
+
+Against a real aiohttp server on a real port, read through crossfeed's own session
+(``new_session``): a stream read in one go resumes nothing, and every way aiohttp pauses a
+connection (a buffer past its high-water mark, too many small chunks waiting, a gzip body
+decompressed as it is read) still resumes it, with every byte delivered in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.client_proto import ResponseHandler as AiohttpHandler
+
+from crossfeed.proxy import upstream_protocol
+from crossfeed.proxy.upstream import new_session
+from crossfeed.proxy.upstream_protocol import ResponseHandler
+
+pytestmark = pytest.mark.timeout(60)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(handler: Handler) -> str:
+        app = web.Application()
+        app.router.add_get("/stream", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}/stream"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often the protocol was paused, asked to resume, and passed that on to aiohttp's."""
+    seen = {"pause": 0, "resume": 0, "aiohttp_resume": 0}
+    ours, theirs, pause = ResponseHandler.resume_reading, AiohttpHandler.resume_reading, AiohttpHandler.pause_reading
+
+    def resume(self: Any, resume_parser: bool = True) -> None:
+        seen["resume"] += 1
+        ours(self, resume_parser)
+
+    def aiohttp_resume(self: Any, resume_parser: bool = True) -> None:
+        seen["aiohttp_resume"] += 1
+        theirs(self, resume_parser)
+
+    def paused(self: Any) -> None:
+        seen["pause"] += 1
+        pause(self)
+
+    monkeypatch.setattr(ResponseHandler, "resume_reading", resume)
+    monkeypatch.setattr(AiohttpHandler, "resume_reading", aiohttp_resume)
+    monkeypatch.setattr(AiohttpHandler, "pause_reading", paused)
+    return seen
+
+
+def frames(n: int, size: int = 40) -> list[bytes]:
+    return [b"data: " + (b"%08d" % i) * (size // 8) + b"\n\n" for i in range(n)]
+
+
+async def read_all(url: str, *, every: int = 0, wait: float = 0.002) -> tuple[bytes, type]:
+    """The body as crossfeed's relay reads it (``readany``), waiting ``wait`` seconds every
+    ``every`` reads (0: never)."""
+    session = new_session()
+    try:
+        async with session.get(url) as resp:
+            assert resp.connection is not None
+            protocol = type(resp.connection.protocol)
+            got = []
+            reads = 0
+            while chunk := await resp.content.readany():
+                got.append(chunk)
+                reads += 1
+                if every and reads % every == 0:
+                    await asyncio.sleep(wait)  # a slow client: the buffer fills meanwhile
+            return b"".join(got), protocol
+    finally:
+        await session.close()
+
+
+def test_installed_with_the_aiohttp_the_project_runs_on() -> None:
+    """aiohttp 3.14 keeps the flags this reads on its base protocol: the protocol is installed.
+    (An aiohttp that moves them gets its own protocol back, and this test says so.)"""
+    assert {"_reading_paused", "_buffer_paused", "_upgraded"} <= set(BaseProtocol.__slots__)
+
+    async def made() -> object:
+        session = new_session()
+        try:
+            assert session.connector is not None
+            return session.connector._factory()
+        finally:
+            await session.close()
+
+    assert type(asyncio.run(made())) is ResponseHandler
+
+
+async def test_another_factory_is_left_alone() -> None:
+    connector = aiohttp.TCPConnector()
+    try:
+        connector._factory = functools.partial(AiohttpHandler, loop=asyncio.get_running_loop(), extra=1)  # type: ignore[call-arg]
+        assert not upstream_protocol.install(connector)
+        connector._factory = functools.partial(ResponseHandler, loop=asyncio.get_running_loop())
+        assert not upstream_protocol.installable(connector)
+    finally:
+        await connector.close()
+
+
+async def test_a_stream_read_at_once_resumes_nothing(
+    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int]
+) -> None:
+    sent = frames(200)
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for frame in sent:
+            await resp.write(frame)  # a chunk each, as a chat server writes its frames
+        await resp.write_eof()
+        return resp
+
+    body, protocol = await read_all(await serve(stream), every=1_000_000)
+    assert protocol is ResponseHandler
+    assert body == b"".join(sent)
+    assert calls["resume"] >= 200  # one per chunk taken out of the buffer
+    assert calls["pause"] == calls["aiohttp_resume"] == 0  # never paused: nothing passed on
+
+
+@pytest.mark.parametrize(
+    ("count", "size", "wait"),
+    [(20_000, 24, 0.05), (64, 96 * 1024, 0.002)],
+    ids=["many-small-chunks", "past-the-high-water-mark"],
+)
+async def test_a_paused_stream_is_resumed_and_arrives_whole(
+    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int], count: int, size: int, wait: float
+) -> None:
+    """Over 16,384 chunks waiting (under the bytes' high-water mark), or over 512 KiB waiting."""
+    sent = frames(count, size)
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for frame in sent:
+            await resp.write(frame)
+        await resp.write_eof()
+        return resp
+
+    body, _ = await read_all(await serve(stream), every=1 if wait > 0.01 else 3, wait=wait)
+    assert body == b"".join(sent)
+    assert calls["pause"] > 0  # aiohttp paused the connection...
+    assert calls["aiohttp_resume"] > 0  # ...and its own resume ran
+
+
+async def test_a_gzip_stream_decompressed_as_it_is_read_arrives_whole(
+    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int]
+) -> None:
+    """aiohttp decompresses a gzip body a block at a time as the reader drains it (the parser
+    holds the rest back): that wait is a pause too."""
+    sent = b"".join(frames(150_000, 48))
+    packed = gzip.compress(sent, compresslevel=9)
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Content-Encoding": "gzip"})
+        await resp.prepare(request)
+        for at in range(0, len(packed), 4096):
+            await resp.write(packed[at : at + 4096])
+        await resp.write_eof()
+        return resp
+
+    body, _ = await read_all(await serve(stream), every=2)
+    assert len(sent) > 20 * len(packed)  # (compressed well: far more out than in)
+    assert body == sent
+    assert calls["pause"] > 0 and calls["aiohttp_resume"] > 0
