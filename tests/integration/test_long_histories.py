@@ -60,19 +60,24 @@ def outputs_of(messages: list[dict[str, Any]]) -> list[str]:
     return [m["content"] for m in messages if m["role"] == "tool"]
 
 
-@pytest.fixture
-def fast_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each create was read the fast way (decode_create gave a body)."""
+def taken(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[bool]:
+    """Whether each call of the fast read ``module.name`` took the fast way (gave a body)."""
     seen: list[bool] = []
-    real: Callable[[bytes], Any] = common.decode_create
+    real: Callable[[Any], Any] = getattr(module, name)
 
-    def spy(raw: bytes) -> Any:
+    def spy(raw: Any) -> Any:
         body = real(raw)
         seen.append(body is not None)
         return body
 
-    monkeypatch.setattr(common, "decode_create", spy)
+    monkeypatch.setattr(module, name, spy)
     return seen
+
+
+@pytest.fixture
+def fast_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each create was read the fast way (decode_create gave a body)."""
+    return taken(monkeypatch, common, "decode_create")
 
 
 async def test_the_backend_gets_the_same_request_either_way(
@@ -200,16 +205,7 @@ def test_a_kept_output_is_redacted_as_text() -> None:
 @pytest.fixture
 def fast_frames(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each long WebSocket frame was read the fast way (decode_create_frame gave an event)."""
-    seen: list[bool] = []
-    real: Callable[[Any], Any] = websocket.decode_create_frame
-
-    def spy(data: Any) -> Any:
-        event = real(data)
-        seen.append(event is not None)
-        return event
-
-    monkeypatch.setattr(websocket, "decode_create_frame", spy)
-    return seen
+    return taken(monkeypatch, websocket, "decode_create_frame")
 
 
 async def test_a_long_websocket_create_asks_the_same_either_way(
