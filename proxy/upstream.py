@@ -20,7 +20,6 @@ import aiohttp
 import orjson
 import structlog
 
-from crossfeed.proxy import upstream_protocol
 from crossfeed.proxy.errors import (
     ClientRequestError,
     UpstreamBroken,
@@ -30,6 +29,7 @@ from crossfeed.proxy.errors import (
     UpstreamUnavailable,
     upstream_error_body,
 )
+from crossfeed.proxy.runtime import upstream_protocol
 from crossfeed.proxy.runtime.config import Timeouts, Upstream
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.timeout_scope import timeout_after
@@ -48,7 +48,7 @@ def new_session() -> aiohttp.ClientSession:
     so a cookie one upstream answer set (a load balancer's, say) would otherwise ride along on
     every later request, whoever sent it."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-    upstream_protocol.install(connector)  # no resume per chunk read (proxy/upstream_protocol.py)
+    upstream_protocol.install(connector)  # no resume per chunk read (proxy/runtime/upstream_protocol.py)
     return aiohttp.ClientSession(
         connector=connector,
         auto_decompress=True,

@@ -1,4 +1,4 @@
-"""crossfeed's upstream connection protocol (proxy/upstream_protocol.py): aiohttp's, without the
+"""crossfeed's upstream connection protocol (proxy/runtime/upstream_protocol.py): aiohttp's, without the
 resume it makes per chunk read when nothing is paused.
 
 Against a real aiohttp server on a real port, read through crossfeed's own session
@@ -21,9 +21,9 @@ from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_proto import ResponseHandler as AiohttpHandler
 
-from crossfeed.proxy import upstream_protocol
+from crossfeed.proxy.runtime import upstream_protocol
+from crossfeed.proxy.runtime.upstream_protocol import ResponseHandler
 from crossfeed.proxy.upstream import new_session
-from crossfeed.proxy.upstream_protocol import ResponseHandler
 
 pytestmark = pytest.mark.timeout(60)
 
