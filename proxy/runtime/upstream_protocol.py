@@ -18,8 +18,8 @@ hold (``_buffer_paused``), and no upgraded or WebSocket parser. Any other call i
 It reads attributes aiohttp keeps private, so it is installed only where they are what this
 module expects (``installable``: aiohttp's ``ResponseHandler`` as the connector's factory, the
 flags where 3.14 keeps them); anywhere else the connector keeps aiohttp's protocol.
-tests/proxy/runtime/test_upstream_protocol.py checks that it is installed with the aiohttp the project
-pins, and that paused streams (a full buffer, many small chunks, a gzip body) still arrive whole.
+tests/proxy/runtime/test_upstream_protocol.py checks that it is installed with the aiohttp .ci/run
+installs, and that paused streams (a full buffer, many small chunks, a gzip body) still arrive whole.
 """
 
 from __future__ import annotations
