@@ -61,3 +61,46 @@ def as_dict(chunk: Chunk) -> dict[str, Any]:
     """The chunk as the dicts ``feed`` reads: only the fields above (the only ones it reads),
     an absent field as None (``feed`` treats both alike)."""
     return msgspec.to_builtins(chunk)
+
+
+# -- frames that differ only in their text -------------------------------------------------------
+#
+# Most frames of a stream are byte for byte the frame before them but for the delta's text: the
+# same id, model, created, fingerprint, the same keys in the same order. Once one such frame has
+# been decoded, the next one that starts and ends with the same bytes around a plain string (no
+# quote, no backslash, no control character: a string whose JSON is its UTF-8 as it is) decodes
+# to the same structs with that string in place of the text, so it is read with a slice instead.
+
+_KEYS = {"content": b'"content"', "reasoning_content": b'"reasoning_content"', "reasoning": b'"reasoning"'}
+# What a JSON string must escape, and the escape: bytes.translate deletes them in one C pass (a
+# regular expression costs several times as much per byte).
+SPECIAL = bytes(range(0x20)) + b'"\\'
+_SPECIAL_TEXT = str.maketrans("", "", SPECIAL.decode())
+
+# A frame's template: (head, len(head), tail, -len(tail), reasoning, left). ``head`` + text +
+# ``tail`` is the frame; ``reasoning``: the text is the delta's reasoning (else its content);
+# ``left``: templates the stream may still learn after this one. A plain tuple: the per-frame
+# check unpacks it in one step.
+TextFrame = tuple[bytes, int, bytes, int, bool, int]
+LEARN_TRIES = 4  # templates a stream learns at most
+NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0)  # matches no frame (a frame is JSON text)
+
+
+def plain(text: str) -> bool:
+    """``text``'s JSON string is its UTF-8 between quotes: nothing to escape."""
+    return len(text.translate(_SPECIAL_TEXT)) == len(text)
+
+
+def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int) -> TextFrame | None:
+    """The template of ``data``, a frame that decoded to one choice whose delta's ``field`` is
+    ``text`` (a plain, non-empty string) and nothing else the machine acts on; None when the
+    text's bytes cannot be found unambiguously (the key twice, the string written with escapes)."""
+    key = _KEYS[field]
+    raw = text.encode()
+    if data.count(key) == 1 and len(raw.translate(None, SPECIAL)) == len(raw):
+        after = data.index(key) + len(key)
+        start = data.find(b'"', after) + 1
+        end = start + len(raw)
+        if start and data[after : start - 1].strip() == b":" and data[start:end] == raw and data[end : end + 1] == b'"':
+            return (data[:start], start, data[end:], end - len(data), reasoning, left)
+    return None

@@ -21,13 +21,14 @@ Split = tuple[str, str] | tuple[str, str, str]
 
 
 class ContentSplitter:
-    __slots__ = ("_think", "_markup")
+    __slots__ = ("_think", "_markup", "calls")
 
     def __init__(
         self, *, think_tags: bool, tool_markup: Dialect | None, schemas: Mapping[str, Any] | None = None
     ) -> None:
         self._think = ThinkSplitter() if think_tags else None
         self._markup = ToolMarkupParser(tool_markup, schemas) if tool_markup else None
+        self.calls = 0  # calls written as markup so far: the machine numbers them
 
     def feed(self, text: str) -> list[Split]:
         if self._think is None:

@@ -52,7 +52,16 @@ from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import StreamStateError, UpstreamProtocolError
 from crossfeed.translators.forward.assembler import CALL_TYPES, INCOMPLETE_REASONS, MESSAGE, REASONING, LegEnd, Phase
 from crossfeed.translators.forward.chat_fields import details_text, mistral_parts
-from crossfeed.translators.forward.chunk_frames import FRAME_ERRORS, as_dict, decode_chunk
+from crossfeed.translators.forward.chunk_frames import (
+    FRAME_ERRORS,
+    LEARN_TRIES,
+    NO_FRAME,
+    TextFrame,
+    as_dict,
+    decode_chunk,
+    plain,
+    text_frame,
+)
 from crossfeed.translators.forward.content_split import ContentSplitter, Split, function_schemas
 from crossfeed.translators.forward.content_writer import ContentWriter
 from crossfeed.translators.ids import IdFactory
@@ -123,7 +132,7 @@ class ChatToResponsesStream(ContentWriter):
             if profile.think_tags or profile.tool_markup
             else None
         )
-        self._markup_calls = 0
+        self._text_frame: TextFrame | None = None  # feed_frame's template of a text frame
 
     # -- reading chunks ----------------------------------------------------------------------
 
@@ -185,6 +194,23 @@ class ChatToResponsesStream(ContentWriter):
         caller then parses them as plain JSON for ``feed``, which reports the problem as it
         always has. tests/translators/forward/test_chunk_frames.py checks both paths give the same events.
         """
+        known = self._text_frame
+        if known is not None and self._live:  # the frame before it but for the text: no decode
+            head, start, tail, end, reasoning, _ = known
+            if data[:start] == head and data[end:] == tail:  # (slices compare faster than startswith)
+                raw = data[start:end]  # (empty when the two overlap)
+                if raw and 34 not in raw and 92 not in raw:  # no '"', no '\\' (an int tests faster)
+                    try:
+                        text = raw.decode()
+                    except UnicodeDecodeError:
+                        text = ""
+                    if text and text.isprintable():  # (no control character: else not JSON)
+                        out = self._out = []
+                        if reasoning:
+                            self._reasoning(text)
+                        else:
+                            self._more_text(text, None)
+                        return out
         try:
             chunk = decode_chunk(data)
         except FRAME_ERRORS:
@@ -224,9 +250,15 @@ class ChatToResponsesStream(ContentWriter):
                 tool_calls = delta.tool_calls
                 if text.__class__ is str and not reasoning and not tool_calls:
                     if text:
+                        if choice.logprobs is None and choice.finish_reason is None:
+                            self._learn(data, "content", text, reasoning=False)
                         self._more_text(text, choice.logprobs)
                 elif not text and not tool_calls and reasoning.__class__ is str:
-                    self._reasoning(reasoning)
+                    if reasoning:  # (an empty one, as empty text, opens nothing)
+                        if choice.logprobs is None and choice.finish_reason is None:
+                            field = "reasoning_content" if delta.reasoning_content else "reasoning"
+                            self._learn(data, field, reasoning, reasoning=True)
+                        self._reasoning(reasoning)
                 elif not text and not reasoning and tool_calls.__class__ is list:
                     for tc in tool_calls:
                         self._tool_fragment(tc)
@@ -240,6 +272,19 @@ class ChatToResponsesStream(ContentWriter):
         except _SHAPE_ERRORS as exc:
             return out + self._bad_shape(exc)
         return out
+
+    def _learn(self, data: bytes, field: str, text: str, *, reasoning: bool) -> None:
+        """Keep ``data``'s bytes around its text for the frames that follow (chunk_frames.py):
+        tried again on a later frame when it fails or stops matching, a few times per stream (a
+        backend whose frames all differ, one with a per-frame nonce, stops costing anything). A
+        text JSON escapes says nothing about the frame: the template stays."""
+        if not plain(text):
+            return
+        known = self._text_frame
+        left = LEARN_TRIES if known is None else known[5]
+        if left:
+            new = text_frame(data, field, text, reasoning=reasoning, left=left - 1)
+            self._text_frame = new if new is not None else (*(known or NO_FRAME)[:5], left - 1)
 
     def _bad_shape(self, exc: Exception) -> list[Out]:
         """Valid JSON of the wrong shape. Values are checked before they are stored, so the
@@ -428,10 +473,12 @@ class ChatToResponsesStream(ContentWriter):
                 self._text("output_text", piece[1], None)
             elif len(piece) == 3:  # a call the backend wrote as markup in its content: a call like any other
                 self._note("tool_markup_parsed")
-                self._markup_calls += 1
+                splitter = self._think
+                assert splitter is not None  # (the pieces are its own)
+                splitter.calls += 1
                 self._tool_fragment(
                     {
-                        "index": f"markup-{self._markup_calls}",
+                        "index": f"markup-{splitter.calls}",
                         "id": None,
                         "function": {"name": piece[1], "arguments": piece[2]},
                     }

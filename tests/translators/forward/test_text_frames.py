@@ -1,0 +1,156 @@
+"""The forward machine's text-frame templates (chunk_frames.py ``text_frame``): a frame that is
+the frame before it but for the delta's text is read with a slice instead of a decode. For any
+stream, the events, the final Response and the diagnostics must be what plain JSON into ``feed``
+gives (``assert_same``, test_chunk_frames.py), and the template must really be used."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import crossfeed.translators.forward.machine as c2r
+from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, decode_chunk, plain, text_frame
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.sse import render_responses
+from tests.support.validators import validate_responses_events
+from tests.translators.forward.test_chunk_frames import assert_same, machine, translate
+
+
+def frame(field: str, text: bytes, *, nonce: bytes = b"", spaced: bool = False, reason: str | None = None) -> bytes:
+    """A chat chunk frame written by hand, its text's JSON string bytes as given (``text``:
+    already escaped, or raw bytes no encoder would write)."""
+    sep = b": " if spaced else b":"
+    tail = b'"},"logprobs":null,"finish_reason":' + (orjson.dumps(reason) if reason else b"null") + b"}]"
+    return (
+        b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        b'"delta":{"'
+        + field.encode()
+        + b'"'
+        + sep
+        + b'"'
+        + text
+        + tail
+        + (b',"obfuscation":"' + nonce + b'"' if nonce else b"")
+        + b"}\n\n"
+    )
+
+
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    seen: list[bytes] = []
+
+    def spy(data: bytes) -> Any:
+        seen.append(data)
+        return decode_chunk(data)
+
+    monkeypatch.setattr(c2r, "decode_chunk", spy)
+    return seen
+
+
+def run(frames: list[bytes]) -> list[Any]:
+    m = machine(wire=True)
+    pump = Pump(m)
+    out = m.start()
+    for f in frames:
+        out += pump.feed(f)
+    return out + pump.feed(b"data: [DONE]\n\n") + pump.finish()
+
+
+@pytest.mark.parametrize("field", ["content", "reasoning_content", "reasoning"])
+def test_a_stream_is_decoded_once(field: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    frames = [frame(field, b"piece %d, caf\xc3\xa9 \xf0\x9f\x98\x80" % i) for i in range(20)]
+    assert_same(frames)
+    seen = decodes(monkeypatch)
+    run(frames)
+    assert len(seen) == 1  # the first frame; the 19 after it match its template
+
+
+def test_texts_json_escapes_are_decoded_and_keep_the_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [b"a", b"line\\n", b"b", b'say \\"hi\\"', b"c", b"\\u00e9", b"d", b"tab\\t", b"e"]
+    frames = [frame("content", t) for t in texts]
+    assert_same(frames)
+    seen = decodes(monkeypatch)
+    run(frames)
+    assert len(seen) == 5  # the first and the four escaped ones: each plain one after uses the template
+
+
+def test_a_nonce_per_frame_stops_the_learning(monkeypatch: pytest.MonkeyPatch) -> None:
+    frames = [frame("content", b"t%d" % i, nonce=b"n%d" % i) for i in range(12)]
+    assert_same(frames)
+    seen = decodes(monkeypatch)
+    learned: list[Any] = []
+    monkeypatch.setattr(c2r, "text_frame", lambda *a, **k: learned.append(a) or text_frame(*a, **k))
+    run(frames)
+    assert len(seen) == 12
+    assert len(learned) == LEARN_TRIES
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        frame("content", b"caf\xc3\x28"),  # not UTF-8
+        frame("content", b"bell\x07"),  # a control character: not JSON
+        frame("content", b'a","refusal":"no'),  # another field in the text's place
+        frame("content", b'a\\\\","refusal":"no'),
+        frame("content", b""),
+        frame("content", b"t", reason="stop"),
+        frame("content", b"t", spaced=True),
+        frame("reasoning_content", b"t"),
+    ],
+    ids=["not-utf8", "control", "quote", "escaped-backslash-quote", "empty", "finish", "spaced", "other-field"],
+)
+def test_a_frame_unlike_the_template_takes_the_decode(later: bytes) -> None:
+    assert_same([frame("content", b"first"), frame("content", b"second"), later, frame("content", b"after")])
+
+
+def test_a_spaced_writer_and_a_key_written_twice() -> None:
+    assert_same([frame("content", b"x %d" % i, spaced=True) for i in range(4)])
+    twice = b'data: {"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}\n\n'
+    assert_same([twice, twice.replace(b'"a"', b'"c"'), twice])
+
+
+def test_plain_is_what_json_writes_unescaped() -> None:
+    for ch in map(chr, [*range(0x30), 0x5C, 0x7F, 0xE9, 0x2028, 0x1F600]):
+        assert plain(ch) == (orjson.dumps(ch) == b'"' + ch.encode() + b'"')
+
+
+_piece = st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8"), min_size=0, max_size=6).map(lambda t: orjson.dumps(t)[1:-1]),
+    st.binary(max_size=4),
+    st.sampled_from([b'"', b"\\", b'\\"', b"\x00", b"\xc3", b'","x":"', b"\\u00e9"]),
+)
+
+
+def assert_as_decoded(frames: list[bytes]) -> None:
+    """The events with templates are those of the typed decode of every frame (a frame the
+    decode and plain JSON judge differently, invalid UTF-8 in a field nobody reads, is
+    test_chunk_frames.py's matter), in dicts and in wire mode."""
+    with mock.patch.object(c2r, "LEARN_TRIES", 0):
+        decoded = translate(frames, typed=True)
+        decoded_wire = translate(frames, typed=True, wire=True)
+    assert translate(frames, typed=True) == decoded
+    wire = translate(frames, typed=True, wire=True)
+    assert render_responses(wire[0]) == render_responses(decoded_wire[0]) == render_responses(decoded[0])
+    assert wire[1:] == decoded[1:]
+    validate_responses_events(decoded[0])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["content", "content", "reasoning_content", "reasoning"]),
+            st.lists(_piece, min_size=1, max_size=3).map(b"".join),
+            st.sampled_from([b"", b"", b"n1", b"n2"]),
+            st.sampled_from([None, None, None, "stop"]),
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_any_text_frames_same_events_both_ways(frames: list[tuple[str, bytes, bytes, str | None]]) -> None:
+    assert_as_decoded([frame(field, text, nonce=nonce, reason=reason) for field, text, nonce, reason in frames])
