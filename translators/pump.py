@@ -13,7 +13,10 @@ ignored, so nothing the upstream sends after its end can leak through.
 
 A machine may also offer ``feed_frame(data)``: an event's JSON bytes in, outputs out, or None
 when the bytes are not of the shape it decodes itself (they are then parsed and fed as usual).
-The forward machine uses it to decode chat chunks into typed structs (chunk_frames.py).
+The forward machine uses it to decode chat chunks into typed structs (chunk_frames.py). And
+``feed_run(chunk)``, for a read that starts where a frame starts: the outputs of the frames at
+its start that it reads at once, with the bytes and frames they took, or None (the forward
+machine: text frames alike but for their text, chunk_frames.text_run).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class Machine(Protocol):
 
 
 class Pump:
-    __slots__ = ("machine", "_decoder", "_clean", "events_in", "_frame")
+    __slots__ = ("machine", "_decoder", "_clean", "events_in", "_frame", "_run", "_max")
 
     def __init__(
         self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, typed_frames: bool = True
@@ -55,6 +58,10 @@ class Pump:
         self._frame: Callable[[bytes], list[Out] | None] | None = (
             getattr(machine, "feed_frame", None) if typed_frames else None
         )
+        self._run: Callable[[bytes], tuple[list[Out], int, int] | None] | None = (
+            getattr(machine, "feed_run", None) if typed_frames else None
+        )
+        self._max = max_event_bytes
 
     @property
     def done(self) -> bool:
@@ -64,6 +71,17 @@ class Pump:
         machine = self.machine
         if self._clean or machine.done:
             return []
+        run = self._run
+        if run is not None and self._decoder.idle and len(chunk) <= self._max:
+            taken = run(chunk)  # the frames that open the read, when the machine reads them at once
+            if taken is not None:
+                out, size, frames = taken
+                self.events_in += frames
+                return out if size == len(chunk) or machine.done else out + self._frames(chunk[size:])
+        return self._frames(chunk)
+
+    def _frames(self, chunk: bytes) -> list[Out]:
+        machine = self.machine
         try:
             events = self._decoder.feed(chunk)
             if len(events) == 1:  # the common case: one frame per read

@@ -91,6 +91,11 @@ class SSEDecoder:
             self._line(line, out)
         return out
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held: the next byte fed starts a line of a new event."""
+        return not self._tail and not self._data and self._event is None and not self._cr
+
     def finish(self) -> list[SSEEvent]:
         out: list[SSEEvent] = []
         if self._tail:

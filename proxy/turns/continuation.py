@@ -52,6 +52,7 @@ class Continuing:
         "machine",
         "feed",
         "feed_frame",
+        "feed_run",
         "diagnostics",
         "broken",
         "prefill",
@@ -66,6 +67,7 @@ class Continuing:
         self.machine = machine
         self.feed: Callable[[dict[str, Any]], list[Out]] = machine.feed
         self.feed_frame: Callable[[bytes], list[Out] | None] | None = machine.feed_frame
+        self.feed_run: Callable[[bytes], tuple[list[Out], int, int] | None] | None = machine.feed_run
         self.diagnostics = machine.diagnostics
         self.broken: tuple[str, str] | None = None  # the failure left to a continuation: code, message
         self.prefill = ""  # the partial text the continuation takes
@@ -136,7 +138,7 @@ class Continuing:
             text = self.prefill
             self._echo = PrefillEcho(THINK + text, text) if self.reasoning and text else PrefillEcho(text)
             self.feed = self._unecho
-            self.feed_frame = None
+            self.feed_frame = self.feed_run = None
 
     def _unecho(self, chunk: dict[str, Any]) -> list[Out]:
         machine = self.machine

@@ -83,7 +83,8 @@ _SPECIAL_TEXT = str.maketrans("", "", SPECIAL.decode())
 # check unpacks it in one step.
 TextFrame = tuple[bytes, int, bytes, int, bool, int]
 LEARN_TRIES = 4  # templates a stream learns at most
-NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0)  # matches no frame (a frame is JSON text)
+# Matches no frame (a frame is JSON text, and no read starts with a NUL).
+NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0)
 
 
 def plain(text: str) -> bool:
@@ -104,3 +105,46 @@ def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int
         if start and data[after : start - 1].strip() == b":" and data[start:end] == raw and data[end : end + 1] == b'"':
             return (data[:start], start, data[end:], end - len(data), reasoning, left)
     return None
+
+
+def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int]:
+    """The whole SSE frames at the start of ``read`` (upstream bytes that start where a frame
+    starts) that are ``frame`` around a plain non-empty text: their texts' bytes and strings,
+    and the bytes they take. The read is cut at its frame boundaries in one split (LF LF
+    ``data: ``: a needle that short costs nothing to prepare, where one as long as a frame is
+    prepared again for every match); each piece must then be the template around its text. The
+    first that is not ends the run: it and the rest of the read go the usual way."""
+    head, start, tail, end = frame[0], frame[1], frame[2], frame[3]
+    if read[:6] != b"data: ":
+        return [], [], 0
+    pieces = read[6:-2].split(b"\n\ndata: ")
+    if read[-2:] != b"\n\n":
+        pieces.pop()  # the last frame is not whole yet
+    raws: list[bytes] = []
+    for piece in pieces:
+        if piece[:start] != head or piece[end:] != tail:
+            break
+        raws.append(piece[start:end])  # (empty when the two overlap)
+    joined = b"".join(raws)
+    texts: list[str] = []
+    if all(raws) and 34 not in joined and 92 not in joined:  # no '"', no '\\' (an int tests faster)
+        try:
+            if joined.decode().isprintable():  # (no control character: else not JSON)
+                texts = [raw.decode() for raw in raws]  # (a character may be cut between two)
+        except UnicodeDecodeError:
+            texts = []
+    if len(texts) != len(raws):  # one of them is not plain: the run ends before it
+        texts = []
+        for raw in raws:
+            if not raw or 34 in raw or 92 in raw:
+                break
+            try:
+                text = raw.decode()
+            except UnicodeDecodeError:
+                break
+            if not text.isprintable():
+                break
+            texts.append(text)
+        del raws[len(texts) :]
+        joined = b"".join(raws)
+    return raws, texts, len(joined) + len(raws) * (start - end + 8)

@@ -145,6 +145,27 @@ class ContentWriter(ResponseAssembler):
                 return
         self._text("output_text", text, lp if lp.__class__ is dict else None)
 
+    def _more_texts(self, raws: list[bytes], texts: list[str]) -> None:
+        """``_more_text`` for several texts in a row, each plain (``raws``: their UTF-8, which is
+        their JSON string without the quotes). In wire mode, once the first has opened what it
+        must, the others are frames of the part's template, the quotes written into it."""
+        self._more_text(texts[0], None)
+        if len(texts) == 1:
+            return
+        item = self._open
+        if self._wire and item is not None and item.kind is MESSAGE:
+            parts = item.parts
+            part = parts[-1]
+            if part[0] == "output_text" and item.head_ci == len(parts) - 1:
+                quoted = item.head.replace(b',"delta":%s', b',"delta":"%s"')
+                seq = self._seq
+                self._seq = seq + len(texts) - 1
+                part[1] += texts[1:]
+                self._out += [quoted % pair for pair in zip(raws[1:], range(seq, self._seq), strict=True)]
+                return
+        for text in texts[1:]:
+            self._more_text(text, None)
+
     def _text(self, kind: str, text: str, logprobs: dict[str, Any] | None) -> None:
         item = self._open
         if item is not None and item.kind is MESSAGE and kind == "output_text" and not logprobs:

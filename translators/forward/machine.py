@@ -61,6 +61,7 @@ from crossfeed.translators.forward.chunk_frames import (
     decode_chunk,
     plain,
     text_frame,
+    text_run,
 )
 from crossfeed.translators.forward.content_split import ContentSplitter, Split, function_schemas
 from crossfeed.translators.forward.content_writer import ContentWriter
@@ -89,6 +90,7 @@ _KNOWN_FINISH = {"stop", "tool_calls", "function_call", *INCOMPLETE_REASONS, *_F
 # What a chunk of valid JSON but of the wrong shape raises inside the machine.
 _SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError)
 _NOT_TEXT_REASON = "a finish_reason that is not text"
+_PRIMING = 3  # frames feed_run reads one by one, at most, before the text template is known
 
 
 class ChatToResponsesStream(ContentWriter):
@@ -273,6 +275,40 @@ class ChatToResponsesStream(ContentWriter):
             return out + self._bad_shape(exc)
         return out
 
+    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
+        """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the frames at its start
+        that the machine reads at once, the bytes and the frames they took; None for none (the
+        pump then reads them frame by frame). Until the stream's text template is known, up to
+        ``_PRIMING`` frames are read one by one with ``feed_frame`` (one of them teaches it);
+        then the run of frames that match it (``text_run``) is read at once."""
+        out: list[Out] = []
+        size = frames = 0
+        known = self._text_frame
+        while known is None and frames < _PRIMING and self._live:
+            end = read.find(b"\n\n", size) + 2
+            data = read[size + 6 : end - 2]
+            if end < 2 or read[size : size + 6] != b"data: " or data == b"[DONE]" or 10 in data or 13 in data:
+                break  # not one "data: " line of JSON ending in LF LF: the SSE decoder's matter
+            more = self.feed_frame(data)
+            if more is None:
+                break
+            out += more
+            size = end
+            frames += 1
+            known = self._text_frame
+        if known is not None and self._live and size < len(read):
+            raws, texts, taken = text_run(read[size:] if size else read, known)
+            if texts:
+                self._out = out
+                if known[4]:
+                    for text in texts:
+                        self._reasoning(text)
+                else:
+                    self._more_texts(raws, texts)
+                size += taken
+                frames += len(texts)
+        return (out, size, frames) if frames else None
+
     def _learn(self, data: bytes, field: str, text: str, *, reasoning: bool) -> None:
         """Keep ``data``'s bytes around its text for the frames that follow (chunk_frames.py):
         tried again on a later frame when it fails or stops matching, a few times per stream (a
@@ -284,7 +320,9 @@ class ChatToResponsesStream(ContentWriter):
         left = LEARN_TRIES if known is None else known[5]
         if left:
             new = text_frame(data, field, text, reasoning=reasoning, left=left - 1)
-            self._text_frame = new if new is not None else (*(known or NO_FRAME)[:5], left - 1)
+            if new is None:  # this frame's text could not be found: the template stays, one try less
+                new = (*(known or NO_FRAME)[:5], left - 1)
+            self._text_frame = new
 
     def _bad_shape(self, exc: Exception) -> list[Out]:
         """Valid JSON of the wrong shape. Values are checked before they are stored, so the

@@ -118,6 +118,7 @@ class HostedLeg(LegDriver):
         self.loop = loop
         self.feed = main.feed  # the per-chunk path goes straight to the machine
         self.feed_frame = main.feed_frame
+        self.feed_run = main.feed_run
         self.fail = main.fail
 
     def start(self) -> list[Any]:

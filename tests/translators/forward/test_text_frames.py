@@ -5,6 +5,7 @@ gives (``assert_same``, test_chunk_frames.py), and the template must really be u
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 from unittest import mock
 
@@ -14,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import crossfeed.translators.forward.machine as c2r
-from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, decode_chunk, plain, text_frame
+from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, decode_chunk, plain, text_frame, text_run
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.sse import render_responses
 from tests.support.validators import validate_responses_events
-from tests.translators.forward.test_chunk_frames import assert_same, machine, translate
+from tests.translators.forward.test_chunk_frames import assert_same, machine
 
 
 def frame(field: str, text: bytes, *, nonce: bytes = b"", spaced: bool = False, reason: str | None = None) -> bytes:
@@ -125,17 +126,30 @@ _piece = st.one_of(
 )
 
 
-def assert_as_decoded(frames: list[bytes]) -> None:
+def fed(reads: list[bytes], *, wire: bool) -> tuple[list[Any], Any, dict]:
+    m = machine(wire=wire)
+    pump = Pump(m)
+    out = m.start()
+    for read in reads:
+        out += pump.feed(read)
+    out += pump.feed(b"data: [DONE]\n\n") + pump.finish()
+    return out, m.final_response, m.diagnostics
+
+
+def assert_as_decoded(frames: list[bytes], cuts: list[int] = ()) -> None:  # type: ignore[assignment]
     """The events with templates are those of the typed decode of every frame (a frame the
     decode and plain JSON judge differently, invalid UTF-8 in a field nobody reads, is
-    test_chunk_frames.py's matter), in dicts and in wire mode."""
+    test_chunk_frames.py's matter), in dicts and in wire mode: frame by frame, the whole stream
+    in one read (feed_run's runs) and the stream cut at ``cuts``."""
     with mock.patch.object(c2r, "LEARN_TRIES", 0):
-        decoded = translate(frames, typed=True)
-        decoded_wire = translate(frames, typed=True, wire=True)
-    assert translate(frames, typed=True) == decoded
-    wire = translate(frames, typed=True, wire=True)
-    assert render_responses(wire[0]) == render_responses(decoded_wire[0]) == render_responses(decoded[0])
-    assert wire[1:] == decoded[1:]
+        decoded = fed(frames, wire=False)
+    body = b"".join(frames)
+    bounds = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
+    for reads in (frames, [body], [body[a:b] for a, b in itertools.pairwise(bounds)]):
+        assert fed(reads, wire=False) == decoded
+        wire = fed(reads, wire=True)
+        assert render_responses(wire[0]) == render_responses(decoded[0])
+        assert wire[1:] == decoded[1:]
     validate_responses_events(decoded[0])
 
 
@@ -150,7 +164,57 @@ def assert_as_decoded(frames: list[bytes]) -> None:
         ),
         min_size=1,
         max_size=10,
-    )
+    ),
+    st.lists(st.integers(0, 4000), max_size=4),
 )
-def test_any_text_frames_same_events_both_ways(frames: list[tuple[str, bytes, bytes, str | None]]) -> None:
-    assert_as_decoded([frame(field, text, nonce=nonce, reason=reason) for field, text, nonce, reason in frames])
+def test_any_text_frames_same_events_both_ways(
+    frames: list[tuple[str, bytes, bytes, str | None]], cuts: list[int]
+) -> None:
+    assert_as_decoded([frame(field, text, nonce=nonce, reason=reason) for field, text, nonce, reason in frames], cuts)
+
+
+def test_a_read_of_many_frames_is_cut_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    role = b'data: {"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    texts = [frame("content", b"word %d " % i) for i in range(20)]
+    stop = frame("content", b"end", reason="stop")
+    seen = decodes(monkeypatch)
+    runs: list[Any] = []
+    monkeypatch.setattr(c2r, "text_run", lambda *a: runs.append(text_run(*a)) or runs[-1])
+    assert_as_decoded([role, *texts, stop])
+    seen.clear()
+    runs.clear()
+    out = fed([b"".join([role, *texts, stop])], wire=True)[0]
+    assert len(seen) == 3  # the role frame, the first text (its template), the last frame
+    assert [len(texts) for _, texts, _ in runs if texts] == [19]  # the 19 texts between them, at once
+    body = render_responses(out)
+    assert body.count(b"event: response.output_text.delta\n") == 21
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        b": keep-alive\n\n",
+        b"event: message\n",
+        b"data: [DONE]\n\n",
+        b"data:" + frame("content", b"nospace")[5:],
+        frame("content", b"crlf").replace(b"\n", b"\r\n"),
+        b'data: {"choices":[{"index":0,"delta":{"content":"other"}}]}\n\n',
+        frame("content", b"multi").replace(b"data: ", b"data: ", 1)[:-2] + b"\ndata: x\n\n",
+    ],
+    ids=["comment", "event-line", "done", "no-space", "crlf", "other-frame", "two-data-lines"],
+)
+def test_a_run_ends_where_a_frame_is_not_the_template(between: bytes) -> None:
+    first = [frame("content", b"a %d" % i) for i in range(3)]
+    rest = [frame("content", b"b %d" % i) for i in range(3)]
+    body = b"".join([*first, between, *rest])
+    with mock.patch.object(c2r, "LEARN_TRIES", 0):
+        decoded = fed([body], wire=True)
+    assert fed([body], wire=True) == decoded
+    for cut in range(0, len(body), 7):
+        assert fed([body[:cut], body[cut:]], wire=True) == decoded
+
+
+def test_a_character_cut_between_two_frames_is_not_text() -> None:
+    """Two texts that are valid UTF-8 only together: each frame is not (the decode fails it),
+    though the run's texts joined decode."""
+    assert_as_decoded([frame("content", b"x"), frame("content", b"caf\xc3"), frame("content", b"\xa9 ok")])
