@@ -77,14 +77,15 @@ _KEYS = {"content": b'"content"', "reasoning_content": b'"reasoning_content"', "
 SPECIAL = bytes(range(0x20)) + b'"\\'
 _SPECIAL_TEXT = str.maketrans("", "", SPECIAL.decode())
 
-# A frame's template: (head, len(head), tail, -len(tail), reasoning, left). ``head`` + text +
-# ``tail`` is the frame; ``reasoning``: the text is the delta's reasoning (else its content);
-# ``left``: templates the stream may still learn after this one. A plain tuple: the per-frame
-# check unpacks it in one step.
-TextFrame = tuple[bytes, int, bytes, int, bool, int]
+# A frame's template: (head, len(head), tail, -len(tail), reasoning, left, lead, close).
+# ``head`` + text + ``tail`` is the frame; ``reasoning``: the text is the delta's reasoning
+# (else its content); ``left``: templates the stream may still learn after this one; ``lead``
+# and ``close``: the SSE frame around the text (``data: `` + head, tail + LF LF). A plain
+# tuple: the per-frame check unpacks it in one step.
+TextFrame = tuple[bytes, int, bytes, int, bool, int, bytes, bytes]
 LEARN_TRIES = 4  # templates a stream learns at most
 # Matches no frame (a frame is JSON text, and no read starts with a NUL).
-NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0)
+NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0, b"\x00" * 8, b"")
 
 
 def plain(text: str) -> bool:
@@ -103,48 +104,60 @@ def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int
         start = data.find(b'"', after) + 1
         end = start + len(raw)
         if start and data[after : start - 1].strip() == b":" and data[start:end] == raw and data[end : end + 1] == b'"':
-            return (data[:start], start, data[end:], end - len(data), reasoning, left)
+            head, tail = data[:start], data[end:]
+            return (head, start, tail, end - len(data), reasoning, left, b"data: " + head, tail + b"\n\n")
     return None
 
 
 def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int]:
     """The whole SSE frames at the start of ``read`` (upstream bytes that start where a frame
     starts) that are ``frame`` around a plain non-empty text: their texts' bytes and strings,
-    and the bytes they take. The read is cut at its frame boundaries in one split (LF LF
-    ``data: ``: a needle that short costs nothing to prepare, where one as long as a frame is
-    prepared again for every match); each piece must then be the template around its text. The
-    first that is not ends the run: it and the rest of the read go the usual way."""
-    head, start, tail, end = frame[0], frame[1], frame[2], frame[3]
+    and the bytes they take. The first frame that is not ends the run: it and the rest of the
+    read go the usual way.
+
+    The read is cut at its frame boundaries (LF LF ``data: ``) in one split; the pieces at its
+    end that are not the template (the frames after the run) are dropped, each other piece's
+    text is taken at the template's offsets, and the frames those texts would make are joined
+    and compared with the read in one go: equal, every piece was the template around its text. (Comparing
+    each piece's head and tail costs two slices a frame; splitting at the whole joint between
+    two texts, a needle over 100 bytes, makes CPython prepare it again for every match.) When
+    they differ, each piece is checked in turn."""
+    head, start, tail, end, lead, close = frame[0], frame[1], frame[2], frame[3], frame[6], frame[7]
     if read[:6] != b"data: ":
         return [], [], 0
     pieces = read[6:-2].split(b"\n\ndata: ")
-    if read[-2:] != b"\n\n":
+    whole = read[-2:] == b"\n\n"
+    if not whole:
         pieces.pop()  # the last frame is not whole yet
-    raws: list[bytes] = []
-    for piece in pieces:
-        if piece[:start] != head or piece[end:] != tail:
-            break
-        raws.append(piece[start:end])  # (empty when the two overlap)
+    while pieces and (pieces[-1][:start] != head or pieces[-1][end:] != tail):
+        pieces.pop()  # the frames after the run (the finish_reason, the usage, [DONE]...)
+    raws = [piece[start:end] for piece in pieces]
+    if raws:
+        run = b"".join([lead, (close + lead).join(raws), close])
+        if not read.startswith(run):
+            raws = []
+            for piece in pieces:  # the run ends at the first piece that is not the template
+                if piece[:start] != head or piece[end:] != tail:
+                    break
+                raws.append(piece[start:end])
     joined = b"".join(raws)
     texts: list[str] = []
-    if all(raws) and 34 not in joined and 92 not in joined:  # no '"', no '\\' (an int tests faster)
+    # Plain: nothing SPECIAL (one C pass over the texts joined; str.isprintable costs several
+    # times as much per character), and each text valid UTF-8 on its own.
+    if all(raws) and len(joined.translate(None, SPECIAL)) == len(joined):
         try:
-            if joined.decode().isprintable():  # (no control character: else not JSON)
-                texts = [raw.decode() for raw in raws]  # (a character may be cut between two)
+            texts = [raw.decode() for raw in raws]
         except UnicodeDecodeError:
             texts = []
     if len(texts) != len(raws):  # one of them is not plain: the run ends before it
         texts = []
         for raw in raws:
-            if not raw or 34 in raw or 92 in raw:
+            if not raw or len(raw.translate(None, SPECIAL)) != len(raw):
                 break
             try:
-                text = raw.decode()
+                texts.append(raw.decode())
             except UnicodeDecodeError:
                 break
-            if not text.isprintable():
-                break
-            texts.append(text)
         del raws[len(texts) :]
         joined = b"".join(raws)
     return raws, texts, len(joined) + len(raws) * (start - end + 8)

@@ -198,7 +198,7 @@ class ChatToResponsesStream(ContentWriter):
         """
         known = self._text_frame
         if known is not None and self._live:  # the frame before it but for the text: no decode
-            head, start, tail, end, reasoning, _ = known
+            head, start, tail, end, reasoning, _, _, _ = known
             if data[:start] == head and data[end:] == tail:  # (slices compare faster than startswith)
                 raw = data[start:end]  # (empty when the two overlap)
                 if raw and 34 not in raw and 92 not in raw:  # no '"', no '\\' (an int tests faster)
@@ -321,7 +321,8 @@ class ChatToResponsesStream(ContentWriter):
         if left:
             new = text_frame(data, field, text, reasoning=reasoning, left=left - 1)
             if new is None:  # this frame's text could not be found: the template stays, one try less
-                new = (*(known or NO_FRAME)[:5], left - 1)
+                old = known or NO_FRAME
+                new = (*old[:5], left - 1, *old[6:])
             self._text_frame = new
 
     def _bad_shape(self, exc: Exception) -> list[Out]:
