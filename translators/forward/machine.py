@@ -15,10 +15,12 @@ unit tests check that the bytes equal the frames rendered from the dicts.
 ``feed_frame(data)`` is ``feed`` for a chunk still in its JSON bytes, decoded into typed structs
 (chunk_frames.py); the pump uses it for every frame, and it gives the same events as ``feed``.
 
-The machine is three layers, one class extending the other so that the per-token path makes no
+The machine is four layers, one class extending the other so that the per-token path makes no
 call more than one class would: the Response assembler (assembler.py: numbering, the lifecycle,
 items opened and closed with their done events, the terminal event, usage), the content writer
-(content_writer.py: what a delta turns into, the item transitions) and, here, the chunk reader.
+(content_writer.py: what a delta turns into, the item transitions), the frame runs
+(frame_runs.py: frames alike but for their text, read without a decode) and, here, the chunk
+reader.
 
 Legs: one upstream call is a leg. ``finish()`` is ``end_leg()`` (close the leg's items; ``leg``
 says what the model asked for: finish reason, usage, calls) then ``end_response()`` (the
@@ -52,19 +54,9 @@ from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import StreamStateError, UpstreamProtocolError
 from crossfeed.translators.forward.assembler import CALL_TYPES, INCOMPLETE_REASONS, MESSAGE, REASONING, LegEnd, Phase
 from crossfeed.translators.forward.chat_fields import details_text, mistral_parts
-from crossfeed.translators.forward.chunk_frames import (
-    FRAME_ERRORS,
-    LEARN_TRIES,
-    NO_FRAME,
-    TextFrame,
-    as_dict,
-    decode_chunk,
-    plain,
-    text_frame,
-    text_run,
-)
+from crossfeed.translators.forward.chunk_frames import FRAME_ERRORS, TextFrame, as_dict, decode_chunk
 from crossfeed.translators.forward.content_split import ContentSplitter, Split, function_schemas
-from crossfeed.translators.forward.content_writer import ContentWriter
+from crossfeed.translators.forward.frame_runs import FrameRuns
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.options import (
     DEFAULT_PROFILE,
@@ -90,10 +82,9 @@ _KNOWN_FINISH = {"stop", "tool_calls", "function_call", *INCOMPLETE_REASONS, *_F
 # What a chunk of valid JSON but of the wrong shape raises inside the machine.
 _SHAPE_ERRORS = (UpstreamProtocolError, TypeError, AttributeError, KeyError, ValueError)
 _NOT_TEXT_REASON = "a finish_reason that is not text"
-_PRIMING = 3  # frames feed_run reads one by one, at most, before the text template is known
 
 
-class ChatToResponsesStream(ContentWriter):
+class ChatToResponsesStream(FrameRuns):
     def __init__(
         self,
         request: dict[str, Any],
@@ -197,22 +188,10 @@ class ChatToResponsesStream(ContentWriter):
         always has. tests/translators/forward/test_chunk_frames.py checks both paths give the same events.
         """
         known = self._text_frame
-        if known is not None and self._live:  # the frame before it but for the text: no decode
-            head, start, tail, end, reasoning, _, _, _ = known
-            if data[:start] == head and data[end:] == tail:  # (slices compare faster than startswith)
-                raw = data[start:end]  # (empty when the two overlap)
-                if raw and 34 not in raw and 92 not in raw:  # no '"', no '\\' (an int tests faster)
-                    try:
-                        text = raw.decode()
-                    except UnicodeDecodeError:
-                        text = ""
-                    if text and text.isprintable():  # (no control character: else not JSON)
-                        out = self._out = []
-                        if reasoning:
-                            self._reasoning(text)
-                        else:
-                            self._more_text(text, None)
-                        return out
+        if known is not None and self._live:  # the frame before it but for the text?
+            read = self._known_frame(data, known)
+            if read is not None:
+                return read
         try:
             chunk = decode_chunk(data)
         except FRAME_ERRORS:
@@ -274,56 +253,6 @@ class ChatToResponsesStream(ContentWriter):
         except _SHAPE_ERRORS as exc:
             return out + self._bad_shape(exc)
         return out
-
-    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
-        """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the frames at its start
-        that the machine reads at once, the bytes and the frames they took; None for none (the
-        pump then reads them frame by frame). Until the stream's text template is known, up to
-        ``_PRIMING`` frames are read one by one with ``feed_frame`` (one of them teaches it);
-        then the run of frames that match it (``text_run``) is read at once."""
-        out: list[Out] = []
-        size = frames = 0
-        known = self._text_frame
-        while known is None and frames < _PRIMING and self._live:
-            end = read.find(b"\n\n", size) + 2
-            data = read[size + 6 : end - 2]
-            if end < 2 or read[size : size + 6] != b"data: " or data == b"[DONE]" or 10 in data or 13 in data:
-                break  # not one "data: " line of JSON ending in LF LF: the SSE decoder's matter
-            more = self.feed_frame(data)
-            if more is None:
-                break
-            out += more
-            size = end
-            frames += 1
-            known = self._text_frame
-        if known is not None and self._live and size < len(read):
-            raws, texts, taken = text_run(read[size:] if size else read, known)
-            if texts:
-                self._out = out
-                if known[4]:
-                    for text in texts:
-                        self._reasoning(text)
-                else:
-                    self._more_texts(raws, texts)
-                size += taken
-                frames += len(texts)
-        return (out, size, frames) if frames else None
-
-    def _learn(self, data: bytes, field: str, text: str, *, reasoning: bool) -> None:
-        """Keep ``data``'s bytes around its text for the frames that follow (chunk_frames.py):
-        tried again on a later frame when it fails or stops matching, a few times per stream (a
-        backend whose frames all differ, one with a per-frame nonce, stops costing anything). A
-        text JSON escapes says nothing about the frame: the template stays."""
-        if not plain(text):
-            return
-        known = self._text_frame
-        left = LEARN_TRIES if known is None else known[5]
-        if left:
-            new = text_frame(data, field, text, reasoning=reasoning, left=left - 1)
-            if new is None:  # this frame's text could not be found: the template stays, one try less
-                old = known or NO_FRAME
-                new = (*old[:5], left - 1, *old[6:])
-            self._text_frame = new
 
     def _bad_shape(self, exc: Exception) -> list[Out]:
         """Valid JSON of the wrong shape. Values are checked before they are stored, so the

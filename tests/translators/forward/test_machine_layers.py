@@ -1,6 +1,6 @@
 """The forward machine's layers and the numbering core the three Responses machines share.
 
-``ChatToResponsesStream`` (the chunk reader) extends ``ContentWriter``, which extends
+``ChatToResponsesStream`` (the chunk reader) extends ``FrameRuns``, which extends ``ContentWriter``, which extends
 ``ResponseAssembler``, which extends the numbering core ``NumberedStream``; the Responses relay
 and the normaliser extend the core too. These tests pin what the split promised: one place that
 stamps dict events, one error event, and a per-token path no slower than one class's.
@@ -12,6 +12,7 @@ from typing import Any
 
 from crossfeed.translators.forward.assembler import ResponseAssembler
 from crossfeed.translators.forward.content_writer import ContentWriter
+from crossfeed.translators.forward.frame_runs import FrameRuns
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
@@ -31,7 +32,7 @@ def _machine(**kwargs: Any) -> ChatToResponsesStream:
 
 
 def test_the_layers_extend_each_other() -> None:
-    assert ChatToResponsesStream.__mro__[1:5] == (ContentWriter, ResponseAssembler, NumberedStream, object)
+    assert ChatToResponsesStream.__mro__[1:6] == (FrameRuns, ContentWriter, ResponseAssembler, NumberedStream, object)
     assert issubclass(ResponsesEventRelay, NumberedStream)
     assert issubclass(NormalizeResponses, NumberedStream)
 

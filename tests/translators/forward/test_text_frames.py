@@ -14,12 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import crossfeed.translators.forward.frame_runs as runs_mod
 import crossfeed.translators.forward.machine as c2r
 from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, decode_chunk, plain, text_frame, text_run
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.sse import render_responses
+from tests.support.chunk_paths import assert_same, machine
 from tests.support.validators import validate_responses_events
-from tests.translators.forward.test_chunk_frames import assert_same, machine
 
 
 def frame(field: str, text: bytes, *, nonce: bytes = b"", spaced: bool = False, reason: str | None = None) -> bytes:
@@ -84,7 +85,7 @@ def test_a_nonce_per_frame_stops_the_learning(monkeypatch: pytest.MonkeyPatch) -
     assert_same(frames)
     seen = decodes(monkeypatch)
     learned: list[Any] = []
-    monkeypatch.setattr(c2r, "text_frame", lambda *a, **k: learned.append(a) or text_frame(*a, **k))
+    monkeypatch.setattr(runs_mod, "text_frame", lambda *a, **k: learned.append(a) or text_frame(*a, **k))
     run(frames)
     assert len(seen) == 12
     assert len(learned) == LEARN_TRIES
@@ -141,7 +142,7 @@ def assert_as_decoded(frames: list[bytes], cuts: list[int] = ()) -> None:  # typ
     decode and plain JSON judge differently, invalid UTF-8 in a field nobody reads, is
     test_chunk_frames.py's matter), in dicts and in wire mode: frame by frame, the whole stream
     in one read (feed_run's runs) and the stream cut at ``cuts``."""
-    with mock.patch.object(c2r, "LEARN_TRIES", 0):
+    with mock.patch.object(runs_mod, "LEARN_TRIES", 0):
         decoded = fed(frames, wire=False)
     body = b"".join(frames)
     bounds = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
@@ -179,7 +180,7 @@ def test_a_read_of_many_frames_is_cut_once(monkeypatch: pytest.MonkeyPatch) -> N
     stop = frame("content", b"end", reason="stop")
     seen = decodes(monkeypatch)
     runs: list[Any] = []
-    monkeypatch.setattr(c2r, "text_run", lambda *a: runs.append(text_run(*a)) or runs[-1])
+    monkeypatch.setattr(runs_mod, "text_run", lambda *a: runs.append(text_run(*a)) or runs[-1])
     assert_as_decoded([role, *texts, stop])
     seen.clear()
     runs.clear()
@@ -207,7 +208,7 @@ def test_a_run_ends_where_a_frame_is_not_the_template(between: bytes) -> None:
     first = [frame("content", b"a %d" % i) for i in range(3)]
     rest = [frame("content", b"b %d" % i) for i in range(3)]
     body = b"".join([*first, between, *rest])
-    with mock.patch.object(c2r, "LEARN_TRIES", 0):
+    with mock.patch.object(runs_mod, "LEARN_TRIES", 0):
         decoded = fed([body], wire=True)
     assert fed([body], wire=True) == decoded
     for cut in range(0, len(body), 7):

@@ -1,0 +1,102 @@
+"""Frames read without a decode: the layer of the forward machine between the content writer
+(content_writer.py) and the chunk reader (machine.py).
+
+Most frames of a stream are the frame before them but for the delta's text (chunk_frames.py,
+``text_frame``). Once one has been decoded, the machine keeps its template, and:
+
+- ``_known_frame`` reads a frame that matches it with a slice instead of a decode
+  (``feed_frame`` asks it first);
+- ``feed_run`` reads the run of such frames that opens a read at once (``text_run``): the pump
+  offers it every read that starts where a frame starts (translators/pump.py).
+
+``_learn`` keeps a template; a stream learns ``LEARN_TRIES`` at most (a backend with a nonce in
+every frame stops costing anything). docs/DESIGN.md measures both paths;
+tests/translators/forward/test_text_frames.py holds them to the decode.
+"""
+
+from __future__ import annotations
+
+from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, NO_FRAME, TextFrame, plain, text_frame, text_run
+from crossfeed.translators.forward.content_writer import ContentWriter
+from crossfeed.translators.sse import Out
+
+_PRIMING = 3  # frames feed_run reads one by one, at most, before the text template is known
+
+
+class FrameRuns(ContentWriter):
+    """Methods only: the template is the machine's ``_text_frame`` (set in its ``__init__``)."""
+
+    _text_frame: TextFrame | None
+
+    def feed_frame(self, data: bytes) -> list[Out] | None:  # the chunk reader's (machine.py)
+        raise NotImplementedError
+
+    def _known_frame(self, data: bytes, known: TextFrame) -> list[Out] | None:
+        """``data`` read with the stream's template ``known``: the outputs of its text, or None
+        when it is not the template around a plain non-empty text (then it is decoded)."""
+        head, start, tail, end, reasoning, _, _, _ = known
+        if data[:start] == head and data[end:] == tail:  # (slices compare faster than startswith)
+            raw = data[start:end]  # (empty when the two overlap)
+            if raw and 34 not in raw and 92 not in raw:  # no '"', no '\\' (an int tests faster)
+                try:
+                    text = raw.decode()
+                except UnicodeDecodeError:
+                    return None
+                if text and text.isprintable():  # (no control character: else not JSON)
+                    out = self._out = []
+                    if reasoning:
+                        self._reasoning(text)
+                    else:
+                        self._more_text(text, None)
+                    return out
+        return None
+
+    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
+        """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the frames at its start
+        that the machine reads at once, the bytes and the frames they took; None for none (the
+        pump then reads them frame by frame). Until the stream's text template is known, up to
+        ``_PRIMING`` frames are read one by one with ``feed_frame`` (one of them teaches it);
+        then the run of frames that match it (``text_run``) is read at once."""
+        out: list[Out] = []
+        size = frames = 0
+        known = self._text_frame
+        while known is None and frames < _PRIMING and self._live:
+            end = read.find(b"\n\n", size) + 2
+            data = read[size + 6 : end - 2]
+            if end < 2 or read[size : size + 6] != b"data: " or data == b"[DONE]" or 10 in data or 13 in data:
+                break  # not one "data: " line of JSON ending in LF LF: the SSE decoder's matter
+            more = self.feed_frame(data)
+            if more is None:
+                break
+            out += more
+            size = end
+            frames += 1
+            known = self._text_frame
+        if known is not None and self._live and size < len(read):
+            raws, texts, taken = text_run(read[size:] if size else read, known)
+            if texts:
+                self._out = out
+                if known[4]:
+                    for text in texts:
+                        self._reasoning(text)
+                else:
+                    self._more_texts(raws, texts)
+                size += taken
+                frames += len(texts)
+        return (out, size, frames) if frames else None
+
+    def _learn(self, data: bytes, field: str, text: str, *, reasoning: bool) -> None:
+        """Keep ``data``'s bytes around its text for the frames that follow (chunk_frames.py):
+        tried again on a later frame when it fails or stops matching, a few times per stream (a
+        backend whose frames all differ, one with a per-frame nonce, stops costing anything). A
+        text JSON escapes says nothing about the frame: the template stays."""
+        if not plain(text):
+            return
+        known = self._text_frame
+        left = LEARN_TRIES if known is None else known[5]
+        if left:
+            new = text_frame(data, field, text, reasoning=reasoning, left=left - 1)
+            if new is None:  # this frame's text could not be found: the template stays, one try less
+                old = known or NO_FRAME
+                new = (*old[:5], left - 1, *old[6:])
+            self._text_frame = new
