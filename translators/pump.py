@@ -72,16 +72,21 @@ class Pump:
         if self._clean or machine.done:
             return []
         run = self._run
-        if run is not None and self._decoder.idle and len(chunk) <= self._max:
-            taken = run(chunk)  # the frames that open the read, when the machine reads them at once
+        # A read of several frames may open with a run the machine reads at once (feed_run); a
+        # read of one frame (paced tokens) goes the usual way: a run costs more set-up than one
+        # frame's decode saves.
+        if run is not None and chunk.find(b"\n\n") + 2 < len(chunk) and self._decoder.idle and len(chunk) <= self._max:
+            taken = run(chunk)
             if taken is not None:
-                out, size, frames = taken
+                ran, size, frames = taken
                 self.events_in += frames
-                return out if size == len(chunk) or machine.done else out + self._frames(chunk[size:])
-        return self._frames(chunk)
-
-    def _frames(self, chunk: bytes) -> list[Out]:
-        machine = self.machine
+                if size == len(chunk) or machine.done:
+                    return ran
+                self._run = None  # the rest of the read: the usual way, once
+                try:
+                    return ran + self.feed(chunk[size:])
+                finally:
+                    self._run = run
         try:
             events = self._decoder.feed(chunk)
             if len(events) == 1:  # the common case: one frame per read

@@ -4,8 +4,7 @@
 Most frames of a stream are the frame before them but for the delta's text (chunk_frames.py,
 ``text_frame``). Once one has been decoded, the machine keeps its template, and:
 
-- ``_known_frame`` reads a frame that matches it with a slice instead of a decode
-  (``feed_frame`` asks it first);
+- ``feed_frame`` (machine.py) reads a frame that matches it with a slice instead of a decode;
 - ``feed_run`` reads the run of such frames that opens a read at once (``text_run``): the pump
   offers it every read that starts where a frame starts (translators/pump.py).
 
@@ -16,7 +15,15 @@ tests/translators/forward/test_text_frames.py holds them to the decode.
 
 from __future__ import annotations
 
-from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, NO_FRAME, TextFrame, plain, text_frame, text_run
+from crossfeed.translators.forward.chunk_frames import (
+    LEARN_TRIES,
+    NO_FRAME,
+    Choice,
+    TextFrame,
+    plain,
+    text_frame,
+    text_run,
+)
 from crossfeed.translators.forward.content_writer import ContentWriter
 from crossfeed.translators.sse import Out
 
@@ -30,26 +37,6 @@ class FrameRuns(ContentWriter):
 
     def feed_frame(self, data: bytes) -> list[Out] | None:  # the chunk reader's (machine.py)
         raise NotImplementedError
-
-    def _known_frame(self, data: bytes, known: TextFrame) -> list[Out] | None:
-        """``data`` read with the stream's template ``known``: the outputs of its text, or None
-        when it is not the template around a plain non-empty text (then it is decoded)."""
-        head, start, tail, end, reasoning, _, _, _ = known
-        if data[:start] == head and data[end:] == tail:  # (slices compare faster than startswith)
-            raw = data[start:end]  # (empty when the two overlap)
-            if raw and 34 not in raw and 92 not in raw:  # no '"', no '\\' (an int tests faster)
-                try:
-                    text = raw.decode()
-                except UnicodeDecodeError:
-                    return None
-                if text and text.isprintable():  # (no control character: else not JSON)
-                    out = self._out = []
-                    if reasoning:
-                        self._reasoning(text)
-                    else:
-                        self._more_text(text, None)
-                    return out
-        return None
 
     def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the frames at its start
@@ -85,17 +72,19 @@ class FrameRuns(ContentWriter):
                 frames += len(texts)
         return (out, size, frames) if frames else None
 
-    def _learn(self, data: bytes, field: str, text: str, *, reasoning: bool) -> None:
-        """Keep ``data``'s bytes around its text for the frames that follow (chunk_frames.py):
-        tried again on a later frame when it fails or stops matching, a few times per stream (a
-        backend whose frames all differ, one with a per-frame nonce, stops costing anything). A
-        text JSON escapes says nothing about the frame: the template stays."""
+    def _learn(self, data: bytes, choice: Choice, field: str, text: str) -> None:
+        """Keep ``data``'s bytes around its ``field``'s text for the frames that follow, when its
+        choice has no logprobs and no finish_reason: tried again on a later frame when it fails
+        or stops matching, a few times a stream (a backend with a nonce in every frame stops
+        costing anything). A text JSON escapes says nothing about the frame: the template stays."""
+        if choice.logprobs is not None or choice.finish_reason is not None:
+            return
         if not plain(text):
             return
         known = self._text_frame
         left = LEARN_TRIES if known is None else known[5]
         if left:
-            new = text_frame(data, field, text, reasoning=reasoning, left=left - 1)
+            new = text_frame(data, field, text, reasoning=field != "content", left=left - 1)
             if new is None:  # this frame's text could not be found: the template stays, one try less
                 old = known or NO_FRAME
                 new = (*old[:5], left - 1, *old[6:])

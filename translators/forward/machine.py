@@ -176,22 +176,24 @@ class ChatToResponsesStream(FrameRuns):
             return out + self._bad_shape(exc)
 
     def feed_frame(self, data: bytes) -> list[Out] | None:
-        """``feed`` for a chunk still in its JSON bytes: what the pump calls for every frame.
-
-        The frame is decoded into typed structs holding only the fields ``feed`` reads
-        (chunk_frames.py), and the shapes nearly every frame of a stream has (one choice whose
-        delta is text, reasoning text or tool-call fragments alone, or empty, with or without a
-        finish_reason; no usage, no error) go straight to the helpers ``feed`` calls for them.
-        Any other chunk goes to ``feed`` itself, as dicts. Returns None when the bytes do not
-        decode into that shape (not JSON, not an object, a container of the wrong type): the
-        caller then parses them as plain JSON for ``feed``, which reports the problem as it
-        always has. tests/translators/forward/test_chunk_frames.py checks both paths give the same events.
-        """
+        """``feed`` for a chunk in its JSON bytes (the pump's call for every frame): read with the
+        stream's text template (frame_runs.py), or decoded into typed structs (chunk_frames.py)
+        whose usual shapes go to ``feed``'s helpers, others to ``feed`` as dicts; None when the
+        bytes do not decode (then plain JSON into ``feed`` reports the problem)."""
         known = self._text_frame
-        if known is not None and self._live:  # the frame before it but for the text?
-            read = self._known_frame(data, known)
-            if read is not None:
-                return read
+        if known is not None and self._live:  # the frame before it but for the text: no decode
+            head, start, tail, end, reasoning, _, _, _ = known
+            if data[:start] == head and data[end:] == tail:  # (slices compare faster than startswith)
+                raw = data[start:end]  # (empty when the two overlap)
+                if raw and 34 not in raw and 92 not in raw:  # no '"', no '\\' (an int tests faster)
+                    try:
+                        text = raw.decode()
+                    except UnicodeDecodeError:
+                        return None  # (the decode fails it too: the caller's plain parse reports it)
+                    if text.isprintable():  # (no control character: else not JSON)
+                        out = self._out = []
+                        self._reasoning(text) if reasoning else self._more_text(text, None)
+                        return out
         try:
             chunk = decode_chunk(data)
         except FRAME_ERRORS:
@@ -231,14 +233,13 @@ class ChatToResponsesStream(FrameRuns):
                 tool_calls = delta.tool_calls
                 if text.__class__ is str and not reasoning and not tool_calls:
                     if text:
-                        if choice.logprobs is None and choice.finish_reason is None:
-                            self._learn(data, "content", text, reasoning=False)
+                        self._learn(data, choice, "content", text)
                         self._more_text(text, choice.logprobs)
                 elif not text and not tool_calls and reasoning.__class__ is str:
                     if reasoning:  # (an empty one, as empty text, opens nothing)
-                        if choice.logprobs is None and choice.finish_reason is None:
-                            field = "reasoning_content" if delta.reasoning_content else "reasoning"
-                            self._learn(data, field, reasoning, reasoning=True)
+                        self._learn(
+                            data, choice, "reasoning_content" if delta.reasoning_content else "reasoning", reasoning
+                        )
                         self._reasoning(reasoning)
                 elif not text and not reasoning and tool_calls.__class__ is list:
                     for tc in tool_calls:
