@@ -77,15 +77,20 @@ _KEYS = {"content": b'"content"', "reasoning_content": b'"reasoning_content"', "
 SPECIAL = bytes(range(0x20)) + b'"\\'
 _SPECIAL_TEXT = str.maketrans("", "", SPECIAL.decode())
 
-# A frame's template: (head, len(head), tail, -len(tail), reasoning, left, lead, close).
+# A frame's template: (head, len(head), tail, -len(tail), reasoning, left, lead, close, at).
 # ``head`` + text + ``tail`` is the frame; ``reasoning``: the text is the delta's reasoning
-# (else its content); ``left``: templates the stream may still learn after this one; ``lead``
-# and ``close``: the SSE frame around the text (``data: `` + head, tail + LF LF). A plain
-# tuple: the per-frame check unpacks it in one step.
-TextFrame = tuple[bytes, int, bytes, int, bool, int, bytes, bytes]
-LEARN_TRIES = 4  # templates a stream learns at most
+# (else its content); ``left``: templates the stream may still learn in a row; ``lead`` and
+# ``close``: the SSE frame around the text (``data: `` + head, tail + LF LF); ``at``: the
+# machine's event count when it was learned. A plain tuple: the per-frame check unpacks it in
+# one step.
+TextFrame = tuple[bytes, int, bytes, int, bool, int, bytes, bytes, int]
+# Templates a stream learns in a row at most: one learned from every frame is a backend with a
+# nonce in each, and learning stops. One that served SETTLED events or more before it stopped
+# matching (a backend whose "created" ticks every second) gives the tries back.
+LEARN_TRIES = 4
+SETTLED = 16
 # Matches no frame (a frame is JSON text, and no read starts with a NUL).
-NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0, b"\x00" * 8, b"")
+NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0, b"\x00" * 8, b"", 0)
 
 
 def plain(text: str) -> bool:
@@ -93,7 +98,7 @@ def plain(text: str) -> bool:
     return len(text.translate(_SPECIAL_TEXT)) == len(text)
 
 
-def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int) -> TextFrame | None:
+def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int, at: int) -> TextFrame | None:
     """The template of ``data``, a frame that decoded to one choice whose delta's ``field`` is
     ``text`` (a plain, non-empty string) and nothing else the machine acts on; None when the
     text's bytes cannot be found unambiguously (the key twice, the string written with escapes)."""
@@ -105,7 +110,7 @@ def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int
         end = start + len(raw)
         if start and data[after : start - 1].strip() == b":" and data[start:end] == raw and data[end : end + 1] == b'"':
             head, tail = data[:start], data[end:]
-            return (head, start, tail, end - len(data), reasoning, left, b"data: " + head, tail + b"\n\n")
+            return (head, start, tail, end - len(data), reasoning, left, b"data: " + head, tail + b"\n\n", at)
     return None
 
 

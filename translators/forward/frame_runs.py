@@ -8,8 +8,8 @@ Most frames of a stream are the frame before them but for the delta's text (chun
 - ``feed_run`` reads the run of such frames that opens a read at once (``text_run``): the pump
   offers it every read that starts where a frame starts (translators/pump.py).
 
-``_learn`` keeps a template; a stream learns ``LEARN_TRIES`` at most (a backend with a nonce in
-every frame stops costing anything). docs/DESIGN.md measures both paths;
+``_learn`` keeps a template; a stream learns ``LEARN_TRIES`` in a row at most (a backend with a
+nonce in every frame stops costing anything; one whose ``created`` ticks relearns as it ticks). docs/DESIGN.md measures both paths;
 tests/translators/forward/test_text_frames.py holds them to the decode.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 from crossfeed.translators.forward.chunk_frames import (
     LEARN_TRIES,
     NO_FRAME,
+    SETTLED,
     Choice,
     TextFrame,
     plain,
@@ -82,10 +83,11 @@ class FrameRuns(ContentWriter):
         if not plain(text):
             return
         known = self._text_frame
-        left = LEARN_TRIES if known is None else known[5]
+        seq = self._seq
+        left = LEARN_TRIES if known is None or seq - known[8] >= SETTLED else known[5]
         if left:
-            new = text_frame(data, field, text, reasoning=field != "content", left=left - 1)
+            new = text_frame(data, field, text, reasoning=field != "content", left=left - 1, at=seq)
             if new is None:  # this frame's text could not be found: the template stays, one try less
                 old = known or NO_FRAME
-                new = (*old[:5], left - 1, *old[6:])
+                new = (*old[:5], left - 1, *old[6:8], seq)
             self._text_frame = new

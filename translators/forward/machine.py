@@ -182,7 +182,7 @@ class ChatToResponsesStream(FrameRuns):
         bytes do not decode (then plain JSON into ``feed`` reports the problem)."""
         known = self._text_frame
         if known is not None and self._live:  # the frame before it but for the text: no decode
-            head, start, tail, end, reasoning, _, _, _ = known
+            head, start, tail, end, reasoning, _, _, _, _ = known
             if data[:start] == head and data[end:] == tail:  # (slices compare faster than startswith)
                 raw = data[start:end]  # (empty when the two overlap)
                 if raw and 34 not in raw and 92 not in raw:  # no '"', no '\\' (an int tests faster)

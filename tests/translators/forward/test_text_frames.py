@@ -219,3 +219,14 @@ def test_a_character_cut_between_two_frames_is_not_text() -> None:
     """Two texts that are valid UTF-8 only together: each frame is not (the decode fails it),
     though the run's texts joined decode."""
     assert_as_decoded([frame("content", b"x"), frame("content", b"caf\xc3"), frame("content", b"\xa9 ok")])
+
+
+def test_a_ticking_created_is_learned_again_as_it_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend that stamps each frame with the current second (Azure, xAI, Groq): the template
+    stops matching every time the second turns, and is learned again each time, not only
+    LEARN_TRIES times a stream."""
+    frames = [frame("content", b"w%d " % i).replace(b'"created":1', b'"created":%d' % (100 + i // 20)) for i in range(200)]
+    seen = decodes(monkeypatch)
+    run(frames)
+    assert len(seen) == 10  # one a second: the frame that teaches the new template
+    assert_as_decoded(frames[:60])
