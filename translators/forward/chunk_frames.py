@@ -123,10 +123,10 @@ def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int
     The read is cut at its frame boundaries (LF LF ``data: ``) in one split; the pieces at its
     end that are not the template (the frames after the run) are dropped, each other piece's
     text is taken at the template's offsets, and the frames those texts would make are joined
-    and compared with the read in one go: equal, every piece was the template around its text. (Comparing
-    each piece's head and tail costs two slices a frame; splitting at the whole joint between
-    two texts, a needle over 100 bytes, makes CPython prepare it again for every match.) When
-    they differ, each piece is checked in turn."""
+    and compared with the read in one go: equal, every piece was the template around its text.
+    (Comparing each piece's head and tail costs two slices a frame; splitting at the whole joint
+    between two texts, a needle over 100 bytes, makes CPython prepare it again for every
+    match.) When they differ, each piece is checked in turn."""
     head, start, tail, end, lead, close = frame[0], frame[1], frame[2], frame[3], frame[6], frame[7]
     if read[:6] != b"data: ":
         return [], [], 0

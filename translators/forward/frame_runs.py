@@ -6,11 +6,12 @@ Most frames of a stream are the frame before them but for the delta's text (chun
 
 - ``feed_frame`` (machine.py) reads a frame that matches it with a slice instead of a decode;
 - ``feed_run`` reads the run of such frames that opens a read at once (``text_run``): the pump
-  offers it every read that starts where a frame starts (translators/pump.py).
+  offers it every read of several frames that starts where a frame starts (translators/pump.py).
 
 ``_learn`` keeps a template; a stream learns ``LEARN_TRIES`` in a row at most (a backend with a
-nonce in every frame stops costing anything; one whose ``created`` ticks relearns as it ticks). docs/DESIGN.md measures both paths;
-tests/translators/forward/test_text_frames.py holds them to the decode.
+nonce in every frame stops costing anything; one whose ``created`` ticks relearns as it ticks).
+docs/DESIGN.md measures both paths; tests/translators/forward/test_text_frames.py holds them to
+the decode.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ class FrameRuns(ContentWriter):
         raise NotImplementedError
 
     def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
-        """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the frames at its start
-        that the machine reads at once, the bytes and the frames they took; None for none (the
-        pump then reads them frame by frame). Until the stream's text template is known, up to
-        ``_PRIMING`` frames are read one by one with ``feed_frame`` (one of them teaches it);
-        then the run of frames that match it (``text_run``) is read at once."""
+        """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
+        frames at its start that the machine reads at once, the bytes and the frames they took;
+        None for none (the pump then reads them frame by frame). Until the stream's text template
+        is known, up to ``_PRIMING`` frames are read one by one with ``feed_frame`` (one of them
+        teaches it); then the run of frames that match it (``text_run``) is read at once."""
         out: list[Out] = []
         size = frames = 0
         known = self._text_frame
@@ -76,8 +77,9 @@ class FrameRuns(ContentWriter):
     def _learn(self, data: bytes, choice: Choice, field: str, text: str) -> None:
         """Keep ``data``'s bytes around its ``field``'s text for the frames that follow, when its
         choice has no logprobs and no finish_reason: tried again on a later frame when it fails
-        or stops matching, a few times a stream (a backend with a nonce in every frame stops
-        costing anything). A text JSON escapes says nothing about the frame: the template stays."""
+        or stops matching, ``LEARN_TRIES`` times in a row, the tries given back by a template
+        that served ``SETTLED`` events. A text JSON escapes says nothing about the frame: the
+        template stays."""
         if choice.logprobs is not None or choice.finish_reason is not None:
             return
         if not plain(text):

@@ -225,7 +225,9 @@ def test_a_ticking_created_is_learned_again_as_it_ticks(monkeypatch: pytest.Monk
     """A backend that stamps each frame with the current second (Azure, xAI, Groq): the template
     stops matching every time the second turns, and is learned again each time, not only
     LEARN_TRIES times a stream."""
-    frames = [frame("content", b"w%d " % i).replace(b'"created":1', b'"created":%d' % (100 + i // 20)) for i in range(200)]
+    frames = [
+        frame("content", b"w%d " % i).replace(b'"created":1', b'"created":%d' % (100 + i // 20)) for i in range(200)
+    ]
     seen = decodes(monkeypatch)
     run(frames)
     assert len(seen) == 10  # one a second: the frame that teaches the new template
