@@ -82,9 +82,9 @@ class Pump:
                 self.events_in += frames
                 if size == len(chunk) or machine.done:
                     return ran
-                self._run = None  # the rest of the read: the usual way, once
-                try:
-                    return ran + self.feed(chunk[size:])
+                self._run = None  # the rest of the read: the usual way, once (Pump's own feed:
+                try:  # a subclass that taps each read has seen this one)
+                    return ran + Pump.feed(self, chunk[size:])
                 finally:
                     self._run = run
         try:

@@ -232,3 +232,21 @@ def test_a_ticking_created_is_learned_again_as_it_ticks(monkeypatch: pytest.Monk
     run(frames)
     assert len(seen) == 10  # one a second: the frame that teaches the new template
     assert_as_decoded(frames[:60])
+
+
+def test_a_pump_that_taps_its_reads_sees_each_read_once() -> None:
+    """The rest of a read after a run goes through Pump's own feed: a subclass that records
+    each read (the turn inspector's) must not record that rest a second time."""
+    seen: list[bytes] = []
+
+    class Tap(Pump):
+        def feed(self, chunk: bytes) -> list[Any]:
+            seen.append(chunk)
+            return Pump.feed(self, chunk)
+
+    m = machine(wire=True)
+    pump = Tap(m)
+    m.start()
+    read = b"".join([*(frame("content", b"t%d" % i) for i in range(5)), frame("content", b"end", reason="stop")])
+    pump.feed(read)
+    assert seen == [read]
