@@ -16,6 +16,8 @@ the decode.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from crossfeed.translators.forward.chunk_frames import (
     LEARN_TRIES,
     NO_FRAME,
@@ -36,9 +38,7 @@ class FrameRuns(ContentWriter):
     """Methods only: the template is the machine's ``_text_frame`` (set in its ``__init__``)."""
 
     _text_frame: TextFrame | None
-
-    def feed_frame(self, data: bytes) -> list[Out] | None:  # the chunk reader's (machine.py)
-        raise NotImplementedError
+    feed_frame: Callable[[bytes], list[Out] | None]  # the chunk reader's method (machine.py)
 
     def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
