@@ -73,9 +73,9 @@ class Pump:
             return []
         run = self._run
         # A read of several frames may open with a run the machine reads at once (feed_run); a
-        # read of one frame (paced tokens) goes the usual way: a run costs more set-up than one
-        # frame's decode saves.
-        if run is not None and chunk.find(b"\n\n") + 2 < len(chunk) and self._decoder.idle and len(chunk) <= self._max:
+        # short read (one frame: paced tokens; or a few) goes the usual way: a run costs more
+        # set-up than so few frames' decodes save, and the length is known without a scan.
+        if run is not None and _RUN_MIN <= len(chunk) <= self._max and self._decoder.idle:
             taken = run(chunk)
             if taken is not None:
                 ran, size, frames = taken
@@ -180,6 +180,8 @@ class Pump:
 
 
 _loads = orjson.loads
+# The shortest read offered to ``feed_run``: about four text frames of either direction.
+_RUN_MIN = 1024
 _JSONDecodeError = orjson.JSONDecodeError
 _NOT_JSON = "the upstream sent an event that is not valid JSON"
 

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from crossfeed.translators.bounded_json import DECODE_ERRORS, Json
+from crossfeed.translators.plain_json import SPECIAL
 
 
 class Delta(msgspec.Struct, gc=False):
@@ -72,10 +73,6 @@ def as_dict(chunk: Chunk) -> dict[str, Any]:
 # to the same structs with that string in place of the text, so it is read with a slice instead.
 
 _KEYS = {"content": b'"content"', "reasoning_content": b'"reasoning_content"', "reasoning": b'"reasoning"'}
-# What a JSON string must escape, and the escape: bytes.translate deletes them in one C pass (a
-# regular expression costs several times as much per byte).
-SPECIAL = bytes(range(0x20)) + b'"\\'
-_SPECIAL_TEXT = str.maketrans("", "", SPECIAL.decode())
 
 # A frame's template: (head, len(head), tail, -len(tail), reasoning, left, lead, close, at).
 # ``head`` + text + ``tail`` is the frame; ``reasoning``: the text is the delta's reasoning
@@ -91,11 +88,6 @@ LEARN_TRIES = 4
 SETTLED = 16
 # Matches no frame (a frame is JSON text, and no read starts with a NUL).
 NO_FRAME: TextFrame = (b"\x00" * 8, 8, b"", 0, False, 0, b"\x00" * 8, b"", 0)
-
-
-def plain(text: str) -> bool:
-    """``text``'s JSON string is its UTF-8 between quotes: nothing to escape."""
-    return len(text.translate(_SPECIAL_TEXT)) == len(text)
 
 
 def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int, at: int) -> TextFrame | None:

@@ -24,11 +24,11 @@ from crossfeed.translators.forward.chunk_frames import (
     SETTLED,
     Choice,
     TextFrame,
-    plain,
     text_frame,
     text_run,
 )
 from crossfeed.translators.forward.content_writer import ContentWriter
+from crossfeed.translators.plain_json import plain
 from crossfeed.translators.sse import Out
 
 _PRIMING = 3  # frames feed_run reads one by one, at most, before the text template is known

@@ -116,7 +116,7 @@ from crossfeed.translators.reverse.stream_state import (
     event_item,
     part_text,
 )
-from crossfeed.translators.reverse.tool_calls import CallStream
+from crossfeed.translators.reverse.text_runs import TextRuns
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
 
 _dumps = orjson.dumps
@@ -147,10 +147,10 @@ _HOSTED_PREFIXES = (
 _MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError, OverflowError)
 
 
-class ResponsesToChatStream(CallStream):
+class ResponsesToChatStream(TextRuns):
     """One Responses stream -> one chat completion stream. See the module docstring for rules."""
 
-    __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit", "_run")
+    __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit")
 
     def __init__(
         self,
@@ -205,7 +205,7 @@ class ResponsesToChatStream(CallStream):
         # or failed), for the driver's accounting; unchecked unless ``include_usage``.
         self.usage: dict[str, Any] | None = None
         self._limit = max_output_tokens
-        self._run: tuple[int, int, Part, bytes] | None = None  # feed_frame's last text part, its frame head
+        self._init_runs()  # TextRuns' (text_runs.py): the text template, feed_frame's last text part
 
     # -- public interface ------------------------------------------------------------------
 
@@ -276,6 +276,8 @@ class ResponsesToChatStream(CallStream):
             if run is None or run[0] != oi or run[1] != ci:
                 run = self._new_run(oi, ci)
             if run is not None:
+                if self._learning:  # (text_runs.py)
+                    self._learn(data, d, oi, ci)
                 run[2].pieces.append(d)
                 self._content_len += len(d)
                 return [run[3] + _dumps(d) + self._after]  # (two joins cost less than a format)

@@ -80,6 +80,9 @@ class StoppingChatStream(ResponsesToChatStream):
     def feed_frame(self, data: bytes) -> list[Out] | None:
         return None  # every event goes through ``feed``, where the stop sequences are matched
 
+    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
+        return None  # likewise
+
     def feed(self, event: dict[str, Any]) -> list[Out]:
         return self._stopping(super().feed(event))
 

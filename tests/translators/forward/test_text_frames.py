@@ -6,6 +6,7 @@ gives (``assert_same``, test_chunk_frames.py), and the template must really be u
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -16,11 +17,22 @@ from hypothesis import strategies as st
 
 import crossfeed.translators.forward.frame_runs as runs_mod
 import crossfeed.translators.forward.machine as c2r
-from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, decode_chunk, plain, text_frame, text_run
+import crossfeed.translators.pump as pump_mod
+from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, decode_chunk, text_frame, text_run
+from crossfeed.translators.plain_json import plain
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.sse import render_responses
 from tests.support.chunk_paths import assert_same, machine
 from tests.support.validators import validate_responses_events
+
+
+@pytest.fixture(autouse=True)
+def every_read_is_offered() -> Iterator[None]:
+    """The pump offers runs only to reads of 1 KiB or more; here to every read, so that short
+    streams and reads cut anywhere take the run too (test_a_short_read_is_not_offered checks
+    the bound itself)."""
+    with mock.patch.object(pump_mod, "_RUN_MIN", 0):
+        yield
 
 
 def frame(field: str, text: bytes, *, nonce: bytes = b"", spaced: bool = False, reason: str | None = None) -> bytes:
@@ -250,3 +262,20 @@ def test_a_pump_that_taps_its_reads_sees_each_read_once() -> None:
     read = b"".join([*(frame("content", b"t%d" % i) for i in range(5)), frame("content", b"end", reason="stop")])
     pump.feed(read)
     assert seen == [read]
+
+
+def test_a_short_read_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read under 1 KiB (a frame of paced tokens, or a few) goes the usual way: a run costs
+    more set-up than so few frames' decodes save, and the pump knows a read's length without a
+    scan."""
+    offered: list[int] = []
+    real = c2r.ChatToResponsesStream.feed_run
+    monkeypatch.setattr(
+        c2r.ChatToResponsesStream, "feed_run", lambda self, read: offered.append(len(read)) or real(self, read)
+    )
+    frames = [frame("content", b"w%d" % i) for i in range(40)]
+    short, long = b"".join(frames[:3]), b"".join(frames[3:])
+    assert len(short) < 1024 <= len(long)
+    with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
+        assert fed([short, long], wire=True) == fed(frames, wire=True)
+    assert offered == [len(long)]

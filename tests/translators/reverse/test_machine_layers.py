@@ -16,6 +16,7 @@ from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.stopping import StoppingChatStream
 from crossfeed.translators.reverse.stream_state import DELTA_KINDS, DONE_FIELDS, PART_FIELDS, REASONING_KINDS
 from crossfeed.translators.reverse.text_parts import TextStream
+from crossfeed.translators.reverse.text_runs import TextRuns
 from crossfeed.translators.reverse.tool_calls import CallStream
 
 CREATED = {"type": "response.created", "response": {"id": "resp_1", "created_at": 1, "model": "m"}}
@@ -52,7 +53,7 @@ def calls_of(m: ResponsesToChatStream, event: dict[str, Any]) -> tuple[list[str]
 
 
 def test_the_layers_in_order_and_no_instance_dict() -> None:
-    assert ResponsesToChatStream.__mro__[1:] == (CallStream, TextStream, ChunkWriter, object)
+    assert ResponsesToChatStream.__mro__[1:] == (TextRuns, CallStream, TextStream, ChunkWriter, object)
     for cls in (*ResponsesToChatStream.__mro__[:-1], StoppingChatStream):
         assert "__slots__" in vars(cls), cls
     m = machine()

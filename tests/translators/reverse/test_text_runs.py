@@ -1,0 +1,290 @@
+"""The reverse machine's text runs (text_runs.py) against its decode: a read of text deltas
+that differ only in their text and number is read at once, and gives the chunks the typed
+decode of every frame gives (and plain JSON into ``feed``), byte for byte, whatever the frames
+hold and wherever the reads are cut."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import crossfeed.translators.pump as pump_mod
+import crossfeed.translators.reverse.machine as r2c
+import crossfeed.translators.reverse.text_runs as runs_mod
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.reverse.delta_frames import decode_text_delta
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
+from crossfeed.translators.reverse.stopping import StoppingChatStream
+from crossfeed.translators.reverse.text_runs import NO_NUMBER, NUMBER_FIRST, TEXT_FIRST, delta_template
+from crossfeed.translators.sse import render_chat
+from tests.support.validators import validate_chat_chunks
+
+
+@pytest.fixture(autouse=True)
+def every_read_is_offered() -> Iterator[None]:
+    """The pump offers runs only to reads of 1 KiB or more; here to every read, so that short
+    streams and reads cut anywhere take the run too (test_a_short_read_is_not_offered checks
+    the bound itself)."""
+    with mock.patch.object(pump_mod, "_RUN_MIN", 0):
+        yield
+
+
+def event(obj: dict[str, Any]) -> bytes:
+    return b"event: " + str(obj["type"]).encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
+CREATED = event(
+    {"type": "response.created", "sequence_number": 0, "response": {"id": "r", "model": "m", "created_at": 1}}
+)
+ADDED = event(
+    {"type": "response.output_item.added", "sequence_number": 1, "output_index": 0, "item": {"type": "message"}}
+)
+PART = event({"type": "response.content_part.added", "sequence_number": 2, "output_index": 0, "content_index": 0})
+COMPLETED = event(
+    {
+        "type": "response.completed",
+        "sequence_number": 99999,
+        "response": {"id": "r", "model": "m", "output": [], "usage": {"input_tokens": 1, "output_tokens": 2}},
+    }
+)
+
+
+def delta(
+    seq: int | bytes | None,
+    text: bytes,
+    *,
+    order: str = "number",
+    nonce: bytes = b"",
+    item: bytes = b"msg_1",
+    part: bytes = b"0",
+    index: bytes = b"0",
+) -> bytes:
+    """A text delta frame written by hand: ``text`` is its JSON string's bytes as given (already
+    escaped, or bytes no encoder would write); ``order``: where the number is (``number``: before
+    the text, as OpenAI and llama-server write it; ``text``: after it, as DeepSeek does; ``none``)."""
+    number = b"" if seq is None else b'"sequence_number":' + (seq if isinstance(seq, bytes) else b"%d" % seq) + b","
+    head = b'{"type":"response.output_text.delta",'
+    ids = b'"item_id":"' + item + b'","output_index":' + index + b',"content_index":' + part + b","
+    body = b'"delta":"' + text + b'","logprobs":[]'
+    if nonce:
+        body += b',"obfuscation":"' + nonce + b'"'
+    if order == "number":
+        data = head + number + ids + body + b"}"
+    elif order == "text":
+        data = head + ids + body + b"," + number[:-1] + b"}"
+    else:
+        data = head + ids + body + b"}"
+    return b"event: response.output_text.delta\ndata: " + data + b"\n\n"
+
+
+def fed(reads: list[bytes], *, wire: bool, typed: bool = True, stop: bool = False) -> tuple[bytes, dict, int]:
+    kw: dict[str, Any] = dict(include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1)
+    m = StoppingChatStream(stop=("zz",), prompt_tokens=1, **kw) if stop else ResponsesToChatStream(wire=wire, **kw)
+    pump = Pump(m, typed_frames=typed)
+    out: list[Any] = []
+    for read in reads:
+        out += pump.feed(read)
+    out += pump.finish()
+    return render_chat(out), m.diagnostics, pump.events_in
+
+
+def decoded(frames: list[bytes], **kw: Any) -> tuple[bytes, dict, int]:
+    """The stream read without runs: the typed decode of every frame (a frame the decode and
+    plain JSON judge differently, invalid UTF-8 in a field nobody reads, is
+    test_delta_frames.py's matter)."""
+    with mock.patch.object(runs_mod, "LEARN_TRIES", 0):
+        return fed(frames, wire=True, **kw)
+
+
+def assert_as_decoded(frames: list[bytes], cuts: list[int] = ()) -> bytes:  # type: ignore[assignment]
+    """The chunks with runs are those of the decode of every frame, in wire mode (and in dicts,
+    where no run is taken): frame by frame, the whole stream in one read, and the stream cut at
+    ``cuts``."""
+    want = decoded(frames)
+    body = b"".join(frames)
+    bounds = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
+    for reads in (frames, [body], [body[a:b] for a, b in itertools.pairwise(bounds)]):
+        assert fed(reads, wire=True) == want
+        assert fed(reads, wire=False) == want
+    chunks = [orjson.loads(p[6:]) for p in want[0].split(b"\n\n") if p.startswith(b"data: {")]
+    validate_chat_chunks(chunks)
+    return want[0]
+
+
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    seen: list[bytes] = []
+
+    def spy(data: bytes) -> Any:
+        seen.append(data)
+        return decode_text_delta(data)
+
+    monkeypatch.setattr(r2c, "decode_text_delta", spy)
+    return seen
+
+
+_piece = st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8"), min_size=0, max_size=6).map(lambda t: orjson.dumps(t)[1:-1]),
+    st.binary(max_size=3),
+    st.sampled_from([b'"', b"\\", b'\\"', b"\x00", b"\xc3", b'","x":"', b"\\u00e9", b"%", b"%s"]),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.lists(_piece, min_size=0, max_size=3).map(b"".join), st.sampled_from([b"", b"", b"", b"n1"])),
+        min_size=1,
+        max_size=14,
+    ),
+    st.sampled_from(["number", "text", "none"]),
+    st.integers(0, 120),
+    st.sampled_from([1, 1, 1, 2, 0]),
+    st.lists(st.integers(0, 5000), max_size=4),
+)
+def test_any_text_deltas_same_chunks_every_way(
+    texts: list[tuple[bytes, bytes]], order: str, first: int, step: int, cuts: list[int]
+) -> None:
+    """Texts with escapes, raw quotes, invalid UTF-8, control bytes and ``%``; nonces; numbers
+    from anywhere (across a digit), rising by one, by two or not at all; each layout."""
+    seqs = [None if order == "none" else first + step * i for i in range(len(texts))]
+    frames = [CREATED, ADDED, PART] + [delta(s, t, order=order, nonce=n) for s, (t, n) in zip(seqs, texts, strict=True)]
+    assert_as_decoded([*frames, COMPLETED], cuts)
+
+
+@pytest.mark.parametrize("order", ["number", "text", "none"])
+def test_a_read_of_many_deltas_is_decoded_twice(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first delta opens the part, the second teaches the template; the other 38 (their
+    numbers across 9 -> 10) are read at once."""
+    frames = [CREATED, ADDED, PART, *(delta(3 + i, b"word %d " % i, order=order) for i in range(40)), COMPLETED]
+    seen = decodes(monkeypatch)
+    body = assert_as_decoded(frames)
+    seen.clear()
+    out = fed([b"".join(frames)], wire=True)
+    assert out[0] == body
+    assert len(seen) == 2
+    assert out[2] == len(frames)  # every frame counted in
+
+
+def test_the_layouts_of_the_number() -> None:
+    for order, layout in (("number", NUMBER_FIRST), ("text", TEXT_FIRST), ("none", NO_NUMBER)):
+        data = delta(7, b"hi", order=order).split(b"data: ", 1)[1][:-2]
+        tpl = delta_template(data, "hi", 0, 0)
+        assert tpl is not None and tpl[1] == layout, order
+    data = delta(7, b"hi").split(b"data: ", 1)[1][:-2]
+    assert delta_template(data.replace(b'"delta"', b'"delta" '), "hi", 0, 0) is None  # not compact
+    assert delta_template(data.replace(b":7,", b":07,"), "hi", 0, 0) is None  # not a JSON integer
+    assert delta_template(data, "h\\i", 0, 0) is None  # a text JSON escapes
+    assert delta_template(data.replace(b"msg_1", b"xdelta"), "hi", 0, 0) is not None
+    assert delta_template(data.replace(b"msg_1", b"delta"), "hi", 0, 0) is None  # the key's bytes twice
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        b": keep-alive\n\n",
+        b"event: ping\n",
+        b"data: [DONE]\n\n",
+        delta(50, b"nospace").replace(b"data: ", b"data:"),
+        delta(50, b"crlf").replace(b"\n", b"\r\n"),
+        delta(50, b"other", item=b"msg_2"),
+        delta(50, b"escaped \\n"),
+        delta(b"050", b"leading zero"),
+        delta(b"05", b"leading zero, as wide"),
+        delta(50, b"other part", part=b"1"),
+        delta(50, b"other item", index=b"1"),
+        delta(50, b"error").replace(b"event: response.output_text.delta", b"event: error"),
+        delta(50, b"two")[:-2] + b"\ndata: x\n\n",
+        delta(50, b""),
+    ],
+    ids=[
+        "comment",
+        "event-line",
+        "done",
+        "no-space",
+        "crlf",
+        "other-item",
+        "escape",
+        "zero",
+        "zero-2",
+        "other-part",
+        "other-index",
+        "error",
+        "two-data",
+        "empty",
+    ],
+)
+def test_a_run_ends_where_a_frame_is_not_the_template(between: bytes) -> None:
+    first = [delta(10 + i, b"a %d" % i) for i in range(4)]
+    rest = [delta(51 + i, b"b %d" % i) for i in range(4)]
+    body = b"".join([CREATED, ADDED, PART, *first, between, *rest, COMPLETED])
+    want = decoded([body])
+    assert fed([body], wire=True) == want
+    for cut in range(0, len(body), 9):
+        assert fed([body[:cut], body[cut:]], wire=True) == want
+
+
+def test_a_character_cut_between_two_frames_is_not_text() -> None:
+    """Two texts valid UTF-8 only together: each frame is not (its decode fails), though the
+    run's texts joined would decode."""
+    frames = [CREATED, ADDED, PART, delta(3, b"x"), delta(4, b"y"), delta(5, b"caf\xc3"), delta(6, b"\xa9 ok")]
+    assert_as_decoded([*frames, COMPLETED])
+
+
+def test_a_nonce_per_frame_stops_the_learning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenAI writes an ``obfuscation`` nonce in every delta: no template matches the next
+    frame, and the stream stops learning after LEARN_TRIES in a row."""
+    tries: list[bytes] = []
+    real = ResponsesToChatStream._learn
+
+    def counting(self: ResponsesToChatStream, data: bytes, *a: Any) -> None:
+        tries.append(data)
+        real(self, data, *a)
+
+    monkeypatch.setattr(ResponsesToChatStream, "_learn", counting)
+    frames = [CREATED, ADDED, PART, *(delta(3 + i, b"w%d" % i, nonce=b"n%d" % i) for i in range(60)), COMPLETED]
+    fed([b"".join(frames[k : k + 6]) for k in range(0, len(frames), 6)], wire=True)
+    assert len(tries) == runs_mod.LEARN_TRIES
+    assert_as_decoded([*frames[:20], COMPLETED])
+
+
+def test_paced_tokens_learn_nothing() -> None:
+    """A read a frame: the pump offers no run, and the machine keeps no template."""
+    m = ResponsesToChatStream(
+        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
+        for f in [CREATED, ADDED, PART, *(delta(3 + i, b"w%d" % i) for i in range(30))]:
+            pump.feed(f)
+    assert m._template is None and not m._learning
+
+
+def test_a_short_read_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    offered: list[int] = []
+    real = ResponsesToChatStream.feed_run
+    monkeypatch.setattr(
+        ResponsesToChatStream, "feed_run", lambda self, read: offered.append(len(read)) or real(self, read)
+    )
+    frames = [CREATED, ADDED, PART, *(delta(3 + i, b"w%d" % i) for i in range(30))]
+    short = b"".join(frames[3:6])
+    long = b"".join(frames[6:])
+    assert len(short) < 1024 <= len(long)
+    with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
+        assert fed([b"".join(frames[:3]), short, long], wire=True) == fed(frames, wire=True, typed=False)
+    assert offered == [len(long)]
+
+
+def test_stop_sequences_take_no_run() -> None:
+    """Stop sequences are matched on every event (stopping.py): no run."""
+    frames = [CREATED, ADDED, PART, *(delta(3 + i, b"w%d " % i) for i in range(30)), COMPLETED]
+    assert StoppingChatStream.feed_run(None, b"".join(frames)) is None  # type: ignore[arg-type]
+    assert fed([b"".join(frames)], wire=True, stop=True) == fed(frames, wire=True, typed=False, stop=True)

@@ -1,0 +1,26 @@
+"""Strings whose JSON is their UTF-8 as it is: nothing to escape between the quotes.
+
+Both stream machines read runs of frames that differ only in their text with slices instead of
+a decode (translators/forward/chunk_frames.py, translators/reverse/text_runs.py). A slice of
+the frame's bytes is the text only when the text is *plain*: no quote, no backslash, no control
+character (what a JSON string must escape), and valid UTF-8.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# What a JSON string must escape: bytes.translate deletes them in one C pass (a regular
+# expression costs several times as much per byte).
+SPECIAL: Final = bytes(range(0x20)) + b'"\\'
+_SPECIAL_TEXT: Final = str.maketrans("", "", SPECIAL.decode())
+
+
+def plain(text: str) -> bool:
+    """``text``'s JSON string is its UTF-8 between quotes: nothing to escape."""
+    return len(text.translate(_SPECIAL_TEXT)) == len(text)
+
+
+def plain_bytes(raw: bytes) -> bool:
+    """``raw`` holds nothing a JSON string escapes (its UTF-8 is checked apart)."""
+    return len(raw.translate(None, SPECIAL)) == len(raw)

@@ -1,0 +1,282 @@
+"""Text deltas read without a decode: the layer of the reverse machine between its call stream
+(tool_calls.py) and its event loop (machine.py).
+
+A Responses backend writes every text delta of a message the same way: the same event line, the
+same ``item_id``, indexes and key order; only the text and ``sequence_number`` change, and the
+number rises by one a frame. Once the machine has decoded such a frame (``feed_frame``, the run
+of a text part: machine.py), it keeps the frame's bytes around its two holes
+(``delta_template``), and ``feed_run`` reads the run of frames that opens a read at once
+(``delta_run``): the pump offers it every read of several frames that starts where a frame
+starts (translators/pump.py). A backend that writes a nonce in every delta (OpenAI's
+``obfuscation``) matches no template: a stream learns ``LEARN_TRIES`` in a row at most, and a
+template that served ``SETTLED`` frames gives the tries back.
+
+Each frame a run takes is one the typed decode would have read to the same text: the template's
+bytes around a plain text (translators/plain_json.py) and a number. The chunk it writes is the
+part's content frame around the text's JSON string, which for a plain text is its bytes between
+quotes. tests/translators/reverse/test_text_runs.py holds the run to the decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from crossfeed.translators.plain_json import SPECIAL, plain_bytes
+from crossfeed.translators.reverse.stream_state import Part
+from crossfeed.translators.reverse.tool_calls import CallStream
+from crossfeed.translators.sse import Out
+
+# A template: (lead, order, mid, tail, close, output_index, content_index). ``lead`` is the
+# frame's bytes up to its first hole (the event line and the data line's start), ``mid`` those
+# between the holes, ``tail`` those after the last one; ``close`` is ``tail`` and the blank line.
+# ``order``: the holes in the frame (NO_NUMBER: the text alone).
+DeltaTemplate = tuple[bytes, int, bytes, bytes, bytes, int, int]
+NO_NUMBER, NUMBER_FIRST, TEXT_FIRST = 0, 1, 2
+
+_NAME: Final = b"response.output_text.delta\ndata: "  # a text delta's block (frame_blocks)
+_HEAD: Final = b"event: " + _NAME
+_DELTA: Final = b'"delta":"'
+_NUMBER: Final = b'"sequence_number":'
+LEARN_TRIES: Final = 4  # templates a stream learns in a row, none of them serving SETTLED frames
+SETTLED: Final = 16
+_PRIMING: Final = 6  # frames feed_run reads one by one before the template is known (created ... 2nd delta)
+
+
+def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | None:
+    """The template of ``data``, a text delta frame's JSON that decoded to ``text`` (plain,
+    non-empty) at ``(oi, ci)``; None when the text or the number cannot be found unambiguously
+    (a key twice, a text written with escapes, whitespace around a colon, a number that is not
+    a plain decimal)."""
+    raw = text.encode()
+    if data.count(b'"delta"') != 1 or not plain_bytes(raw):
+        return None
+    start = data.find(_DELTA) + len(_DELTA)
+    end = start + len(raw)
+    if start < len(_DELTA) or data[start:end] != raw or data[end : end + 1] != b'"':
+        return None
+    numbers = data.count(b'"sequence_number"')
+    if numbers == 0:
+        return (_HEAD + data[:start], NO_NUMBER, b"", data[end:], data[end:] + b"\n\n", oi, ci)
+    at = data.find(_NUMBER) + len(_NUMBER)
+    if numbers != 1 or at < len(_NUMBER):
+        return None
+    stop = at
+    while data[stop : stop + 1].isdigit():
+        stop += 1
+    digits = data[at:stop]
+    if not digits or b"%d" % int(digits) != digits:
+        return None
+    if at < start:
+        return (_HEAD + data[:at], NUMBER_FIRST, data[stop:start], data[end:], data[end:] + b"\n\n", oi, ci)
+    return (_HEAD + data[:start], TEXT_FIRST, data[end:at], data[stop:], data[stop:] + b"\n\n", oi, ci)
+
+
+def frame_blocks(read: bytes) -> list[bytes]:
+    """The whole frames of ``read`` (upstream bytes that start where a frame starts) up to its
+    last text delta, each without its ``event: `` and its blank line: ``<name>\\ndata: <json>``
+    for a frame of one event line and one data line. A frame takes ``len(block) + 9`` bytes.
+
+    The frames after the last text delta (the closing ones) are left to the SSE decoder, which
+    would split them again: splitting costs about two instructions a byte, and a closing frame
+    carries the whole text or the whole Response. The rest is cut in one split, at ``event: ``
+    after a blank line (a needle of 9 bytes costs half of LF LF's 2 per byte). A piece may hold
+    more than a frame (a comment, a frame of another shape); none such is a frame of the
+    template (``delta_run`` compares every frame it takes with the read)."""
+    last = read.rfind(_HEAD)
+    if last < 0 or read[:7] != b"event: ":
+        return []
+    end = read.find(b"\n\n", last)
+    if end < 0:  # the last text delta is not whole yet
+        end = last - 2
+        if end < 0:
+            return []
+    blocks = read[7:end].split(b"\n\nevent: ")
+    return blocks
+
+
+def delta_run(blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate) -> tuple[list[bytes], str]:
+    """The frames of ``blocks`` (``frame_blocks`` of ``read``) from ``start`` on, ``at`` bytes
+    into the read, that are ``tpl`` around a plain non-empty text and a number: their texts'
+    bytes and the texts joined. The first frame that is not ends the run.
+
+    The frames at the end that are not the template (the frames after the run) are left out,
+    each other one's text and number are taken at the template's offsets (the numbers rise by
+    one a frame: the offsets move where they gain a digit), and the frames those make are joined
+    (the list of their parts built by slice assignment, no loop) and compared with the read in
+    one go. A number must be a JSON integer (digits, no leading zero): the machine never reads
+    it, the decode only skips it."""
+    lead, order, mid, tail = tpl[0], tpl[1], tpl[2], tpl[3]
+    head, ll, lt = lead[7:], len(lead) - 7, len(tail)
+    stop = len(blocks)
+    while stop > start and (blocks[stop - 1][:ll] != head or blocks[stop - 1][-lt:] != tail):
+        stop -= 1  # the frames after the run (the closing ones, another item's...)
+    if stop == start:
+        return [], ""
+    run = blocks[start:stop] if start or stop < len(blocks) else blocks
+    numbers: list[bytes] = []
+    if order == NO_NUMBER:
+        raws = [b[ll:-lt] for b in run]
+    else:
+        first = run[0]
+        cut = first.find(mid, ll) if order == NUMBER_FIRST else first.rfind(mid, ll) + len(mid)
+        width = len(first[ll:cut] if order == NUMBER_FIRST else first[cut:-lt])
+        raws = _numbered(run, order, ll, len(mid), lt, width, numbers)
+    if not read.startswith(_frames(tpl, raws, numbers), at):
+        kept = 0  # the run ends at the first frame that is not the template's
+        for k, raw in enumerate(raws):
+            frame = _frames(tpl, [raw], numbers[k : k + 1])
+            if not read.startswith(frame, at):
+                break
+            at += len(frame)
+            kept += 1
+        del raws[kept:]
+    text = _texts(raws)
+    return raws, text
+
+
+def _numbered(
+    blocks: list[bytes], order: int, ll: int, lm: int, lt: int, width: int, numbers: list[bytes]
+) -> list[bytes]:
+    """The texts of ``blocks`` (frames without their ``event: ``) and, into ``numbers``, their
+    numbers: the first one is ``width`` digits long, and each one more than the one before."""
+    raws: list[bytes] = []
+    if not width:
+        return raws
+    first = blocks[0][ll : ll + width] if order == NUMBER_FIRST else blocks[0][-lt - width : -lt]
+    if not first.isdigit():
+        return raws
+    start = int(first)
+    done = 0
+    while done < len(blocks):  # the frames whose numbers have as many digits: one slice for all
+        group = blocks[done : 10**width - start]
+        if order == NUMBER_FIRST:
+            a, z, c, e = ll + width + lm, -lt, ll, ll + width
+        else:
+            a, z, c, e = ll, -(lm + width + lt), -(lt + width), -lt
+        digits = [b[c:e] for b in group]
+        joined = b"".join(digits)
+        if not joined.isdigit() or (width > 1 and b"0" in joined[::width]):
+            break  # not JSON integers of that width: the run ends before this group
+        numbers += digits
+        raws += [b[a:z] for b in group]
+        done += len(group)
+        width += 1
+    return raws
+
+
+def _frames(tpl: DeltaTemplate, raws: list[bytes], numbers: list[bytes]) -> bytes:
+    """The frames of ``raws`` (and their ``numbers``) as the template writes them."""
+    lead, order, mid, close = tpl[0], tpl[1], tpl[2], tpl[4]
+    n = len(raws)
+    if not n:
+        return b""
+    if order == NO_NUMBER:
+        return b"".join([lead, (close + lead).join(raws), close])
+    parts: list[bytes] = [b"", mid, b"", close + lead] * n
+    parts[0::4], parts[2::4] = (numbers, raws) if order == NUMBER_FIRST else (raws, numbers)
+    parts[-1] = close
+    return lead + b"".join(parts)
+
+
+def _texts(raws: list[bytes]) -> str:
+    """The texts of ``raws`` joined, and ``raws`` cut where one is not plain: empty, holding
+    what JSON escapes, or not valid UTF-8 on its own. Joined with a NUL (which JSON escapes, so
+    no plain text holds one) the texts are checked and decoded in one call each: a character
+    cut between two of them fails the decode."""
+    if all(raws):
+        joined = b"\x00".join(raws)
+        if len(joined.translate(None, SPECIAL)) == len(joined) - len(raws) + 1:
+            try:
+                return joined.decode().replace("\x00", "")
+            except UnicodeDecodeError:
+                pass
+    texts: list[str] = []
+    for raw in raws:
+        if not raw or not plain_bytes(raw):
+            break
+        try:
+            texts.append(raw.decode())
+        except UnicodeDecodeError:
+            break
+    del raws[len(texts) :]
+    return "".join(texts)
+
+
+class TextRuns(CallStream):
+    """``feed_run`` and the template it reads with; the machine (machine.py) learns it."""
+
+    __slots__ = ("_template", "_learning", "_tries", "_served", "_run")
+
+    done: bool  # the event loop's (machine.py)
+    feed_frame: Callable[[bytes], list[Out] | None]
+
+    def _init_runs(self) -> None:
+        self._template: DeltaTemplate | None = None
+        # feed_frame learns from its next text delta (read once a delta on its hot path): set
+        # by feed_run, so a stream the pump never offers a run (paced tokens) learns nothing.
+        self._learning = False
+        self._tries = LEARN_TRIES
+        self._served = 0
+        # feed_frame's last text part and the content frame's head (machine.py, _new_run)
+        self._run: tuple[int, int, Part, bytes] | None = None
+
+    def _learn(self, data: bytes, text: str, oi: int, ci: int) -> None:
+        """Keep the template of ``data``, a text delta ``feed_frame`` read into the current
+        run as ``text``: one try of ``LEARN_TRIES``."""
+        self._learning = False
+        self._tries -= 1
+        self._served = 0
+        self._template = delta_template(data, text, oi, ci)
+
+    def _relearn(self) -> None:
+        """The template matched no frame where a text delta starts: learned again, tries left."""
+        self._template = None
+        self._learning = self._tries > 0
+
+    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
+        """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
+        frames at its start that the machine reads at once, the bytes and the frames they took;
+        None for none (the pump then reads them the usual way). The read is cut into its frames
+        once (``frame_blocks``). Until a template is known, up to ``_PRIMING`` frames of one
+        event line and one data line are read one by one with ``feed_frame`` (the second text
+        delta of a part teaches it); then the run of frames that match it (``delta_run``)."""
+        tpl = self._template
+        if tpl is None:
+            if not self._tries:
+                return None
+            self._learning = True
+        blocks = frame_blocks(read)
+        out: list[Out] = []
+        size = frames = 0
+        while tpl is None and frames < _PRIMING and frames < len(blocks) and not self.done:
+            name, sep, data = blocks[frames].partition(b"\ndata: ")
+            if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
+                break  # not one event line and one data line: the SSE decoder's matter
+            more = self.feed_frame(data)
+            if more is None:
+                break
+            out += more
+            size += len(blocks[frames]) + 9
+            frames += 1
+            tpl = self._template
+        if tpl is not None and frames < len(blocks) and not self.done:
+            cur = self._run
+            if cur is not None and cur[0] == tpl[5] and cur[1] == tpl[6] and self._last_msg == tpl[5]:
+                raws, text = delta_run(blocks, frames, read, size, tpl)
+                if raws:
+                    cur[2].pieces.append(text)
+                    self._content_len += len(text)
+                    # The part's content frame around each text's JSON string: its bytes in quotes.
+                    frame = b"%s%%s%s" % (cur[3].replace(b"%", b"%%") + b'"', b'"' + self._after.replace(b"%", b"%%"))
+                    out += [frame % raw for raw in raws]
+                    size += sum(map(len, blocks[frames : frames + len(raws)])) + 9 * len(raws)
+                    frames += len(raws)
+                    self._served += len(raws)
+                    if self._served >= SETTLED:
+                        self._tries = LEARN_TRIES
+                elif blocks[frames].startswith(_NAME):  # a text delta the template does not match
+                    self._relearn()
+            elif blocks[frames].startswith(_NAME):  # another part's text
+                self._relearn()
+        return (out, size, frames) if frames else None
