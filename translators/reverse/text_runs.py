@@ -242,11 +242,13 @@ class TextRuns(CallStream):
         event line and one data line are read one by one with ``feed_frame`` (the second text
         delta of a part teaches it); then the run of frames that match it (``delta_run``)."""
         tpl = self._template
-        if tpl is None:
-            if not self._tries:
-                return None
-            self._learning = True
+        if tpl is None and not self._tries:
+            return None
         blocks = frame_blocks(read)
+        if not blocks:  # no text delta in the read (a lifecycle frame of 1 KiB and more)
+            return None
+        if tpl is None:
+            self._learning = True
         out: list[Out] = []
         size = frames = 0
         while tpl is None and frames < _PRIMING and frames < len(blocks) and not self.done:

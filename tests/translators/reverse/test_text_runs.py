@@ -257,13 +257,15 @@ def test_a_nonce_per_frame_stops_the_learning(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_paced_tokens_learn_nothing() -> None:
-    """A read a frame: the pump offers no run, and the machine keeps no template."""
+    """A read a frame: the pump offers no run but to the frames of 1 KiB and more (the
+    Response's lifecycle), which hold no text delta; the machine keeps no template."""
+    big = event({"type": "response.created", "response": {"id": "r", "model": "m", "instructions": "x" * 2000}})
     m = ResponsesToChatStream(
         include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
     )
     pump = Pump(m)
     with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
-        for f in [CREATED, ADDED, PART, *(delta(3 + i, b"w%d" % i) for i in range(30))]:
+        for f in [big, ADDED, PART, *(delta(3 + i, b"w%d" % i) for i in range(30))]:
             pump.feed(f)
     assert m._template is None and not m._learning
 
