@@ -50,26 +50,30 @@ class SSEDecoder:
         # Fast paths, the common case on the hot loop: no event in progress, and the chunk holds
         # whole events of one "data: " line each (chat), or of "event: " + "data: " (Responses).
         # Then every LF in it belongs to a known place, so a split and an LF count prove the
-        # shape with a few C-level scans instead of a call per line. (`find` rather than `in`:
-        # `b"\r" in chunk` first tries the operand as an integer, which is slower.)
+        # shape with a few C-level scans instead of a call per line. (A byte is looked for as
+        # an int, ``13 in chunk``: memchr at once, where ``b"\r" in chunk`` first fails to read
+        # its operand as an int, and ``find`` parses its arguments from a tuple.)
         if (
             not self._tail
             and not self._data
             and self._event is None
             and not self._cr
-            and chunk.find(b"\r") < 0
-            and chunk.endswith(b"\n\n")
+            and 13 not in chunk  # no CR
+            and chunk[-2:] == b"\n\n"
             and len(chunk) <= self._max
         ):
-            if chunk.startswith(b"data: "):
-                if chunk.find(b"\n") == len(chunk) - 2:  # one frame: the most common read of all
-                    return [(None, chunk[6:-2])]
-                parts = chunk[6:-2].split(_DATA_SEP)
+            # (Slices compare at about half the cost of startswith/endswith, whose arguments
+            # CPython 3.11 parses from a tuple on every call.)
+            if chunk[:6] == b"data: ":
+                data = chunk[6:-2]
+                if 10 not in data:  # one frame: the most common read of all
+                    return [(None, data)]
+                parts = data.split(_DATA_SEP)
                 # No LF inside a frame's data: one memchr over the joined data (bytes.count
                 # of one byte walks the chunk a byte at a time, several times the cost).
-                if b"".join(parts).find(b"\n") < 0:
+                if 10 not in b"".join(parts):
                     return [(None, p) for p in parts]
-            elif chunk.startswith(b"event: "):
+            elif chunk[:7] == b"event: ":
                 named = _named_frames(chunk)
                 if named is not None:
                     return named
@@ -136,8 +140,10 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     its data may hold an LF (another line). A name seen before is known to hold none; the data
     are checked at once, joined."""
     first = chunk.find(b"\n")
-    if chunk.startswith(b"\ndata: ", first) and chunk.find(b"\n", first + 1) == len(chunk) - 2:  # one event
-        return [(chunk[7:first].decode("utf-8", "replace"), chunk[first + 7 : -2])]
+    if chunk[first : first + 7] == b"\ndata: ":
+        data = chunk[first + 7 : -2]
+        if 10 not in data:  # one event
+            return [(chunk[7:first].decode("utf-8", "replace"), data)]
     out: list[SSEEvent] = []
     names = _NAMES
     for block in chunk[7:-2].split(b"\n\nevent: "):
@@ -147,13 +153,13 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
         try:
             text = names[name]
         except KeyError:
-            if name.find(b"\n") >= 0:
+            if 10 in name:
                 return None
             text = name.decode("utf-8", "replace")
             if len(names) < _MAX_NAMES:
                 names[name] = text
         out.append((text, data))
-    if b"".join(map(_DATA, out)).find(b"\n") >= 0:
+    if 10 in b"".join(map(_DATA, out)):
         return None
     return out
 
