@@ -222,6 +222,11 @@ def render_responses(events: list[Any]) -> bytes:
         head = _HEADS.get(ev["type"])
         if head is not None:
             return head + dumps(ev) + b"\n\n"
+    elif events and events[-1].__class__ is bytes:  # a run's frames (wire mode), all bytes: joined in C
+        try:
+            return b"".join(events)
+        except TypeError:  # an event dict among them
+            pass
     parts = []
     for ev in events:
         if ev.__class__ is bytes:
@@ -240,6 +245,11 @@ def render_responses(events: list[Any]) -> bytes:
 def render_chat(chunks: list[Any]) -> bytes:
     """A machine's outputs as Chat Completions frames: ``data: <json>`` only (docs/wire-facts.md, Chat framing);
     ``bytes`` outputs are frames already rendered (wire mode)."""
+    if chunks and chunks[-1].__class__ is bytes:  # a run's frames (wire mode), all bytes: joined in C
+        try:
+            return b"".join(chunks)
+        except TypeError:  # a chunk dict among them
+            pass
     dumps = orjson.dumps
     return b"".join([c if c.__class__ is bytes else b"data: " + dumps(c) + b"\n\n" for c in chunks])
 

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crossfeed.translators.errors import UpstreamProtocolError
-from crossfeed.translators.sse import SSEDecoder, SSEEvent
+from crossfeed.translators.sse import SSEDecoder, SSEEvent, render_chat, render_responses
 from tests.support.splitting import byte_by_byte, split_points
 
 
@@ -127,3 +128,19 @@ def test_named_frames_near_misses(raw: bytes) -> None:
     events as the line-by-line rules, whether a name was seen before or not."""
     assert SSEDecoder().feed(raw) == _by_lines(raw)
     assert SSEDecoder().feed(raw) == _by_lines(raw)  # every name now seen
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.binary(max_size=8), st.fixed_dictionaries({"type": st.sampled_from(["a", "b"])})), max_size=5)
+)
+def test_renderers_join_frames_and_render_dicts(outs: list[bytes | dict]) -> None:
+    """A list of rendered frames (a run's, wire mode) is joined as it is; a dict anywhere in it
+    is rendered in its place, whichever way the renderer takes."""
+    chat = b"".join(o if isinstance(o, bytes) else b"data: " + orjson.dumps(o) + b"\n\n" for o in outs)
+    assert render_chat(outs) == chat
+    named = b"".join(
+        o if isinstance(o, bytes) else b"event: " + o["type"].encode() + b"\ndata: " + orjson.dumps(o) + b"\n\n"
+        for o in outs
+    )
+    assert render_responses(outs) == named

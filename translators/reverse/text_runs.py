@@ -271,7 +271,7 @@ class TextRuns(CallStream):
                     self._content_len += len(text)
                     # The part's content frame around each text's JSON string: its bytes in quotes.
                     frame = b"%s%%s%s" % (cur[3].replace(b"%", b"%%") + b'"', b'"' + self._after.replace(b"%", b"%%"))
-                    out += [frame % raw for raw in raws]
+                    out += map(frame.__mod__, raws)
                     size += sum(map(len, blocks[frames : frames + len(raws)])) + 9 * len(raws)
                     frames += len(raws)
                     self._served += len(raws)
