@@ -6,7 +6,7 @@ same ``item_id``, indexes and key order; only the text and ``sequence_number`` c
 number rises by one a frame. Once the machine has decoded such a frame (``feed_frame``, the run
 of a text part: machine.py), it keeps the frame's bytes around its two holes
 (``delta_template``), and ``feed_run`` reads the run of frames that opens a read at once
-(``delta_run``): the pump offers it every read of several frames that starts where a frame
+(``delta_run``): the pump offers it every read of 1 KiB or more that starts where a frame
 starts (translators/pump.py). A backend that writes a nonce in every delta (OpenAI's
 ``obfuscation``) matches no template: a stream learns ``LEARN_TRIES`` in a row at most, and a
 template that served ``SETTLED`` frames gives the tries back.
@@ -91,8 +91,7 @@ def frame_blocks(read: bytes) -> list[bytes]:
         end = last - 2
         if end < 0:
             return []
-    blocks = read[7:end].split(b"\n\nevent: ")
-    return blocks
+    return read[7:end].split(b"\n\nevent: ")
 
 
 def delta_run(blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate) -> tuple[list[bytes], str]:
