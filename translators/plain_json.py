@@ -24,3 +24,19 @@ def plain(text: str) -> bool:
 def plain_bytes(raw: bytes) -> bool:
     """``raw`` holds nothing a JSON string escapes (its UTF-8 is checked apart)."""
     return len(raw.translate(None, SPECIAL)) == len(raw)
+
+
+def plain_texts(raws: list[bytes]) -> list[str]:
+    """The texts of ``raws`` (JSON strings' bytes between their quotes) up to the first that is
+    not plain: empty, holding what JSON escapes, or not valid UTF-8 on its own. ``raws`` is cut
+    to them. The slow way of a run's check, taken when the one call over all of them failed."""
+    texts: list[str] = []
+    for raw in raws:
+        if not raw or not plain_bytes(raw):
+            break
+        try:
+            texts.append(raw.decode())
+        except UnicodeDecodeError:
+            break
+    del raws[len(texts) :]
+    return texts

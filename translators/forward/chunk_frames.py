@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from crossfeed.translators.bounded_json import DECODE_ERRORS, Json
-from crossfeed.translators.plain_json import SPECIAL
+from crossfeed.translators.plain_json import SPECIAL, plain_texts
 
 
 class Delta(msgspec.Struct, gc=False):
@@ -147,14 +147,6 @@ def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int
         except UnicodeDecodeError:
             texts = []
     if len(texts) != len(raws):  # one of them is not plain: the run ends before it
-        texts = []
-        for raw in raws:
-            if not raw or len(raw.translate(None, SPECIAL)) != len(raw):
-                break
-            try:
-                texts.append(raw.decode())
-            except UnicodeDecodeError:
-                break
-        del raws[len(texts) :]
+        texts = plain_texts(raws)
         joined = b"".join(raws)
     return raws, texts, len(joined) + len(raws) * (start - end + 8)

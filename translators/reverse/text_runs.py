@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from crossfeed.translators.plain_json import SPECIAL, plain_bytes
+from crossfeed.translators.plain_json import SPECIAL, plain_bytes, plain_texts
 from crossfeed.translators.reverse.stream_state import Part
 from crossfeed.translators.reverse.tool_calls import CallStream
 from crossfeed.translators.sse import Out
@@ -190,16 +190,7 @@ def _texts(raws: list[bytes]) -> str:
                 return joined.decode().replace("\x00", "")
             except UnicodeDecodeError:
                 pass
-    texts: list[str] = []
-    for raw in raws:
-        if not raw or not plain_bytes(raw):
-            break
-        try:
-            texts.append(raw.decode())
-        except UnicodeDecodeError:
-            break
-    del raws[len(texts) :]
-    return "".join(texts)
+    return "".join(plain_texts(raws))
 
 
 class TextRuns(CallStream):

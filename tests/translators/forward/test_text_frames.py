@@ -6,7 +6,6 @@ gives (``assert_same``, test_chunk_frames.py), and the template must really be u
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -18,21 +17,15 @@ from hypothesis import strategies as st
 import crossfeed.translators.forward.frame_runs as runs_mod
 import crossfeed.translators.forward.machine as c2r
 import crossfeed.translators.pump as pump_mod
-from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, decode_chunk, text_frame, text_run
+from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, text_frame, text_run
 from crossfeed.translators.plain_json import plain
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.sse import render_responses
 from tests.support.chunk_paths import assert_same, machine
+from tests.support.read_runs import calls_to, every_read_is_offered
 from tests.support.validators import validate_responses_events
 
-
-@pytest.fixture(autouse=True)
-def every_read_is_offered() -> Iterator[None]:
-    """The pump offers runs only to reads of 1 KiB or more; here to every read, so that short
-    streams and reads cut anywhere take the run too (test_a_short_read_is_not_offered checks
-    the bound itself)."""
-    with mock.patch.object(pump_mod, "_RUN_MIN", 0):
-        yield
+pytestmark = pytest.mark.usefixtures(every_read_is_offered.__name__)
 
 
 def frame(field: str, text: bytes, *, nonce: bytes = b"", spaced: bool = False, reason: str | None = None) -> bytes:
@@ -55,14 +48,7 @@ def frame(field: str, text: bytes, *, nonce: bytes = b"", spaced: bool = False, 
 
 
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    seen: list[bytes] = []
-
-    def spy(data: bytes) -> Any:
-        seen.append(data)
-        return decode_chunk(data)
-
-    monkeypatch.setattr(c2r, "decode_chunk", spy)
-    return seen
+    return calls_to(monkeypatch, c2r, "decode_chunk")
 
 
 def run(frames: list[bytes]) -> list[Any]:

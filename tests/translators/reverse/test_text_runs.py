@@ -6,7 +6,6 @@ hold and wherever the reads are cut."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -21,21 +20,14 @@ import crossfeed.translators.reverse.text_runs as runs_mod
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
-from crossfeed.translators.reverse.delta_frames import decode_text_delta
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.stopping import StoppingChatStream
 from crossfeed.translators.reverse.text_runs import NO_NUMBER, NUMBER_FIRST, TEXT_FIRST, delta_template
 from crossfeed.translators.sse import render_chat
+from tests.support.read_runs import calls_to, every_read_is_offered
 from tests.support.validators import validate_chat_chunks
 
-
-@pytest.fixture(autouse=True)
-def every_read_is_offered() -> Iterator[None]:
-    """The pump offers runs only to reads of 1 KiB or more; here to every read, so that short
-    streams and reads cut anywhere take the run too (test_a_short_read_is_not_offered checks
-    the bound itself)."""
-    with mock.patch.object(pump_mod, "_RUN_MIN", 0):
-        yield
+pytestmark = pytest.mark.usefixtures(every_read_is_offered.__name__)
 
 
 def event(obj: dict[str, Any]) -> bytes:
@@ -121,14 +113,7 @@ def assert_as_decoded(frames: list[bytes], cuts: list[int] = ()) -> bytes:  # ty
 
 
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    seen: list[bytes] = []
-
-    def spy(data: bytes) -> Any:
-        seen.append(data)
-        return decode_text_delta(data)
-
-    monkeypatch.setattr(r2c, "decode_text_delta", spy)
-    return seen
+    return calls_to(monkeypatch, r2c, "decode_text_delta")
 
 
 _piece = st.one_of(
