@@ -181,13 +181,14 @@ def _frames(tpl: DeltaTemplate, raws: list[bytes], numbers: list[bytes]) -> byte
 def _texts(raws: list[bytes]) -> str:
     """The texts of ``raws`` joined, and ``raws`` cut where one is not plain: empty, holding
     what JSON escapes, or not valid UTF-8 on its own. Joined with a NUL (which JSON escapes, so
-    no plain text holds one) the texts are checked and decoded in one call each: a character
-    cut between two of them fails the decode."""
+    no plain text holds one) the texts are checked in one call each: one ``translate``, and one
+    decode, which a character cut between two of them fails."""
     if all(raws):
         joined = b"\x00".join(raws)
         if len(joined.translate(None, SPECIAL)) == len(joined) - len(raws) + 1:
             try:
-                return joined.decode().replace("\x00", "")
+                joined.decode()  # (each text on its own: the NULs are where one ends)
+                return b"".join(raws).decode()
             except UnicodeDecodeError:
                 pass
     return "".join(plain_texts(raws))
@@ -232,7 +233,12 @@ class TextRuns(CallStream):
         event line and one data line are read one by one with ``feed_frame`` (the second text
         delta of a part teaches it); then the run of frames that match it (``delta_run``)."""
         tpl = self._template
-        if tpl is None and not self._tries:
+        if tpl is None:
+            if not self._tries:
+                return None
+        elif read[: len(tpl[0])] != tpl[0]:  # no run at the start (the closing frames): no search
+            if read[: len(_HEAD)] == _HEAD:  # a text delta the template does not match
+                self._relearn()
             return None
         blocks = frame_blocks(read)
         if not blocks:  # no text delta in the read (a lifecycle frame of 1 KiB and more)

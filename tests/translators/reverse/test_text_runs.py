@@ -275,3 +275,22 @@ def test_stop_sequences_take_no_run() -> None:
     frames = [CREATED, ADDED, PART, *(delta(3 + i, b"w%d " % i) for i in range(30)), COMPLETED]
     assert StoppingChatStream.feed_run(None, b"".join(frames)) is None  # type: ignore[arg-type]
     assert fed([b"".join(frames)], wire=True, stop=True) == fed(frames, wire=True, typed=False, stop=True)
+
+
+@pytest.mark.parametrize("order", ["number", "text", "none"])
+def test_a_second_message_is_learned_again(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that opens with the deltas of another message (another output index) than the
+    template's: the template is learned again from them, and their run is read at once too."""
+    second = event(
+        {"type": "response.output_item.added", "sequence_number": 40, "output_index": 1, "item": {"type": "message"}}
+    )
+    first = [delta(3 + i, b"a%d " % i, order=order) for i in range(12)]
+    later = [delta(41 + i, b"b%d " % i, order=order, index=b"1", item=b"msg_2") for i in range(30)]
+    reads = [b"".join([CREATED, ADDED, PART, *first, second]), b"".join(later[:15]), b"".join([*later[15:], COMPLETED])]
+    want = decoded(reads)
+    seen = decodes(monkeypatch)
+    assert fed(reads, wire=True) == want
+    # The first message: its first two deltas (the second teaches the template). The second
+    # message's first read: each of its 15 (the template does not match; the second of them
+    # teaches the new one). Its last read: none, a run.
+    assert len(seen) == 2 + 15
