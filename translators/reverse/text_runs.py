@@ -20,6 +20,7 @@ quotes. tests/translators/reverse/test_text_runs.py holds the run to the decode.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Final
 
 from crossfeed.translators.plain_json import SPECIAL, plain_bytes, plain_texts
@@ -115,7 +116,7 @@ def delta_run(blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaT
     run = blocks[start:stop] if start or stop < len(blocks) else blocks
     numbers: list[bytes] = []
     if order == NO_NUMBER:
-        raws = [b[ll:-lt] for b in run]
+        raws = list(map(itemgetter(slice(ll, -lt)), run))
     else:
         first = run[0]
         cut = first.find(mid, ll) if order == NUMBER_FIRST else first.rfind(mid, ll) + len(mid)
@@ -153,12 +154,12 @@ def _numbered(
             a, z, c, e = ll + width + lm, -lt, ll, ll + width
         else:
             a, z, c, e = ll, -(lm + width + lt), -(lt + width), -lt
-        digits = [b[c:e] for b in group]
+        digits = list(map(itemgetter(slice(c, e)), group))
         joined = b"".join(digits)
         if not joined.isdigit() or (width > 1 and b"0" in joined[::width]):
             break  # not JSON integers of that width: the run ends before this group
         numbers += digits
-        raws += [b[a:z] for b in group]
+        raws += map(itemgetter(slice(a, z)), group)
         done += len(group)
         width += 1
     return raws
