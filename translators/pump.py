@@ -14,9 +14,10 @@ ignored, so nothing the upstream sends after its end can leak through.
 A machine may also offer ``feed_frame(data)``: an event's JSON bytes in, outputs out, or None
 when the bytes are not of the shape it decodes itself (they are then parsed and fed as usual).
 The forward machine uses it to decode chat chunks into typed structs (chunk_frames.py). And
-``feed_run(chunk)``, offered a read of several frames that starts where a frame starts: the
-outputs of the frames at its start that it reads at once, with the bytes and frames they took,
-or None (the forward machine: text frames alike but for their text, chunk_frames.text_run).
+``feed_run(chunk)``, offered a read of 1 KiB or more (``_RUN_MIN``) that starts where a frame
+starts: the outputs of the frames at its start that it reads at once, with the bytes and frames
+they took, or None (both machines: text frames alike but for their text, the forward
+chunk_frames.text_run and the reverse text_runs.delta_run).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Most frames of a stream are the frame before them but for the delta's text (chun
 
 - ``feed_frame`` (machine.py) reads a frame that matches it with a slice instead of a decode;
 - ``feed_run`` reads the run of such frames that opens a read at once (``text_run``): the pump
-  offers it every read of several frames that starts where a frame starts (translators/pump.py).
+  offers it every read of 1 KiB or more that starts where a frame starts (translators/pump.py).
 
 ``_learn`` keeps a template; a stream learns ``LEARN_TRIES`` in a row at most (a backend with a
 nonce in every frame stops costing anything; one whose ``created`` ticks relearns as it ticks).
