@@ -30,7 +30,8 @@ DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
 
 SSEEvent = tuple[str | None, bytes]
 # What a stream machine puts out: an event (or chunk) dict, or in wire mode a frame it rendered
-# itself (bytes, already framed for the client's transport). render_* write both.
+# itself (bytes, already framed for the client's transport; with SSE framing, a run of frames
+# may be one bytes). render_* write both.
 Out = dict[str, Any] | bytes
 _DATA_SEP: Final = b"\n\ndata: "
 

@@ -41,6 +41,7 @@ _DELTA: Final = b'"delta":"'
 _NUMBER: Final = b'"sequence_number":'
 LEARN_TRIES: Final = 4  # templates a stream learns in a row, none of them serving SETTLED frames
 SETTLED: Final = 16
+_DIGITS_MAX: Final = 18  # the longest number a run reads (int() refuses thousands of digits)
 _PRIMING: Final = 6  # frames feed_run reads one by one before the template is known (created ... 2nd delta)
 
 
@@ -66,7 +67,7 @@ def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | 
     while data[stop : stop + 1].isdigit():
         stop += 1
     digits = data[at:stop]
-    if not digits or b"%d" % int(digits) != digits:
+    if not digits or len(digits) > _DIGITS_MAX or b"%d" % int(digits) != digits:
         return None
     if at < start:
         return (_HEAD + data[:at], NUMBER_FIRST, data[stop:start], data[end:], data[end:] + b"\n\n", oi, ci)
@@ -95,24 +96,27 @@ def frame_blocks(read: bytes) -> list[bytes]:
     return read[7:end].split(b"\n\nevent: ")
 
 
-def delta_run(blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate) -> tuple[list[bytes], str]:
+def delta_run(
+    blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate
+) -> tuple[list[bytes], str, int]:
     """The frames of ``blocks`` (``frame_blocks`` of ``read``) from ``start`` on, ``at`` bytes
     into the read, that are ``tpl`` around a plain non-empty text and a number: their texts'
-    bytes and the texts joined. The first frame that is not ends the run.
+    bytes, the texts joined and the bytes the frames take. The first frame that is not ends
+    the run.
 
     The frames at the end that are not the template (the frames after the run) are left out,
-    each other one's text and number are taken at the template's offsets (the numbers rise by
-    one a frame: the offsets move where they gain a digit), and the frames those make are joined
-    (the list of their parts built by slice assignment, no loop) and compared with the read in
-    one go. A number must be a JSON integer (digits, no leading zero): the machine never reads
-    it, the decode only skips it."""
+    each other one's text is taken at the template's offsets (the numbers rise by one a frame:
+    the offsets move where they gain a digit), and the frames those texts and numbers make are
+    joined (the list of their parts built by slice assignment, no loop) and compared with the
+    read in one go. The numbers are not read but written (``_numbers``): the comparison holds
+    each one to the JSON integer, one more than the one before, that the decode would skip."""
     lead, order, mid, tail = tpl[0], tpl[1], tpl[2], tpl[3]
     head, ll, lt = lead[7:], len(lead) - 7, len(tail)
     stop = len(blocks)
     while stop > start and (blocks[stop - 1][:ll] != head or blocks[stop - 1][-lt:] != tail):
         stop -= 1  # the frames after the run (the closing ones, another item's...)
     if stop == start:
-        return [], ""
+        return [], "", 0
     run = blocks[start:stop] if start or stop < len(blocks) else blocks
     numbers: list[bytes] = []
     if order == NO_NUMBER:
@@ -120,49 +124,65 @@ def delta_run(blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaT
     else:
         first = run[0]
         cut = first.find(mid, ll) if order == NUMBER_FIRST else first.rfind(mid, ll) + len(mid)
-        width = len(first[ll:cut] if order == NUMBER_FIRST else first[cut:-lt])
-        raws = _numbered(run, order, ll, len(mid), lt, width, numbers)
-    if not read.startswith(_frames(tpl, raws, numbers), at):
-        kept = 0  # the run ends at the first frame that is not the template's
+        number = first[ll:cut] if order == NUMBER_FIRST else first[cut:-lt]
+        raws = _numbered(run, order, ll, len(mid), lt, number, numbers)
+    frames = _frames(tpl, raws, numbers)
+    if read.startswith(frames, at):
+        size = len(frames)
+    else:
+        size = kept = 0  # the run ends at the first frame that is not the template's
         for k, raw in enumerate(raws):
             frame = _frames(tpl, [raw], numbers[k : k + 1])
-            if not read.startswith(frame, at):
+            if not read.startswith(frame, at + size):
                 break
-            at += len(frame)
+            size += len(frame)
             kept += 1
         del raws[kept:]
+    n = len(raws)
     text = _texts(raws)
-    return raws, text
+    if len(raws) < n:  # the frames from the first text that is not plain: the decode's
+        size = len(_frames(tpl, raws, numbers))
+    return raws, text, size
 
 
 def _numbered(
-    blocks: list[bytes], order: int, ll: int, lm: int, lt: int, width: int, numbers: list[bytes]
+    blocks: list[bytes], order: int, ll: int, lm: int, lt: int, first: bytes, numbers: list[bytes]
 ) -> list[bytes]:
-    """The texts of ``blocks`` (frames without their ``event: ``) and, into ``numbers``, their
-    numbers: the first one is ``width`` digits long, and each one more than the one before."""
+    """The texts of ``blocks`` (frames without their ``event: ``) whose first number is
+    ``first``, and, into ``numbers``, the numbers they hold if each is one more than the one
+    before (``_frames`` holds them to that); none when ``first`` is not a JSON integer
+    (digits, no leading zero)."""
+    if not first.isdigit() or len(first) > _DIGITS_MAX or b"%d" % int(first) != first:
+        return []
+    n = int(first)
+    numbers += _numbers(n, len(blocks))
+    width = len(first)
     raws: list[bytes] = []
-    if not width:
-        return raws
-    first = blocks[0][ll : ll + width] if order == NUMBER_FIRST else blocks[0][-lt - width : -lt]
-    if not first.isdigit():
-        return raws
-    start = int(first)
     done = 0
     while done < len(blocks):  # the frames whose numbers have as many digits: one slice for all
-        group = blocks[done : 10**width - start]
-        if order == NUMBER_FIRST:
-            a, z, c, e = ll + width + lm, -lt, ll, ll + width
-        else:
-            a, z, c, e = ll, -(lm + width + lt), -(lt + width), -lt
-        digits = list(map(itemgetter(slice(c, e)), group))
-        joined = b"".join(digits)
-        if not joined.isdigit() or (width > 1 and b"0" in joined[::width]):
-            break  # not JSON integers of that width: the run ends before this group
-        numbers += digits
+        group = blocks[done : done + 10**width - n]
+        a, z = (ll + width + lm, -lt) if order == NUMBER_FIRST else (ll, -(lm + width + lt))
         raws += map(itemgetter(slice(a, z)), group)
         done += len(group)
+        n += len(group)
         width += 1
     return raws
+
+
+# The decimal numbers written so far, each once (``_numbers``): a run's numbers are a slice of
+# it, where writing each costs more than slicing it from the frame did.
+_WRITTEN: list[bytes] = []
+_WRITTEN_MAX: Final = 1 << 15  # (about 1.5 MB; a stream's later numbers are written each time)
+
+
+def _numbers(first: int, n: int) -> list[bytes]:
+    """``first``, ``first + 1``... as decimal bytes, ``n`` of them."""
+    stop = first + n
+    if len(_WRITTEN) < stop <= _WRITTEN_MAX:
+        _WRITTEN.extend(map(b"%d".__mod__, range(len(_WRITTEN), min(max(stop, 2 * len(_WRITTEN), 1024), _WRITTEN_MAX))))
+    if stop <= len(_WRITTEN):
+        return _WRITTEN[first:stop]
+    return list(map(b"%d".__mod__, range(first, stop)))
 
 
 def _frames(tpl: DeltaTemplate, raws: list[bytes], numbers: list[bytes]) -> bytes:
@@ -174,24 +194,25 @@ def _frames(tpl: DeltaTemplate, raws: list[bytes], numbers: list[bytes]) -> byte
     if order == NO_NUMBER:
         return b"".join([lead, (close + lead).join(raws), close])
     parts: list[bytes] = [b"", mid, b"", close + lead] * n
-    parts[0::4], parts[2::4] = (numbers, raws) if order == NUMBER_FIRST else (raws, numbers)
+    parts[0::4], parts[2::4] = (numbers[:n], raws) if order == NUMBER_FIRST else (raws, numbers[:n])
     parts[-1] = close
     return lead + b"".join(parts)
 
 
 def _texts(raws: list[bytes]) -> str:
     """The texts of ``raws`` joined, and ``raws`` cut where one is not plain: empty, holding
-    what JSON escapes, or not valid UTF-8 on its own. Joined with a NUL (which JSON escapes, so
-    no plain text holds one) the texts are checked in one call each: one ``translate``, and one
-    decode, which a character cut between two of them fails."""
-    if all(raws):
-        joined = b"\x00".join(raws)
-        if len(joined.translate(None, SPECIAL)) == len(joined) - len(raws) + 1:
-            try:
-                joined.decode()  # (each text on its own: the NULs are where one ends)
-                return b"".join(raws).decode()
-            except UnicodeDecodeError:
-                pass
+    what JSON escapes, or not valid UTF-8 on its own. One ``translate`` checks them all; ASCII
+    is valid UTF-8 however it is cut, and other texts are decoded joined with a NUL (which JSON
+    escapes, so no plain text holds one), which a character cut between two of them fails."""
+    joined = b"".join(raws)
+    if all(raws) and len(joined.translate(None, SPECIAL)) == len(joined):
+        if joined.isascii():
+            return joined.decode()
+        try:
+            b"\x00".join(raws).decode()  # (each text on its own: the NULs are where one ends)
+            return joined.decode()
+        except UnicodeDecodeError:
+            pass
     return "".join(plain_texts(raws))
 
 
@@ -262,14 +283,19 @@ class TextRuns(CallStream):
         if tpl is not None and frames < len(blocks) and not self.done:
             cur = self._run
             if cur is not None and cur[0] == tpl[5] and cur[1] == tpl[6] and self._last_msg == tpl[5]:
-                raws, text = delta_run(blocks, frames, read, size, tpl)
+                raws, text, taken = delta_run(blocks, frames, read, size, tpl)
                 if raws:
                     cur[2].pieces.append(text)
                     self._content_len += len(text)
-                    # The part's content frame around each text's JSON string: its bytes in quotes.
-                    frame = b"%s%%s%s" % (cur[3].replace(b"%", b"%%") + b'"', b'"' + self._after.replace(b"%", b"%%"))
-                    out += map(frame.__mod__, raws)
-                    size += sum(map(len, blocks[frames : frames + len(raws)])) + 9 * len(raws)
+                    # The part's content frame around each text's JSON string: its bytes in
+                    # quotes. SSE frames follow one another: the run's are one output.
+                    head, after = cur[3] + b'"', b'"' + self._after
+                    if self._framing.sse:
+                        out.append(b"".join([head, (after + head).join(raws), after]))
+                    else:
+                        frame = b"%s%%s%s" % (head.replace(b"%", b"%%"), after.replace(b"%", b"%%"))
+                        out += map(frame.__mod__, raws)
+                    size += taken
                     frames += len(raws)
                     self._served += len(raws)
                     if self._served >= SETTLED:

@@ -23,7 +23,7 @@ from crossfeed.translators.pump import Pump
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.stopping import StoppingChatStream
 from crossfeed.translators.reverse.text_runs import NO_NUMBER, NUMBER_FIRST, TEXT_FIRST, delta_template
-from crossfeed.translators.sse import render_chat
+from crossfeed.translators.sse import JSON_FRAMING, render_chat, render_json
 from tests.support.read_runs import calls_to, every_read_is_offered
 from tests.support.validators import validate_chat_chunks
 
@@ -294,3 +294,51 @@ def test_a_second_message_is_learned_again(order: str, monkeypatch: pytest.Monke
     # message's first read: each of its 15 (the template does not match; the second of them
     # teaches the new one). Its last read: none, a run.
     assert len(seen) == 2 + 15
+
+
+@pytest.mark.parametrize("first", [0, 7, 95, 32_740, 99_990])
+@pytest.mark.parametrize("order", ["number", "text"])
+def test_numbers_anywhere_are_written_not_read(first: int, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run writes the numbers it expects (``_numbers``: from the table of those written
+    before, or past its end one by one) and compares: across a digit, across the table's end."""
+    frames = [CREATED, ADDED, PART, *(delta(first + i, b"w%d " % i, order=order) for i in range(40)), COMPLETED]
+    seen = decodes(monkeypatch)
+    body = assert_as_decoded(frames)
+    seen.clear()
+    assert fed([b"".join(frames)], wire=True)[0] == body
+    assert len(seen) == 2
+
+
+def test_the_table_of_numbers_grows_and_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runs_mod, "_WRITTEN", [])
+    monkeypatch.setattr(runs_mod, "_WRITTEN_MAX", 2000)
+    assert runs_mod._numbers(8, 4) == [b"8", b"9", b"10", b"11"]
+    assert len(runs_mod._WRITTEN) == 1024
+    assert runs_mod._numbers(1020, 10) == [b"%d" % i for i in range(1020, 1030)]
+    assert len(runs_mod._WRITTEN) == 2000
+    assert runs_mod._numbers(1995, 10) == [b"%d" % i for i in range(1995, 2005)]
+    assert len(runs_mod._WRITTEN) == 2000
+
+
+def test_a_run_in_json_frames_is_a_frame_a_delta() -> None:
+    """Without SSE (a frame per WebSocket message) each delta of a run is an output of its own."""
+    frames = [CREATED, ADDED, PART, *(delta(3 + i, b"w%d " % i) for i in range(30)), COMPLETED]
+
+    def outputs(reads: list[bytes], typed: bool) -> list[Any]:
+        kw: dict[str, Any] = dict(include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1)
+        pump = Pump(ResponsesToChatStream(wire=JSON_FRAMING, **kw), typed_frames=typed)
+        out = [o for read in reads for o in pump.feed(read)]
+        return render_json(out + pump.finish())
+
+    docs = outputs([b"".join(frames)], typed=True)
+    assert docs == outputs(frames, typed=False)
+    assert sum(b'"content":"w' in doc for doc in docs) == 30
+
+
+@pytest.mark.parametrize("digits", [19, 5000])
+def test_a_number_too_long_to_read_takes_no_run(digits: int) -> None:
+    """A number of more digits than a run reads (``int`` refuses thousands): the frames are
+    decoded, which skip it."""
+    high = b"9" * (digits - 2)
+    frames = [CREATED, ADDED, PART, *(delta(high + b"%d" % (10 + i), b"w%d " % i) for i in range(30)), COMPLETED]
+    assert_as_decoded(frames)
