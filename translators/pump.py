@@ -46,7 +46,7 @@ class Machine(Protocol):
 
 
 class Pump:
-    __slots__ = ("machine", "_decoder", "_clean", "events_in", "_frame", "_run", "_max")
+    __slots__ = ("machine", "_decoder", "_clean", "events_in", "_frame", "_run", "_max", "_packed")
 
     def __init__(
         self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, typed_frames: bool = True
@@ -63,6 +63,13 @@ class Pump:
             getattr(machine, "feed_run", None) if typed_frames else None
         )
         self._max = max_event_bytes
+        self._packed = getattr(machine, "packed", 0)  # (a later leg's pump may share the machine)
+
+    @property
+    def packed(self) -> int:
+        """Outputs this pump's reads put out inside another output: a machine that writes a run's
+        SSE frames as one bytes counts the others (``len`` of the outputs misses them)."""
+        return getattr(self.machine, "packed", 0) - self._packed
 
     @property
     def done(self) -> bool:

@@ -141,6 +141,7 @@ async def relay(
     raw_write = sink.write
     empty: P = sink.empty
     pending: P = render(initial) if initial else empty
+    stats.events_out += len(initial) if initial else 0  # (the start events are sent too)
     ended = False  # the sink's close ran
 
     async def write(data: P, *, last: bool = False, flush: bool = False) -> None:
@@ -268,6 +269,7 @@ async def relay(
     finally:
         upstream.close()
         stats.events_in = pump.events_in
+        stats.events_out += pump.packed
         if registry is not None:
             registry.discard(handle)
         sink.open_stream = None

@@ -78,6 +78,10 @@ class Continuing:
         self._think: ThinkResume | None = None  # the content of a continued reasoning, until settled
 
     @property
+    def packed(self) -> int:
+        return self.machine.packed
+
+    @property
     def done(self) -> bool:
         return self.broken is not None or self.machine.done
 

@@ -82,7 +82,20 @@ SEARCH_CALL = "tool_search_call"  # a call to the tool search the client runs (T
 class Item:
     """One output item in progress. ``parts`` holds [kind, [text pieces], annotations, logprobs]."""
 
-    __slots__ = ("kind", "id", "index", "parts", "call_id", "name", "namespace", "args", "unwrap", "head", "head_ci")
+    __slots__ = (
+        "kind",
+        "id",
+        "index",
+        "parts",
+        "call_id",
+        "name",
+        "namespace",
+        "args",
+        "unwrap",
+        "head",
+        "head_ci",
+        "pieces",
+    )
 
     def __init__(self, kind: str, item_id: str, index: int) -> None:
         self.kind = kind
@@ -96,6 +109,7 @@ class Item:
         self.unwrap: JsonStringField | None = None
         self.head = b""  # wire mode: the template of this item's delta event (Assembler._head)
         self.head_ci = -1  # ... for this content_index
+        self.pieces = (b"", b"", b"")  # ... its bytes around a JSON string's text and the number
 
 
 CALL_TYPES = frozenset({FUNCTION_CALL, CUSTOM_CALL, SEARCH_CALL})
@@ -513,6 +527,7 @@ class ResponseAssembler(NumberedStream):
         )
         if ci is not None:
             head += b',"%s":%d' % (index_key, ci)
+        item.pieces = (head + b',"delta":"', b'"' + tail, self._end)
         item.head = head = b"%s%%s%s%%d%s" % (
             (head + b',"delta":').replace(b"%", b"%%"),
             tail,

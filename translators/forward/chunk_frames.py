@@ -21,6 +21,7 @@ do not count towards the collector's allocation threshold.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -128,7 +129,7 @@ def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int
         pieces.pop()  # the last frame is not whole yet
     while pieces and (pieces[-1][:start] != head or pieces[-1][end:] != tail):
         pieces.pop()  # the frames after the run (the finish_reason, the usage, [DONE]...)
-    raws = [piece[start:end] for piece in pieces]
+    raws = list(map(itemgetter(slice(start, end)), pieces))  # (a slice a piece, no loop in Python)
     if raws:
         run = b"".join([lead, (close + lead).join(raws), close])
         if not read.startswith(run):
@@ -143,7 +144,7 @@ def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int
     # times as much per character), and each text valid UTF-8 on its own.
     if all(raws) and len(joined.translate(None, SPECIAL)) == len(joined):
         try:
-            texts = [raw.decode() for raw in raws]
+            texts = list(map(bytes.decode, raws))
         except UnicodeDecodeError:
             texts = []
     if len(texts) != len(raws):  # one of them is not plain: the run ends before it

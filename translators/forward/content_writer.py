@@ -45,12 +45,14 @@ from crossfeed.translators.forward.assembler import (
 )
 from crossfeed.translators.forward.chat_fields import delta_logprobs, flat_annotation
 from crossfeed.translators.json_string_stream import JsonStringField
+from crossfeed.translators.run_frames import frames, numbers
 
 _dumps = orjson.dumps
 _TEXT_DELTA = "response.output_text.delta"
 _SUMMARY_DELTA = "response.reasoning_summary_text.delta"
 _ARGS_DELTA = "response.function_call_arguments.delta"
 _TEXT_TAIL = b',"logprobs":[],"sequence_number":'
+_QUOTED_TEXT_TAIL = b'"' + _TEXT_TAIL  # (Item.pieces of a text part's template)
 
 
 class ContentWriter(ResponseAssembler):
@@ -157,11 +159,19 @@ class ContentWriter(ResponseAssembler):
             parts = item.parts
             part = parts[-1]
             if part[0] == "output_text" and item.head_ci == len(parts) - 1:
-                quoted = item.head.replace(b',"delta":%s', b',"delta":"%s"')
                 seq = self._seq
-                self._seq = seq + len(texts) - 1
+                n = len(texts) - 1
+                self._seq = seq + n
                 part[1] += texts[1:]
-                self._out += [quoted % pair for pair in zip(raws[1:], range(seq, self._seq), strict=True)]
+                lead, mid, close = item.pieces
+                if self._framing.sse and mid == _QUOTED_TEXT_TAIL:
+                    # SSE frames follow one another: the run's are one output (``packed``
+                    # counts the others), joined with their numbers (run_frames.py).
+                    self._out.append(frames(lead, raws[1:], mid, numbers(seq, n), close))
+                    self.packed += n - 1
+                    return
+                quoted = item.head.replace(b',"delta":%s', b',"delta":"%s"')
+                self._out += map(quoted.__mod__, zip(raws[1:], range(seq, self._seq), strict=True))
                 return
         for text in texts[1:]:
             self._more_text(text, None)

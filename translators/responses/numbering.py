@@ -29,10 +29,11 @@ TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fai
 class NumberedStream:
     """Base of a machine whose events carry ``sequence_number``: the counter and its stamping."""
 
-    __slots__ = ("_seq", "_out", "diagnostics")
+    __slots__ = ("_seq", "_out", "diagnostics", "packed")
 
     def __init__(self) -> None:
         self._seq = 0
+        self.packed = 0  # events put out inside another output (an SSE run's, one bytes): Pump.packed
         self._out: list[Any] = []  # dict events (the forward machine's wire mode: finished frames too)
         self.diagnostics: dict[str, int] = {}
 

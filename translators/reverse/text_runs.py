@@ -26,6 +26,8 @@ from typing import Final
 from crossfeed.translators.plain_json import SPECIAL, plain_bytes, plain_texts
 from crossfeed.translators.reverse.stream_state import Part
 from crossfeed.translators.reverse.tool_calls import CallStream
+from crossfeed.translators.run_frames import frames
+from crossfeed.translators.run_frames import numbers as written
 from crossfeed.translators.sse import Out
 
 # A template: (lead, order, mid, tail, close, output_index, content_index). ``lead`` is the
@@ -108,7 +110,7 @@ def delta_run(
     each other one's text is taken at the template's offsets (the numbers rise by one a frame:
     the offsets move where they gain a digit), and the frames those texts and numbers make are
     joined (the list of their parts built by slice assignment, no loop) and compared with the
-    read in one go. The numbers are not read but written (``_numbers``): the comparison holds
+    read in one go. The numbers are not read but written (``run_frames.numbers``): the comparison holds
     each one to the JSON integer, one more than the one before, that the decode would skip."""
     lead, order, mid, tail = tpl[0], tpl[1], tpl[2], tpl[3]
     head, ll, lt = lead[7:], len(lead) - 7, len(tail)
@@ -126,9 +128,9 @@ def delta_run(
         cut = first.find(mid, ll) if order == NUMBER_FIRST else first.rfind(mid, ll) + len(mid)
         number = first[ll:cut] if order == NUMBER_FIRST else first[cut:-lt]
         raws = _numbered(run, order, ll, len(mid), lt, number, numbers)
-    frames = _frames(tpl, raws, numbers)
-    if read.startswith(frames, at):
-        size = len(frames)
+    expected = _frames(tpl, raws, numbers)
+    if read.startswith(expected, at):
+        size = len(expected)
     else:
         size = kept = 0  # the run ends at the first frame that is not the template's
         for k, raw in enumerate(raws):
@@ -155,7 +157,7 @@ def _numbered(
     if not first.isdigit() or len(first) > _DIGITS_MAX or b"%d" % int(first) != first:
         return []
     n = int(first)
-    numbers += _numbers(n, len(blocks))
+    numbers += written(n, len(blocks))
     width = len(first)
     raws: list[bytes] = []
     done = 0
@@ -169,34 +171,14 @@ def _numbered(
     return raws
 
 
-# The decimal numbers written so far, each once (``_numbers``): a run's numbers are a slice of
-# it, where writing each costs more than slicing it from the frame did.
-_WRITTEN: list[bytes] = []
-_WRITTEN_MAX: Final = 1 << 15  # (about 1.5 MB; a stream's later numbers are written each time)
-
-
-def _numbers(first: int, n: int) -> list[bytes]:
-    """``first``, ``first + 1``... as decimal bytes, ``n`` of them."""
-    stop = first + n
-    if len(_WRITTEN) < stop <= _WRITTEN_MAX:
-        _WRITTEN.extend(map(b"%d".__mod__, range(len(_WRITTEN), min(max(stop, 2 * len(_WRITTEN), 1024), _WRITTEN_MAX))))
-    if stop <= len(_WRITTEN):
-        return _WRITTEN[first:stop]
-    return list(map(b"%d".__mod__, range(first, stop)))
-
-
 def _frames(tpl: DeltaTemplate, raws: list[bytes], numbers: list[bytes]) -> bytes:
     """The frames of ``raws`` (and their ``numbers``) as the template writes them."""
     lead, order, mid, close = tpl[0], tpl[1], tpl[2], tpl[4]
-    n = len(raws)
-    if not n:
-        return b""
-    if order == NO_NUMBER:
-        return b"".join([lead, (close + lead).join(raws), close])
-    parts: list[bytes] = [b"", mid, b"", close + lead] * n
-    parts[0::4], parts[2::4] = (numbers[:n], raws) if order == NUMBER_FIRST else (raws, numbers[:n])
-    parts[-1] = close
-    return lead + b"".join(parts)
+    if order == NUMBER_FIRST:
+        return frames(lead, numbers, mid, raws, close)
+    if order == TEXT_FIRST:
+        return frames(lead, raws, mid, numbers, close)
+    return b"".join([lead, (close + lead).join(raws), close]) if raws else b""
 
 
 def _texts(raws: list[bytes]) -> str:
@@ -219,7 +201,7 @@ def _texts(raws: list[bytes]) -> str:
 class TextRuns(CallStream):
     """``feed_run`` and the template it reads with; the machine (machine.py) learns it."""
 
-    __slots__ = ("_template", "_learning", "_tries", "_served", "_run")
+    __slots__ = ("_template", "_learning", "_tries", "_served", "_run", "packed")
 
     done: bool  # the event loop's (machine.py)
     feed_frame: Callable[[bytes], list[Out] | None]
@@ -233,6 +215,7 @@ class TextRuns(CallStream):
         self._served = 0
         # feed_frame's last text part and the content frame's head (machine.py, _new_run)
         self._run: tuple[int, int, Part, bytes] | None = None
+        self.packed = 0  # chunks put out inside another output (an SSE run's, one bytes): Pump.packed
 
     def _learn(self, data: bytes, text: str, oi: int, ci: int) -> None:
         """Keep the template of ``data``, a text delta ``feed_frame`` read into the current
@@ -288,10 +271,12 @@ class TextRuns(CallStream):
                     cur[2].pieces.append(text)
                     self._content_len += len(text)
                     # The part's content frame around each text's JSON string: its bytes in
-                    # quotes. SSE frames follow one another: the run's are one output.
+                    # quotes. SSE frames follow one another: the run's are one output (``packed``
+                    # counts the others).
                     head, after = cur[3] + b'"', b'"' + self._after
                     if self._framing.sse:
                         out.append(b"".join([head, (after + head).join(raws), after]))
+                        self.packed += len(raws) - 1
                     else:
                         frame = b"%s%%s%s" % (head.replace(b"%", b"%%"), after.replace(b"%", b"%%"))
                         out += map(frame.__mod__, raws)

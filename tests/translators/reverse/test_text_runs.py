@@ -309,17 +309,6 @@ def test_numbers_anywhere_are_written_not_read(first: int, order: str, monkeypat
     assert len(seen) == 2
 
 
-def test_the_table_of_numbers_grows_and_stops(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runs_mod, "_WRITTEN", [])
-    monkeypatch.setattr(runs_mod, "_WRITTEN_MAX", 2000)
-    assert runs_mod._numbers(8, 4) == [b"8", b"9", b"10", b"11"]
-    assert len(runs_mod._WRITTEN) == 1024
-    assert runs_mod._numbers(1020, 10) == [b"%d" % i for i in range(1020, 1030)]
-    assert len(runs_mod._WRITTEN) == 2000
-    assert runs_mod._numbers(1995, 10) == [b"%d" % i for i in range(1995, 2005)]
-    assert len(runs_mod._WRITTEN) == 2000
-
-
 def test_a_run_in_json_frames_is_a_frame_a_delta() -> None:
     """Without SSE (a frame per WebSocket message) each delta of a run is an output of its own."""
     frames = [CREATED, ADDED, PART, *(delta(3 + i, b"w%d " % i) for i in range(30)), COMPLETED]
@@ -342,3 +331,26 @@ def test_a_number_too_long_to_read_takes_no_run(digits: int) -> None:
     high = b"9" * (digits - 2)
     frames = [CREATED, ADDED, PART, *(delta(high + b"%d" % (10 + i), b"w%d " % i) for i in range(30)), COMPLETED]
     assert_as_decoded(frames)
+
+
+def test_a_run_counts_a_chunk_a_delta() -> None:
+    """An SSE run's chunks are one output; the pump counts the others (``packed``), so the
+    outputs and ``packed`` add up to the decode's outputs (the relay's ``events_out``)."""
+    frames = [CREATED, ADDED, PART, *(delta(3 + i, b"w%d " % i) for i in range(30)), COMPLETED]
+
+    def outputs(reads: list[bytes], typed: bool) -> tuple[list[Any], int]:
+        kw: dict[str, Any] = dict(include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1)
+        pump = Pump(ResponsesToChatStream(wire=True, **kw), typed_frames=typed)
+        return [o for read in reads for o in pump.feed(read)] + pump.finish(), pump.packed
+
+    (ran, packed), (each, none) = outputs([b"".join(frames)], typed=True), outputs(frames, typed=False)
+    assert render_chat(ran) == render_chat(each)
+    assert (packed, none) == (27, 0)  # the run: the third delta's chunk and on, 28 chunks in one
+    assert len(ran) + packed == len(each)
+    later = Pump(
+        ResponsesToChatStream(
+            wire=True, include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1
+        )
+    )
+    later.machine.packed = 5  # type: ignore[attr-defined]
+    assert Pump(later.machine).packed == 0  # a later leg's pump counts its own
