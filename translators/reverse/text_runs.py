@@ -159,6 +159,9 @@ def _numbered(
     n = int(first)
     numbers += written(n, len(blocks))
     width = len(first)
+    if n + len(blocks) <= 10**width:  # the numbers of the whole run have as many digits
+        a, z = (ll + width + lm, -lt) if order == NUMBER_FIRST else (ll, -(lm + width + lt))
+        return list(map(itemgetter(slice(a, z)), blocks))
     raws: list[bytes] = []
     done = 0
     while done < len(blocks):  # the frames whose numbers have as many digits: one slice for all
