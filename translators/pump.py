@@ -23,16 +23,22 @@ chunk_frames.text_run and the reverse text_runs.delta_run).
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
+from operator import contains
 from typing import Any, Protocol
 
 import orjson
 
 from crossfeed.translators.errors import UpstreamProtocolError
-from crossfeed.translators.sse import DEFAULT_MAX_EVENT_BYTES, Out, SSEDecoder
+from crossfeed.translators.sse import DEFAULT_MAX_EVENT_BYTES, Out, SSEDecoder, SSEEvent, named_events
 
 __all__ = ["Machine", "Out", "Pump"]
 
 _DONE = b"[DONE]"
+# What a machine's ``feed_run`` took of a read: its outputs, the bytes and the frames they took,
+# and the blocks of the frames after them (``event: X`` + ``data: Y``, each without ``event: ``
+# and its blank line: sse.named_events) when it split the whole read, else None.
+RunTaken = tuple[list[Out], int, int, list[bytes] | None]
 
 
 class Machine(Protocol):
@@ -59,7 +65,7 @@ class Pump:
         self._frame: Callable[[bytes], list[Out] | None] | None = (
             getattr(machine, "feed_frame", None) if typed_frames else None
         )
-        self._run: Callable[[bytes], tuple[list[Out], int, int] | None] | None = (
+        self._run: Callable[[bytes], RunTaken | None] | None = (
             getattr(machine, "feed_run", None) if typed_frames else None
         )
         self._max = max_event_bytes
@@ -86,10 +92,14 @@ class Pump:
         if run is not None and _RUN_MIN <= len(chunk) <= self._max and self._decoder.idle:
             taken = run(chunk)
             if taken is not None:
-                ran, size, frames = taken
+                ran, size, frames, rest = taken
                 self.events_in += frames
                 if size == len(chunk) or machine.done:
                     return ran
+                if rest is not None and not any(map(contains, rest, _CRS)):
+                    events = named_events(rest)  # the frames after the run, already split
+                    if events is not None:
+                        return self._events(events, ran)
                 self._run = None  # the rest of the read: the usual way, once (Pump's own feed:
                 try:  # a subclass that taps each read has seen this one)
                     return ran + Pump.feed(self, chunk[size:])
@@ -113,7 +123,11 @@ class Pump:
                     return machine.feed(obj if obj.__class__ is dict and event != "error" else _shape(event, obj))
         except UpstreamProtocolError as exc:
             return machine.fail("upstream_protocol_error", exc.message)
-        out: list[Out] = []
+        return self._events(events, [])
+
+    def _events(self, events: list[SSEEvent], out: list[Out]) -> list[Out]:
+        """The machine's outputs of ``events`` (whole frames of a read), after ``out``."""
+        machine = self.machine
         feed = machine.feed
         frame = self._frame
         try:
@@ -188,6 +202,7 @@ class Pump:
 
 
 _loads = orjson.loads
+_CRS = repeat(13)
 # The shortest read offered to ``feed_run``: about four text frames of either direction.
 _RUN_MIN = 1024
 _JSONDecodeError = orjson.JSONDecodeError

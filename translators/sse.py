@@ -17,7 +17,8 @@ and a tuple is much cheaper than a NamedTuple to make and to unpack (docs/DESIGN
 
 from __future__ import annotations
 
-from operator import itemgetter
+from itertools import repeat
+from operator import contains, itemgetter
 from typing import Any, Final
 
 import orjson
@@ -136,18 +137,33 @@ class SSEDecoder:
 
 def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     """Whole events of exactly ``event: X`` + ``data: Y`` each, or None for the general rules.
-    The chunk opens with ``event: `` (the caller checked); it is split where one event ends and
-    the next one's name starts, and each event where its data starts: then neither its name nor
-    its data may hold an LF (another line). A name seen before is known to hold none; the data
-    are checked at once, joined."""
+    The chunk opens with ``event: `` and ends with a blank line (the caller checked); it is split
+    where one event ends and the next one's name starts (``named_events``). The split is of the
+    chunk itself, its first block and its last one cut after: the separator cannot meet those
+    7 and 2 bytes, and a slice of the whole chunk first would copy it once more (a closing frame
+    carries the whole text)."""
     first = chunk.find(b"\n")
     if chunk[first : first + 7] == b"\ndata: ":
         data = chunk[first + 7 : -2]
         if 10 not in data:  # one event
             return [(chunk[7:first].decode("utf-8", "replace"), data)]
+    blocks = chunk.split(EVENT_SEP)
+    blocks[0] = blocks[0][7:]
+    blocks[-1] = blocks[-1][:-2]
+    return named_events(blocks)
+
+
+EVENT_SEP: Final = b"\n\nevent: "  # where one event ends and the next one's name starts
+
+
+def named_events(blocks: list[bytes]) -> list[SSEEvent] | None:
+    """The events of ``blocks``, each an event's lines without its ``event: `` and its blank line,
+    when each is exactly ``X\ndata: Y``: neither its name nor its data may hold an LF (another
+    line). None when one is not. A name seen before is known to hold none; the data are looked
+    at one by one (a join would copy them: a closing frame carries the whole text)."""
     out: list[SSEEvent] = []
     names = _NAMES
-    for block in chunk[7:-2].split(b"\n\nevent: "):
+    for block in blocks:
         name, sep, data = block.partition(b"\ndata: ")
         if not sep:
             return None
@@ -160,11 +176,12 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
             if len(names) < _MAX_NAMES:
                 names[name] = text
         out.append((text, data))
-    if 10 in b"".join(map(_DATA, out)):
+    if any(map(contains, map(_DATA, out), _LFS)):
         return None
     return out
 
 
+_LFS: Final = repeat(10)
 _DATA = itemgetter(1)
 # Event names as decoded, by their bytes (names without an LF only; a stream uses a few dozen).
 _NAMES: dict[bytes, str] = {}

@@ -34,7 +34,7 @@ from crossfeed.proxy.runtime.observability import METRICS
 from crossfeed.proxy.turns.turn import Turn
 from crossfeed.translators.forward.machine import ChatToResponsesStream
 from crossfeed.translators.forward.prefill import THINK, PrefillEcho, ThinkResume, prefill_body
-from crossfeed.translators.pump import Machine, Out
+from crossfeed.translators.pump import Machine, Out, RunTaken
 
 log = structlog.get_logger("crossfeed")
 
@@ -67,7 +67,7 @@ class Continuing:
         self.machine = machine
         self.feed: Callable[[dict[str, Any]], list[Out]] = machine.feed
         self.feed_frame: Callable[[bytes], list[Out] | None] | None = machine.feed_frame
-        self.feed_run: Callable[[bytes], tuple[list[Out], int, int] | None] | None = machine.feed_run
+        self.feed_run: Callable[[bytes], RunTaken | None] | None = machine.feed_run
         self.diagnostics = machine.diagnostics
         self.broken: tuple[str, str] | None = None  # the failure left to a continuation: code, message
         self.prefill = ""  # the partial text the continuation takes

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from crossfeed.translators.bounded_json import DECODE_ERRORS, Json
-from crossfeed.translators.plain_json import SPECIAL, plain_texts
+from crossfeed.translators.plain_json import plain_bytes, plain_texts
 
 
 class Delta(msgspec.Struct, gc=False):
@@ -97,7 +97,7 @@ def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int
     text's bytes cannot be found unambiguously (the key twice, the string written with escapes)."""
     key = _KEYS[field]
     raw = text.encode()
-    if data.count(key) == 1 and len(raw.translate(None, SPECIAL)) == len(raw):
+    if data.count(key) == 1 and plain_bytes(raw):
         after = data.index(key) + len(key)
         start = data.find(b'"', after) + 1
         end = start + len(raw)
@@ -142,7 +142,7 @@ def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int
     texts: list[str] = []
     # Plain: nothing SPECIAL (one C pass over the texts joined; str.isprintable costs several
     # times as much per character), and each text valid UTF-8 on its own.
-    if all(raws) and len(joined.translate(None, SPECIAL)) == len(joined):
+    if all(raws) and plain_bytes(joined):
         try:
             texts = list(map(bytes.decode, raws))
         except UnicodeDecodeError:

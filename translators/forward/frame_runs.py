@@ -29,6 +29,7 @@ from crossfeed.translators.forward.chunk_frames import (
 )
 from crossfeed.translators.forward.content_writer import ContentWriter
 from crossfeed.translators.plain_json import plain
+from crossfeed.translators.pump import RunTaken
 from crossfeed.translators.sse import Out
 
 _PRIMING = 3  # frames feed_run reads one by one, at most, before the text template is known
@@ -40,7 +41,7 @@ class FrameRuns(ContentWriter):
     _text_frame: TextFrame | None
     feed_frame: Callable[[bytes], list[Out] | None]  # the chunk reader's method (machine.py)
 
-    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
+    def feed_run(self, read: bytes) -> RunTaken | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
         frames at its start that the machine reads at once, the bytes and the frames they took;
         None for none (the pump then reads them frame by frame). Until the stream's text template
@@ -72,7 +73,7 @@ class FrameRuns(ContentWriter):
                     self._more_texts(raws, texts)
                 size += taken
                 frames += len(texts)
-        return (out, size, frames) if frames else None
+        return (out, size, frames, None) if frames else None
 
     def _learn(self, data: bytes, choice: Choice, field: str, text: str) -> None:
         """Keep ``data``'s bytes around its ``field``'s text for the frames that follow, when its

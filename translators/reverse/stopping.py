@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, cast
 
 from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import RunTaken
 from crossfeed.translators.reverse.body import chat_usage
 from crossfeed.translators.reverse.machine import DONE, ResponsesToChatStream
 from crossfeed.translators.reverse.stop_sequences import StopMatcher
@@ -80,7 +81,7 @@ class StoppingChatStream(ResponsesToChatStream):
     def feed_frame(self, data: bytes) -> list[Out] | None:
         return None  # every event goes through ``feed``, where the stop sequences are matched
 
-    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
+    def feed_run(self, read: bytes) -> RunTaken | None:
         return None  # likewise
 
     def feed(self, event: dict[str, Any]) -> list[Out]:

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Final
 
-from crossfeed.translators.plain_json import SPECIAL, plain_bytes, plain_texts
+from crossfeed.translators.plain_json import plain_bytes, plain_texts
+from crossfeed.translators.pump import RunTaken
 from crossfeed.translators.reverse.stream_state import Part
 from crossfeed.translators.reverse.tool_calls import CallStream
 from crossfeed.translators.run_frames import frames
 from crossfeed.translators.run_frames import numbers as written
-from crossfeed.translators.sse import Out
+from crossfeed.translators.sse import EVENT_SEP, Out
 
 # A template: (lead, order, mid, tail, close, output_index, content_index). ``lead`` is the
 # frame's bytes up to its first hole (the event line and the data line's start), ``mid`` those
@@ -37,7 +38,8 @@ from crossfeed.translators.sse import Out
 DeltaTemplate = tuple[bytes, int, bytes, bytes, bytes, int, int]
 NO_NUMBER, NUMBER_FIRST, TEXT_FIRST = 0, 1, 2
 
-_NAME: Final = b"response.output_text.delta\ndata: "  # a text delta's block (frame_blocks)
+_EVENT: Final = b"response.output_text.delta"
+_NAME: Final = _EVENT + b"\ndata: "  # a text delta's block (frame_blocks)
 _HEAD: Final = b"event: " + _NAME
 _DELTA: Final = b'"delta":"'
 _NUMBER: Final = b'"sequence_number":'
@@ -76,26 +78,27 @@ def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | 
     return (_HEAD + data[:start], TEXT_FIRST, data[end:at], data[stop:], data[stop:] + b"\n\n", oi, ci)
 
 
-def frame_blocks(read: bytes) -> list[bytes]:
-    """The whole frames of ``read`` (upstream bytes that start where a frame starts) up to its
-    last text delta, each without its ``event: `` and its blank line: ``<name>\\ndata: <json>``
-    for a frame of one event line and one data line. A frame takes ``len(block) + 9`` bytes.
+def frame_blocks(read: bytes) -> tuple[list[bytes], bool]:
+    """The frames of ``read`` (upstream bytes that start where a frame starts), each without its
+    ``event: `` and its blank line: ``<name>\\ndata: <json>`` for a frame of one event line and
+    one data line. A frame takes ``len(block) + 9`` bytes. And whether the read ends where a
+    frame ends: else its last piece, not whole yet, is left out.
 
-    The frames after the last text delta (the closing ones) are left to the SSE decoder, which
-    would split them again: splitting costs about two instructions a byte, and a closing frame
-    carries the whole text or the whole Response. The rest is cut in one split, at ``event: ``
-    after a blank line (a needle of 9 bytes costs half of LF LF's 2 per byte). A piece may hold
-    more than a frame (a comment, a frame of another shape); none such is a frame of the
-    template (``delta_run`` compares every frame it takes with the read)."""
-    last = read.rfind(_HEAD)
-    if last < 0 or read[:7] != b"event: ":
-        return []
-    end = read.find(b"\n\n", last)
-    if end < 0:  # the last text delta is not whole yet
-        end = last - 2
-        if end < 0:
-            return []
-    return read[7:end].split(b"\n\nevent: ")
+    The read is cut in one split, at ``event: `` after a blank line (a needle of 9 bytes costs
+    about one instruction a byte, LF LF four), and the frames after the run go on as they are
+    (``feed_run``'s rest) rather than be split again, and a closing frame carries the whole
+    text or the whole Response. A piece may hold more than a frame (a comment, a frame of
+    another shape); none such is a frame of the template (``delta_run`` compares every frame it
+    takes with the read), nor one ``named_events`` reads (its data holds an LF)."""
+    if read[:7] != b"event: ":
+        return [], False
+    blocks = read.split(EVENT_SEP)  # (the separator cannot meet the first 7 bytes nor the last 2)
+    blocks[0] = blocks[0][7:]
+    if read[-2:] == b"\n\n":
+        blocks[-1] = blocks[-1][:-2]
+        return blocks, True
+    blocks.pop()
+    return blocks, False
 
 
 def delta_run(
@@ -190,7 +193,7 @@ def _texts(raws: list[bytes]) -> str:
     is valid UTF-8 however it is cut, and other texts are decoded joined with a NUL (which JSON
     escapes, so no plain text holds one), which a character cut between two of them fails."""
     joined = b"".join(raws)
-    if all(raws) and len(joined.translate(None, SPECIAL)) == len(joined):
+    if all(raws) and plain_bytes(joined):
         if joined.isascii():
             return joined.decode()
         try:
@@ -233,13 +236,15 @@ class TextRuns(CallStream):
         self._template = None
         self._learning = self._tries > 0
 
-    def feed_run(self, read: bytes) -> tuple[list[Out], int, int] | None:
+    def feed_run(self, read: bytes) -> RunTaken | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
-        frames at its start that the machine reads at once, the bytes and the frames they took;
-        None for none (the pump then reads them the usual way). The read is cut into its frames
-        once (``frame_blocks``). Until a template is known, up to ``_PRIMING`` frames of one
-        event line and one data line are read one by one with ``feed_frame`` (the second text
-        delta of a part teaches it); then the run of frames that match it (``delta_run``)."""
+        frames at its start that the machine reads at once, the bytes and the frames they took,
+        and, when the read ends where a frame ends, the blocks of the frames after them (the
+        pump reads those without splitting the read again); None for none (the pump then reads
+        them the usual way). The read is cut into its frames once (``frame_blocks``). Until a
+        template is known, up to ``_PRIMING`` frames of one event line and one data line are
+        read one by one with ``feed_frame`` (the second text delta of a part teaches it); then
+        the run of frames that match it (``delta_run``)."""
         tpl = self._template
         if tpl is None:
             if not self._tries:
@@ -248,17 +253,17 @@ class TextRuns(CallStream):
             if read[: len(_HEAD)] == _HEAD:  # a text delta the template does not match
                 self._relearn()
             return None
-        blocks = frame_blocks(read)
-        if not blocks:  # no text delta in the read (a lifecycle frame of 1 KiB and more)
+        blocks, whole = frame_blocks(read)
+        if not blocks:
             return None
-        if tpl is None:
-            self._learning = True
         out: list[Out] = []
         size = frames = 0
         while tpl is None and frames < _PRIMING and frames < len(blocks) and not self.done:
             name, sep, data = blocks[frames].partition(b"\ndata: ")
             if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
                 break  # not one event line and one data line: the SSE decoder's matter
+            if name == _EVENT:  # a read with text deltas: feed_frame learns from the next one
+                self._learning = True
             more = self.feed_frame(data)
             if more is None:
                 break
@@ -292,4 +297,6 @@ class TextRuns(CallStream):
                     self._relearn()
             elif blocks[frames].startswith(_NAME):  # another part's text
                 self._relearn()
-        return (out, size, frames) if frames else None
+        if whole:
+            return out, size, frames, blocks[frames:] if frames else blocks
+        return (out, size, frames, None) if frames else None
