@@ -111,12 +111,11 @@ from crossfeed.translators.reverse.stream_state import (
     OUTPUT_TEXT,
     REASONING_TEXT,
     SUMMARY_TEXT,
-    Part,
     added_item_key,
     event_item,
     part_text,
 )
-from crossfeed.translators.reverse.text_runs import TextRuns
+from crossfeed.translators.reverse.text_runs import TextRun, TextRuns
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
 
 _dumps = orjson.dumps
@@ -311,15 +310,16 @@ class ResponsesToChatStream(TextRuns):
             out = [self._reasoning((kind, oi, ev.summary_index if kind == SUMMARY_TEXT else ev.content_index), d)]
         return self._with_role(out) if self._role else out
 
-    def _new_run(self, oi: int, ci: int) -> tuple[int, int, Part, bytes] | None:
-        """The text part ``(oi, ci)`` and the content frame's head, once both exist (a content
-        frame went out: the role chunk too), kept for the deltas that follow (neither changes once
-        made)."""
+    def _new_run(self, oi: int, ci: int) -> TextRun | None:
+        """The text part ``(oi, ci)`` and the content frame around a text, once both exist (a
+        content frame went out: the role chunk too), kept for the deltas that follow (neither
+        changes once made)."""
         part = self._parts.get((OUTPUT_TEXT, oi, ci))
         head = self._heads.get("content")
         if part is None or head is None:
             return None
-        self._run = (oi, ci, part, head)
+        opened, closed = head + b'"', b'"' + self._after
+        self._run = (oi, ci, part, head, opened, closed, closed + opened)
         return self._run
 
     def _quiet_frame(self, data: bytes) -> list[Out] | None:

@@ -31,11 +31,16 @@ from crossfeed.translators.run_frames import frames
 from crossfeed.translators.run_frames import numbers as written
 from crossfeed.translators.sse import EVENT_SEP, Out
 
-# A template: (lead, order, mid, tail, close, output_index, content_index). ``lead`` is the
-# frame's bytes up to its first hole (the event line and the data line's start), ``mid`` those
-# between the holes, ``tail`` those after the last one; ``close`` is ``tail`` and the blank line.
-# ``order``: the holes in the frame (NO_NUMBER: the text alone).
-DeltaTemplate = tuple[bytes, int, bytes, bytes, bytes, int, int]
+# A template: (lead, order, mid, tail, close, output_index, content_index, head, edge). ``lead`` is
+# the frame's bytes up to its first hole (the event line and the data line's start), ``mid``
+# those between the holes, ``tail`` those after the last one; ``close`` is ``tail`` and the blank
+# line; ``head`` is ``lead`` without its ``event: `` (a block's start: frame_blocks); ``edge`` is
+# the byte of ``mid`` next to the number (not a digit: where the number ends). ``order``: the
+# holes in the frame (NO_NUMBER: the text alone).
+DeltaTemplate = tuple[bytes, int, bytes, bytes, bytes, int, int, bytes, bytes]
+# The text part a run continues: (output_index, content_index, part, the content frame's head,
+# the head and a quote, a quote and what follows the text, the latter two joined: between two).
+TextRun = tuple[int, int, Part, bytes, bytes, bytes, bytes]
 NO_NUMBER, NUMBER_FIRST, TEXT_FIRST = 0, 1, 2
 
 _EVENT: Final = b"response.output_text.delta"
@@ -63,7 +68,8 @@ def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | 
         return None
     numbers = data.count(b'"sequence_number"')
     if numbers == 0:
-        return (_HEAD + data[:start], NO_NUMBER, b"", data[end:], data[end:] + b"\n\n", oi, ci)
+        tail = data[end:]
+        return (_HEAD + data[:start], NO_NUMBER, b"", tail, tail + b"\n\n", oi, ci, _NAME + data[:start], b"")
     at = data.find(_NUMBER) + len(_NUMBER)
     if numbers != 1 or at < len(_NUMBER):
         return None
@@ -74,8 +80,10 @@ def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | 
     if not digits or len(digits) > _DIGITS_MAX or b"%d" % int(digits) != digits:
         return None
     if at < start:
-        return (_HEAD + data[:at], NUMBER_FIRST, data[stop:start], data[end:], data[end:] + b"\n\n", oi, ci)
-    return (_HEAD + data[:start], TEXT_FIRST, data[end:at], data[stop:], data[stop:] + b"\n\n", oi, ci)
+        mid, tail = data[stop:start], data[end:]
+        return (_HEAD + data[:at], NUMBER_FIRST, mid, tail, tail + b"\n\n", oi, ci, _NAME + data[:at], mid[:1])
+    mid, tail = data[end:at], data[stop:]
+    return (_HEAD + data[:start], TEXT_FIRST, mid, tail, tail + b"\n\n", oi, ci, _NAME + data[:start], mid[-1:])
 
 
 def frame_blocks(read: bytes) -> tuple[list[bytes], bool]:
@@ -102,37 +110,38 @@ def frame_blocks(read: bytes) -> tuple[list[bytes], bool]:
 
 
 def delta_run(
-    blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate
-) -> tuple[list[bytes], str, int]:
+    blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate, guess: int
+) -> tuple[list[bytes], str, int, int]:
     """The frames of ``blocks`` (``frame_blocks`` of ``read``) from ``start`` on, ``at`` bytes
     into the read, that are ``tpl`` around a plain non-empty text and a number: their texts'
-    bytes, the texts joined and the bytes the frames take. The first frame that is not ends
-    the run.
+    bytes, the texts joined, the bytes the frames take and the number of the first (-1 for
+    none). The first frame that is not ends the run.
 
     The frames at the end that are not the template (the frames after the run) are left out,
     each other one's text is taken at the template's offsets (the numbers rise by one a frame:
     the offsets move where they gain a digit), and the frames those texts and numbers make are
     joined (the list of their parts built by slice assignment, no loop) and compared with the
-    read in one go. The numbers are not read but written (``run_frames.numbers``): the comparison holds
-    each one to the JSON integer, one more than the one before, that the decode would skip."""
-    lead, order, mid, tail = tpl[0], tpl[1], tpl[2], tpl[3]
-    head, ll, lt = lead[7:], len(lead) - 7, len(tail)
+    read in one go. The numbers are not read but written (``run_frames.numbers``): the comparison
+    holds each one to the JSON integer, one more than the one before, that the decode would
+    skip. The first is ``guess`` (one more than the last run's last) when the first frame holds
+    it, else read from the frame."""
+    head, tail = tpl[7], tpl[3]
+    ll, lt = len(head), len(tail)
     stop = len(blocks)
     while stop > start and (blocks[stop - 1][:ll] != head or blocks[stop - 1][-lt:] != tail):
         stop -= 1  # the frames after the run (the closing ones, another item's...)
     if stop == start:
-        return [], "", 0
+        return [], "", 0, -1
     run = blocks[start:stop] if start or stop < len(blocks) else blocks
     numbers: list[bytes] = []
-    if order == NO_NUMBER:
+    first = -1
+    if tpl[1] == NO_NUMBER:
         raws = list(map(itemgetter(slice(ll, -lt)), run))
     else:
-        first = run[0]
-        cut = first.find(mid, ll) if order == NUMBER_FIRST else first.rfind(mid, ll) + len(mid)
-        number = first[ll:cut] if order == NUMBER_FIRST else first[cut:-lt]
-        raws = _numbered(run, order, ll, len(mid), lt, number, numbers)
+        first = _first_number(run[0], tpl, guess)
+        raws = _numbered(run, tpl, first, numbers) if first >= 0 else []
     expected = _frames(tpl, raws, numbers)
-    if read.startswith(expected, at):
+    if expected == read or read.startswith(expected, at):  # (a whole read: one compare, no arguments)
         size = len(expected)
     else:
         size = kept = 0  # the run ends at the first frame that is not the template's
@@ -147,29 +156,47 @@ def delta_run(
     text = _texts(raws)
     if len(raws) < n:  # the frames from the first text that is not plain: the decode's
         size = len(_frames(tpl, raws, numbers))
-    return raws, text, size
+    return raws, text, size, first
 
 
-def _numbered(
-    blocks: list[bytes], order: int, ll: int, lm: int, lt: int, first: bytes, numbers: list[bytes]
-) -> list[bytes]:
-    """The texts of ``blocks`` (frames without their ``event: ``) whose first number is
-    ``first``, and, into ``numbers``, the numbers they hold if each is one more than the one
-    before (``_frames`` holds them to that); none when ``first`` is not a JSON integer
-    (digits, no leading zero)."""
-    if not first.isdigit() or len(first) > _DIGITS_MAX or b"%d" % int(first) != first:
-        return []
-    n = int(first)
-    numbers += written(n, len(blocks))
-    width = len(first)
+def _first_number(block: bytes, tpl: DeltaTemplate, guess: int) -> int:
+    """The number of ``block`` (a frame of ``tpl``, without its ``event: ``): ``guess`` when the
+    block holds its digits next to the template's edge byte, else the digits read there when
+    they are a JSON integer (no leading zero) of at most ``_DIGITS_MAX``; -1 when not."""
+    ll, lt = len(tpl[7]), len(tpl[3])
+    if guess >= 0:
+        digits = written(guess, 1)[0]
+        w = len(digits)
+        if tpl[1] == NUMBER_FIRST:
+            if block[ll : ll + w] == digits and block[ll + w : ll + w + 1] == tpl[8]:
+                return guess
+        elif block[-(lt + w) : -lt] == digits and block[-(lt + w + 1) : -(lt + w)] == tpl[8]:
+            return guess
+    mid = tpl[2]
+    at = ll if tpl[1] == NUMBER_FIRST else block.rfind(mid, ll) + len(mid)
+    number = block[at : block.find(mid, ll)] if tpl[1] == NUMBER_FIRST else block[at:-lt]
+    if not number.isdigit() or len(number) > _DIGITS_MAX or b"%d" % int(number) != number:
+        return -1
+    return int(number)
+
+
+def _numbered(blocks: list[bytes], tpl: DeltaTemplate, first: int, numbers: list[bytes]) -> list[bytes]:
+    """The texts of ``blocks`` (frames of ``tpl`` without their ``event: ``) whose first number
+    is ``first``, and, into ``numbers``, the numbers they hold if each is one more than the one
+    before (``_frames`` holds them to that)."""
+    numbers += written(first, len(blocks))
+    ll, lm, lt = len(tpl[7]), len(tpl[2]), len(tpl[3])
+    number_first = tpl[1] == NUMBER_FIRST
+    width = len(numbers[0])
+    n = first
     if n + len(blocks) <= 10**width:  # the numbers of the whole run have as many digits
-        a, z = (ll + width + lm, -lt) if order == NUMBER_FIRST else (ll, -(lm + width + lt))
+        a, z = (ll + width + lm, -lt) if number_first else (ll, -(lm + width + lt))
         return list(map(itemgetter(slice(a, z)), blocks))
     raws: list[bytes] = []
     done = 0
     while done < len(blocks):  # the frames whose numbers have as many digits: one slice for all
         group = blocks[done : done + 10**width - n]
-        a, z = (ll + width + lm, -lt) if order == NUMBER_FIRST else (ll, -(lm + width + lt))
+        a, z = (ll + width + lm, -lt) if number_first else (ll, -(lm + width + lt))
         raws += map(itemgetter(slice(a, z)), group)
         done += len(group)
         n += len(group)
@@ -207,7 +234,7 @@ def _texts(raws: list[bytes]) -> str:
 class TextRuns(CallStream):
     """``feed_run`` and the template it reads with; the machine (machine.py) learns it."""
 
-    __slots__ = ("_template", "_learning", "_tries", "_served", "_run", "packed")
+    __slots__ = ("_template", "_learning", "_tries", "_served", "_run", "_next", "packed")
 
     done: bool  # the event loop's (machine.py)
     feed_frame: Callable[[bytes], list[Out] | None]
@@ -219,8 +246,9 @@ class TextRuns(CallStream):
         self._learning = False
         self._tries = LEARN_TRIES
         self._served = 0
-        # feed_frame's last text part and the content frame's head (machine.py, _new_run)
-        self._run: tuple[int, int, Part, bytes] | None = None
+        # feed_frame's last text part and the content frame around a text (machine.py, _new_run)
+        self._run: TextRun | None = None
+        self._next = -1  # the number the next run's first frame likely holds (delta_run's guess)
         self.packed = 0  # chunks put out inside another output (an SSE run's, one bytes): Pump.packed
 
     def _learn(self, data: bytes, text: str, oi: int, ci: int) -> None:
@@ -274,19 +302,23 @@ class TextRuns(CallStream):
         if tpl is not None and frames < len(blocks) and not self.done:
             cur = self._run
             if cur is not None and cur[0] == tpl[5] and cur[1] == tpl[6] and self._last_msg == tpl[5]:
-                raws, text, taken = delta_run(blocks, frames, read, size, tpl)
+                raws, text, taken, first = delta_run(blocks, frames, read, size, tpl, self._next)
                 if raws:
                     cur[2].pieces.append(text)
                     self._content_len += len(text)
+                    self._next = first + len(raws) if first >= 0 else -1
                     # The part's content frame around each text's JSON string: its bytes in
                     # quotes. SSE frames follow one another: the run's are one output (``packed``
-                    # counts the others).
-                    head, after = cur[3] + b'"', b'"' + self._after
+                    # counts the others), joined once: [head, raw, between, raw, ..., after].
                     if self._framing.sse:
-                        out.append(b"".join([head, (after + head).join(raws), after]))
+                        parts = [cur[6]] * (2 * len(raws) + 1)
+                        parts[1::2] = raws
+                        parts[0] = cur[4]
+                        parts[-1] = cur[5]
+                        out.append(b"".join(parts))
                         self.packed += len(raws) - 1
                     else:
-                        frame = b"%s%%s%s" % (head.replace(b"%", b"%%"), after.replace(b"%", b"%%"))
+                        frame = b"%s%%s%s" % (cur[4].replace(b"%", b"%%"), cur[5].replace(b"%", b"%%"))
                         out += map(frame.__mod__, raws)
                     size += taken
                     frames += len(raws)
@@ -297,6 +329,6 @@ class TextRuns(CallStream):
                     self._relearn()
             elif blocks[frames].startswith(_NAME):  # another part's text
                 self._relearn()
-        if whole:
+        if whole and frames < len(blocks):
             return out, size, frames, blocks[frames:] if frames else blocks
         return (out, size, frames, None) if frames else None

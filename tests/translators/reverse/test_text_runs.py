@@ -354,3 +354,39 @@ def test_a_run_counts_a_chunk_a_delta() -> None:
     )
     later.machine.packed = 5  # type: ignore[attr-defined]
     assert Pump(later.machine).packed == 0  # a later leg's pump counts its own
+
+
+@pytest.mark.parametrize("order", ["number", "text"])
+def test_a_run_whose_number_is_not_the_one_guessed_reads_it(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run guesses its first number (one more than the last run's last) and reads it where the
+    frame does not hold it: after 11, 120 holds the guess's digits, 12, and one more after them
+    (the number first), 112 one more before them (the text first)."""
+    first = [delta(3 + i, b"a%d " % i, order=order) for i in range(9)]  # 3..11: the guess is 12
+    start = 120 if order == "number" else 112
+    second = [delta(start + i, b"b%d " % i, order=order) for i in range(10)]
+    third = [delta(start + 10 + i, b"c%d " % i, order=order) for i in range(10)]  # the guess holds
+    frames = [CREATED, ADDED, PART, *first, *second, *third, COMPLETED]
+    want = decoded(frames)
+    seen = decodes(monkeypatch)
+    reads = [b"".join([CREATED, ADDED, PART, *first]), b"".join(second), b"".join([*third, COMPLETED])]
+    assert fed(reads, wire=True) == want
+    assert len(seen) == 2  # the first two deltas; the rest in runs
+
+
+def test_the_frames_after_a_run_are_not_split_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The frames of a read after its run (the closing ones) go to the pump as the blocks the run
+    cut; a read with a CR among them goes to the SSE decoder, which knows CR line ends."""
+    deltas = [delta(3 + i, b"w%d " % i) for i in range(20)]
+    done = event({"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": "x"})
+    frames = [CREATED, ADDED, PART, *deltas, done, COMPLETED]
+    want = decoded(frames)
+    split: list[bytes] = []
+    real = pump_mod.SSEDecoder.feed
+    monkeypatch.setattr(pump_mod.SSEDecoder, "feed", lambda self, chunk: split.append(chunk) or real(self, chunk))
+    assert fed([b"".join(frames)], wire=True) == want
+    assert split == []
+    crlf = COMPLETED.replace(b"\ndata: ", b"\r\ndata: ")
+    want = decoded([*frames[:-1], crlf])
+    split.clear()
+    assert fed([b"".join([*frames[:-1], crlf])], wire=True) == want
+    assert len(split) == 1 and split[0].endswith(crlf)
