@@ -101,7 +101,6 @@ from crossfeed.translators.reverse.event_frames import (
     QUIET_PREFIXES,
     START_PREFIXES,
     TERMINAL,
-    closing_event,
     decode_quiet,
     start_event,
 )
@@ -344,7 +343,7 @@ class ResponsesToChatStream(TextRuns):
     def _event_frame(self, data: bytes) -> list[Out] | None:
         """``feed_frame`` for the closing frames: made into the event their handler reads, handled
         as ``feed`` handles an event once the stream started."""
-        event = closing_event(data)
+        event = self.closing_frame_event(data)
         if event is None:
             return None
         t = event["type"]

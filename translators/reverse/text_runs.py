@@ -21,15 +21,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Final
+from typing import Any, Final
+
+import orjson
 
 from crossfeed.translators.plain_json import plain_bytes, plain_texts
 from crossfeed.translators.pump import RunTaken
+from crossfeed.translators.reverse.event_frames import TEXT_CLOSINGS, closing_event, restored, spliced
 from crossfeed.translators.reverse.stream_state import Part
 from crossfeed.translators.reverse.tool_calls import CallStream
 from crossfeed.translators.run_frames import frames
 from crossfeed.translators.run_frames import numbers as written
 from crossfeed.translators.sse import EVENT_SEP, Out
+
+_dumps = orjson.dumps
 
 # A template: (lead, order, mid, tail, close, output_index, content_index, head, edge). ``lead`` is
 # the frame's bytes up to its first hole (the event line and the data line's start), ``mid``
@@ -234,7 +239,7 @@ def _texts(raws: list[bytes]) -> str:
 class TextRuns(CallStream):
     """``feed_run`` and the template it reads with; the machine (machine.py) learns it."""
 
-    __slots__ = ("_template", "_learning", "_tries", "_served", "_run", "_next", "packed")
+    __slots__ = ("_template", "_learning", "_tries", "_served", "_run", "_next", "_said", "packed")
 
     done: bool  # the event loop's (machine.py)
     feed_frame: Callable[[bytes], list[Out] | None]
@@ -249,7 +254,27 @@ class TextRuns(CallStream):
         # feed_frame's last text part and the content frame around a text (machine.py, _new_run)
         self._run: TextRun | None = None
         self._next = -1  # the number the next run's first frame likely holds (delta_run's guess)
+        # The run's part, its text and the text's JSON string, for its closing frames
+        # (closing_frame_event)
+        self._said: tuple[Part, str, bytes] | None = None
         self.packed = 0  # chunks put out inside another output (an SSE run's, one bytes): Pump.packed
+
+    def closing_frame_event(self, data: bytes) -> dict[str, Any] | None:
+        """``closing_event`` of ``data``, a closing frame's JSON: one that carries the text of the
+        part the last run continued is decoded without it (event_frames.spliced)."""
+        run = self._run
+        if run is not None and data.startswith(TEXT_CLOSINGS):
+            part, said = run[2], self._said
+            if said is None or said[0] is not part or len(part.pieces) != 1 or part.pieces[0] is not said[1]:
+                text = part.pieces[0] if len(part.pieces) == 1 else "".join(part.pieces)
+                part.pieces = [text]
+                said = self._said = (part, text, _dumps(text))
+            cut = spliced(data, said[2])
+            if cut is not None:
+                ev = closing_event(cut)
+                if ev is not None and restored(ev, run[0], run[1], said[1]):
+                    return ev
+        return closing_event(data)
 
     def _learn(self, data: bytes, text: str, oi: int, ci: int) -> None:
         """Keep the template of ``data``, a text delta ``feed_frame`` read into the current

@@ -419,3 +419,138 @@ def test_integers_past_64_bits_same_both_ways(at: int, path: tuple[Any, ...], te
     frames[at] = b"event: x\ndata: " + _with(events[at], path, template % raw) + b"\n\n"
     for usage in (True, False):
         assert_same(frames, usage=usage)
+
+
+_said = st.sampled_from(["Hi there", 'say "hi"\n\tback\\', "caf\u00e9 \U0001f600", "Hi", ""])
+_around_text = st.sampled_from(
+    [
+        {},
+        {"extra": {"text": "Hi there"}},  # a text key before the one read, of the same text
+        {"logprobs": [{"text": "Hi there", "token": "x"}]},
+        {"text": "Hi there"},  # at the top of a part or an item: not read there
+    ]
+)
+
+
+@st.composite
+def closing(draw: Any, text: str) -> list[bytes]:
+    """The closing frames of part (0, 0), in orders and shapes a server may write: their text is
+    the streamed one, or not; fields before and after it; other text keys; a key escaped."""
+    final = draw(st.sampled_from([text, text, text + "!", "", "other"]))
+    before, after = draw(_around_text), draw(_around_text)
+    oi, ci = draw(st.sampled_from([0, 0, 0, 1])), draw(st.sampled_from([0, 0, 0, 1]))
+    anns = draw(st.sampled_from([[], [], None, [{"type": "url_citation", "url": "https://a.example", "text": text}]]))
+    part = {"type": draw(st.sampled_from(["output_text", "output_text", "refusal"])), **before, "text": final}
+    if anns is not None:
+        part["annotations"] = anns
+    part.update(after)
+    parts = [part, *draw(st.lists(st.just({"type": "output_text", "text": text}), max_size=1))]
+    events = [
+        {
+            "type": "response.output_text.done",
+            "output_index": oi,
+            "content_index": ci,
+            **before,
+            "text": final,
+            **after,
+        },
+        {"type": "response.content_part.done", "output_index": oi, "content_index": ci, **before, "part": part},
+        {"type": "response.output_item.done", "output_index": oi, "item": {"type": "message", "content": parts}},
+    ]
+    out = [frame(e) for e in draw(st.permutations(events))]
+    if draw(st.booleans()):  # the key read written with an escape: the same key for a decoder
+        k = draw(st.integers(0, len(out) - 1))
+        out[k] = out[k].replace(b'"text":', b'"te\\u0078t":', 1)
+    return out
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), _said, st.integers(1, 3))
+def test_closing_frames_of_the_streamed_text_same_both_ways(data: Any, text: str, cut: int) -> None:
+    """The closing frames whose text is the one the deltas sent are decoded without it
+    (event_frames.spliced): whatever else they hold, the chunks are those of plain JSON."""
+    pieces = [text[:cut], text[cut:]] if len(text) > cut else [text, ""]
+    deltas = [{**delta(p), "sequence_number": 4 + i} for i, p in enumerate(pieces)]
+    output = [{"type": "message", "content": [{"type": "output_text", "text": text}]}]
+    resp = {"id": "resp_1", "status": data.draw(st.sampled_from(["completed", "incomplete"])), "output": output}
+    resp.update(data.draw(st.sampled_from([{}, {"x": {"text": text}}])))
+    resp["usage"] = data.draw(st.sampled_from([USAGE, {**USAGE, "text": text}, {**USAGE, "y": ""}]))
+    end = {"type": "response." + resp["status"], "response": resp}
+    if resp["status"] == "incomplete":
+        resp["incomplete_details"] = data.draw(st.sampled_from([{"reason": "content_filter", "text": text}, None]))
+    assert_same([frame(CREATED), *(frame(d) for d in deltas), *data.draw(closing(text)), frame(end)])
+
+
+def test_the_closing_frames_of_an_ordinary_stream_skip_its_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The four closing frames that repeat the text are decoded without it (in wire mode: the
+    run's part is kept with its content frame's template)."""
+    import crossfeed.translators.reverse.event_frames as ef
+
+    text = 'Hi there, "more"\n' * 50
+    decoded: list[bytes] = []
+    real = ef._decode_event
+    monkeypatch.setattr(ef, "_decode_event", lambda data: decoded.append(data) or real(data))
+    events = _stream(text)
+    events[4]["delta"], events[5]["delta"] = text[:10], text[10:]
+    frames = [frame(e) for e in events]
+    want = run(frames, typed=False, wire=False, usage=True, limit=None)
+    assert run(frames, typed=True, wire=True, usage=True, limit=None) == want
+    done = [d for d in decoded if d.startswith(ef.TEXT_CLOSINGS)]
+    assert len(done) == 4
+    assert not any(b"more" in d for d in done)
+
+
+_CITED = {"type": "url_citation", "url": "https://a.example", "start_index": 0, "end_index": 2, "text": "Hi there"}
+_ESCAPED_EMPTY = {"type": "output_text", "ESCAPED": ""}  # a text key written with an escape (below)
+
+
+@pytest.mark.parametrize(
+    "closing",
+    [
+        # another part's empty text, after a text key of the streamed text: not this part's
+        {
+            "type": "response.output_text.done",
+            "output_index": 0,
+            "content_index": 1,
+            "x": {"text": "Hi there"},
+            "text": "",
+        },
+        {
+            "type": "response.output_text.done",
+            "output_index": 1,
+            "content_index": 0,
+            "x": {"text": "Hi there"},
+            "text": "",
+        },
+        {
+            "type": "response.content_part.done",
+            "output_index": 0,
+            "content_index": 1,
+            "part": {"type": "output_text", "x": {"text": "Hi there"}, "text": ""},
+        },
+        # a message of two parts whose first one's key is escaped: the cut is the second's
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {"type": "message", "content": [_ESCAPED_EMPTY, {"type": "output_text", "text": "Hi there"}]},
+        },
+        # an annotation's text before the part's: the cut is the annotation's
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {"type": "message", "content": [{"type": "output_text", "annotations": [_CITED], "text": ""}]},
+        },
+        {
+            "type": "response.content_part.done",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "refusal", "x": {"text": "Hi there"}, "text": "", "refusal": "no"},
+        },
+    ],
+)
+def test_a_cut_that_is_not_the_text_read_is_not_taken(closing: dict[str, Any]) -> None:
+    """Where the first ``text`` value that is the streamed text is not the one the handler reads
+    (and that one is empty), the frame is decoded whole: the chunks are those of plain JSON."""
+    raw = frame(closing).replace(b'"ESCAPED"', b'"te\\u0078t"')
+    end = {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "usage": USAGE}}
+    assert_same([frame(CREATED), frame(delta("Hi")), frame(delta(" there")), raw, frame(end)])
