@@ -25,12 +25,13 @@ def numbers(first: int, n: int) -> list[bytes]:
     return list(map(b"%d".__mod__, range(first, stop)))
 
 
-def frames(lead: bytes, first: list[bytes], mid: bytes, second: list[bytes], close: bytes) -> bytes:
-    """``lead + first[k] + mid + second[k] + close`` for each ``k`` both lists have, joined."""
+def frames(lead: bytes, first: list[bytes], mid: bytes, second: list[bytes], close: bytes, glue: bytes) -> bytes:
+    """``lead + first[k] + mid + second[k] + close`` for each ``k`` both lists have, joined;
+    ``glue`` is ``close + lead`` (the caller keeps it: what goes between two frames)."""
     n = min(len(first), len(second))
     if not n:
         return b""
-    parts: list[bytes] = [b"", mid, b"", close + lead] * n
+    parts: list[bytes] = [b"", mid, b"", glue] * n
     parts[0::4] = first if len(first) == n else first[:n]
     parts[2::4] = second if len(second) == n else second[:n]
     parts[-1] = close

@@ -30,4 +30,4 @@ def test_frames_are_each_pair_between_lead_and_close(
     lead: bytes, first: list[bytes], mid: bytes, second: list[bytes], close: bytes
 ) -> None:
     want = b"".join(lead + a + mid + b + close for a, b in zip(first, second, strict=False))
-    assert frames(lead, first, mid, second, close) == want
+    assert frames(lead, first, mid, second, close, close + lead) == want

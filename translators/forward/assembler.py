@@ -109,7 +109,8 @@ class Item:
         self.unwrap: JsonStringField | None = None
         self.head = b""  # wire mode: the template of this item's delta event (Assembler._head)
         self.head_ci = -1  # ... for this content_index
-        self.pieces = (b"", b"", b"")  # ... its bytes around a JSON string's text and the number
+        # ... its bytes around a JSON string's text and the number, and between two (run_frames)
+        self.pieces = (b"", b"", b"", b"")
 
 
 CALL_TYPES = frozenset({FUNCTION_CALL, CUSTOM_CALL, SEARCH_CALL})
@@ -527,7 +528,8 @@ class ResponseAssembler(NumberedStream):
         )
         if ci is not None:
             head += b',"%s":%d' % (index_key, ci)
-        item.pieces = (head + b',"delta":"', b'"' + tail, self._end)
+        lead = head + b',"delta":"'
+        item.pieces = (lead, b'"' + tail, self._end, self._end + lead)
         item.head = head = b"%s%%s%s%%d%s" % (
             (head + b',"delta":').replace(b"%", b"%%"),
             tail,

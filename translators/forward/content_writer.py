@@ -163,11 +163,11 @@ class ContentWriter(ResponseAssembler):
                 n = len(texts) - 1
                 self._seq = seq + n
                 part[1] += texts[1:]
-                lead, mid, close = item.pieces
+                lead, mid, close, glue = item.pieces
                 if self._framing.sse and mid == _QUOTED_TEXT_TAIL:
                     # SSE frames follow one another: the run's are one output (``packed``
                     # counts the others), joined with their numbers (run_frames.py).
-                    self._out.append(frames(lead, raws[1:], mid, numbers(seq, n), close))
+                    self._out.append(frames(lead, raws[1:], mid, numbers(seq, n), close, glue))
                     self.packed += n - 1
                     return
                 quoted = item.head.replace(b',"delta":%s', b',"delta":"%s"')

@@ -36,13 +36,25 @@ from crossfeed.translators.sse import EVENT_SEP, Out
 
 _dumps = orjson.dumps
 
-# A template: (lead, order, mid, tail, close, output_index, content_index, head, edge). ``lead`` is
-# the frame's bytes up to its first hole (the event line and the data line's start), ``mid``
-# those between the holes, ``tail`` those after the last one; ``close`` is ``tail`` and the blank
-# line; ``head`` is ``lead`` without its ``event: `` (a block's start: frame_blocks); ``edge`` is
-# the byte of ``mid`` next to the number (not a digit: where the number ends). ``order``: the
-# holes in the frame (NO_NUMBER: the text alone).
-DeltaTemplate = tuple[bytes, int, bytes, bytes, bytes, int, int, bytes, bytes]
+
+class DeltaTemplate:
+    """A text delta frame's bytes around its holes, the text and the number (``delta_template``)."""
+
+    __slots__ = ("lead", "order", "mid", "tail", "close", "oi", "ci", "head", "edge", "ll", "lm", "lt", "glue")
+
+    def __init__(self, lead: bytes, order: int, mid: bytes, tail: bytes, oi: int, ci: int, edge: bytes) -> None:
+        self.lead = lead  # the bytes up to the first hole (the event line and the data line's start)
+        self.order = order  # the holes in the frame (NO_NUMBER: the text alone)
+        self.mid = mid  # between the holes
+        self.tail = tail  # after the last hole
+        self.close = tail + b"\n\n"  # ... and the blank line
+        self.oi, self.ci = oi, ci  # the text part's output_index and content_index
+        self.head = lead[7:]  # a block's start (frame_blocks: without ``event: ``)
+        self.edge = edge  # the byte of ``mid`` next to the number (not a digit: where it ends)
+        self.ll, self.lm, self.lt = len(self.head), len(mid), len(tail)
+        self.glue = self.close + lead  # between two frames
+
+
 # The text part a run continues: (output_index, content_index, part, the content frame's head,
 # the head and a quote, a quote and what follows the text, the latter two joined: between two).
 TextRun = tuple[int, int, Part, bytes, bytes, bytes, bytes]
@@ -73,8 +85,7 @@ def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | 
         return None
     numbers = data.count(b'"sequence_number"')
     if numbers == 0:
-        tail = data[end:]
-        return (_HEAD + data[:start], NO_NUMBER, b"", tail, tail + b"\n\n", oi, ci, _NAME + data[:start], b"")
+        return DeltaTemplate(_HEAD + data[:start], NO_NUMBER, b"", data[end:], oi, ci, b"")
     at = data.find(_NUMBER) + len(_NUMBER)
     if numbers != 1 or at < len(_NUMBER):
         return None
@@ -85,10 +96,10 @@ def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | 
     if not digits or len(digits) > _DIGITS_MAX or b"%d" % int(digits) != digits:
         return None
     if at < start:
-        mid, tail = data[stop:start], data[end:]
-        return (_HEAD + data[:at], NUMBER_FIRST, mid, tail, tail + b"\n\n", oi, ci, _NAME + data[:at], mid[:1])
-    mid, tail = data[end:at], data[stop:]
-    return (_HEAD + data[:start], TEXT_FIRST, mid, tail, tail + b"\n\n", oi, ci, _NAME + data[:start], mid[-1:])
+        mid = data[stop:start]
+        return DeltaTemplate(_HEAD + data[:at], NUMBER_FIRST, mid, data[end:], oi, ci, mid[:1])
+    mid = data[end:at]
+    return DeltaTemplate(_HEAD + data[:start], TEXT_FIRST, mid, data[stop:], oi, ci, mid[-1:])
 
 
 def frame_blocks(read: bytes) -> tuple[list[bytes], bool]:
@@ -130,8 +141,7 @@ def delta_run(
     holds each one to the JSON integer, one more than the one before, that the decode would
     skip. The first is ``guess`` (one more than the last run's last) when the first frame holds
     it, else read from the frame."""
-    head, tail = tpl[7], tpl[3]
-    ll, lt = len(head), len(tail)
+    head, tail, ll, lt = tpl.head, tpl.tail, tpl.ll, tpl.lt
     stop = len(blocks)
     while stop > start and (blocks[stop - 1][:ll] != head or blocks[stop - 1][-lt:] != tail):
         stop -= 1  # the frames after the run (the closing ones, another item's...)
@@ -140,10 +150,15 @@ def delta_run(
     run = blocks[start:stop] if start or stop < len(blocks) else blocks
     numbers: list[bytes] = []
     first = -1
-    if tpl[1] == NO_NUMBER:
+    if tpl.order == NO_NUMBER:
         raws = list(map(itemgetter(slice(ll, -lt)), run))
     else:
-        first = _first_number(run[0], tpl, guess)
+        if guess >= 0:
+            numbers = written(guess, len(run))
+            first = guess if _holds(run[0], tpl, numbers[0]) else -1
+        if first < 0:
+            first = _number(run[0], tpl)
+            numbers = written(first, len(run)) if first >= 0 else []
         raws = _numbered(run, tpl, first, numbers) if first >= 0 else []
     expected = _frames(tpl, raws, numbers)
     if expected == read or read.startswith(expected, at):  # (a whole read: one compare, no arguments)
@@ -164,41 +179,41 @@ def delta_run(
     return raws, text, size, first
 
 
-def _first_number(block: bytes, tpl: DeltaTemplate, guess: int) -> int:
-    """The number of ``block`` (a frame of ``tpl``, without its ``event: ``): ``guess`` when the
-    block holds its digits next to the template's edge byte, else the digits read there when
-    they are a JSON integer (no leading zero) of at most ``_DIGITS_MAX``; -1 when not."""
-    ll, lt = len(tpl[7]), len(tpl[3])
-    if guess >= 0:
-        digits = written(guess, 1)[0]
-        w = len(digits)
-        if tpl[1] == NUMBER_FIRST:
-            if block[ll : ll + w] == digits and block[ll + w : ll + w + 1] == tpl[8]:
-                return guess
-        elif block[-(lt + w) : -lt] == digits and block[-(lt + w + 1) : -(lt + w)] == tpl[8]:
-            return guess
-    mid = tpl[2]
-    at = ll if tpl[1] == NUMBER_FIRST else block.rfind(mid, ll) + len(mid)
-    number = block[at : block.find(mid, ll)] if tpl[1] == NUMBER_FIRST else block[at:-lt]
+def _holds(block: bytes, tpl: DeltaTemplate, digits: bytes) -> bool:
+    """``block`` (a frame of ``tpl`` without its ``event: ``) holds the number ``digits``: they
+    are where the number starts (or ends), the template's edge byte next to them."""
+    w = len(digits)
+    if tpl.order == NUMBER_FIRST:
+        ll = tpl.ll
+        return block[ll : ll + w] == digits and block[ll + w : ll + w + 1] == tpl.edge
+    lt = tpl.lt
+    return block[-(lt + w) : -lt] == digits and block[-(lt + w + 1) : -(lt + w)] == tpl.edge
+
+
+def _number(block: bytes, tpl: DeltaTemplate) -> int:
+    """The number ``block`` holds (a frame of ``tpl`` without its ``event: ``), when it is a JSON
+    integer (no leading zero) of at most ``_DIGITS_MAX`` digits; -1 when not."""
+    mid, ll = tpl.mid, tpl.ll
+    if tpl.order == NUMBER_FIRST:
+        number = block[ll : block.find(mid, ll)]
+    else:
+        number = block[block.rfind(mid, ll) + len(mid) : -tpl.lt]
     if not number.isdigit() or len(number) > _DIGITS_MAX or b"%d" % int(number) != number:
         return -1
     return int(number)
 
 
 def _numbered(blocks: list[bytes], tpl: DeltaTemplate, first: int, numbers: list[bytes]) -> list[bytes]:
-    """The texts of ``blocks`` (frames of ``tpl`` without their ``event: ``) whose first number
-    is ``first``, and, into ``numbers``, the numbers they hold if each is one more than the one
-    before (``_frames`` holds them to that)."""
-    numbers += written(first, len(blocks))
-    ll, lm, lt = len(tpl[7]), len(tpl[2]), len(tpl[3])
-    number_first = tpl[1] == NUMBER_FIRST
+    """The texts of ``blocks`` (frames of ``tpl`` without their ``event: ``) whose numbers are
+    ``numbers`` (``first`` and on) if each frame holds its own (``_frames`` holds them to that)."""
+    ll, lm, lt = tpl.ll, tpl.lm, tpl.lt
+    number_first = tpl.order == NUMBER_FIRST
     width = len(numbers[0])
-    n = first
-    if n + len(blocks) <= 10**width:  # the numbers of the whole run have as many digits
+    if first + len(blocks) <= 10**width:  # the numbers of the whole run have as many digits
         a, z = (ll + width + lm, -lt) if number_first else (ll, -(lm + width + lt))
         return list(map(itemgetter(slice(a, z)), blocks))
     raws: list[bytes] = []
-    done = 0
+    done, n = 0, first
     while done < len(blocks):  # the frames whose numbers have as many digits: one slice for all
         group = blocks[done : done + 10**width - n]
         a, z = (ll + width + lm, -lt) if number_first else (ll, -(lm + width + lt))
@@ -211,12 +226,12 @@ def _numbered(blocks: list[bytes], tpl: DeltaTemplate, first: int, numbers: list
 
 def _frames(tpl: DeltaTemplate, raws: list[bytes], numbers: list[bytes]) -> bytes:
     """The frames of ``raws`` (and their ``numbers``) as the template writes them."""
-    lead, order, mid, close = tpl[0], tpl[1], tpl[2], tpl[4]
+    order = tpl.order
     if order == NUMBER_FIRST:
-        return frames(lead, numbers, mid, raws, close)
+        return frames(tpl.lead, numbers, tpl.mid, raws, tpl.close, tpl.glue)
     if order == TEXT_FIRST:
-        return frames(lead, raws, mid, numbers, close)
-    return b"".join([lead, (close + lead).join(raws), close]) if raws else b""
+        return frames(tpl.lead, raws, tpl.mid, numbers, tpl.close, tpl.glue)
+    return b"".join([tpl.lead, tpl.glue.join(raws), tpl.close]) if raws else b""
 
 
 def _texts(raws: list[bytes]) -> str:
@@ -302,7 +317,7 @@ class TextRuns(CallStream):
         if tpl is None:
             if not self._tries:
                 return None
-        elif read[: len(tpl[0])] != tpl[0]:  # no run at the start (the closing frames): no search
+        elif read[: len(tpl.lead)] != tpl.lead:  # no run at the start (the closing frames): no search
             if read[: len(_HEAD)] == _HEAD:  # a text delta the template does not match
                 self._relearn()
             return None
@@ -326,7 +341,7 @@ class TextRuns(CallStream):
             tpl = self._template
         if tpl is not None and frames < len(blocks) and not self.done:
             cur = self._run
-            if cur is not None and cur[0] == tpl[5] and cur[1] == tpl[6] and self._last_msg == tpl[5]:
+            if cur is not None and cur[0] == tpl.oi and cur[1] == tpl.ci and self._last_msg == tpl.oi:
                 raws, text, taken, first = delta_run(blocks, frames, read, size, tpl, self._next)
                 if raws:
                     cur[2].pieces.append(text)

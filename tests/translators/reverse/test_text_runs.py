@@ -163,7 +163,7 @@ def test_the_layouts_of_the_number() -> None:
     for order, layout in (("number", NUMBER_FIRST), ("text", TEXT_FIRST), ("none", NO_NUMBER)):
         data = delta(7, b"hi", order=order).split(b"data: ", 1)[1][:-2]
         tpl = delta_template(data, "hi", 0, 0)
-        assert tpl is not None and tpl[1] == layout, order
+        assert tpl is not None and tpl.order == layout, order
     data = delta(7, b"hi").split(b"data: ", 1)[1][:-2]
     assert delta_template(data.replace(b'"delta"', b'"delta" '), "hi", 0, 0) is None  # not compact
     assert delta_template(data.replace(b":7,", b":07,"), "hi", 0, 0) is None  # not a JSON integer
