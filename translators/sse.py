@@ -38,9 +38,13 @@ _DATA_SEP: Final = b"\n\ndata: "
 
 
 class SSEDecoder:
-    __slots__ = ("_tail", "_data", "_event", "_cr", "_max", "_pending")
+    __slots__ = ("_tail", "_data", "_event", "_cr", "_max", "_pending", "idle")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        # Nothing held: the next byte fed starts a line of a new event. An attribute kept by the
+        # paths that change what is held (the fast paths change nothing), where a property
+        # would cost a call on every read.
+        self.idle = True
         self._tail = b""  # an unterminated line
         self._data: list[bytes] = []
         self._event: str | None = None
@@ -56,10 +60,7 @@ class SSEDecoder:
         # an int, ``13 in chunk``: memchr at once, where ``b"\r" in chunk`` first fails to read
         # its operand as an int, and ``find`` parses its arguments from a tuple.)
         if (
-            not self._tail
-            and not self._data
-            and self._event is None
-            and not self._cr
+            self.idle
             and 13 not in chunk  # no CR
             and chunk[-2:] == b"\n\n"
             and len(chunk) <= self._max
@@ -79,6 +80,7 @@ class SSEDecoder:
                 named = _named_frames(chunk)
                 if named is not None:
                     return named
+        self.idle = False  # (until the lines are read: a read that raises leaves it so)
         if self._cr:
             self._cr = False
             if chunk[:1] == b"\n":
@@ -95,12 +97,8 @@ class SSEDecoder:
         out: list[SSEEvent] = []
         for line in lines:
             self._line(line, out)
+        self.idle = not tail and not self._data and self._event is None and not self._cr
         return out
-
-    @property
-    def idle(self) -> bool:
-        """Nothing held: the next byte fed starts a line of a new event."""
-        return not self._tail and not self._data and self._event is None and not self._cr
 
     def finish(self) -> list[SSEEvent]:
         out: list[SSEEvent] = []
@@ -108,6 +106,7 @@ class SSEDecoder:
             tail, self._tail = self._tail, b""
             self._line(tail, out)
         self._line(b"", out)
+        self.idle = not self._data and self._event is None and not self._cr
         return out
 
     def _line(self, line: bytes, out: list[SSEEvent]) -> None:

@@ -40,7 +40,7 @@ _dumps = orjson.dumps
 class DeltaTemplate:
     """A text delta frame's bytes around its holes, the text and the number (``delta_template``)."""
 
-    __slots__ = ("lead", "order", "mid", "tail", "close", "oi", "ci", "head", "edge", "ll", "lm", "lt", "glue")
+    __slots__ = ("lead", "order", "mid", "tail", "close", "oi", "ci", "head", "edge", "ll", "lm", "lt", "glue", "cuts")
 
     def __init__(self, lead: bytes, order: int, mid: bytes, tail: bytes, oi: int, ci: int, edge: bytes) -> None:
         self.lead = lead  # the bytes up to the first hole (the event line and the data line's start)
@@ -53,6 +53,18 @@ class DeltaTemplate:
         self.edge = edge  # the byte of ``mid`` next to the number (not a digit: where it ends)
         self.ll, self.lm, self.lt = len(self.head), len(mid), len(tail)
         self.glue = self.close + lead  # between two frames
+        self.cuts: dict[int, Callable[[bytes], bytes]] = {}  # a block's text, by its number's width (cut)
+
+    def cut(self, width: int) -> Callable[[bytes], bytes]:
+        """What takes the text of a block whose number has ``width`` digits (made once a width)."""
+        got = self.cuts.get(width)
+        if got is None:
+            if self.order == NUMBER_FIRST:
+                got = itemgetter(slice(self.ll + width + self.lm, -self.lt))
+            else:
+                got = itemgetter(slice(self.ll, -(self.lm + width + self.lt)))
+            self.cuts[width] = got
+        return got
 
 
 # The text part a run continues: (output_index, content_index, part, the content frame's head,
@@ -159,7 +171,12 @@ def delta_run(
         if first < 0:
             first = _number(run[0], tpl)
             numbers = written(first, len(run)) if first >= 0 else []
-        raws = _numbered(run, tpl, first, numbers) if first >= 0 else []
+        if first < 0:
+            raws = []
+        elif first + len(run) <= 10 ** len(numbers[0]):  # the numbers have as many digits: one cut
+            raws = list(map(tpl.cuts.get(len(numbers[0])) or tpl.cut(len(numbers[0])), run))
+        else:
+            raws = _numbered(run, tpl, first, numbers)
     expected = _frames(tpl, raws, numbers)
     if expected == read or read.startswith(expected, at):  # (a whole read: one compare, no arguments)
         size = len(expected)
@@ -205,19 +222,13 @@ def _number(block: bytes, tpl: DeltaTemplate) -> int:
 
 def _numbered(blocks: list[bytes], tpl: DeltaTemplate, first: int, numbers: list[bytes]) -> list[bytes]:
     """The texts of ``blocks`` (frames of ``tpl`` without their ``event: ``) whose numbers are
-    ``numbers`` (``first`` and on) if each frame holds its own (``_frames`` holds them to that)."""
-    ll, lm, lt = tpl.ll, tpl.lm, tpl.lt
-    number_first = tpl.order == NUMBER_FIRST
-    width = len(numbers[0])
-    if first + len(blocks) <= 10**width:  # the numbers of the whole run have as many digits
-        a, z = (ll + width + lm, -lt) if number_first else (ll, -(lm + width + lt))
-        return list(map(itemgetter(slice(a, z)), blocks))
+    ``numbers`` (``first`` and on), across a width (``_frames`` holds each to its own): the frames
+    whose numbers have as many digits take one cut."""
     raws: list[bytes] = []
-    done, n = 0, first
-    while done < len(blocks):  # the frames whose numbers have as many digits: one slice for all
+    done, n, width = 0, first, len(numbers[0])
+    while done < len(blocks):
         group = blocks[done : done + 10**width - n]
-        a, z = (ll + width + lm, -lt) if number_first else (ll, -(lm + width + lt))
-        raws += map(itemgetter(slice(a, z)), group)
+        raws += map(tpl.cut(width), group)
         done += len(group)
         n += len(group)
         width += 1

@@ -464,7 +464,7 @@ def closing(draw: Any, text: str) -> list[bytes]:
     return out
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), _said, st.integers(1, 3))
 def test_closing_frames_of_the_streamed_text_same_both_ways(data: Any, text: str, cut: int) -> None:
     """The closing frames whose text is the one the deltas sent are decoded without it
