@@ -139,11 +139,12 @@ def frame_blocks(read: bytes) -> tuple[list[bytes], bool]:
 
 def delta_run(
     blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate, guess: int
-) -> tuple[list[bytes], str, int, int]:
+) -> tuple[list[bytes], str, int, int, int]:
     """The frames of ``blocks`` (``frame_blocks`` of ``read``) from ``start`` on, ``at`` bytes
     into the read, that are ``tpl`` around a plain non-empty text and a number: their texts'
-    bytes, the texts joined, the bytes the frames take and the number of the first (-1 for
-    none). The first frame that is not ends the run.
+    bytes, the texts joined, the bytes the frames take, the number of the first (-1 for none)
+    and how many frames were the template's, plain or not. The first frame that is not ends
+    the run.
 
     The frames at the end that are not the template (the frames after the run) are left out,
     each other one's text is taken at the template's offsets (the numbers rise by one a frame:
@@ -158,7 +159,7 @@ def delta_run(
     while stop > start and (blocks[stop - 1][:ll] != head or blocks[stop - 1][-lt:] != tail):
         stop -= 1  # the frames after the run (the closing ones, another item's...)
     if stop == start:
-        return [], "", 0, -1
+        return [], "", 0, -1, 0
     run = blocks[start:stop] if start or stop < len(blocks) else blocks
     numbers: list[bytes] = []
     first = -1
@@ -193,7 +194,7 @@ def delta_run(
     text = _texts(raws)
     if len(raws) < n:  # the frames from the first text that is not plain: the decode's
         size = len(_frames(tpl, raws, numbers))
-    return raws, text, size, first
+    return raws, text, size, first, n
 
 
 def _holds(block: bytes, tpl: DeltaTemplate, digits: bytes) -> bool:
@@ -353,7 +354,7 @@ class TextRuns(CallStream):
         if tpl is not None and frames < len(blocks) and not self.done:
             cur = self._run
             if cur is not None and cur[0] == tpl.oi and cur[1] == tpl.ci and self._last_msg == tpl.oi:
-                raws, text, taken, first = delta_run(blocks, frames, read, size, tpl, self._next)
+                raws, text, taken, first, matched = delta_run(blocks, frames, read, size, tpl, self._next)
                 if raws:
                     cur[2].pieces.append(text)
                     self._content_len += len(text)
@@ -376,7 +377,7 @@ class TextRuns(CallStream):
                     self._served += len(raws)
                     if self._served >= SETTLED:
                         self._tries = LEARN_TRIES
-                elif blocks[frames].startswith(_NAME):  # a text delta the template does not match
+                elif not matched and blocks[frames].startswith(_NAME):  # (a text that is not plain: kept)
                     self._relearn()
             elif blocks[frames].startswith(_NAME):  # another part's text
                 self._relearn()

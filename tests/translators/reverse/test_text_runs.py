@@ -390,3 +390,23 @@ def test_the_frames_after_a_run_are_not_split_again(monkeypatch: pytest.MonkeyPa
     split.clear()
     assert fed([b"".join([*frames[:-1], crlf])], wire=True) == want
     assert len(split) == 1 and split[0].endswith(crlf)
+
+
+def test_a_read_that_opens_with_an_escaped_text_keeps_the_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose first frame is the template's around a text JSON escapes takes none (the
+    frame is decoded) and keeps the template for the frames after it: nothing is learned again."""
+    learned: list[bytes] = []
+    real = ResponsesToChatStream._learn
+
+    def counting(self: ResponsesToChatStream, data: bytes, *a: Any) -> None:
+        learned.append(data)
+        real(self, data, *a)
+
+    first = [delta(3 + i, b"a%d " % i) for i in range(10)]
+    second = [delta(13, b"line\\n"), *(delta(14 + i, b"b%d " % i) for i in range(10))]
+    third = [delta(24 + i, b"c%d " % i) for i in range(10)]
+    reads = [b"".join([CREATED, ADDED, PART, *first]), b"".join(second), b"".join([*third, COMPLETED])]
+    want = decoded(reads)
+    monkeypatch.setattr(ResponsesToChatStream, "_learn", counting)
+    assert fed(reads, wire=True) == want
+    assert len(learned) == 1
