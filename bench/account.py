@@ -407,10 +407,11 @@ def install_hooks(marker: Any) -> None:
     if os.environ.get("CF_ACCOUNT_DIRECTION") == "reverse":  # the upstream's events, sorted per event
         import crossfeed.translators.pump as pump
         import crossfeed.translators.reverse.machine as r2c
+        import crossfeed.translators.reverse.text_runs as runs
 
         h.add(pump, "_loads", _loads_hook)
-        for name in ("decode_quiet", "closing_event"):  # the typed decodes of the frames around the deltas
-            h.add(r2c, name, _loads_hook)
+        h.add(r2c, "decode_quiet", _loads_hook)  # the typed decodes of the frames around the deltas
+        h.add(runs, "closing_event", _loads_hook)
         h.add(ResponsesToChatStream, "_first", lambda f: sync_phase(f, "lifecycle"))
         for t in list(r2c._HANDLERS):
             phase = _upstream_phase(t) if isinstance(t, str) else None

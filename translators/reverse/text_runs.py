@@ -80,6 +80,10 @@ _NUMBER: Final = b'"sequence_number":'
 LEARN_TRIES: Final = 4  # templates a stream learns in a row, none of them serving SETTLED frames
 SETTLED: Final = 16
 _DIGITS_MAX: Final = 18  # the longest number a run reads (int() refuses thousands of digits)
+# The content a stream has sent, in characters, from which its closing frames are decoded without
+# their text (closing_frame_event): about where decoding the text four times (some five
+# instructions a byte each) costs what finding and cutting it does (some 250 bytecodes a frame).
+_SPLICED_MIN: Final = 2048
 _PRIMING: Final = 6  # frames feed_run reads one by one before the template is known (created ... 2nd delta)
 
 
@@ -288,9 +292,10 @@ class TextRuns(CallStream):
 
     def closing_frame_event(self, data: bytes) -> dict[str, Any] | None:
         """``closing_event`` of ``data``, a closing frame's JSON: one that carries the text of the
-        part the last run continued is decoded without it (event_frames.spliced)."""
+        part the last run continued, ``_SPLICED_MIN`` characters or more, is decoded without it
+        (event_frames.spliced; a shorter text costs less to decode than to find and cut)."""
         run = self._run
-        if run is not None and data.startswith(TEXT_CLOSINGS):
+        if run is not None and self._content_len >= _SPLICED_MIN and data.startswith(TEXT_CLOSINGS):
             part, said = run[2], self._said
             if said is None or said[0] is not part or len(part.pieces) != 1 or part.pieces[0] is not said[1]:
                 text = part.pieces[0] if len(part.pieces) == 1 else "".join(part.pieces)

@@ -6,12 +6,14 @@ diagnostics, the same usage for the driver and the same error."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import crossfeed.translators.reverse.text_runs as runs_mod
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
@@ -478,7 +480,8 @@ def test_closing_frames_of_the_streamed_text_same_both_ways(data: Any, text: str
     end = {"type": "response." + resp["status"], "response": resp}
     if resp["status"] == "incomplete":
         resp["incomplete_details"] = data.draw(st.sampled_from([{"reason": "content_filter", "text": text}, None]))
-    assert_same([frame(CREATED), *(frame(d) for d in deltas), *data.draw(closing(text)), frame(end)])
+    with mock.patch.object(runs_mod, "_SPLICED_MIN", 0):  # (short texts are decoded: no cut)
+        assert_same([frame(CREATED), *(frame(d) for d in deltas), *data.draw(closing(text)), frame(end)])
 
 
 def test_the_closing_frames_of_an_ordinary_stream_skip_its_text(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -486,7 +489,7 @@ def test_the_closing_frames_of_an_ordinary_stream_skip_its_text(monkeypatch: pyt
     run's part is kept with its content frame's template)."""
     import crossfeed.translators.reverse.event_frames as ef
 
-    text = 'Hi there, "more"\n' * 50
+    text = 'Hi there, "more"\n' * 150  # (a text of 2,048 characters or more: _SPLICED_MIN)
     decoded: list[bytes] = []
     real = ef._decode_event
     monkeypatch.setattr(ef, "_decode_event", lambda data: decoded.append(data) or real(data))
@@ -553,4 +556,23 @@ def test_a_cut_that_is_not_the_text_read_is_not_taken(closing: dict[str, Any]) -
     (and that one is empty), the frame is decoded whole: the chunks are those of plain JSON."""
     raw = frame(closing).replace(b'"ESCAPED"', b'"te\\u0078t"')
     end = {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "usage": USAGE}}
-    assert_same([frame(CREATED), frame(delta("Hi")), frame(delta(" there")), raw, frame(end)])
+    with mock.patch.object(runs_mod, "_SPLICED_MIN", 0):
+        assert_same([frame(CREATED), frame(delta("Hi")), frame(delta(" there")), raw, frame(end)])
+
+
+def test_the_closing_frames_of_a_short_text_are_decoded_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``_SPLICED_MIN`` characters the text costs less to decode than to find and cut."""
+    import crossfeed.translators.reverse.event_frames as ef
+
+    text = "Hi there, more " * 10
+    decoded: list[bytes] = []
+    real = ef._decode_event
+    monkeypatch.setattr(ef, "_decode_event", lambda data: decoded.append(data) or real(data))
+    events = _stream(text)
+    events[4]["delta"], events[5]["delta"] = text[:10], text[10:]
+    frames = [frame(e) for e in events]
+    assert run(frames, typed=True, wire=True, usage=True, limit=None) == run(
+        frames, typed=False, wire=False, usage=True, limit=None
+    )
+    done = [d for d in decoded if d.startswith(ef.TEXT_CLOSINGS)]
+    assert len(done) == 4 and all(b"more" in d for d in done)
