@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import crossfeed.translators.reverse.event_frames as ef
 import crossfeed.translators.reverse.text_runs as runs_mod
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
@@ -484,12 +485,10 @@ def test_closing_frames_of_the_streamed_text_same_both_ways(data: Any, text: str
         assert_same([frame(CREATED), *(frame(d) for d in deltas), *data.draw(closing(text)), frame(end)])
 
 
-def test_the_closing_frames_of_an_ordinary_stream_skip_its_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The four closing frames that repeat the text are decoded without it (in wire mode: the
-    run's part is kept with its content frame's template)."""
-    import crossfeed.translators.reverse.event_frames as ef
-
-    text = 'Hi there, "more"\n' * 150  # (a text of 2,048 characters or more: _SPLICED_MIN)
+def _closing_decodes(monkeypatch: pytest.MonkeyPatch, text: str) -> list[bytes]:
+    """The bytes the closing frames of an ordinary stream of ``text`` were decoded from (in wire
+    mode: the run's part is kept with its content frame's template); its chunks those of plain
+    JSON."""
     decoded: list[bytes] = []
     real = ef._decode_event
     monkeypatch.setattr(ef, "_decode_event", lambda data: decoded.append(data) or real(data))
@@ -498,9 +497,20 @@ def test_the_closing_frames_of_an_ordinary_stream_skip_its_text(monkeypatch: pyt
     frames = [frame(e) for e in events]
     want = run(frames, typed=False, wire=False, usage=True, limit=None)
     assert run(frames, typed=True, wire=True, usage=True, limit=None) == want
-    done = [d for d in decoded if d.startswith(ef.TEXT_CLOSINGS)]
+    return [d for d in decoded if d.startswith(ef.TEXT_CLOSINGS)]
+
+
+def test_the_closing_frames_of_an_ordinary_stream_skip_its_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The four closing frames that repeat the text are decoded without it."""
+    done = _closing_decodes(monkeypatch, 'Hi there, "more"\n' * 150)  # (2,048 characters or more)
     assert len(done) == 4
     assert not any(b"more" in d for d in done)
+
+
+def test_the_closing_frames_of_a_short_text_are_decoded_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``_SPLICED_MIN`` characters the text costs less to decode than to find and cut."""
+    done = _closing_decodes(monkeypatch, "Hi there, more " * 10)
+    assert len(done) == 4 and all(b"more" in d for d in done)
 
 
 _CITED = {"type": "url_citation", "url": "https://a.example", "start_index": 0, "end_index": 2, "text": "Hi there"}
@@ -558,21 +568,3 @@ def test_a_cut_that_is_not_the_text_read_is_not_taken(closing: dict[str, Any]) -
     end = {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "usage": USAGE}}
     with mock.patch.object(runs_mod, "_SPLICED_MIN", 0):
         assert_same([frame(CREATED), frame(delta("Hi")), frame(delta(" there")), raw, frame(end)])
-
-
-def test_the_closing_frames_of_a_short_text_are_decoded_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under ``_SPLICED_MIN`` characters the text costs less to decode than to find and cut."""
-    import crossfeed.translators.reverse.event_frames as ef
-
-    text = "Hi there, more " * 10
-    decoded: list[bytes] = []
-    real = ef._decode_event
-    monkeypatch.setattr(ef, "_decode_event", lambda data: decoded.append(data) or real(data))
-    events = _stream(text)
-    events[4]["delta"], events[5]["delta"] = text[:10], text[10:]
-    frames = [frame(e) for e in events]
-    assert run(frames, typed=True, wire=True, usage=True, limit=None) == run(
-        frames, typed=False, wire=False, usage=True, limit=None
-    )
-    done = [d for d in decoded if d.startswith(ef.TEXT_CLOSINGS)]
-    assert len(done) == 4 and all(b"more" in d for d in done)
