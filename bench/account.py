@@ -993,6 +993,8 @@ class Pass:
                 "--dump-line=no",
                 "--instr-atstart=no",
                 "-q",
+                # kept dumps are read one by one (callgrind_annotate): each names its own functions
+                *(["--compress-strings=no", "--compress-pos=no"] if args.keep_dumps else []),
                 *argv,
             ]
         with open(log, "ab") as logf:

@@ -30,6 +30,7 @@ import functools
 import aiohttp
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_proto import ResponseHandler as AiohttpHandler
+from aiohttp.streams import StreamReader
 
 _FLAGS = ("_reading_paused", "_buffer_paused", "_upgraded")
 
@@ -63,3 +64,59 @@ def install(connector: aiohttp.BaseConnector) -> bool:
         return False
     connector._factory = functools.partial(_handler, **connector._factory.keywords)
     return True
+
+
+class RelayedBody(StreamReader):
+    """An upstream body that the relay alone reads, all of what is in at each read.
+
+    aiohttp's ``StreamReader`` keeps each HTTP chunk (one SSE frame) as a piece of its buffer,
+    notes where each chunk ended (for ``readchunk``) and hands the pieces out one call each:
+    three Python calls per upstream frame besides ``feed_data``. The relay reads with
+    ``read_nowait()`` and ``readany()`` only, so here the chunk ends are not noted and a read
+    joins the whole buffer at once. Everything else (``feed_data``, its pause at the high-water
+    mark, EOF, errors, the waiter) is aiohttp's; a read that is not of the whole buffer, or one
+    made while another waits, or after an error, is aiohttp's own too. ``readchunk`` and
+    ``iter_chunks`` do not see chunk ends on such a body: nothing but the relay reads it.
+    """
+
+    __slots__ = ()
+
+    def begin_http_chunk_receiving(self) -> None:
+        return None
+
+    def end_http_chunk_receiving(self) -> None:
+        return None
+
+    def read_nowait(self, n: int = -1) -> bytes:
+        waiter = self._waiter
+        if n != -1 or self._buffer_offset or self._exception is not None or (waiter is not None and not waiter.done()):
+            return super().read_nowait(n)
+        self._timer.assert_timeout()
+        buffer = self._buffer
+        if not buffer:
+            return b""
+        data = buffer.popleft() if len(buffer) == 1 else b"".join(buffer)
+        buffer.clear()
+        size = len(data)
+        self._size -= size
+        self._cursor += size
+        splits = self._http_chunk_splits  # chunk ends noted before the body became this class
+        if splits:
+            splits.clear()
+        if self._size < self._low_water:
+            self._protocol.resume_reading()
+        return data
+
+    async def readany(self) -> bytes:
+        if self._exception is not None:
+            raise self._exception
+        while not self._buffer and not self._eof:
+            await self._wait("readany")
+        return self.read_nowait()
+
+
+def relayed(body: aiohttp.StreamReader) -> None:
+    """Make an upstream body that the relay is about to read a ``RelayedBody`` (only aiohttp's
+    own ``StreamReader``, whose slots it shares; any other reader is left as it is)."""
+    if type(body) is StreamReader:
+        body.__class__ = RelayedBody

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 
 from crossfeed.proxy.runtime.timeout_scope import timeout_after
+from crossfeed.proxy.runtime.upstream_protocol import relayed
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.streaming.sinks import FrameSink, P
 from crossfeed.translators.pump import Machine, Out, Pump
@@ -164,6 +165,7 @@ async def relay(
         except ConnectionResetError:
             raise _ClientGone from None
 
+    relayed(upstream.content)  # read whole: no call per HTTP chunk (proxy/runtime/upstream_protocol.py)
     readany = upstream.content.readany
     feed = pump.feed
     deadline = Deadline(loop, idle=idle, total=total, tick=keepalive)

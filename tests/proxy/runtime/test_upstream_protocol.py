@@ -1,10 +1,12 @@
 """crossfeed's upstream connection protocol (proxy/runtime/upstream_protocol.py): aiohttp's, without the
-resume it makes per chunk read when nothing is paused.
+resume it makes per chunk read when nothing is paused; and the body the relay reads
+(``RelayedBody``), whole buffer at a time.
 
 Against a real aiohttp server on a real port, read through crossfeed's own session
 (``new_session``): a stream read in one go resumes nothing, and every way aiohttp pauses a
 connection (a buffer past its high-water mark, too many small chunks waiting, a gzip body
-decompressed as it is read) still resumes it, with every byte delivered in order.
+decompressed as it is read) still resumes it, with every byte delivered in order, read as
+aiohttp reads or as the relay does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_proto import ResponseHandler as AiohttpHandler
 
 from crossfeed.proxy.runtime import upstream_protocol
-from crossfeed.proxy.runtime.upstream_protocol import ResponseHandler
+from crossfeed.proxy.runtime.upstream_protocol import RelayedBody, ResponseHandler, relayed
 from crossfeed.proxy.upstream import new_session
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,9 +80,9 @@ def frames(n: int, size: int = 40) -> list[bytes]:
     return [b"data: " + (b"%08d" % i) * (size // 8) + b"\n\n" for i in range(n)]
 
 
-async def read_all(url: str, *, every: int = 0, wait: float = 0.002) -> tuple[bytes, type]:
-    """The body as crossfeed's relay reads it (``readany``), waiting ``wait`` seconds every
-    ``every`` reads (0: never)."""
+async def read_all(url: str, *, every: int = 0, wait: float = 0.002, relay: bool = False) -> tuple[bytes, type]:
+    """The body read with ``readany``, waiting ``wait`` seconds every ``every`` reads (0:
+    never); with ``relay``, as the relay reads it: a ``RelayedBody``, ``read_nowait`` first."""
     session = new_session()
     try:
         async with session.get(url) as resp:
@@ -88,6 +90,10 @@ async def read_all(url: str, *, every: int = 0, wait: float = 0.002) -> tuple[by
             protocol = type(resp.connection.protocol)
             got = []
             reads = 0
+            if relay:
+                relayed(resp.content)
+                assert type(resp.content) is RelayedBody
+                got.append(resp.content.read_nowait())
             while chunk := await resp.content.readany():
                 got.append(chunk)
                 reads += 1
@@ -147,13 +153,14 @@ async def test_a_stream_read_at_once_resumes_nothing(
     assert calls["pause"] == calls["aiohttp_resume"] == 0  # never paused: nothing passed on
 
 
+@pytest.mark.parametrize("relay", [False, True], ids=["aiohttp-reads", "relay-reads"])
 @pytest.mark.parametrize(
     ("count", "size", "wait"),
     [(20_000, 24, 0.05), (64, 96 * 1024, 0.002)],
     ids=["many-small-chunks", "past-the-high-water-mark"],
 )
 async def test_a_paused_stream_is_resumed_and_arrives_whole(
-    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int], count: int, size: int, wait: float
+    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int], count: int, size: int, wait: float, relay: bool
 ) -> None:
     """Over 16,384 chunks waiting (under the bytes' high-water mark), or over 512 KiB waiting."""
     sent = frames(count, size)
@@ -166,14 +173,17 @@ async def test_a_paused_stream_is_resumed_and_arrives_whole(
         await resp.write_eof()
         return resp
 
-    body, _ = await read_all(await serve(stream), every=1 if wait > 0.01 else 3, wait=wait)
+    body, _ = await read_all(await serve(stream), every=1 if wait > 0.01 else 3, wait=wait, relay=relay)
     assert body == b"".join(sent)
+    if relay and size < 1024:
+        return  # a relayed body notes no chunk ends: many small chunks alone never pause it
     assert calls["pause"] > 0  # aiohttp paused the connection...
     assert calls["aiohttp_resume"] > 0  # ...and its own resume ran
 
 
+@pytest.mark.parametrize("relay", [False, True], ids=["aiohttp-reads", "relay-reads"])
 async def test_a_gzip_stream_decompressed_as_it_is_read_arrives_whole(
-    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int]
+    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int], relay: bool
 ) -> None:
     """aiohttp decompresses a gzip body a block at a time as the reader drains it (the parser
     holds the rest back): that wait is a pause too."""
@@ -188,7 +198,97 @@ async def test_a_gzip_stream_decompressed_as_it_is_read_arrives_whole(
         await resp.write_eof()
         return resp
 
-    body, _ = await read_all(await serve(stream), every=2)
+    body, _ = await read_all(await serve(stream), every=2, relay=relay)
     assert len(sent) > 20 * len(packed)  # (compressed well: far more out than in)
     assert body == sent
     assert calls["pause"] > 0 and calls["aiohttp_resume"] > 0
+
+
+def sse_stream(sent: list[bytes], *, hold: asyncio.Event | None = None) -> Handler:
+    async def stream(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for frame in sent:
+            await resp.write(frame)  # a chunk each
+        if hold is not None:
+            await hold.wait()
+        await resp.write_eof()
+        return resp
+
+    return stream
+
+
+async def until_buffered(content: aiohttp.StreamReader, size: int) -> None:
+    for _ in range(2_000):
+        if content.total_bytes >= size:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{content.total_bytes} of {size} bytes arrived")
+
+
+async def test_a_relayed_body_hands_out_all_its_chunks_in_one_read(
+    serve: Callable[[Handler], Awaitable[str]], calls: dict[str, int]
+) -> None:
+    """200 chunks waiting: aiohttp's reader hands out one per ``readany``; the relay's takes
+    them all at once, and asks the protocol to resume once for the read, not once a chunk."""
+    sent = frames(200)
+    hold = asyncio.Event()
+    session = new_session()
+    try:
+        async with session.get(await serve(sse_stream(sent, hold=hold))) as resp:
+            await until_buffered(resp.content, len(b"".join(sent)))
+            relayed(resp.content)
+            before = calls["resume"]
+            assert await resp.content.readany() == b"".join(sent)
+            assert resp.content.read_nowait() == b""  # nothing left behind, nothing twice
+            assert calls["resume"] - before == 1
+            hold.set()
+            assert await resp.content.readany() == b""  # EOF
+            assert resp.content.is_eof()
+    finally:
+        await session.close()
+
+
+async def test_a_relayed_body_read_in_part_first_goes_on_where_that_read_stopped(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    """A read of ``n`` bytes, or one after ``unread_data``, leaves a piece cut: aiohttp's own
+    read takes over for that, and the bytes still come in order, each once."""
+    sent = frames(30)
+    session = new_session()
+    try:
+        async with session.get(await serve(sse_stream(sent))) as resp:
+            await until_buffered(resp.content, len(b"".join(sent)))
+            relayed(resp.content)
+            head = resp.content.read_nowait(7)
+            rest = [resp.content.read_nowait()]
+            while chunk := await resp.content.readany():
+                rest.append(chunk)
+            assert head + b"".join(rest) == b"".join(sent)
+    finally:
+        await session.close()
+
+
+async def test_a_relayed_body_raises_the_error_that_ended_it() -> None:
+    body = aiohttp.StreamReader(protocol=BaseProtocol(asyncio.get_running_loop()), limit=2**16)
+    relayed(body)
+    body.feed_data(b"data: 1\n\n")
+    assert await body.readany() == b"data: 1\n\n"
+    body.set_exception(aiohttp.ClientPayloadError("cut short"))
+    with pytest.raises(aiohttp.ClientPayloadError, match="cut short"):
+        await body.readany()
+    with pytest.raises(aiohttp.ClientPayloadError, match="cut short"):
+        body.read_nowait()
+
+
+def test_only_aiohttp_s_own_reader_becomes_a_relayed_body() -> None:
+    class Other(aiohttp.StreamReader):
+        __slots__ = ()
+
+    loop = asyncio.new_event_loop()
+    try:
+        other = Other(protocol=BaseProtocol(loop), limit=2**16, loop=loop)
+        relayed(other)
+        assert type(other) is Other
+    finally:
+        loop.close()
