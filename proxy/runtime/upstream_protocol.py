@@ -1,4 +1,5 @@
-"""The protocol of crossfeed's upstream connections: aiohttp's, without a resume per chunk read.
+"""The protocol of crossfeed's upstream connections: aiohttp's, without a resume per chunk read;
+and the body the relay reads (``RelayedBody``): aiohttp's, read whole instead of a chunk a call.
 
 An upstream stream arrives as HTTP chunks, one SSE frame each, and aiohttp's ``StreamReader``
 keeps each chunk as a piece of its buffer. From aiohttp 3.14 on, taking a piece out
@@ -17,9 +18,11 @@ hold (``_buffer_paused``), and no upgraded or WebSocket parser. Any other call i
 
 It reads attributes aiohttp keeps private, so it is installed only where they are what this
 module expects (``installable``: aiohttp's ``ResponseHandler`` as the connector's factory, the
-flags where 3.14 keeps them); anywhere else the connector keeps aiohttp's protocol.
-tests/proxy/runtime/test_upstream_protocol.py checks that it is installed with the aiohttp .ci/run
-installs, and that paused streams (a full buffer, many small chunks, a gzip body) still arrive whole.
+flags where 3.14 keeps them); anywhere else the connector keeps aiohttp's protocol. A body
+becomes a ``RelayedBody`` only where ``StreamReader`` keeps, in its slots, the attributes its
+read uses (``BODY_USABLE``). tests/proxy/runtime/test_upstream_protocol.py checks that both are
+used with the aiohttp .ci/run installs, and that paused streams (a full buffer, many small
+chunks, a gzip body) still arrive whole, read either way.
 """
 
 from __future__ import annotations
@@ -64,6 +67,23 @@ def install(connector: aiohttp.BaseConnector) -> bool:
         return False
     connector._factory = functools.partial(_handler, **connector._factory.keywords)
     return True
+
+
+# What ``RelayedBody``'s read uses of aiohttp's ``StreamReader`` (its slots in 3.14).
+_BODY_SLOTS = (
+    "_buffer",
+    "_buffer_offset",
+    "_cursor",
+    "_eof",
+    "_exception",
+    "_http_chunk_splits",
+    "_low_water",
+    "_protocol",
+    "_size",
+    "_timer",
+    "_waiter",
+)
+BODY_USABLE = set(_BODY_SLOTS) <= set(StreamReader.__slots__)
 
 
 class RelayedBody(StreamReader):
@@ -117,6 +137,7 @@ class RelayedBody(StreamReader):
 
 def relayed(body: aiohttp.StreamReader) -> None:
     """Make an upstream body that the relay is about to read a ``RelayedBody`` (only aiohttp's
-    own ``StreamReader``, whose slots it shares; any other reader is left as it is)."""
-    if type(body) is StreamReader:
+    own ``StreamReader``, whose slots it shares, and where those hold what its read uses; any
+    other reader is left as it is)."""
+    if type(body) is StreamReader and BODY_USABLE:
         body.__class__ = RelayedBody

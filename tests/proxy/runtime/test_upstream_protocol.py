@@ -122,6 +122,11 @@ def test_installed_with_the_aiohttp_the_project_runs_on() -> None:
     assert expected or tuple(map(int, aiohttp.__version__.split(".")[:2])) < (3, 14)  # .ci/run's has them
 
 
+def test_the_relay_reads_whole_bodies_with_the_aiohttp_the_project_runs_on() -> None:
+    """``RelayedBody`` reads attributes aiohttp keeps private: they are all where it expects."""
+    assert upstream_protocol.BODY_USABLE
+
+
 async def test_another_factory_is_left_alone() -> None:
     connector = aiohttp.TCPConnector()
     try:
@@ -290,5 +295,16 @@ def test_only_aiohttp_s_own_reader_becomes_a_relayed_body() -> None:
         other = Other(protocol=BaseProtocol(loop), limit=2**16, loop=loop)
         relayed(other)
         assert type(other) is Other
+    finally:
+        loop.close()
+
+
+def test_a_reader_without_the_slots_the_read_uses_stays_aiohttp_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upstream_protocol, "BODY_USABLE", False)
+    loop = asyncio.new_event_loop()
+    try:
+        body = aiohttp.StreamReader(protocol=BaseProtocol(loop), limit=2**16, loop=loop)
+        relayed(body)
+        assert type(body) is aiohttp.StreamReader
     finally:
         loop.close()
