@@ -34,6 +34,7 @@ from crossfeed.proxy.runtime.guard import LIMITS
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.observability import SUMMARY
 from crossfeed.proxy.runtime.pool import hold, release
+from crossfeed.proxy.runtime.upstream_protocol import relayed
 from crossfeed.proxy.state import affinity, affinity_hints
 from crossfeed.proxy.streaming.deadline import Deadline
 from crossfeed.proxy.turns.common import outbound_headers, read_body, secrets
@@ -172,6 +173,7 @@ async def _relay_unchanged(
             out.headers[name] = resp.headers[name]
     loop = asyncio.get_running_loop()
     deadline = Deadline(loop, idle=backend.timeouts.idle, total=backend.timeouts.total)
+    relayed(resp.content)  # read whole, as the relay reads (proxy/runtime/upstream_protocol.py)
     try:
         await out.prepare(request)
         # Idle and total bound the body, as in the translating relay (proxy/streaming/deadline.py).

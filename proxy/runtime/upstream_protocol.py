@@ -96,7 +96,8 @@ class RelayedBody(StreamReader):
     joins the whole buffer at once. Everything else (``feed_data``, its pause at the high-water
     mark, EOF, errors, the waiter) is aiohttp's; a read that is not of the whole buffer, or one
     made while another waits, or after an error, is aiohttp's own too. ``readchunk`` and
-    ``iter_chunks`` do not see chunk ends on such a body: nothing but the relay reads it.
+    ``iter_chunks`` do not see chunk ends on such a body: only the relay and the pass-through's
+    copy loop (``iter_any``, which is ``readany``) read it.
     """
 
     __slots__ = ()
@@ -136,7 +137,7 @@ class RelayedBody(StreamReader):
 
 
 def relayed(body: aiohttp.StreamReader) -> None:
-    """Make an upstream body that the relay is about to read a ``RelayedBody`` (only aiohttp's
+    """Make an upstream body that the relay or the pass-through is about to stream a ``RelayedBody`` (only aiohttp's
     own ``StreamReader``, whose slots it shares, and where those hold what its read uses; any
     other reader is left as it is)."""
     if type(body) is StreamReader and BODY_USABLE:
