@@ -95,6 +95,7 @@ from crossfeed.translators.reverse.delta_frames import (
     decode_text_delta,
 )
 from crossfeed.translators.reverse.event_frames import (
+    CONFIRMED,
     EVENT_PREFIXES,
     ITEM_ADDED,
     QUIET,
@@ -346,6 +347,8 @@ class ResponsesToChatStream(TextRuns):
         event = self.closing_frame_event(data)
         if event is None:
             return None
+        if event is CONFIRMED:
+            return []
         t = event["type"]
         if t in TERMINAL and (not self._streamed or self._held):  # the Response's output is read
             return None

@@ -27,7 +27,15 @@ import orjson
 
 from crossfeed.translators.plain_json import plain_bytes, plain_texts
 from crossfeed.translators.pump import RunTaken
-from crossfeed.translators.reverse.event_frames import TEXT_CLOSINGS, closing_event, restored, spliced
+from crossfeed.translators.reverse.event_frames import (
+    CONFIRMED,
+    TERMINAL,
+    TEXT_CLOSINGS,
+    closing_event,
+    restored,
+    spliced,
+    text_holder,
+)
 from crossfeed.translators.reverse.stream_state import Part
 from crossfeed.translators.reverse.tool_calls import CallStream
 from crossfeed.translators.run_frames import frames
@@ -291,12 +299,17 @@ class TextRuns(CallStream):
         self.packed = 0  # chunks put out inside another output (an SSE run's, one bytes): Pump.packed
 
     def closing_frame_event(self, data: bytes) -> dict[str, Any] | None:
-        """``closing_event`` of ``data``, a closing frame's JSON: one that carries the text of the
-        part the last run continued, ``_SPLICED_MIN`` characters or more, is decoded without it
-        (event_frames.spliced; a shorter text costs less to decode than to find and cut)."""
+        """``closing_event`` of ``data``, a closing frame's JSON, or ``CONFIRMED`` for a ``*.done``
+        frame of the part the last run continued whose text is the streamed one: its handler
+        would send nothing and keep nothing (``text_holder``), so no handler runs. A text of
+        ``_SPLICED_MIN`` characters or more is not decoded again (event_frames.spliced; a shorter
+        text costs less to decode than to find and cut)."""
         run = self._run
-        if run is not None and self._content_len >= _SPLICED_MIN and data.startswith(TEXT_CLOSINGS):
-            part, said = run[2], self._said
+        if run is None:
+            return closing_event(data)
+        part = run[2]
+        if self._content_len >= _SPLICED_MIN and data.startswith(TEXT_CLOSINGS):
+            said = self._said
             if said is None or said[0] is not part or len(part.pieces) != 1 or part.pieces[0] is not said[1]:
                 text = part.pieces[0] if len(part.pieces) == 1 else "".join(part.pieces)
                 part.pieces = [text]
@@ -305,8 +318,17 @@ class TextRuns(CallStream):
             if cut is not None:
                 ev = closing_event(cut)
                 if ev is not None and restored(ev, run[0], run[1], said[1]):
-                    return ev
-        return closing_event(data)
+                    return ev if ev["type"] in TERMINAL else CONFIRMED
+        ev = closing_event(data)
+        if ev is None or ev["type"] in TERMINAL:
+            return ev
+        holder = text_holder(ev, run[0], run[1])
+        if holder is None:
+            return ev
+        pieces = part.pieces
+        if len(pieces) != 1:  # (as the handler keeps them: joined once)
+            part.pieces = pieces = ["".join(pieces)]
+        return CONFIRMED if holder.get("text") == pieces[0] else ev
 
     def _learn(self, data: bytes, text: str, oi: int, ci: int) -> None:
         """Keep the template of ``data``, a text delta ``feed_frame`` read into the current

@@ -467,11 +467,13 @@ def closing(draw: Any, text: str) -> list[bytes]:
     return out
 
 
+@pytest.mark.parametrize("spliced_min", [0, runs_mod._SPLICED_MIN], ids=["cut", "decoded"])
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), _said, st.integers(1, 3))
-def test_closing_frames_of_the_streamed_text_same_both_ways(data: Any, text: str, cut: int) -> None:
+def test_closing_frames_of_the_streamed_text_same_both_ways(spliced_min: int, data: Any, text: str, cut: int) -> None:
     """The closing frames whose text is the one the deltas sent are decoded without it
-    (event_frames.spliced): whatever else they hold, the chunks are those of plain JSON."""
+    (event_frames.spliced), or decoded and found to confirm it (event_frames.text_holder):
+    whatever else they hold, the chunks are those of plain JSON."""
     pieces = [text[:cut], text[cut:]] if len(text) > cut else [text, ""]
     deltas = [{**delta(p), "sequence_number": 4 + i} for i, p in enumerate(pieces)]
     output = [{"type": "message", "content": [{"type": "output_text", "text": text}]}]
@@ -481,7 +483,7 @@ def test_closing_frames_of_the_streamed_text_same_both_ways(data: Any, text: str
     end = {"type": "response." + resp["status"], "response": resp}
     if resp["status"] == "incomplete":
         resp["incomplete_details"] = data.draw(st.sampled_from([{"reason": "content_filter", "text": text}, None]))
-    with mock.patch.object(runs_mod, "_SPLICED_MIN", 0):  # (short texts are decoded: no cut)
+    with mock.patch.object(runs_mod, "_SPLICED_MIN", spliced_min):  # (0: short texts are cut too)
         assert_same([frame(CREATED), *(frame(d) for d in deltas), *data.draw(closing(text)), frame(end)])
 
 
@@ -568,3 +570,37 @@ def test_a_cut_that_is_not_the_text_read_is_not_taken(closing: dict[str, Any]) -
     end = {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "usage": USAGE}}
     with mock.patch.object(runs_mod, "_SPLICED_MIN", 0):
         assert_same([frame(CREATED), frame(delta("Hi")), frame(delta(" there")), raw, frame(end)])
+
+
+_DONES = ("response.output_text.done", "response.content_part.done", "response.output_item.done")
+
+
+@pytest.mark.parametrize(
+    ("final", "handled"),
+    [("Hi there", ()), ("Hi there, more", _DONES[:1]), ("Ho", _DONES)],
+    ids=["streamed", "longer", "other"],
+)
+def test_closing_frames_that_confirm_the_streamed_text_reach_no_handler(
+    monkeypatch: pytest.MonkeyPatch, final: str, handled: tuple[str, ...]
+) -> None:
+    """A ``*.done`` frame whose text is the streamed one sends nothing: no handler runs for it
+    (the path is taken, not only equivalent). One with another text goes to its handler, which
+    sends the tail (then the part's text is the final one: the frames after it confirm it) or
+    counts the mismatch."""
+    import crossfeed.translators.reverse.machine as machine_mod
+
+    seen: list[str] = []
+    handlers = dict(machine_mod._HANDLERS)
+    for t in _DONES:
+        real = handlers[t]
+        handlers[t] = lambda m, ev, real=real: seen.append(ev["type"]) or real(m, ev)
+    monkeypatch.setattr(machine_mod, "_HANDLERS", handlers)
+    frames = [frame(e) for e in _stream(final)]
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    for f in frames:
+        pump.feed(f)
+    assert m.done
+    assert tuple(seen) == handled
