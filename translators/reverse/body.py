@@ -54,6 +54,32 @@ def chat_usage(usage: dict[str, Any], where: str = "usage") -> dict[str, Any]:
     - a count that is not a non-negative integer, or details that are not objects ->
       ``UpstreamProtocolError`` (clients add these numbers up).
     """
+    get = usage.get
+    prompt, completion, total = get("input_tokens"), get("output_tokens"), get("total_tokens")
+    idet, odet = get("input_tokens_details"), get("output_tokens_details")
+    if idet.__class__ is dict and odet.__class__ is dict:  # every count there, as OpenAI sends it: no call
+        cached, reasoning = idet.get("cached_tokens"), odet.get("reasoning_tokens")
+        write = idet.get("cache_write_tokens")
+        if (
+            prompt.__class__ is int
+            and prompt >= 0
+            and completion.__class__ is int
+            and completion >= 0
+            and total.__class__ is int
+            and total > 0
+            and cached.__class__ is int
+            and cached >= 0
+            and reasoning.__class__ is int
+            and reasoning >= 0
+            and write is None
+        ):
+            return {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": total,
+                "prompt_tokens_details": {"cached_tokens": cached},
+                "completion_tokens_details": {"reasoning_tokens": reasoning},
+            }
     prompt = up_int(usage, "input_tokens", where) or 0
     completion = up_int(usage, "output_tokens", where) or 0
     idet = up_dict(usage, "input_tokens_details", where) or {}

@@ -365,19 +365,22 @@ class TextRuns(CallStream):
             return None
         out: list[Out] = []
         size = frames = 0
-        while tpl is None and frames < _PRIMING and frames < len(blocks) and not self.done:
-            name, sep, data = blocks[frames].partition(b"\ndata: ")
-            if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
-                break  # not one event line and one data line: the SSE decoder's matter
-            if name == _EVENT:  # a read with text deltas: feed_frame learns from the next one
-                self._learning = True
-            more = self.feed_frame(data)
-            if more is None:
-                break
-            out += more
-            size += len(blocks[frames]) + 9
-            frames += 1
-            tpl = self._template
+        if tpl is None:  # (the machine is not done: the pump offers it no read then)
+            for block in blocks[:_PRIMING]:
+                name, sep, data = block.partition(b"\ndata: ")
+                if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
+                    break  # not one event line and one data line: the SSE decoder's matter
+                if name == _EVENT:  # a read with text deltas: feed_frame learns from the next one
+                    self._learning = True
+                more = self.feed_frame(data)
+                if more is None:
+                    break
+                out += more
+                size += len(block) + 9
+                frames += 1
+                tpl = self._template
+                if tpl is not None or self.done:
+                    break
         if tpl is not None and frames < len(blocks) and not self.done:
             cur = self._run
             if cur is not None and cur[0] == tpl.oi and cur[1] == tpl.ci and self._last_msg == tpl.oi:

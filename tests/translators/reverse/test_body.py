@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crossfeed.translators.errors import TranslationError
 from crossfeed.translators.ids import SequentialIds
@@ -263,6 +265,147 @@ def test_chat_usage_defaults() -> None:
         "prompt_tokens_details": {"cached_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
+
+
+_COUNT = st.sampled_from([None, -1, 0, 3, True, "3", 1.5])
+_PLACES = [
+    ("", "input_tokens"),
+    ("", "output_tokens"),
+    ("", "total_tokens"),
+    ("input_tokens_details", "cached_tokens"),
+    ("input_tokens_details", "cache_write_tokens"),
+    ("output_tokens_details", "reasoning_tokens"),
+]
+_MISSING = object()
+
+
+def _some(draw: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    out = {}
+    for key in keys:
+        value = draw(st.one_of(st.just(_MISSING), _COUNT))
+        if value is not _MISSING:
+            out[key] = value
+    return out
+
+
+@st.composite
+def _usages(draw: Any) -> dict[str, Any]:
+    if draw(st.booleans()):  # a whole usage as OpenAI sends it, a field or two changed
+        usage: dict[str, Any] = {
+            "input_tokens": draw(st.integers(0, 5)),
+            "output_tokens": draw(st.integers(0, 5)),
+            "total_tokens": draw(st.integers(0, 10)),
+            "input_tokens_details": {"cached_tokens": draw(st.integers(0, 5))},
+            "output_tokens_details": {"reasoning_tokens": draw(st.integers(0, 5))},
+        }
+        for _ in range(draw(st.integers(0, 2))):
+            place, key = draw(st.sampled_from(_PLACES))
+            obj = usage[place] if place else usage
+            if draw(st.booleans()):
+                obj.pop(key, None)
+            else:
+                obj[key] = draw(_COUNT)
+        return usage
+    usage = _some(draw, ("input_tokens", "output_tokens", "total_tokens"))
+    for key, counts in (
+        ("input_tokens_details", ("cached_tokens", "cache_write_tokens")),
+        ("output_tokens_details", ("reasoning_tokens",)),
+    ):
+        shape = draw(st.sampled_from(["dict", "dict", "absent", "null", "list"]))
+        if shape == "dict":
+            usage[key] = _some(draw, counts)
+        elif shape != "absent":
+            usage[key] = None if shape == "null" else []
+    return usage
+
+
+def _by_the_rules(usage: dict[str, Any], where: str) -> dict[str, Any] | str:
+    """chat_usage's documented rules, written out one field at a time: the mapped usage, or the
+    message of the first field that breaks them."""
+
+    def count(obj: dict[str, Any], key: str, place: str) -> int | str | None:
+        value = obj.get(key)
+        if value is None or (type(value) is int and value >= 0):
+            return value
+        kind = {bool: "a boolean", str: "a string", float: "a number", int: "an integer"}[type(value)]
+        return f"{place}: {key} is {kind}, expected a non-negative integer"
+
+    prompt = count(usage, "input_tokens", where)
+    if isinstance(prompt, str):
+        return prompt
+    completion = count(usage, "output_tokens", where)
+    if isinstance(completion, str):
+        return completion
+    details = []
+    for key in ("input_tokens_details", "output_tokens_details"):
+        value = usage.get(key)
+        if value is not None and type(value) is not dict:
+            return f"{where}: {key} is an array, expected an object"
+        details.append(value or {})
+    counts = []
+    for obj, key, name in (
+        (details[0], "cached_tokens", "input_tokens_details"),
+        (details[0], "cache_write_tokens", "input_tokens_details"),
+        (usage, "total_tokens", None),
+        (details[1], "reasoning_tokens", "output_tokens_details"),
+    ):
+        got = count(obj, key, where if name is None else f"{where}.{name}")
+        if isinstance(got, str):
+            return got
+        counts.append(got)
+    cached, write, total, reasoning = counts
+    pdet: dict[str, Any] = {"cached_tokens": cached or 0}
+    if write is not None:
+        pdet["cache_write_tokens"] = write
+    return {
+        "prompt_tokens": prompt or 0,
+        "completion_tokens": completion or 0,
+        "total_tokens": total or (prompt or 0) + (completion or 0),
+        "prompt_tokens_details": pdet,
+        "completion_tokens_details": {"reasoning_tokens": reasoning or 0},
+    }
+
+
+@settings(max_examples=500, deadline=None)
+@given(_usages())
+def test_chat_usage_follows_its_rules(usage: dict[str, Any]) -> None:
+    """Any usage, every count of any type or absent, details absent, null or not an object: the
+    mapped usage (its keys in order), or the error naming the first field that breaks a rule."""
+    _assert_by_the_rules(usage)
+
+
+def _assert_by_the_rules(usage: dict[str, Any]) -> None:
+    want = _by_the_rules(usage, "response.usage")
+    if isinstance(want, str):
+        with pytest.raises(TranslationError) as caught:
+            chat_usage(usage, "response.usage")
+        assert str(caught.value) == want
+    else:
+        got = chat_usage(usage, "response.usage")
+        assert got == want and list(got) == list(want)
+        assert list(got["prompt_tokens_details"]) == list(want["prompt_tokens_details"])
+
+
+_TYPICAL = {
+    "input_tokens": 3,
+    "output_tokens": 4,
+    "total_tokens": 7,
+    "input_tokens_details": {"cached_tokens": 1},
+    "output_tokens_details": {"reasoning_tokens": 2},
+}
+
+
+@pytest.mark.parametrize("place", _PLACES, ids=lambda p: ".".join(filter(None, p)))
+@pytest.mark.parametrize("value", [_MISSING, None, -1, 0, 3, True, "3", 1.5])
+def test_chat_usage_of_a_usage_with_a_field_changed(place: tuple[str, str], value: Any) -> None:
+    """A usage as OpenAI sends it, one field changed or left out: as the rules say."""
+    usage = {k: dict(v) if isinstance(v, dict) else v for k, v in _TYPICAL.items()}
+    obj = usage[place[0]] if place[0] else usage
+    if value is _MISSING:
+        obj.pop(place[1], None)
+    else:
+        obj[place[1]] = value
+    _assert_by_the_rules(usage)
 
 
 @pytest.mark.parametrize(
