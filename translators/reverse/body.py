@@ -71,13 +71,15 @@ def chat_usage(usage: dict[str, Any], where: str = "usage") -> dict[str, Any]:
             and cached >= 0
             and reasoning.__class__ is int
             and reasoning >= 0
-            and write is None
+            and (write is None or (write.__class__ is int and write >= 0))
         ):
             return {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": total,
-                "prompt_tokens_details": {"cached_tokens": cached},
+                "prompt_tokens_details": {"cached_tokens": cached}
+                if write is None
+                else {"cached_tokens": cached, "cache_write_tokens": write},
                 "completion_tokens_details": {"reasoning_tokens": reasoning},
             }
     prompt = up_int(usage, "input_tokens", where) or 0

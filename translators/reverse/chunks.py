@@ -16,6 +16,8 @@ from crossfeed.translators.ids import IdFactory
 from crossfeed.translators.sse import Framing, Out
 
 _dumps = orjson.dumps
+_ROLE_TEXT = b'{"role":"assistant","content":""}'
+_ROLE_NULL = b'{"role":"assistant","content":null}'
 
 
 class ChunkWriter:
@@ -32,6 +34,7 @@ class ChunkWriter:
         "_framing",
         "_heads",
         "_after",
+        "_ident",
         "_role",
         "diagnostics",
     )
@@ -48,6 +51,7 @@ class ChunkWriter:
     _framing: Framing
     _heads: dict[str, bytes]  # wire mode: delta key -> the frame up to the text
     _after: bytes  # wire mode: the frame after the text
+    _ident: bytes  # wire mode: a frame up to its choices (_fixed, _usage_chunk; b"": not made yet)
     _role: bool  # the role chunk is due (before the first chunk of the answer)
     diagnostics: dict[str, int]  # what was dropped or repaired, by kind: for the driver's log
 
@@ -66,8 +70,10 @@ class ChunkWriter:
             chunk["usage"] = None
         return chunk
 
-    def _usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
+    def _usage_chunk(self, usage: dict[str, Any]) -> Out:
         """The last chunk with ``include_usage``: no choices, the usage."""
+        if self._wire:
+            return b'%s"choices":[],"usage":%s}%s' % (self._identity(), _dumps(usage), self._framing.end)
         return {
             "id": self._id,
             "object": "chat.completion.chunk",
@@ -76,6 +82,30 @@ class ChunkWriter:
             "choices": [],
             "usage": usage,
         }
+
+    def _fixed(self, delta: bytes, finish: bytes = b"null") -> bytes:
+        """Wire mode: ``_chunk`` of a delta and a finish reason given as their JSON, as its
+        finished frame (the role chunk, the finish chunk)."""
+        return b'%s"choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]%s}%s' % (
+            self._identity(),
+            delta,
+            finish,
+            b',"usage":null' if self._usage_on else b"",
+            self._framing.end,
+        )
+
+    def _identity(self) -> bytes:
+        """Wire mode: a chunk's frame up to its ``choices``, made once a stream (the identity is
+        fixed by the first chunk: ``_first``)."""
+        ident = self._ident
+        if not ident:
+            ident = self._ident = b'%s{"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' % (
+                self._framing.data,
+                _dumps(self._id),
+                self._created,
+                _dumps(self._model),
+            )
+        return ident
 
     def _frame(self, key: str, text: str) -> bytes:
         """Wire mode: ``_chunk({key: text})`` as its finished frame. The identity is fixed by
@@ -108,4 +138,6 @@ class ChunkWriter:
             choices = cast(dict[str, Any], first).get("choices")
             delta = choices[0]["delta"] if choices else {}
             text = "tool_calls" not in delta and "refusal" not in delta and self._rfield not in delta
+        if self._wire:
+            return [self._fixed(_ROLE_TEXT if text else _ROLE_NULL), *out]
         return [self._chunk({"role": "assistant", "content": "" if text else None}), *out]

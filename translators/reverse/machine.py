@@ -184,6 +184,7 @@ class ResponsesToChatStream(TextRuns):
         self._framing = framing or SSE_FRAMING
         self._heads = {}
         self._after = b""
+        self._ident = b""
         self._role = False
         # TextStream's (text_parts.py)
         self._parts = {}
@@ -516,7 +517,7 @@ class ResponsesToChatStream(TextRuns):
                 out.append(self._chunk({"annotations": anns}))
         if finish is None:
             finish = "tool_calls" if self._calls else "stop"
-        out.append(self._chunk({}, finish))
+        out.append(self._fixed(b"{}", _dumps(finish)) if self._wire else self._chunk({}, finish))
         if self._usage_on:
             if usage is not None:
                 out.append(self._usage_chunk(usage))
