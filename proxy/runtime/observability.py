@@ -414,15 +414,15 @@ def usage_counts(usage: Any) -> dict[str, int] | None:
     upstream, so a count that is not a non-negative integer is taken as 0."""
     if not isinstance(usage, dict):
         return None
-    return {
-        "in": _tokens(usage, "input_tokens", "prompt_tokens"),
-        "out": _tokens(usage, "output_tokens", "completion_tokens"),
-    }
-
-
-def _tokens(usage: dict[str, Any], *keys: str) -> int:
-    for key in keys:
-        n = usage.get(key)
-        if type(n) is int and n > 0:
-            return n
-    return 0
+    get = usage.get  # (inline: this runs for every request)
+    n_in = get("input_tokens")
+    if type(n_in) is not int or n_in <= 0:
+        n_in = get("prompt_tokens")
+        if type(n_in) is not int or n_in <= 0:
+            n_in = 0
+    n_out = get("output_tokens")
+    if type(n_out) is not int or n_out <= 0:
+        n_out = get("completion_tokens")
+        if type(n_out) is not int or n_out <= 0:
+            n_out = 0
+    return {"in": n_in, "out": n_out}

@@ -28,6 +28,9 @@ def test_usage_counts_take_only_whole_non_negative_numbers() -> None:
     assert usage_counts({"prompt_tokens": 4, "completion_tokens": 2}) == {"in": 4, "out": 2}
     assert usage_counts({"input_tokens": "11", "output_tokens": -3}) == {"in": 0, "out": 0}
     assert usage_counts({"input_tokens": True, "output_tokens": 2.5}) == {"in": 0, "out": 0}
+    both = {"input_tokens": 0, "prompt_tokens": 5, "output_tokens": None, "completion_tokens": 3}
+    assert usage_counts(both) == {"in": 5, "out": 3}  # the Responses name first, the chat one when 0 or none
+    assert usage_counts({**both, "input_tokens": 2, "output_tokens": 1}) == {"in": 2, "out": 1}
     assert usage_counts("nonsense") is None and usage_counts(None) is None
     assert usage_summary({"usage": RESPONSES_USAGE}) == {"in": 11, "out": 7} and usage_summary(None) is None
 
