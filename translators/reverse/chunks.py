@@ -90,13 +90,17 @@ class ChunkWriter:
             self._identity(),
             delta,
             finish,
-            b',"usage":null' if self._usage_on else b"",
+            self._usage_null(),
             self._framing.end,
         )
 
+    def _usage_null(self) -> bytes:
+        """A chunk's ``"usage":null`` when the client asked for usage (``_chunk``'s)."""
+        return b',"usage":null' if self._usage_on else b""
+
     def _identity(self) -> bytes:
         """Wire mode: a chunk's frame up to its ``choices``, made once a stream (the identity is
-        fixed by the first chunk: ``_first``)."""
+        fixed by the first chunk: ``_first``): the start of every frame the machine writes."""
         ident = self._ident
         if not ident:
             ident = self._ident = b'%s{"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' % (
@@ -112,15 +116,8 @@ class ChunkWriter:
         then (``_first``), so the template is made once per key and stream."""
         head = self._heads.get(key)
         if head is None:
-            head = self._heads[key] = (
-                b'%s{"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,'
-                b'"choices":[{"index":0,"delta":{%s:'
-                % (self._framing.data, _dumps(self._id), self._created, _dumps(self._model), _dumps(key))
-            )
-            self._after = b'},"logprobs":null,"finish_reason":null}]%s}%s' % (
-                b',"usage":null' if self._usage_on else b"",
-                self._framing.end,
-            )
+            head = self._heads[key] = b'%s"choices":[{"index":0,"delta":{%s:' % (self._identity(), _dumps(key))
+            self._after = b'},"logprobs":null,"finish_reason":null}]%s}%s' % (self._usage_null(), self._framing.end)
         return b"%s%s%s" % (head, _dumps(text), self._after)
 
     def _with_role(self, out: list[Out]) -> list[Out]:
