@@ -77,6 +77,18 @@ class SSEDecoder:
                 if 10 not in b"".join(parts):
                     return [(None, p) for p in parts]
             elif chunk[:7] == b"event: ":
+                # One event (the most common read of a Responses stream): ``event: X`` up to the
+                # first ``\ndata: ``, no LF after it but the blank line's. partition takes its
+                # one argument as it is, where find parses a tuple; a name seen before is looked
+                # up by its line (no LF in it), where decoding it took a codec lookup each time.
+                head, _, rest = chunk.partition(_DATA_LINE)
+                data = rest[:-2]
+                if 10 not in data:
+                    name = _HEAD_NAMES.get(head)
+                    if name is None and 10 not in head:
+                        name = _head_name(head)
+                    if name is not None:
+                        return [(name, data)]
                 named = _named_frames(chunk)
                 if named is not None:
                     return named
@@ -134,6 +146,15 @@ class SSEDecoder:
             # id and retry carry nothing a translator needs; other fields are ignored by the spec.
 
 
+def _head_name(head: bytes) -> str:
+    """The event name of an ``event: X`` line without an LF, kept for the next frame (a stream
+    uses a few dozen names; past ``_MAX_NAMES`` a name is decoded each time)."""
+    name = head[7:].decode("utf-8", "replace")
+    if len(_HEAD_NAMES) < _MAX_NAMES:
+        _HEAD_NAMES[head] = name
+    return name
+
+
 def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     """Whole events of exactly ``event: X`` + ``data: Y`` each, or None for the general rules.
     The chunk opens with ``event: `` and ends with a blank line (the caller checked); it is split
@@ -141,11 +162,6 @@ def _named_frames(chunk: bytes) -> list[SSEEvent] | None:
     chunk itself, its first block and its last one cut after: the separator cannot meet those
     7 and 2 bytes, and a slice of the whole chunk first would copy it once more (a closing frame
     carries the whole text)."""
-    first = chunk.find(b"\n")
-    if chunk[first : first + 7] == b"\ndata: ":
-        data = chunk[first + 7 : -2]
-        if 10 not in data:  # one event
-            return [(chunk[7:first].decode("utf-8", "replace"), data)]
     blocks = chunk.split(EVENT_SEP)
     blocks[0] = blocks[0][7:]
     blocks[-1] = blocks[-1][:-2]
@@ -185,6 +201,9 @@ _DATA = itemgetter(1)
 # Event names as decoded, by their bytes (names without an LF only; a stream uses a few dozen).
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES: Final = 512
+# The same names by their whole ``event: X`` line (a read of one event is not split in blocks).
+_HEAD_NAMES: dict[bytes, str] = {}
+_DATA_LINE: Final = b"\ndata: "
 
 
 _HEADS: dict[str, bytes] = {}

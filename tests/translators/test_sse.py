@@ -130,6 +130,33 @@ def test_named_frames_near_misses(raw: bytes) -> None:
     assert SSEDecoder().feed(raw) == _by_lines(raw)  # every name now seen
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"event: t\ndata: b\n\n",  # the shape itself
+        b"event: t\nid: 1\ndata: b\n\n",  # another line before the data
+        b"event: t\nevent: u\ndata: b\n\n",  # a second name
+        b"event: t\ndata: b\ndata: c\n\n",  # two data lines
+        b"event: t\ndata: b\n: note\n\n",  # a comment after the data
+        b"event: t\ndata:b\n\n",  # no space after the colon
+        b"event: t\ndata: b\n\n\n",  # a blank line more
+        b"event: t\n\n",  # no data
+        b"event: \ndata: b\n\n",  # an empty name
+        b"event:  t\ndata: \n\n",  # a name with a space, empty data
+        "event: \u00e9\xff\ndata: b\n\n".encode("latin-1"),  # a name not UTF-8
+    ],
+)
+def test_one_named_frame_a_read(raw: bytes) -> None:
+    """A read of one ``event:`` + ``data:`` event (a paced Responses stream) and near misses of it:
+    the same events as the line-by-line rules, whether its name line was seen before or not, and
+    after a read of the same name line in the shape."""
+    assert SSEDecoder().feed(raw) == _by_lines(raw)
+    assert SSEDecoder().feed(raw) == _by_lines(raw)  # every name line now seen
+    head = raw.split(b"\n", 1)[0]
+    assert SSEDecoder().feed(head + b"\ndata: x\n\n") == _by_lines(head + b"\ndata: x\n\n")
+    assert SSEDecoder().feed(raw) == _by_lines(raw)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.one_of(st.binary(max_size=8), st.fixed_dictionaries({"type": st.sampled_from(["a", "b"])})), max_size=5)
