@@ -85,6 +85,10 @@ _NOT_TEXT_REASON = "a finish_reason that is not text"
 
 
 class ChatToResponsesStream(FrameRuns):
+    # The SSE head of the most frequent frame, up to its JSON (Pump: a read of one such frame
+    # goes straight to feed_frame).
+    hot_head = b"data: {"
+
     def __init__(
         self,
         request: dict[str, Any],

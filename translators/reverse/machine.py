@@ -149,6 +149,10 @@ _MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError, Overf
 class ResponsesToChatStream(TextRuns):
     """One Responses stream -> one chat completion stream. See the module docstring for rules."""
 
+    # The SSE head of the most frequent frame, up to its JSON (Pump: a read of one such frame
+    # goes straight to feed_frame).
+    hot_head = b"event: response.output_text.delta\ndata: {"
+
     __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit")
 
     def __init__(

@@ -1,0 +1,157 @@
+"""A read of one frame of the machine's most frequent kind (``hot_head``) goes from the pump
+straight to ``feed_frame``, past the SSE decoder. These reads, and near misses of them, must come
+out as they do through the decoder: the same bytes and diagnostics whether each read is fed whole,
+a byte at a time (never the hot path) or with the typed path off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from crossfeed.translators.forward.machine import ChatToResponsesStream
+from crossfeed.translators.ids import SequentialIds
+from crossfeed.translators.options import BackendProfile
+from crossfeed.translators.pump import Pump
+from crossfeed.translators.reverse.machine import ResponsesToChatStream
+from crossfeed.translators.sse import SSEDecoder, SSEEvent, render_chat, render_responses
+
+
+def _chunk(text: str | None = None, **delta: Any) -> bytes:
+    if text is not None:
+        delta["content"] = text
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return b"data: " + orjson.dumps({**body, "choices": [{"index": 0, "delta": delta}]}) + b"\n\n"
+
+
+def _event(event: dict[str, Any], name: str | None = None) -> bytes:
+    return b"event: " + (name or event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def _delta(text: str, n: int) -> bytes:
+    return _event(
+        {
+            "type": "response.output_text.delta",
+            "sequence_number": n,
+            "output_index": 0,
+            "content_index": 0,
+            "delta": text,
+        }
+    )
+
+
+_FORWARD_DONE = [_chunk(finish_reason="stop"), b"data: [DONE]\n\n"]
+_FORWARD: dict[str, list[bytes]] = {
+    "frames": [_chunk(role="assistant"), _chunk("Hel"), _chunk("lo")],
+    "crlf": [_chunk("Hel"), _chunk("lo").replace(b"\n", b"\r\n")],
+    "a CR and a comment": [_chunk("Hel"), _chunk("lo")[:-2] + b"\r: note\n\n"],
+    "two in a read": [_chunk("Hel") + _chunk("lo"), _chunk("!")],
+    "after a held comment": [_chunk("Hel"), b":", _chunk("lo"), _chunk("!")],
+    "its blank line in the next read": [_chunk("Hel")[:-1], b"\n", _chunk("lo")],
+    "an LF in the data": [_chunk("Hel"), b'data: {"a":\n1}\n\n'],
+    "not JSON": [_chunk("Hel"), b"data: {nope}\n\n"],
+    "an error object": [_chunk("Hel"), b'data: {"error":{"message":"overloaded","code":"busy"}}\n\n'],
+    "a blank line more": [_chunk("Hel"), _chunk("lo") + b"\n"],
+}
+_REVERSE_START = [
+    _event({"type": "response.created", "response": {"id": "resp_1", "model": "m", "created_at": 1, "output": []}}),
+    _event({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1"}}),
+]
+_REVERSE_DONE = [
+    _event(
+        {
+            "type": "response.completed",
+            "response": {"id": "resp_1", "model": "m", "output": [], "usage": {"input_tokens": 1, "output_tokens": 2}},
+        }
+    )
+]
+_REVERSE: dict[str, list[bytes]] = {
+    "frames": [_delta("Hel", 2), _delta("lo", 3)],
+    "crlf": [_delta("Hel", 2), _delta("lo", 3).replace(b"\n", b"\r\n")],
+    "a CR and a comment": [_delta("Hel", 2), _delta("lo", 3)[:-2] + b"\r: note\n\n"],
+    "two in a read": [_delta("Hel", 2) + _delta("lo", 3), _delta("!", 4)],
+    "after a held comment": [_delta("Hel", 2), b":", _delta("lo", 3), _delta("!", 4)],
+    "another line first": [_delta("Hel", 2), _delta("lo", 3).replace(b"\ndata: ", b"\nid: 3\ndata: ")],
+    "an LF in the data": [_delta("Hel", 2), b'event: response.output_text.delta\ndata: {"a":\n1}\n\n'],
+    "not JSON": [_delta("Hel", 2), b"event: response.output_text.delta\ndata: {nope}\n\n"],
+    "another type under the name": [
+        _delta("Hel", 2),
+        _event({"type": "error", "code": "busy", "message": "overloaded"}, "response.output_text.delta"),
+    ],
+    "another shape": [_delta("Hel", 2), _delta("lo", 3).replace(b'"output_index":0', b'"output_index":null')],
+}
+
+
+def _forward(typed: bool, max_event_bytes: int) -> tuple[Any, Callable[[list[Any]], bytes], list[Any]]:
+    m = ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, wire=True)
+    return Pump(m, max_event_bytes, typed_frames=typed), render_responses, m.start()
+
+
+def _reverse(typed: bool, max_event_bytes: int) -> tuple[Any, Callable[[list[Any]], bytes], list[Any]]:
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    return Pump(m, max_event_bytes, typed_frames=typed), render_chat, []
+
+
+def _run(make: Any, reads: list[bytes], *, typed: bool, bytewise: bool, max_event_bytes: int) -> tuple[bytes, Any]:
+    pump, render, out = make(typed, max_event_bytes)
+    for read in reads:
+        for piece in [read[i : i + 1] for i in range(len(read))] if bytewise else [read]:
+            out += pump.feed(piece)
+    out += pump.finish()
+    return render(out), (pump.machine.diagnostics, pump.events_in)
+
+
+@pytest.mark.parametrize(
+    ("make", "reads"),
+    [
+        *((_forward, reads + _FORWARD_DONE) for reads in _FORWARD.values()),
+        *((_reverse, _REVERSE_START + reads + _REVERSE_DONE) for reads in _REVERSE.values()),
+    ],
+    ids=[f"forward {k}" for k in _FORWARD] + [f"reverse {k}" for k in _REVERSE],
+)
+def test_hot_reads_as_the_decoder_reads_them(make: Any, reads: list[bytes]) -> None:
+    whole = _run(make, reads, typed=True, bytewise=False, max_event_bytes=1 << 20)
+    assert whole[1][1] > 0
+    assert whole == _run(make, reads, typed=True, bytewise=True, max_event_bytes=1 << 20)
+    assert whole == _run(make, reads, typed=False, bytewise=False, max_event_bytes=1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("make", "reads"), [(_forward, _FORWARD["frames"]), (_reverse, _REVERSE_START + _REVERSE["frames"])]
+)
+def test_a_hot_read_over_the_event_limit(make: Any, reads: list[bytes]) -> None:
+    """A frame of the head larger than the pump's limit ends the stream as the decoder's limit does."""
+    limit = max(len(r.split(b"data: ", 1)[1]) - 2 for r in reads) - 1  # the largest data, less a byte
+    whole = _run(make, reads, typed=True, bytewise=False, max_event_bytes=limit)
+    assert b"upstream_protocol_error" in whole[0]
+    assert whole == _run(make, reads, typed=False, bytewise=False, max_event_bytes=limit)
+
+
+def test_hot_reads_take_the_hot_path() -> None:
+    """The reads above that are one frame of the head do reach feed_frame without the decoder."""
+    for make, reads, start in (
+        (_forward, _FORWARD["frames"], 0),
+        (_reverse, _REVERSE_START + _REVERSE["frames"], len(_REVERSE_START)),
+    ):
+        pump, _, _ = make(True, 1 << 20)
+        pump._decoder = decoder = _Counting()
+        for read in reads:
+            pump.feed(read)
+        assert decoder.reads == reads[:start]
+        assert pump.events_in == len(reads)
+
+
+class _Counting(SSEDecoder):
+    __slots__ = ("reads",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        self.reads.append(chunk)
+        return super().feed(chunk)
