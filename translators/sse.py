@@ -148,9 +148,10 @@ class SSEDecoder:
 
 def _head_name(head: bytes) -> str:
     """The event name of an ``event: X`` line without an LF, kept for the next frame (a stream
-    uses a few dozen names; past ``_MAX_NAMES`` a name is decoded each time)."""
+    uses a few dozen names; past ``_MAX_NAMES``, or a line over ``_MAX_NAME_BYTES``, is decoded
+    each time)."""
     name = head[7:].decode("utf-8", "replace")
-    if len(_HEAD_NAMES) < _MAX_NAMES:
+    if len(_HEAD_NAMES) < _MAX_NAMES and len(head) <= _MAX_NAME_BYTES:
         _HEAD_NAMES[head] = name
     return name
 
@@ -188,7 +189,7 @@ def named_events(blocks: list[bytes]) -> list[SSEEvent] | None:
             if 10 in name:
                 return None
             text = name.decode("utf-8", "replace")
-            if len(names) < _MAX_NAMES:
+            if len(names) < _MAX_NAMES and len(name) <= _MAX_NAME_BYTES:
                 names[name] = text
         out.append((text, data))
     if any(map(contains, map(_DATA, out), _LFS)):
@@ -201,6 +202,7 @@ _DATA = itemgetter(1)
 # Event names as decoded, by their bytes (names without an LF only; a stream uses a few dozen).
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES: Final = 512
+_MAX_NAME_BYTES: Final = 256  # a longer name is decoded each time, never kept (an upstream chooses them)
 # The same names by their whole ``event: X`` line (a read of one event is not split in blocks).
 _HEAD_NAMES: dict[bytes, str] = {}
 _DATA_LINE: Final = b"\ndata: "

@@ -157,6 +157,21 @@ def test_one_named_frame_a_read(raw: bytes) -> None:
     assert SSEDecoder().feed(raw) == _by_lines(raw)
 
 
+def test_long_event_names_are_read_but_not_kept() -> None:
+    """The decoder keeps the names it has seen for the next frame, but not a long one: an upstream
+    chooses them, and 512 names of megabytes each would stay in memory."""
+    from crossfeed.translators import sse
+
+    for raw in (
+        b"event: " + b"n" * 300 + b"\ndata: a\n\n",
+        b"event: " + b"m" * 300 + b"\ndata: a\n\nevent: t\ndata: b\n\n",
+    ):
+        kept = len(sse._HEAD_NAMES), len(sse._NAMES)
+        assert SSEDecoder().feed(raw) == _by_lines(raw)
+        assert len(sse._HEAD_NAMES) <= kept[0] + 1 and len(sse._NAMES) <= kept[1] + 1  # ("t" may be new)
+        assert not any(len(k) > 256 for k in (*sse._HEAD_NAMES, *sse._NAMES))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.one_of(st.binary(max_size=8), st.fixed_dictionaries({"type": st.sampled_from(["a", "b"])})), max_size=5)
