@@ -56,7 +56,19 @@ class Machine(Protocol):
 
 
 class Pump:
-    __slots__ = ("machine", "_decoder", "_clean", "events_in", "_frame", "_run", "_max", "_packed", "_hot", "_hot_len")
+    __slots__ = (
+        "machine",
+        "_decoder",
+        "_clean",
+        "events_in",
+        "_frame",
+        "_run",
+        "_max",
+        "_packed",
+        "_hot",
+        "_hot_len",
+        "_hot_frame",
+    )
 
     def __init__(
         self, machine: Machine, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, typed_frames: bool = True
@@ -76,8 +88,10 @@ class Pump:
         self._packed = getattr(machine, "packed", 0)  # (a later leg's pump may share the machine)
         # The SSE head of the machine's most frequent frame up to its JSON's ``{`` (``hot_head``):
         # a read of one such frame goes to feed_frame without the decoder (feed).
-        self._hot: bytes = (getattr(machine, "hot_head", None) if self._frame is not None else None) or b"\0"
+        frame = self._frame
+        self._hot: bytes = (getattr(machine, "hot_head", None) if frame is not None else None) or b"\0"
         self._hot_len = len(self._hot)
+        self._hot_frame: Callable[[bytes], list[Out] | None] = frame or _no_frame
 
     @property
     def packed(self) -> int:
@@ -121,31 +135,34 @@ class Pump:
                 and 13 not in chunk  # (as the decoder's own fast path: no CR, nothing held, not too long)
                 and self._decoder.idle
                 and len(chunk) <= self._max
-                and 10 not in (data := chunk[hot - 1 : -2])
             ):
                 # One frame of the machine's most frequent kind per read (paced tokens): what the
                 # decoder would find, one event of this head whose data is the rest without the
-                # blank line. Its name is never ``error`` and its data is an object: nothing below
-                # reads the name.
-                event = None
-            else:
-                events = self._decoder.feed(chunk)
-                if len(events) != 1 or events[0][1] == _DONE:
-                    return self._events(events, [])
-                event, data = events[0]  # the common case: one frame per read
-            self.events_in += 1
-            frame = self._frame
-            if frame is not None and event != "error":
-                framed = frame(data)
-                if framed is not None:
-                    return framed
-            try:
-                obj = _loads(data)
-            except _JSONDecodeError:
-                raise UpstreamProtocolError(_NOT_JSON) from None
-            return machine.feed(obj if obj.__class__ is dict and event != "error" else _shape(event, obj))
+                # blank line, when the rest holds no LF. Its name is not ``error``, its data an
+                # object (or not JSON): the checks below on either have nothing to decide.
+                data = chunk[hot - 1 : -2]
+                if 10 not in data:
+                    self.events_in += 1
+                    framed = self._hot_frame(data)
+                    return framed if framed is not None else machine.feed(_object(data))
+            events = self._decoder.feed(chunk)
+            if len(events) == 1:  # the common case: one frame per read
+                event, data = events[0]
+                if data != _DONE:
+                    self.events_in += 1
+                    frame = self._frame
+                    if frame is not None and event != "error":
+                        framed = frame(data)
+                        if framed is not None:
+                            return framed
+                    try:
+                        obj = _loads(data)
+                    except _JSONDecodeError:
+                        raise UpstreamProtocolError(_NOT_JSON) from None
+                    return machine.feed(obj if obj.__class__ is dict and event != "error" else _shape(event, obj))
         except UpstreamProtocolError as exc:
             return machine.fail("upstream_protocol_error", exc.message)
+        return self._events(events, [])
 
     def _events(self, events: list[SSEEvent], out: list[Out]) -> list[Out]:
         """The machine's outputs of ``events`` (whole frames of a read), after ``out``."""
@@ -231,12 +248,21 @@ _JSONDecodeError = orjson.JSONDecodeError
 _NOT_JSON = "the upstream sent an event that is not valid JSON"
 
 
-def _parse(event: str | None, data: bytes) -> dict[str, Any]:
+def _no_frame(data: bytes) -> None:
+    """The hot path's ``feed_frame`` when the machine has none (the path is then never taken)."""
+
+
+def _object(data: bytes) -> Any:
+    """An event's data parsed: the hot read's when ``feed_frame`` declines it, and ``_parse``'s
+    (the loops that run per frame have it inlined)."""
     try:
-        obj = _loads(data)
+        return _loads(data)
     except _JSONDecodeError:
         raise UpstreamProtocolError(_NOT_JSON) from None
-    return _shape(event, obj)
+
+
+def _parse(event: str | None, data: bytes) -> dict[str, Any]:
+    return _shape(event, _object(data))
 
 
 def _shape(event: str | None, obj: Any) -> dict[str, Any]:
