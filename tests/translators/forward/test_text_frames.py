@@ -69,6 +69,25 @@ def test_a_stream_is_decoded_once(field: str, monkeypatch: pytest.MonkeyPatch) -
     assert len(seen) == 1  # the first frame; the 19 after it match its template
 
 
+def test_texts_json_writes_raw_take_the_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Characters JSON writes as they are though they do not print (a no-break space, a zero-width
+    joiner in an emoji sequence, DEL, a C1 control, U+2028) are plain: no decode, the same events."""
+    texts = [
+        b"a",
+        b"no\xc2\xa0break",
+        b"\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb",
+        b"del\x7f",
+        b"c1\xc2\x85",
+        b"ls\xe2\x80\xa8",
+    ]
+    frames = [frame("content", t) for t in texts]
+    monkeypatch.setattr(pump_mod, "_RUN_MIN", 1 << 30)  # a read a frame, as paced: feed_frame's template
+    assert_same(frames)
+    seen = decodes(monkeypatch)
+    run(frames)
+    assert len(seen) == 1  # the first frame only
+
+
 def test_texts_json_escapes_are_decoded_and_keep_the_template(monkeypatch: pytest.MonkeyPatch) -> None:
     texts = [b"a", b"line\\n", b"b", b'say \\"hi\\"', b"c", b"\\u00e9", b"d", b"tab\\t", b"e"]
     frames = [frame("content", t) for t in texts]
@@ -103,7 +122,12 @@ def test_a_nonce_per_frame_stops_the_learning(monkeypatch: pytest.MonkeyPatch) -
     ],
     ids=["not-utf8", "control", "quote", "escaped-backslash-quote", "empty", "finish", "spaced", "other-field"],
 )
-def test_a_frame_unlike_the_template_takes_the_decode(later: bytes) -> None:
+@pytest.mark.parametrize("offered", [True, False], ids=["runs", "a-read-a-frame"])
+def test_a_frame_unlike_the_template_takes_the_decode(
+    later: bytes, offered: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not offered:
+        monkeypatch.setattr(pump_mod, "_RUN_MIN", 1 << 30)  # feed_frame's template, not a run's
     assert_same([frame("content", b"first"), frame("content", b"second"), later, frame("content", b"after")])
 
 
