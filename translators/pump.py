@@ -88,9 +88,10 @@ class Pump:
         self._packed = getattr(machine, "packed", 0)  # (a later leg's pump may share the machine)
         # The SSE head of the machine's most frequent frame up to its JSON's ``{`` (``hot_head``):
         # a read of one such frame goes to feed_frame without the decoder (feed).
+        # (None: no read is hot; a slice never equals it.)
         frame = self._frame
-        self._hot: bytes = (getattr(machine, "hot_head", None) if frame is not None else None) or b"\0"
-        self._hot_len = len(self._hot)
+        self._hot: bytes | None = getattr(machine, "hot_head", None) if frame is not None else None
+        self._hot_len = len(self._hot or b"")
         self._hot_frame: Callable[[bytes], list[Out] | None] = frame or _no_frame
 
     @property

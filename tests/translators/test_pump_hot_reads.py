@@ -54,6 +54,7 @@ _FORWARD: dict[str, list[bytes]] = {
     "not JSON": [_chunk("Hel"), b"data: {nope}\n\n"],
     "an error object": [_chunk("Hel"), b'data: {"error":{"message":"overloaded","code":"busy"}}\n\n'],
     "a blank line more": [_chunk("Hel"), _chunk("lo") + b"\n"],
+    "a line of no known field": [_chunk("Hel"), b"\0x\n\n", b"{x}\n\n", _chunk("lo")],
 }
 _REVERSE_START = [
     _event({"type": "response.created", "response": {"id": "resp_1", "model": "m", "created_at": 1, "output": []}}),
@@ -80,6 +81,7 @@ _REVERSE: dict[str, list[bytes]] = {
         _delta("Hel", 2),
         _event({"type": "error", "code": "busy", "message": "overloaded"}, "response.output_text.delta"),
     ],
+    "a line of no known field": [_delta("Hel", 2), b"\0x\n\n", b"{x}\n\n", _delta("lo", 3)],
     "another shape": [_delta("Hel", 2), _delta("lo", 3).replace(b'"output_index":0', b'"output_index":null')],
 }
 
