@@ -17,13 +17,11 @@ from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.sse import SSEDecoder, SSEEvent, render_chat, render_responses
+from tests.support.chat_chunks import DONE, chunk
 
 
-def _chunk(text: str | None = None, **delta: Any) -> bytes:
-    if text is not None:
-        delta["content"] = text
-    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    return b"data: " + orjson.dumps({**body, "choices": [{"index": 0, "delta": delta}]}) + b"\n\n"
+def _text(text: str) -> bytes:
+    return chunk({"content": text})
 
 
 def _event(event: dict[str, Any], name: str | None = None) -> bytes:
@@ -42,19 +40,19 @@ def _delta(text: str, n: int) -> bytes:
     )
 
 
-_FORWARD_DONE = [_chunk(finish_reason="stop"), b"data: [DONE]\n\n"]
+_FORWARD_DONE = [chunk({}, "stop"), DONE]
 _FORWARD: dict[str, list[bytes]] = {
-    "frames": [_chunk(role="assistant"), _chunk("Hel"), _chunk("lo")],
-    "crlf": [_chunk("Hel"), _chunk("lo").replace(b"\n", b"\r\n")],
-    "a CR and a comment": [_chunk("Hel"), _chunk("lo")[:-2] + b"\r: note\n\n"],
-    "two in a read": [_chunk("Hel") + _chunk("lo"), _chunk("!")],
-    "after a held comment": [_chunk("Hel"), b":", _chunk("lo"), _chunk("!")],
-    "its blank line in the next read": [_chunk("Hel")[:-1], b"\n", _chunk("lo")],
-    "an LF in the data": [_chunk("Hel"), b'data: {"a":\n1}\n\n'],
-    "not JSON": [_chunk("Hel"), b"data: {nope}\n\n"],
-    "an error object": [_chunk("Hel"), b'data: {"error":{"message":"overloaded","code":"busy"}}\n\n'],
-    "a blank line more": [_chunk("Hel"), _chunk("lo") + b"\n"],
-    "a line of no known field": [_chunk("Hel"), b"\0x\n\n", b"{x}\n\n", _chunk("lo")],
+    "frames": [chunk({"role": "assistant"}), _text("Hel"), _text("lo")],
+    "crlf": [_text("Hel"), _text("lo").replace(b"\n", b"\r\n")],
+    "a CR and a comment": [_text("Hel"), _text("lo")[:-2] + b"\r: note\n\n"],
+    "two in a read": [_text("Hel") + _text("lo"), _text("!")],
+    "after a held comment": [_text("Hel"), b":", _text("lo"), _text("!")],
+    "its blank line in the next read": [_text("Hel")[:-1], b"\n", _text("lo")],
+    "an LF in the data": [_text("Hel"), b'data: {"a":\n1}\n\n'],
+    "not JSON": [_text("Hel"), b"data: {nope}\n\n"],
+    "an error object": [_text("Hel"), b'data: {"error":{"message":"overloaded","code":"busy"}}\n\n'],
+    "a blank line more": [_text("Hel"), _text("lo") + b"\n"],
+    "a line of no known field": [_text("Hel"), b"\0x\n\n", b"{x}\n\n", _text("lo")],
 }
 _REVERSE_START = [
     _event({"type": "response.created", "response": {"id": "resp_1", "model": "m", "created_at": 1, "output": []}}),
