@@ -13,12 +13,12 @@ from typing import Final
 # What a JSON string must escape.
 SPECIAL: Final = bytes(range(0x20)) + b'"\\'
 # Each byte to itself but the SPECIAL ones (to a space): ``translate`` with it changes a bytes
-# that holds one. Without deletions, translate maps in one C pass and hands back the bytes itself
+# that holds one (``raw.translate(PLAIN_TABLE) == raw`` is ``plain_bytes``, inlined where a
+# per-frame path cannot afford the call). Without deletions, translate maps in one C pass and hands back the bytes itself
 # when nothing changed (so ``==`` is an identity check); ``translate(None, SPECIAL)`` first builds
 # its deletion table on every call (about 2,800 instructions more for a read of 8 texts; a
 # regular expression costs several times as much per byte).
-_MARK: Final = bytes(32 if c in SPECIAL else c for c in range(256))
-PLAIN_TABLE: Final = _MARK  # (``raw.translate(PLAIN_TABLE) == raw``: plain_bytes inlined on a per-frame path)
+PLAIN_TABLE: Final = bytes(32 if c in SPECIAL else c for c in range(256))
 
 
 def plain(text: str) -> bool:
@@ -29,12 +29,12 @@ def plain(text: str) -> bool:
         raw = text.encode()
     except UnicodeEncodeError:
         return False
-    return raw.translate(_MARK) == raw
+    return raw.translate(PLAIN_TABLE) == raw
 
 
 def plain_bytes(raw: bytes) -> bool:
     """``raw`` holds nothing a JSON string escapes (its UTF-8 is checked apart)."""
-    return raw.translate(_MARK) == raw
+    return raw.translate(PLAIN_TABLE) == raw
 
 
 def plain_texts(raws: list[bytes]) -> list[str]:
