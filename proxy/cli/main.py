@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import os
 import signal
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.allocator import tune_allocator
+from crossfeed.proxy.runtime.collector import tune_collector
 from crossfeed.proxy.runtime.config import Config, load_config
 from crossfeed.proxy.runtime.logs import FLUSH_BYTES, configure_logging, flush_logs, log
 from crossfeed.proxy.state.store.base import StoreError
@@ -418,19 +418,6 @@ def reserve_descriptors(limit: int = MAX_RESERVED_DESCRIPTORS) -> int:
         return 0
 
 
-def _tune_gc() -> None:
-    """Everything imported and built at start-up lives for the whole process: freeze it, so the
-    cyclic collector stops rescanning it (each full pass used to walk the whole start-up heap).
-
-    The young generation is collected every 2,000 net allocations, so each pass stays short
-    with many streams open. A much larger threshold made the passes rare but long, and every
-    delta that arrived during one waited: the paced benchmark's p99 latency rose, for no CPU
-    saved (measured in docs/DESIGN.md)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(2_000, 10, 10)
-
-
 # How soon a thread waiting for the GIL gets it from the busy event loop (Python's default: 5 ms).
 SWITCH_INTERVAL = 0.0005
 
@@ -475,7 +462,7 @@ async def _serve(config: Config, worker: WorkerRole | None = None) -> None:
         raise
     sockets = site._server.sockets if site._server else []
     port = sockets[0].getsockname()[1] if sockets else config.server.port
-    _tune_gc()
+    log.debug("server.collector", thresholds=tune_collector(config.server.gc_young_threshold))
     _tune_threads()
     log.debug("server.allocator", setting=tune_allocator(config.server.allocator_retain_mb))
     if worker is None:

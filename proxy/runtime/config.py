@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from crossfeed.proxy.errors import ConfigError
 from crossfeed.proxy.runtime.allocator import DEFAULT_RETAIN_MB
+from crossfeed.proxy.runtime.collector import DEFAULT_GC_YOUNG
 from crossfeed.proxy.runtime.config_errors import Sources, explain, misspelt_variables, source_of
 from crossfeed.proxy.runtime.config_sources import (
     ENV_KEYS,
@@ -207,6 +208,13 @@ class Server(_Model):
         le=1024,
         description="freed memory (MiB) glibc keeps for the next request instead of returning it, so a large "
         "body's parse faults no pages in (0: glibc's own thresholds; proxy/runtime/allocator.py)",
+    )
+    gc_young_threshold: int = Field(
+        DEFAULT_GC_YOUNG,
+        ge=0,
+        le=10_000_000,
+        description="net allocations between two passes of the cyclic collector over young objects (0: Python's "
+        'own threshold); the start-up heap is frozen either way (docs/DESIGN.md, "Collector passes")',
     )
     inbound_keys_env: str | None = None
     inbound_keys: tuple[InboundKey, ...] = Field(

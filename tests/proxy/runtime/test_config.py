@@ -34,6 +34,7 @@ def test_precedence_file_env_flags(tmp_path: Path) -> None:
         ('[[upstreams]]\napi = "grpc"\n', "upstreams.0.api"),
         ("[[upstreams]]\n[upstreams.timeouts]\nidle = -1\n", "upstreams.0.timeouts.idle"),
         ("[server]\nallocator_retain_mb = -1\n", "server.allocator_retain_mb"),
+        ("[server]\ngc_young_threshold = -5\n", "server.gc_young_threshold"),
         ('[store]\nbackend = "redis"\nredis_url = "redis://:hunter2@host/0"\n', "must not hold credentials"),
         ("not toml = = 1", "invalid TOML"),
     ],
