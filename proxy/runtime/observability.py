@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 
 import structlog
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, GCCollector, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -128,6 +128,9 @@ class Metrics:
             r.register(_OpenStreams(open_streams))
             self._families = LocalFamilies()
             r.register(self._families)
+            # The cyclic collector's passes and what they freed, read at each scrape
+            # (proxy/runtime/collector.py); one process's own, so not with --workers.
+            GCCollector(registry=r)
         self.upstream_errors = Counter(
             "crossfeed_upstream_errors", "Upstream failures by kind", ["upstream", "kind"], registry=r
         )

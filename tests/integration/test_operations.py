@@ -123,6 +123,7 @@ async def test_request_id_header_logs_and_metrics(upstream: FakeUpstream, tmp_pa
     assert 'crossfeed_tokens_total{direction="out",model="m"} 2.0' in text
     assert 'crossfeed_terminal_events_total{route="/v1/responses",terminal="completed"} 1.0' in text
     assert "crossfeed_active_streams" in text and "crossfeed_time_to_first_byte_seconds_bucket" in text
+    assert 'python_gc_collections_total{generation="0"}' in text  # the collector's passes (collector.py)
 
 
 async def test_chat_clients_streams_record_upstream_usage(upstream: FakeUpstream, tmp_path) -> None:
