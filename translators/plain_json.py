@@ -14,10 +14,11 @@ from typing import Final
 SPECIAL: Final = bytes(range(0x20)) + b'"\\'
 # Each byte to itself but the SPECIAL ones (to a space): ``translate`` with it changes a bytes
 # that holds one (``raw.translate(PLAIN_TABLE) == raw`` is ``plain_bytes``, inlined where a
-# per-frame path cannot afford the call). Without deletions, translate maps in one C pass and hands back the bytes itself
-# when nothing changed (so ``==`` is an identity check); ``translate(None, SPECIAL)`` first builds
-# its deletion table on every call (about 2,800 instructions more for a read of 8 texts; a
-# regular expression costs several times as much per byte).
+# per-frame path cannot afford the call). Without deletions, translate maps in one C pass and
+# hands back the bytes itself when nothing changed (so ``==`` is an identity check);
+# ``translate(None, SPECIAL)`` first builds its deletion table on every call (about 2,800
+# instructions more for a read of 8 texts; a regular expression costs several times as much
+# per byte).
 PLAIN_TABLE: Final = bytes(32 if c in SPECIAL else c for c in range(256))
 
 

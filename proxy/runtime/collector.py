@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import gc
 
-# Net allocations between two young-generation passes (CPython's own: 700; 3.13's: 2,000).
+# Net allocations between two young-generation passes (CPython 3.11's own: 700).
 DEFAULT_GC_YOUNG = 10_000
 
 

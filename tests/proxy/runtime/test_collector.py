@@ -13,8 +13,8 @@ from pathlib import Path
 from tests.support.paths import ROOT
 from tests.support.serve_process import SERVE, serve_process
 
-# Prints Python's own thresholds, those tune_collector returns, whether the heap was frozen, then how many young
-# passes ran while 2,000 fresh lists were allocated and kept (gc.callbacks count them).
+# Prints Python's own thresholds, those tune_collector returns, whether the heap was frozen, then
+# how many young passes ran while 2,000 fresh lists were allocated and kept (gc.callbacks count them).
 PASSES = """
 import gc, json, sys
 from crossfeed.proxy.runtime.collector import tune_collector
