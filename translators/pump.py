@@ -21,7 +21,8 @@ chunk_frames.text_run and the reverse text_runs.delta_run). And ``hot_head``: th
 most frequent frame up to the JSON's ``{`` (``data: {``; ``event: response.output_text.delta`` and
 ``data: {``), never an ``error`` event's. A read that is one whole frame of that head, as the
 decoder's own fast path would prove it, goes to ``feed_frame`` without the decoder, its list and
-its tuple: a paced stream's every read.
+its tuple: a paced stream's every read. So does each frame of a read of several such frames too
+short for a run (``_hots``: a stream that arrives a few tokens at a time).
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class Pump:
         "_hot",
         "_hot_len",
         "_hot_frame",
+        "_sep",
+        "_sep_open",
+        "_sep_lfs",
     )
 
     def __init__(
@@ -93,6 +97,10 @@ class Pump:
         self._hot: bytes | None = getattr(machine, "hot_head", None) if frame is not None else None
         self._hot_len = len(self._hot or b"")
         self._hot_frame: Callable[[bytes], list[Out] | None] = frame or _no_frame
+        # Between two such frames in one read: LF LF and the next one's head up to its ``{``.
+        self._sep = b"\n\n" + (self._hot or b"{")[:-1]
+        self._sep_open = self._sep + b"{"
+        self._sep_lfs = self._sep.count(b"\n")
 
     @property
     def packed(self) -> int:
@@ -146,6 +154,9 @@ class Pump:
                     self.events_in += 1
                     framed = self._hot_frame(data)
                     return framed if framed is not None else machine.feed(_object(data))
+                hots = self._hots(data)
+                if hots is not None:
+                    return hots
             events = self._decoder.feed(chunk)
             if len(events) == 1:  # the common case: one frame per read
                 event, data = events[0]
@@ -164,6 +175,31 @@ class Pump:
         except UpstreamProtocolError as exc:
             return machine.fail("upstream_protocol_error", exc.message)
         return self._events(events, [])
+
+    def _hots(self, data: bytes) -> list[Out] | None:
+        """A read of several whole frames of the hot head, ``data`` from the first one's ``{`` to
+        the last one's end without its blank line: each frame's JSON to ``feed_frame`` in turn,
+        what the decoder would find, without its list of tuples (the reads of a stream that
+        arrives a few tokens at a time, too short for a run). None when the read holds anything
+        else: a frame of another head (``[DONE]``, another event) or a data line broken in two."""
+        pieces = data.split(self._sep)
+        n = len(pieces) - 1
+        # Every line break is one of a separator's, and every separator opens an object.
+        if data.count(b"\n") != n * self._sep_lfs or data.count(self._sep_open) != n:
+            return None
+        machine = self.machine
+        frame = self._hot_frame
+        out: list[Out] = []
+        try:
+            for piece in pieces:
+                self.events_in += 1
+                more = frame(piece)
+                out += more if more is not None else machine.feed(_object(piece))
+                if machine.done:
+                    break
+        except UpstreamProtocolError as exc:
+            out += machine.fail("upstream_protocol_error", exc.message)
+        return out
 
     def _events(self, events: list[SSEEvent], out: list[Out]) -> list[Out]:
         """The machine's outputs of ``events`` (whole frames of a read), after ``out``."""

@@ -1,7 +1,8 @@
-"""A read of one frame of the machine's most frequent kind (``hot_head``) goes from the pump
-straight to ``feed_frame``, past the SSE decoder. These reads, and near misses of them, must come
-out as they do through the decoder: the same bytes and diagnostics whether each read is fed whole,
-a byte at a time (never the hot path) or with the typed path off."""
+"""A read of one frame of the machine's most frequent kind (``hot_head``), or of a few of them
+(too short for a run), goes from the pump straight to ``feed_frame``, past the SSE decoder. These
+reads, and near misses of them, must come out as they do through the decoder: the same bytes and
+diagnostics whether each read is fed whole, a byte at a time (never the hot path) or with the
+typed path off."""
 
 from __future__ import annotations
 
@@ -53,6 +54,16 @@ _FORWARD: dict[str, list[bytes]] = {
     "an error object": [_text("Hel"), b'data: {"error":{"message":"overloaded","code":"busy"}}\n\n'],
     "a blank line more": [_text("Hel"), _text("lo") + b"\n"],
     "a line of no known field": [_text("Hel"), b"\0x\n\n", b"{x}\n\n", _text("lo")],
+    "three in a read": [_text("Hel") + _text("lo") + _text("!")],
+    "two and the end in a read": [_text("Hel") + _text("lo") + chunk({}, "stop") + DONE],
+    "a comment between two": [_text("Hel") + b": note\n\n" + _text("lo")],
+    "an empty data line between two": [_text("Hel") + b"data: \n\n" + _text("lo")],
+    "an LF in the second data": [_text("Hel") + b'data: {"a":\n1}\n\n' + _text("lo")],
+    "the second not JSON": [_text("Hel") + b"data: {nope}\n\n" + _text("lo")],
+    "the second an error object": [
+        _text("Hel") + b'data: {"error":{"message":"overloaded","code":"busy"}}\n\n' + _text("lo") + _text("!")
+    ],
+    "another line in the second": [_text("Hel") + _text("lo").replace(b"data: ", b"id: 2\ndata: ")],
 }
 _REVERSE_START = [
     _event({"type": "response.created", "response": {"id": "resp_1", "model": "m", "created_at": 1, "output": []}}),
@@ -81,6 +92,19 @@ _REVERSE: dict[str, list[bytes]] = {
     ],
     "a line of no known field": [_delta("Hel", 2), b"\0x\n\n", b"{x}\n\n", _delta("lo", 3)],
     "another shape": [_delta("Hel", 2), _delta("lo", 3).replace(b'"output_index":0', b'"output_index":null')],
+    "three in a read": [_delta("Hel", 2) + _delta("lo", 3) + _delta("!", 4)],
+    "two and the end in a read": [_delta("Hel", 2) + _delta("lo", 3) + _REVERSE_DONE[0]],
+    "another line in the second": [_delta("Hel", 2) + _delta("lo", 3).replace(b"\ndata: ", b"\nid: 3\ndata: ")],
+    "an LF in the second data": [_delta("Hel", 2) + b'event: response.output_text.delta\ndata: {"a":\n1}\n\n'],
+    "the second not JSON": [_delta("Hel", 2) + b"event: response.output_text.delta\ndata: {nope}\n\n" + _delta("!", 4)],
+    "the second another type under the name": [
+        _delta("Hel", 2)
+        + _event({"type": "error", "code": "busy", "message": "overloaded"}, "response.output_text.delta")
+        + _delta("lo", 3)
+    ],
+    "the second another shape": [
+        _delta("Hel", 2) + _delta("lo", 3).replace(b'"output_index":0', b'"output_index":null') + _delta("!", 4)
+    ],
 }
 
 
@@ -132,17 +156,20 @@ def test_a_hot_read_over_the_event_limit(make: Any, reads: list[bytes]) -> None:
 
 
 def test_hot_reads_take_the_hot_path() -> None:
-    """The reads above that are one frame of the head do reach feed_frame without the decoder."""
+    """The reads above that are one frame of the head, or several, do reach feed_frame without
+    the decoder."""
     for make, reads, start in (
         (_forward, _FORWARD["frames"], 0),
         (_reverse, _REVERSE_START + _REVERSE["frames"], len(_REVERSE_START)),
+        (_forward, [_text("Hel") + _text("lo") + _text("!")], 0),
+        (_reverse, [*_REVERSE_START, _delta("Hel", 2) + _delta("lo", 3)], len(_REVERSE_START)),
     ):
         pump, _, _ = make(True, 1 << 20)
         pump._decoder = decoder = _Counting()
         for read in reads:
             pump.feed(read)
         assert decoder.reads == reads[:start]
-        assert pump.events_in == len(reads)
+        assert pump.events_in == sum(read.count(b"\n\n") for read in reads)
 
 
 class _Counting(SSEDecoder):
