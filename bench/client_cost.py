@@ -1,11 +1,13 @@
 """What aiohttp's request machinery costs per upstream call, above its connector and parser.
 
-crossfeed makes each upstream call with ``ClientSession.request`` (proxy/upstream.py ``send``).
-Most of that call is generic machinery a JSON POST to a fixed backend does not use: the URL and
-headers merged and checked, cookies, a ``ClientRequest`` and its writer, a ``ClientResponse``. This
-script measures it against the smallest call that still uses aiohttp for everything that matters
-on the wire: its connector (the connection pool, DNS, TLS), its connection protocol and C parser
-(chunked bodies, decompression) and its ``StreamReader``. Only the request head is written by hand.
+``ClientSession.request`` is made for any request. Most of it is generic machinery a JSON POST
+to a configured backend does not use: the URL and headers merged and checked, cookies, a
+``ClientRequest`` and its writer, a ``ClientResponse``. This script measures it against the
+smallest call that still uses aiohttp for everything that matters on the wire: its connector
+(the connection pool, DNS, TLS), its connection protocol and C parser (chunked bodies,
+decompression) and its ``StreamReader``. Only the request head is written by hand. The figure
+is why crossfeed's upstream POSTs take proxy/runtime/upstream_call.py, which is this lean call
+with the checks of a real client (docs/DESIGN.md).
 
     .venv/bin/python bench/client_cost.py                  # both modes, callgrind and time (~1 min)
     .venv/bin/python bench/client_cost.py --no-callgrind   # time only (no valgrind needed)

@@ -29,7 +29,7 @@ from crossfeed.proxy.errors import (
     UpstreamUnavailable,
     upstream_error_body,
 )
-from crossfeed.proxy.runtime import upstream_protocol
+from crossfeed.proxy.runtime import upstream_call, upstream_protocol
 from crossfeed.proxy.runtime.config import Timeouts, Upstream
 from crossfeed.proxy.runtime.logs import TRACE
 from crossfeed.proxy.runtime.timeout_scope import timeout_after
@@ -49,12 +49,14 @@ def new_session() -> aiohttp.ClientSession:
     every later request, whoever sent it."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
     upstream_protocol.install(connector)  # no resume per chunk read (proxy/runtime/upstream_protocol.py)
-    return aiohttp.ClientSession(
+    session = aiohttp.ClientSession(
         connector=connector,
         auto_decompress=True,
         cookie_jar=aiohttp.DummyCookieJar(),
         json_serialize=lambda o: orjson.dumps(o).decode(),
     )
+    upstream_call.adopt(session)  # its POSTs without ClientSession.request's machinery (proxy/runtime/upstream_call.py)
+    return session
 
 
 def upstream_headers(
@@ -130,6 +132,9 @@ def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:
     return os.strerror(exc.errno).lower() if exc.errno else "the connection failed"
 
 
+_DATA_HEADERS = {"data", "headers"}  # a call ``upstream_call.post`` can make (bytes and a headers dict)
+
+
 async def send(
     session: aiohttp.ClientSession, up: Upstream, method: str, url: str, **kwargs: Any
 ) -> aiohttp.ClientResponse:
@@ -139,7 +144,10 @@ async def send(
         with timeout_after(up.timeouts.first_byte):
             # Redirects are not followed: a POST would turn into a GET without its body, and the
             # request would go to an address the operator never configured.
-            resp = await session.request(method, url, timeout=client_timeout(up), allow_redirects=False, **kwargs)
+            if method == "POST" and kwargs.keys() == _DATA_HEADERS and upstream_call.usable(session):
+                resp = await upstream_call.post(session, url, kwargs["data"], kwargs["headers"], client_timeout(up))
+            else:
+                resp = await session.request(method, url, timeout=client_timeout(up), allow_redirects=False, **kwargs)
     except CLIENT_ERRORS as exc:
         raise upstream_failure(exc, up) from None
     if 300 <= resp.status < 400:

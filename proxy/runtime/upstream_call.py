@@ -1,0 +1,201 @@
+"""A POST to an upstream on aiohttp's own connector, connection and parser, without the request
+machinery of ``ClientSession.request`` around them.
+
+``ClientSession.request`` is made for any request: it merges and checks the URL, the session's
+headers and cookies, builds a ``ClientRequest`` (its auto headers, body payload, writer) and then
+a ``ClientResponse``. For one JSON POST to a configured backend that costs about 220,000
+instructions a call, a third of a short turn's own work (bench/client_cost.py). Here the call
+keeps everything of aiohttp that matters on the wire:
+
+- the connection: ``connector.connect`` (its pool and keep-alive, DNS, TLS, the connect timeout)
+  with a ``ClientRequest`` made once per URL, of which the connector reads the connection key;
+- the head's bytes: aiohttp's own header serializer (which refuses a CR or LF in a name or
+  value), with the headers aiohttp adds by default (Accept, Accept-Encoding, User-Agent) where the
+  call has none of its own, ``Host`` and ``Content-Length``;
+- the answer: the connection protocol's C parser (chunked bodies, decompression), a genuine
+  ``ClientResponse`` filled in as its ``start`` fills it, whose body is aiohttp's ``StreamReader``
+  and whose EOF, ``release`` and ``close`` give the connection back or close it as aiohttp does.
+  A parser error becomes ``ClientResponseError``, as in ``start``; any failure before the head
+  is in closes the connection.
+
+It reads attributes aiohttp keeps private, so it is used only where they are what this module
+expects (``USABLE``), and only on the sessions ``proxy/upstream.py`` makes (``adopt``) while
+``ClientSession._request`` is aiohttp's own (a test double that replaces it, such as
+aioresponses, still sees every call). Anything else goes through ``session.request``.
+tests/proxy/runtime/test_upstream_call.py holds both ways to the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import weakref
+from collections.abc import Mapping
+from typing import Any, NamedTuple, cast
+
+import aiohttp
+from aiohttp import client_reqrep, http_writer
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.client_exceptions import ClientConnectionResetError
+from aiohttp.helpers import TimerNoop
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.http_exceptions import HttpProcessingError
+from multidict import CIMultiDictProxy
+from yarl import URL
+
+# aiohttp's header serializer (C where built): refuses a CR or LF in a name or a value.
+_serialize_headers = getattr(http_writer, "_serialize_headers", None)
+_REQUEST = aiohttp.ClientSession._request  # aiohttp's own, as imported (a test double replaces it)
+# What ClientResponse.start sets on a response, which ``post`` sets the same way.
+_RESPONSE_FIELDS = ("_closed", "_protocol", "_connection", "_headers", "_raw_headers", "_response_eof", "content")
+
+
+def _usable() -> bool:
+    """aiohttp keeps what this module uses where it expects it (3.14's layout)."""
+    try:
+        params = inspect.signature(aiohttp.ClientResponse.__init__).parameters
+        proto = inspect.signature(aiohttp.client_proto.ResponseHandler.set_response_params).parameters
+    except (TypeError, ValueError):
+        return False
+    return (
+        callable(_serialize_headers)
+        and {"writer", "continue100", "timer", "request_info", "traces", "loop", "session", "stream_writer"}
+        <= set(params)
+        and {"read_until_eof", "auto_decompress", "read_bufsize", "max_line_size", "max_field_size"} <= set(proto)
+        and set(_RESPONSE_FIELDS) <= set(aiohttp.ClientResponse.start.__code__.co_names)
+        and isinstance(getattr(client_reqrep.ClientRequest, "DEFAULT_HEADERS", None), dict)
+        and hasattr(client_reqrep, "RequestInfo")
+    )
+
+
+USABLE = _usable()
+
+# The sessions proxy/upstream.py made (nothing else is set on them that a call would miss here).
+_ADOPTED: weakref.WeakSet[aiohttp.ClientSession] = weakref.WeakSet()
+
+
+def adopt(session: aiohttp.ClientSession) -> None:
+    """Let ``post`` make this session's calls (a session made by proxy/upstream.py ``new_session``)."""
+    if USABLE:
+        _ADOPTED.add(session)
+
+
+def usable(session: aiohttp.ClientSession) -> bool:
+    """``post`` may make this call: an adopted session, open, whose request is aiohttp's own."""
+    return session in _ADOPTED and aiohttp.ClientSession._request is _REQUEST and not session.closed
+
+
+class _Target(NamedTuple):
+    url: URL
+    request: client_reqrep.ClientRequest  # the connector reads its connection key, nothing else
+    line: str  # the request line
+    host: str
+    info: Any  # the ClientResponse's request_info
+
+
+class _Sent:
+    """What a ``ClientResponse`` made after its request was sent reads of the writer."""
+
+    __slots__ = ("output_size",)
+
+    def __init__(self, size: int) -> None:
+        self.output_size = size
+
+
+_TARGETS: dict[str, _Target] = {}
+_DEFAULTS: tuple[tuple[str, str], ...] = (
+    *client_reqrep.ClientRequest.DEFAULT_HEADERS.items(),
+    ("User-Agent", SERVER_SOFTWARE),
+)
+
+
+def _target(url: str, loop: asyncio.AbstractEventLoop) -> _Target:
+    """The parts of a call to ``url`` that do not change between calls (one per upstream path)."""
+    found = _TARGETS.get(url)
+    if found is not None and found.request.loop is loop:
+        return found
+    parsed = URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+        raise aiohttp.InvalidUrlClientError(url)
+    request = client_reqrep.ClientRequest("POST", parsed, loop=loop, ssl=True)
+    host = getattr(parsed, "host_port_subcomponent", None) or parsed.raw_authority
+    info = client_reqrep.RequestInfo(parsed, "POST", CIMultiDictProxy(request.headers), parsed)
+    if len(_TARGETS) > 256:  # (a few per upstream: only tests make many)
+        _TARGETS.clear()
+    found = _TARGETS[url] = _Target(parsed, request, f"POST {parsed.raw_path_qs} HTTP/1.1", host, info)
+    return found
+
+
+def _head(target: _Target, headers: Mapping[str, str], size: int) -> bytes:
+    """The request head: ``Host`` (unless the call sets its own, as aiohttp lets it), aiohttp's
+    default headers the call does not set, the call's, and the length."""
+    given = {name.lower() for name in headers}
+    fields: dict[str, str] = {} if "host" in given else {"Host": target.host}
+    for name, value in _DEFAULTS:
+        if name.lower() not in given:
+            fields[name] = value
+    fields.update(headers)
+    fields["Content-Length"] = str(size)
+    assert _serialize_headers is not None  # (USABLE)
+    return bytes(_serialize_headers(target.line, fields))
+
+
+async def post(
+    session: aiohttp.ClientSession, url: str, data: bytes, headers: Mapping[str, str], timeout: aiohttp.ClientTimeout
+) -> aiohttp.ClientResponse:
+    """POST ``data`` to ``url``; the response once its head is in (any status; redirects are
+    answers like any other). Raises what ``session.request`` raises for the same failures."""
+    loop = asyncio.get_running_loop()
+    target = _target(url, loop)
+    head = _head(target, headers, len(data))  # (a CR or LF in a header: ValueError, before a connection)
+    connector = session.connector
+    assert connector is not None
+    conn = await connector.connect(target.request, traces=[], timeout=timeout)
+    try:
+        proto, transport = conn.protocol, conn.transport
+        if proto is None or transport is None or transport.is_closing():
+            raise ClientConnectionResetError("Cannot write to closing transport")
+        proto.set_response_params(
+            read_until_eof=True,
+            auto_decompress=session.auto_decompress,
+            read_bufsize=session._read_bufsize,
+            timeout_ceil_threshold=connector._timeout_ceil_threshold,
+            max_line_size=session._max_line_size,
+            max_field_size=session._max_field_size,
+        )
+        transport.writelines((head, data))
+        response = aiohttp.ClientResponse(
+            "POST",
+            target.url,
+            writer=None,
+            continue100=None,
+            timer=TimerNoop(),
+            request_info=target.info,
+            traces=[],
+            loop=loop,
+            session=session,
+            stream_writer=cast(AbstractStreamWriter, _Sent(len(head) + len(data))),  # (its output_size only)
+        )
+        while True:  # as ClientResponse.start: informational answers skipped
+            try:
+                message, payload = await proto.read()
+            except HttpProcessingError as exc:
+                raise aiohttp.ClientResponseError(
+                    target.info, (), status=exc.code, message=exc.message, headers=exc.headers
+                ) from exc
+            if message.code < 100 or message.code > 199 or message.code == 101:
+                break
+    except BaseException:
+        conn.close()
+        raise
+    response._closed = False
+    response._protocol = proto
+    response._connection = conn
+    payload.on_eof(response._response_eof)
+    response.version = message.version
+    response.status = message.code
+    response.reason = message.reason
+    response._headers = message.headers
+    response._raw_headers = message.raw_headers
+    response.content = payload
+    return response
