@@ -128,16 +128,37 @@ def _target(url: str, loop: asyncio.AbstractEventLoop) -> _Target:
 
 def _head(target: _Target, headers: Mapping[str, str], size: int) -> bytes:
     """The request head: ``Host`` (unless the call sets its own, as aiohttp lets it), aiohttp's
-    default headers the call does not set, the call's, and the length."""
-    given = {name.lower() for name in headers}
-    fields: dict[str, str] = {} if "host" in given else {"Host": target.host}
-    for name, value in _DEFAULTS:
-        if name.lower() not in given:
-            fields[name] = value
-    fields.update(headers)
+    default headers the call does not set, the call's, and the length of the body, said once (a
+    length or transfer coding among the call's headers, an operator's upstream headers say, is
+    not sent: two framings of one body are how requests get smuggled)."""
+    key = (target.host, tuple(headers))  # (the names a call sends are the same call after call)
+    found = _ADDED.get(key)
+    if found is None:
+        if len(_ADDED) > 256:
+            _ADDED.clear()
+        found = _ADDED[key] = _added(target.host, headers)
+    added, framed = found
+    if framed:
+        headers = {name: value for name, value in headers.items() if name.lower() not in _FRAMING}
+    fields = {**added, **headers}
     fields["Content-Length"] = str(size)
     assert _serialize_headers is not None  # (USABLE)
-    return bytes(_serialize_headers(target.line, fields))
+    head: bytes = _serialize_headers(target.line, fields)
+    return head
+
+
+def _added(host: str, headers: Mapping[str, str]) -> tuple[dict[str, str], bool]:
+    """The fields aiohttp adds to a call with these header names (``Host`` and its defaults, those
+    the call does not set, names compared without case); and whether the call sets a framing."""
+    given = {name.lower() for name in headers}
+    added = {} if "host" in given else {"Host": host}
+    added.update((name, value) for name, value in _DEFAULTS if name.lower() not in given)
+    return added, not given.isdisjoint(_FRAMING)
+
+
+_FRAMING = frozenset({"content-length", "transfer-encoding"})
+# The fields added to a call, by its host and header names (a few per upstream).
+_ADDED: dict[tuple[str, tuple[str, ...]], tuple[dict[str, str], bool]] = {}
 
 
 async def post(

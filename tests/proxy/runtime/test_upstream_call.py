@@ -217,3 +217,15 @@ async def test_a_host_header_of_the_call_is_the_only_one(session: aiohttp.Client
         await read_all(await session.request("POST", server.url, data=BODY, headers=headers, timeout=TIMEOUT))
     assert [h.lower().count(b"\r\nhost:") for h in server.heads] == [1, 1]
     assert fields(server.heads[0]) == fields(server.heads[1])
+
+
+async def test_the_body_is_framed_once_whatever_the_headers_say(session: aiohttp.ClientSession) -> None:
+    headers = {**HEADERS, "content-length": "5", "Transfer-Encoding": "chunked"}  # (an upstream's configured headers)
+    async with RawServer([CHUNKED_OK, CHUNKED_OK]) as server:
+        for _ in range(2):  # (the second call's head from what the first one's learned)
+            await read_all(await upstream_call.post(session, server.url, BODY, headers, TIMEOUT))
+    for head in server.heads:
+        _, found = fields(head)
+        assert found[b"content-length"] == str(len(BODY)).encode() and b"transfer-encoding" not in found
+        assert head.lower().count(b"\r\ncontent-length:") == 1
+    assert server.bodies == [BODY, BODY]
