@@ -171,7 +171,10 @@ async def post(
     head = _head(target, headers, len(data))  # (a CR or LF in a header: ValueError, before a connection)
     connector = session.connector
     assert connector is not None
-    conn = await connector.connect(target.request, traces=[], timeout=timeout)
+    try:
+        conn = await connector.connect(target.request, traces=[], timeout=timeout)
+    except TimeoutError as exc:  # the connect bound, as ClientSession.request raises it
+        raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {target.url}") from exc
     try:
         proto, transport = conn.protocol, conn.transport
         if proto is None or transport is None or transport.is_closing():
@@ -206,8 +209,10 @@ async def post(
                 ) from exc
             if message.code < 100 or message.code > 199 or message.code == 101:
                 break
-    except BaseException:
+    except BaseException as exc:
         conn.close()
+        if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError | TimeoutError):
+            raise aiohttp.ClientOSError(*exc.args) from exc  # (as ClientSession.request raises it)
         raise
     response._closed = False
     response._protocol = proto

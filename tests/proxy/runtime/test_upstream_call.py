@@ -229,3 +229,27 @@ async def test_the_body_is_framed_once_whatever_the_headers_say(session: aiohttp
         assert found[b"content-length"] == str(len(BODY)).encode() and b"transfer-encoding" not in found
         assert head.lower().count(b"\r\ncontent-length:") == 1
     assert server.bodies == [BODY, BODY]
+
+
+async def test_the_connect_bound_raises_what_session_request_raises(session: aiohttp.ClientSession) -> None:
+    import socket
+
+    listener = socket.socket()  # never accepts; its queue filled, a further connect hangs in SYN
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = [socket.socket() for _ in range(8)]
+    try:
+        for f in fillers:
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", port))
+        quick = aiohttp.ClientTimeout(total=None, connect=0.3, sock_connect=0.3)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        with pytest.raises(aiohttp.ConnectionTimeoutError):
+            await session.request("POST", url, data=BODY, headers=HEADERS, timeout=quick)
+        with pytest.raises(aiohttp.ConnectionTimeoutError):
+            await upstream_call.post(session, url, BODY, HEADERS, quick)
+    finally:
+        for f in fillers:
+            f.close()
+        listener.close()
