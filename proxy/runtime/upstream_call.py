@@ -4,7 +4,8 @@ machinery of ``ClientSession.request`` around them.
 ``ClientSession.request`` is made for any request: it merges and checks the URL, the session's
 headers and cookies, builds a ``ClientRequest`` (its auto headers, body payload, writer) and then
 a ``ClientResponse``. For one JSON POST to a configured backend that costs about 220,000
-instructions a call, a third of a short turn's own work (bench/client_cost.py). Here the call
+instructions and half the call's CPU time (bench/client_cost.py): a seventh of a short turn's
+instructions. Here the call
 keeps everything of aiohttp that matters on the wire:
 
 - the connection: ``connector.connect`` (its pool and keep-alive, DNS, TLS, the connect timeout)
@@ -31,20 +32,23 @@ import asyncio
 import inspect
 import weakref
 from collections.abc import Mapping
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import aiohttp
-from aiohttp import client_reqrep, http_writer
+from aiohttp import client_exceptions, client_reqrep, http_writer
 from aiohttp.abc import AbstractStreamWriter
-from aiohttp.client_exceptions import ClientConnectionResetError
 from aiohttp.helpers import TimerNoop
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 from yarl import URL
 
+# Read with getattr: an aiohttp without one of them leaves USABLE false, never a failed import.
 # aiohttp's header serializer (C where built): refuses a CR or LF in a name or a value.
 _serialize_headers = getattr(http_writer, "_serialize_headers", None)
+_DEFAULT_HEADERS = getattr(client_reqrep.ClientRequest, "DEFAULT_HEADERS", None)
+# What aiohttp raises for a write to a connection that is closing (3.10 on).
+_RESET: type[Exception] = getattr(client_exceptions, "ClientConnectionResetError", aiohttp.ClientConnectionError)
 _REQUEST = aiohttp.ClientSession._request  # aiohttp's own, as imported (a test double replaces it)
 # What ClientResponse.start sets on a response, which ``post`` sets the same way.
 _RESPONSE_FIELDS = ("_closed", "_protocol", "_connection", "_headers", "_raw_headers", "_response_eof", "content")
@@ -63,7 +67,7 @@ def _usable() -> bool:
         <= set(params)
         and {"read_until_eof", "auto_decompress", "read_bufsize", "max_line_size", "max_field_size"} <= set(proto)
         and set(_RESPONSE_FIELDS) <= set(aiohttp.ClientResponse.start.__code__.co_names)
-        and isinstance(getattr(client_reqrep.ClientRequest, "DEFAULT_HEADERS", None), dict)
+        and isinstance(_DEFAULT_HEADERS, dict)
         and hasattr(client_reqrep, "RequestInfo")
     )
 
@@ -90,7 +94,7 @@ class _Target(NamedTuple):
     request: client_reqrep.ClientRequest  # the connector reads its connection key, nothing else
     line: str  # the request line
     host: str
-    info: Any  # the ClientResponse's request_info
+    info: client_reqrep.RequestInfo  # the ClientResponse's
 
 
 class _Sent:
@@ -104,7 +108,7 @@ class _Sent:
 
 _TARGETS: dict[str, _Target] = {}
 _DEFAULTS: tuple[tuple[str, str], ...] = (
-    *client_reqrep.ClientRequest.DEFAULT_HEADERS.items(),
+    *(_DEFAULT_HEADERS.items() if isinstance(_DEFAULT_HEADERS, dict) else ()),
     ("User-Agent", SERVER_SOFTWARE),
 )
 
@@ -178,7 +182,7 @@ async def post(
     try:
         proto, transport = conn.protocol, conn.transport
         if proto is None or transport is None or transport.is_closing():
-            raise ClientConnectionResetError("Cannot write to closing transport")
+            raise _RESET("Cannot write to closing transport")
         proto.set_response_params(
             read_until_eof=True,
             auto_decompress=session.auto_decompress,

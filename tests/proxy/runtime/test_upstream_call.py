@@ -169,6 +169,9 @@ async def test_a_refused_connection_raises_what_session_request_raises(session: 
 
 
 async def test_only_adopted_sessions_with_aiohttps_own_request() -> None:
+    # With the aiohttp .ci/run installs, every internal the call reads is where it expects it: an
+    # update that moves one fails here, not silently back to the slower session.request.
+    assert upstream_call.USABLE, f"aiohttp {aiohttp.__version__} does not keep what upstream_call reads"
     plain = aiohttp.ClientSession()
     ours = new_session()
     try:
