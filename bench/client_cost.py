@@ -2,12 +2,11 @@
 
 ``ClientSession.request`` is made for any request. Most of it is generic machinery a JSON POST
 to a configured backend does not use: the URL and headers merged and checked, cookies, a
-``ClientRequest`` and its writer, a ``ClientResponse``. This script measures it against the
-smallest call that still uses aiohttp for everything that matters on the wire: its connector
-(the connection pool, DNS, TLS), its connection protocol and C parser (chunked bodies,
-decompression) and its ``StreamReader``. Only the request head is written by hand. The figure
-is why crossfeed's upstream POSTs take proxy/runtime/upstream_call.py, which is this lean call
-with the checks of a real client (docs/DESIGN.md).
+``ClientRequest`` and its writer and payload. This script measures it against the call crossfeed
+makes instead (proxy/runtime/upstream_call.py, docs/DESIGN.md "The upstream call"), which uses
+aiohttp for everything that matters on the wire (its connector: the pool, DNS, TLS; its
+connection protocol and C parser: chunked bodies, decompression; a genuine ``ClientResponse``)
+and writes only the request head, with aiohttp's serializer.
 
     .venv/bin/python bench/client_cost.py                  # both modes, callgrind and time (~1 min)
     .venv/bin/python bench/client_cost.py --no-callgrind   # time only (no valgrind needed)
@@ -17,25 +16,21 @@ upstream (bench/upstream.py): ``--warmup`` calls, then ``--requests`` calls of o
 stream (24 frames, written in one socket write, as bench/account.py's scenarios), each read to
 its end and its connection given back to the pool.
 
-- ``aiohttp``: ``session.request("POST", ...)`` with crossfeed's arguments (bytes body, a
-  headers dict, ``allow_redirects=False``, a ``ClientTimeout`` with the connect bound only),
-  the body read with ``readany`` until EOF, ``release()``.
-- ``lean``: ``connector.connect`` with one ``ClientRequest`` made once (only its connection key
-  is read), the protocol's response parameters set as aiohttp sets them, the head and body
-  written to the transport, ``protocol.read()`` for the parsed head and body, the same reads,
-  the connection released (aiohttp's own ``release`` closes one whose body was not read whole).
+- ``aiohttp``: ``session.request("POST", ...)`` with the arguments crossfeed passed it (bytes
+  body, a headers dict, ``allow_redirects=False``, a ``ClientTimeout`` with the connect bound
+  only).
+- ``lean``: ``upstream_call.post`` with the same body, headers and timeout.
 
-It is a measurement, not a client: ``lean`` has none of the checks a real one needs (header
-values, 1xx answers, parser errors turned into client errors). Callgrind counts every user-space
-instruction of the calling process between two client requests (the marker of
-bench/account.py), so the figure is load-independent; the time column is CPU time
-(``time.process_time``) over the same calls and moves with the machine's load.
+Both on a session made by ``proxy/upstream.py``'s ``new_session``, each response read with
+``readany`` until EOF and released. Callgrind counts every user-space instruction of the calling
+process between two client requests (the marker of bench/account.py), so the figure is
+load-independent; the time column is CPU time (``time.process_time``) over the same calls and
+moves with the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import json
 import os
@@ -73,47 +68,33 @@ def body(n: int) -> bytes:
 async def run_mode(mode: str, port: int, n: int, warmup: int, requests: int, marker: Any) -> dict[str, Any]:
     """``warmup`` + ``requests`` calls in this process; the figures of the last ``requests``."""
     import aiohttp
-    from aiohttp.client_reqrep import ClientRequest
-    from yarl import URL
 
-    url = URL(f"http://127.0.0.1:{port}/v1/chat/completions")
+    from crossfeed.proxy.runtime import upstream_call
+    from crossfeed.proxy.upstream import new_session
+
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
     data = body(n)
     timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10)
-    connector = aiohttp.TCPConnector(limit=0)
-    session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
-    loop = asyncio.get_running_loop()
-    template = ClientRequest("POST", url, loop=loop, ssl=True)
-    head = b"".join(
-        [
-            f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {url.raw_authority}\r\n".encode(),
-            *(f"{k}: {v}\r\n".encode() for k, v in HEADERS.items()),
-            b"Accept-Encoding: gzip, deflate\r\n",
-            f"Content-Length: {len(data)}\r\n\r\n".encode(),
-        ]
-    )
+    session = new_session()  # crossfeed's own, for both modes
+    if not upstream_call.usable(session):
+        raise RuntimeError(f"upstream_call is not usable with aiohttp {aiohttp.__version__}")
 
-    async def via_aiohttp() -> int:
-        resp = await session.request("POST", url, data=data, headers=HEADERS, allow_redirects=False, timeout=timeout)
+    async def read(resp: aiohttp.ClientResponse) -> int:
+        if resp.status != 200:
+            raise RuntimeError(f"the upstream answered {resp.status}")
         size = 0
         while chunk := await resp.content.readany():
             size += len(chunk)
         resp.release()
         return size
 
+    async def via_aiohttp() -> int:
+        return await read(
+            await session.request("POST", url, data=data, headers=HEADERS, allow_redirects=False, timeout=timeout)
+        )
+
     async def lean() -> int:
-        conn = await connector.connect(template, traces=[], timeout=timeout)
-        proto = conn.protocol
-        assert proto is not None and conn.transport is not None
-        proto.set_response_params(read_until_eof=True, auto_decompress=True)
-        conn.transport.writelines((head, data))
-        message, payload = await proto.read()
-        if message.code != 200:
-            raise RuntimeError(f"the upstream answered {message.code}")
-        size = 0
-        while chunk := await payload.readany():
-            size += len(chunk)
-        conn.release()
-        return size
+        return await read(await upstream_call.post(session, url, data, HEADERS, timeout))
 
     call = via_aiohttp if mode == "aiohttp" else lean
     sizes = {await call() for _ in range(warmup)}

@@ -3,9 +3,9 @@ machinery of ``ClientSession.request`` around them.
 
 ``ClientSession.request`` is made for any request: it merges and checks the URL, the session's
 headers and cookies, builds a ``ClientRequest`` (its auto headers, body payload, writer) and then
-a ``ClientResponse``. For one JSON POST to a configured backend that costs about 220,000
-instructions and half the call's CPU time (bench/client_cost.py): a seventh of a short turn's
-instructions. Here the call
+a ``ClientResponse``. For one JSON POST to a configured backend that costs about 175,000
+instructions and 27-29 % of the call's CPU time more than this module's call
+(bench/client_cost.py): an eighth of a short turn's instructions. Here the call
 keeps everything of aiohttp that matters on the wire:
 
 - the connection: ``connector.connect`` (its pool and keep-alive, DNS, TLS, the connect timeout)
