@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from crossfeed.translators.forward.args_frames import ArgsFrame, args_frame, args_text
+from crossfeed.translators.forward.assembler import Item
 from crossfeed.translators.forward.chunk_frames import (
     LEARN_TRIES,
     NO_FRAME,
@@ -36,9 +38,17 @@ _PRIMING = 3  # frames feed_run reads one by one, at most, before the text templ
 
 
 class FrameRuns(ContentWriter):
-    """Methods only: the template is the machine's ``_text_frame`` (set in its ``__init__``)."""
+    """Methods, and the argument template's state (set in the machine's ``__init__``): slots,
+    as the numbering core's attributes are, so the instance dict keeps its 29 names
+    (tests/translators/forward/test_machine_layers.py); the text template is the dict's
+    ``_text_frame``."""
+
+    __slots__ = ("_args_frame", "_args_left", "_args_served")
 
     _text_frame: TextFrame | None
+    _args_frame: ArgsFrame | None  # a call's argument fragment (args_frames.py), with:
+    _args_left: int  # templates it may still learn in a row
+    _args_served: int  # fragments the current one has read
     feed_frame: Callable[[bytes], list[Out] | None]  # the chunk reader's method (machine.py)
 
     def feed_run(self, read: bytes) -> RunTaken | None:
@@ -94,3 +104,35 @@ class FrameRuns(ContentWriter):
                 old = known or NO_FRAME
                 new = (*old[:5], left - 1, *old[6:8], seq)
             self._text_frame = new
+
+    def _args_fragment(self, data: bytes) -> tuple[Item, str] | None:
+        """For a frame of the stream's argument template (``_args_frame``, set): the call it
+        continues and the fragment's text, what ``_tool_fragment`` would append after a decode;
+        None when the frame is not one (then it is decoded). A frame whose call id is not its
+        index's call's any more (the index reused for a new call) is decoded too."""
+        head, start, tail, end, key, call_id = self._args_frame  # type: ignore[misc]  # (set: the caller checks)
+        if data[:start] != head or data[end:] != tail:
+            return None
+        raw = data[start:end]
+        text = args_text(raw) if raw else None
+        if text is None:
+            return None
+        call = self._calls.get(key)
+        if call is None or (call_id and call_id != call.call_id and call.args):
+            return None
+        self._args_served += 1
+        return call, text
+
+    def _learn_args(self, data: bytes, choice: Choice) -> None:
+        """Keep ``data``'s bytes around its one tool call's argument fragment for the frames
+        that follow (``_args_fragment``), when its choice has no logprobs: ``LEARN_TRIES`` in a
+        row at most, given back by a template that read ``SETTLED`` fragments. A frame whose
+        fragment cannot be found keeps the template there is, one try less."""
+        if choice.logprobs is not None or choice.delta is None:
+            return
+        calls = choice.delta.tool_calls
+        new = args_frame(data, calls[0]) if calls.__class__ is list and calls else None
+        self._args_left = (LEARN_TRIES if self._args_served >= SETTLED else self._args_left) - 1
+        self._args_served = 0
+        if new is not None:
+            self._args_frame = new

@@ -52,9 +52,10 @@ from typing import Any
 
 from crossfeed.translators import ids as idp
 from crossfeed.translators.errors import StreamStateError, UpstreamProtocolError
+from crossfeed.translators.forward.args_frames import ArgsFrame
 from crossfeed.translators.forward.assembler import CALL_TYPES, INCOMPLETE_REASONS, MESSAGE, REASONING, LegEnd, Phase
 from crossfeed.translators.forward.chat_fields import details_text, mistral_parts
-from crossfeed.translators.forward.chunk_frames import FRAME_ERRORS, TextFrame, as_dict, decode_chunk
+from crossfeed.translators.forward.chunk_frames import FRAME_ERRORS, LEARN_TRIES, TextFrame, as_dict, decode_chunk
 from crossfeed.translators.forward.content_split import ContentSplitter, Split, function_schemas
 from crossfeed.translators.forward.frame_runs import FrameRuns
 from crossfeed.translators.ids import IdFactory
@@ -131,6 +132,9 @@ class ChatToResponsesStream(FrameRuns):
             else None
         )
         self._text_frame: TextFrame | None = None  # feed_frame's template of a text frame
+        self._args_frame: ArgsFrame | None = None  # and of a call's argument fragment (args_frames.py)
+        self._args_left = LEARN_TRIES  # argument templates the stream may still learn in a row
+        self._args_served = 0  # fragments the current one has read
 
     # -- reading chunks ----------------------------------------------------------------------
 
@@ -198,6 +202,15 @@ class ChatToResponsesStream(FrameRuns):
                     out = self._out = []
                     self._reasoning(text) if reasoning else self._more_text(text, None)
                     return out
+        if self._args_frame is not None and self._live and self._think is None:
+            found = self._args_fragment(data)  # a call's next argument fragment: no decode either
+            if found is not None:
+                out = self._out = []
+                try:
+                    self._append_args(*found)
+                except _SHAPE_ERRORS as exc:
+                    return out + self._bad_shape(exc)
+                return out
         try:
             chunk = decode_chunk(data)
         except FRAME_ERRORS:
@@ -248,6 +261,8 @@ class ChatToResponsesStream(FrameRuns):
                 elif not text and not reasoning and tool_calls.__class__ is list:
                     for tc in tool_calls:
                         self._tool_fragment(tc)
+                    if self._args_left and len(tool_calls) == 1 and choice.finish_reason is None:
+                        self._learn_args(data, choice)
                 elif text or reasoning or tool_calls:
                     return self.feed(as_dict(chunk))
             reason = choice.finish_reason
