@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from crossfeed.translators.forward.args_frames import ArgsFrame, args_frame, args_text
-from crossfeed.translators.forward.assembler import Item
 from crossfeed.translators.forward.chunk_frames import (
     LEARN_TRIES,
     NO_FRAME,
@@ -105,11 +104,11 @@ class FrameRuns(ContentWriter):
                 new = (*old[:5], left - 1, *old[6:8], seq)
             self._text_frame = new
 
-    def _args_fragment(self, data: bytes) -> tuple[Item, str] | None:
-        """For a frame of the stream's argument template (``_args_frame``, set): the call it
-        continues and the fragment's text, what ``_tool_fragment`` would append after a decode;
-        None when the frame is not one (then it is decoded). A frame whose call id is not its
-        index's call's any more (the index reused for a new call) is decoded too."""
+    def _args_fragment(self, data: bytes) -> list[Out] | None:
+        """For a frame of the stream's argument template (``_args_frame``, set): the outputs of
+        the fragment appended to the call it continues, as ``_tool_fragment`` appends it after a
+        decode; None when the frame is not one (then it is decoded). A frame whose call id is
+        not its index's call's any more (the index reused for a new call) is decoded too."""
         head, start, tail, end, key, call_id = self._args_frame  # type: ignore[misc]  # (set: the caller checks)
         if data[:start] != head or data[end:] != tail:
             return None
@@ -121,7 +120,9 @@ class FrameRuns(ContentWriter):
         if call is None or (call_id and call_id != call.call_id and call.args):
             return None
         self._args_served += 1
-        return call, text
+        out = self._out = []
+        self._append_args(call, text)
+        return out
 
     def _learn_args(self, data: bytes, choice: Choice) -> None:
         """Keep ``data``'s bytes around its one tool call's argument fragment for the frames

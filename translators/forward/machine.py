@@ -205,12 +205,11 @@ class ChatToResponsesStream(FrameRuns):
         if self._args_frame is not None and self._live and self._think is None:
             found = self._args_fragment(data)  # a call's next argument fragment: no decode either
             if found is not None:
-                out = self._out = []
-                try:
-                    self._append_args(*found)
-                except _SHAPE_ERRORS as exc:
-                    return out + self._bad_shape(exc)
-                return out
+                return found
+        return self._decoded(data)
+
+    def _decoded(self, data: bytes) -> list[Out] | None:
+        """``feed_frame`` for a frame no template reads: decoded into typed structs."""
         try:
             chunk = decode_chunk(data)
         except FRAME_ERRORS:
