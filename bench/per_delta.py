@@ -4,6 +4,7 @@ side by side (issue 33: reverse per delta at most forward's), counted by callgri
     .venv/bin/python bench/per_delta.py                      # ~2 minutes on 2 cores
     .venv/bin/python bench/per_delta.py --tree /tmp/cf-base  # another build (an exported tree)
     .venv/bin/python bench/per_delta.py --layers machine --json out.json
+    .venv/bin/python bench/per_delta.py --variant tool       # a call's argument fragments instead of text
 
 The bench's fake upstream (bench/upstream.py) makes one 20-delta and one 120-delta text stream of
 each API, as bench/run.py's cells do (24 and 28 frames around the deltas). A child process under
@@ -45,7 +46,7 @@ DIRECTIONS = ("forward", "reverse")
 SHORT, LONG = 20, 120
 
 
-def child(direction: str, layer: str, loops: int) -> None:
+def child(direction: str, layer: str, loops: int, variant: str = "text") -> None:
     """Translate the short and the long stream ``loops`` times each (after three warm-up passes),
     each batch inside one ``functools.reduce`` call: what callgrind counts and dumps."""
     sys.path.insert(0, str(HERE))
@@ -59,7 +60,7 @@ def child(direction: str, layer: str, loops: int) -> None:
 
     api = "responses" if direction == "reverse" else "chat"
     for n in (SHORT, LONG):
-        model = upstream.model_name(n)
+        model = upstream.model_name(n, v=variant)
         plan = upstream.get_plan(api, model, model.split(":", 1)[1])
         frames = [f for f in plan.frames(1) if f is not None]
         datas = [data for f in frames for _, data in SSEDecoder().feed(f) if data != b"[DONE]"]
@@ -119,7 +120,7 @@ def count(args: argparse.Namespace, job: tuple[str, str], work: Path) -> tuple[i
     out.mkdir()
     cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce"]
     cmd += ["--dump-after=functools_reduce", f"--callgrind-out-file={out}/cg", args.python, __file__]
-    cmd += ["--child", direction, layer, str(args.loops)]
+    cmd += ["--child", direction, layer, str(args.loops), args.variant]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     dumps = [out / "cg.1", out / "cg.2"]
     if done.returncode != 0 or not all(d.exists() for d in dumps):
@@ -139,10 +140,13 @@ def summary(dump: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--child"]:
-        child(argv[1], argv[2], int(argv[3]))
+        child(argv[1], argv[2], int(argv[3]), *argv[4:5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default=",".join(LAYERS), help="comma-separated: " + ", ".join(LAYERS))
+    ap.add_argument(
+        "--variant", choices=["text", "tool", "reasoning"], default="text", help="the deltas' kind (bench/upstream.py)"
+    )
     ap.add_argument("--loops", type=int, default=30, help="streams counted, after three warm-up passes")
     ap.add_argument("--tree", type=Path, default=REPO, help="the source tree to count (default: this one)")
     ap.add_argument("--python", default=sys.executable)
@@ -160,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         counts = dict(zip(jobs, pool.map(lambda job: count(args, job, Path(tmp)), jobs), strict=True))
     per = {job: (long - short) / ((LONG - SHORT) * args.loops) for job, (short, long) in counts.items()}
     print(f"# instructions per upstream text delta, in process (bench/per_delta.py), tree {args.tree}")
-    print(f"# {args.loops} streams of {SHORT} and of {LONG} deltas each way, the difference over {LONG - SHORT}")
+    print(
+        f"# {args.loops} {args.variant} streams of {SHORT} and of {LONG} deltas each way, the difference over {LONG - SHORT}"
+    )
     print("| layer | forward | reverse | reverse / forward |")
     print("|---|--:|--:|--:|")
     for layer in layers:
