@@ -103,13 +103,15 @@ class Part:
 class Call:
     """A tool call sent so far: its chat ``index`` and what of its arguments went out."""
 
-    __slots__ = ("index", "custom", "pieces", "closed")
+    __slots__ = ("index", "custom", "pieces", "closed", "head", "tail")
 
     def __init__(self, index: int, custom: bool) -> None:
         self.index = index
         self.custom = custom
         self.pieces: list[str] = []  # raw arguments / input sent so far
         self.closed = False  # custom: closing quote sent
+        # wire mode: an arguments chunk's frame before and after the fragment's JSON string
+        self.head = self.tail = b""
 
 
 class Held:

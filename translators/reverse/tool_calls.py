@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from crossfeed.translators.errors import UpstreamProtocolError
 from crossfeed.translators.ids import CALL
 from crossfeed.translators.responses.fields import up_str
 from crossfeed.translators.reverse.stream_state import Call, Held, delta_text, escape_json, item_key
 from crossfeed.translators.reverse.text_parts import TextStream
 from crossfeed.translators.sse import Out
+
+_dumps = orjson.dumps
 
 
 class CallStream(TextStream):
@@ -41,13 +45,27 @@ class CallStream(TextStream):
         }
         return self._chunk({"tool_calls": [fragment]})
 
-    def _args(self, call: Call, text: str, close: bool = False) -> dict[str, Any]:
+    def _args(self, call: Call, text: str, close: bool = False) -> Out:
+        """The chunk of a fragment of ``call``'s arguments. In wire mode, a function call's is its
+        finished frame, the fragment's JSON string between the call's two pieces (made once a
+        call: ``_chunk`` of the same delta, rendered)."""
         call.pieces.append(text)
         if call.custom:
             text = escape_json(text)
             if close:
                 text += '"'
                 call.closed = True
+        elif self._wire:
+            if not call.head:
+                call.head = b'%s"choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"function":{"arguments":' % (
+                    self._identity(),
+                    call.index,
+                )
+                call.tail = b'}}]},"logprobs":null,"finish_reason":null}]%s}%s' % (
+                    self._usage_null(),
+                    self._framing.end,
+                )
+            return call.head + _dumps(text) + call.tail
         return self._chunk({"tool_calls": [{"index": call.index, "function": {"arguments": text}}]})
 
     def _close_custom_calls(self) -> list[Out]:

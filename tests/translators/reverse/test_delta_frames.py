@@ -17,6 +17,7 @@ from crossfeed.translators.pump import Pump
 from crossfeed.translators.reverse.delta_frames import TEXT_DELTA_PREFIX
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.stopping import StoppingChatStream
+from crossfeed.translators.reverse.stream_state import Call
 from crossfeed.translators.sse import render_chat
 from tests.support.validators import validate_chat_chunks
 
@@ -258,3 +259,26 @@ def test_the_common_call_and_reasoning_deltas_take_the_typed_path(
         m.feed_frame(orjson.dumps({"type": "response.function_call_arguments.delta", "output_index": 7, "delta": "a"}))
         is None
     )
+
+
+@pytest.mark.parametrize("usage", [True, False])
+def test_a_call_s_fragment_in_wire_mode_is_its_chunk_rendered(usage: bool) -> None:
+    """A function call's argument fragment is a finished frame in wire mode: the bytes of its
+    chunk as the dict path renders them, escapes, ``usage`` and all; and a role chunk still owed
+    in front of one is the call's (``content: null``), as in front of the call's dict."""
+    machines = [
+        ResponsesToChatStream(include_usage=usage, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=w)
+        for w in (True, False)
+    ]
+    for m in machines:
+        m.feed(CREATED)
+    calls = [Call(3, custom=False) for _ in machines]
+    text = 'x"\\\n\u00e9\U0001f600'
+    wired, plain = (m._args(c, text) for m, c in zip(machines, calls, strict=True))
+    assert type(wired) is bytes and type(plain) is dict
+    assert render_chat([wired]) == render_chat([plain])
+    for m in machines:
+        m._role = True
+    ahead = [m._with_role([frag]) for m, frag in zip(machines, (wired, plain), strict=True)]
+    assert render_chat(ahead[0]) == render_chat(ahead[1])
+    assert orjson.loads(render_chat(ahead[0]).split(b"\n\n")[0][6:])["choices"][0]["delta"]["content"] is None
