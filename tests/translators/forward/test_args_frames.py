@@ -98,15 +98,29 @@ def test_a_call_is_decoded_a_few_times_and_read_from_its_bytes(monkeypatch: pyte
 
 @pytest.mark.parametrize(
     "piece",
-    [b"\\\\", b"a\\nb", b"\\u00e9", b"\\/", b"tab\\t", b'x\\\\\\"y'],
-    ids=["backslash", "newline", "unicode-escape", "solidus", "tab", "backslash-quote"],
+    [b"\\\\", b"a\\nb", b"\\u00e9", b"\\/", b"tab\\t", b'x\\\\\\"y', b"\\ud83d\\ude00"],
+    ids=["backslash", "newline", "unicode-escape", "solidus", "tab", "backslash-quote", "surrogate-pair"],
 )
-def test_other_escapes_are_decoded_and_keep_the_template(piece: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_escaped_fragments_are_read_from_their_bytes(piece: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any escape JSON has, the way the backend wrote it (a solidus or é escaped where orjson
+    would not): the fragment's text is its JSON string's, without a decode of the frame."""
     frames = [opening(), call_frame(b"{"), call_frame(b"a"), call_frame(piece), call_frame(b"b"), call_frame(b"}")]
     assert_as_decoded(frames)
     seen = decodes(monkeypatch)
     fed(frames, wire=True)
-    assert len(seen) == 3  # the opening, the first fragment (learned), the escaped one
+    assert len(seen) == 2  # the opening and the first fragment (learned)
+
+
+def test_a_patch_s_fragments_with_newlines_are_read_from_their_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply_patch as Codex streams it, a custom tool whose input is one JSON string of lines."""
+    patch = r'{"input":"*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch\n"}'
+    pieces = [orjson.dumps(patch[i : i + 7])[1:-1] for i in range(0, len(patch), 7)]
+    frames = [opening(0, "c", "apply_patch")] + [call_frame(p) for p in pieces]
+    assert_as_decoded(frames)
+    seen = decodes(monkeypatch)
+    final = fed(frames, wire=True)[1]
+    assert len(seen) == 2
+    assert final["output"][0]["input"] == orjson.loads(patch)["input"]
 
 
 def test_a_reused_index_with_a_new_id_is_a_new_call() -> None:
@@ -166,10 +180,11 @@ def test_a_broken_fragment_with_the_template_around_it_is_decoded() -> None:
         assert fed(frames, wire=False) == decoded
 
 
-def test_args_text_reads_only_escaped_quotes() -> None:
+def test_args_text_is_the_json_string_s_text_or_none() -> None:
     assert args_text(b"plain") == "plain"
     assert args_text(b'{\\"q\\":\\"caf\xc3\xa9\\"}') == '{"q":"café"}'
-    for bad in (b'a"b', b"a\\\\b", b"a\\nb", b"\\u0041", b"a\x1fb", b"\xc3", b"ends\\"):
+    assert args_text(b"a\\\\b\\n\\u0041\\/") == "a\\b\nA/"
+    for bad in (b'a"b', b'a\\"b"', b"a\x1fb", b"\xc3", b"ends\\", b"\\ud800", b"\\x41", b"a\\nb\x01"):
         assert args_text(bad) is None
 
 
@@ -181,8 +196,8 @@ def test_args_frame_finds_the_fragment_or_declines() -> None:
     head, start, tail, end, index, call_id = frame
     assert head + b'{\\"q\\"' + tail == data and (index, call_id) == (0, None)
     assert data[start:end] == b'{\\"q\\"'
-    # a fragment JSON writes with another escape, an index that is not an integer, an extra field
-    assert args_frame(call_frame(b"a\\nb")[6:-2], {"index": 0, "function": {"arguments": "a\nb"}}) is None
+    # a fragment JSON writes otherwise (é escaped), an index that is not an integer, an extra field
+    assert args_frame(call_frame(b"caf\\u00e9")[6:-2], {"index": 0, "function": {"arguments": "café"}}) is None
     assert args_frame(data, {**tc, "index": "0"}) is None
     assert args_frame(data, {**tc, "extra": 1}) is None
     assert args_frame(data, {**tc, "function": {"arguments": "other"}}) is None
@@ -192,7 +207,23 @@ def test_args_frame_finds_the_fragment_or_declines() -> None:
     assert args_frame(twice, tc) is None
 
 
-_piece = st.sampled_from([b"a", b"Zz", b'{\\"', b'\\":', b'\\"}', b" ", b"\xc3\xa9", b"\\n", b"\\\\", b"\\u00e9", b"1"])
+_piece = st.sampled_from(
+    [
+        b"\\ud800",
+        b"\\ud83d\\ude00",
+        b"a",
+        b"Zz",
+        b'{\\"',
+        b'\\":',
+        b'\\"}',
+        b" ",
+        b"\xc3\xa9",
+        b"\\n",
+        b"\\\\",
+        b"\\u00e9",
+        b"1",
+    ]
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
