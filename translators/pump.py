@@ -22,7 +22,10 @@ most frequent frame up to the JSON's ``{`` (``data: {``; ``event: response.outpu
 ``data: {``), never an ``error`` event's. A read that is one whole frame of that head, as the
 decoder's own fast path would prove it, goes to ``feed_frame`` without the decoder, its list and
 its tuple: a paced stream's every read. So does each frame of a read of several such frames too
-short for a run (``_hots``: a stream that arrives a few tokens at a time).
+short for a run (``_hots``: a stream that arrives a few tokens at a time). ``warm_heads``: the
+heads of the machine's other per-token frames (reverse: a call's argument and a reasoning
+delta), each of one event line and one data line; a read of one whole such frame goes to
+``feed_frame`` the same way (checked after the hot head, so a text read pays nothing for them).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class Pump:
         "_hot",
         "_hot_len",
         "_hot_frame",
+        "_warm",
         "_sep",
         "_sep_open",
         "_sep_lfs",
@@ -97,6 +101,7 @@ class Pump:
         self._hot: bytes | None = getattr(machine, "hot_head", None) if frame is not None else None
         self._hot_len = len(self._hot or b"")
         self._hot_frame: Callable[[bytes], list[Out] | None] = frame or _no_frame
+        self._warm: tuple[bytes, ...] = getattr(machine, "warm_heads", ()) if frame is not None else ()
         # Between two such frames in one read: LF LF and the next one's head up to its ``{``.
         self._sep = b"\n\n" + (self._hot or b"{")[:-1]
         self._sep_open = self._sep + b"{"
@@ -157,6 +162,19 @@ class Pump:
                 hots = self._hots(data)
                 if hots is not None:
                     return hots
+            elif (
+                self._warm
+                and chunk.startswith(self._warm)
+                and chunk[-2:] == b"\n\n"
+                and 13 not in chunk
+                and self._decoder.idle
+                and len(chunk) <= self._max
+            ):  # one frame of another per-token kind: as the hot one, its head is an event line
+                data = chunk[chunk.index(b"\ndata: ") + 7 : -2]
+                if 10 not in data:
+                    self.events_in += 1
+                    framed = self._hot_frame(data)
+                    return framed if framed is not None else machine.feed(_object(data))
             events = self._decoder.feed(chunk)
             if len(events) == 1:  # the common case: one frame per read
                 event, data = events[0]

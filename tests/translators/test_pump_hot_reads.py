@@ -108,6 +108,41 @@ _REVERSE: dict[str, list[bytes]] = {
 }
 
 
+def _args(text: str, n: int, kind: str = "response.function_call_arguments.delta") -> bytes:
+    return _event({"type": kind, "sequence_number": n, "item_id": "fc_1", "output_index": 1, "delta": text})
+
+
+_CALL_START = [
+    *_REVERSE_START,
+    _event(
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": ""},
+        }
+    ),
+]
+# Reads of one frame of another per-token kind (``warm_heads``), and near misses of them.
+_REVERSE_WARM: dict[str, list[bytes]] = {
+    "fragments": [_args('{"q":', 4), _args('"x"}', 5)],
+    "reasoning": [
+        _event({"type": "response.reasoning_summary_text.delta", "output_index": 0, "summary_index": 0, "delta": "hm"}),
+        _event({"type": "response.reasoning_text.delta", "output_index": 0, "content_index": 0, "delta": "m"}),
+    ],
+    "crlf": [_args("a", 4), _args("b", 5).replace(b"\n", b"\r\n")],
+    "another line first": [_args("a", 4), _args("b", 5).replace(b"\ndata: ", b"\nid: 5\ndata: ")],
+    "an LF in the data": [_args("a", 4), b'event: response.function_call_arguments.delta\ndata: {"a":\n1}\n\n'],
+    "not JSON": [_args("a", 4), b"event: response.function_call_arguments.delta\ndata: {nope}\n\n"],
+    "another type under the name": [
+        _args("a", 4),
+        _event({"type": "error", "code": "busy", "message": "overloaded"}, "response.function_call_arguments.delta"),
+    ],
+    "two in a read": [_args("a", 4) + _args("b", 5)],
+    "its blank line in the next read": [_args("a", 4)[:-1], b"\n", _args("b", 5)],
+    "a fragment of a call not yet added": [_args("a", 4).replace(b'"output_index":1', b'"output_index":7')],
+}
+
+
 def _forward(typed: bool, max_event_bytes: int) -> tuple[Any, Callable[[list[Any]], bytes], list[Any]]:
     m = ChatToResponsesStream({"model": "m", "stream": True}, ids=SequentialIds(), now=lambda: 1, wire=True)
     return Pump(m, max_event_bytes, typed_frames=typed), render_responses, m.start()
@@ -134,8 +169,11 @@ def _run(make: Any, reads: list[bytes], *, typed: bool, bytewise: bool, max_even
     [
         *((_forward, reads + _FORWARD_DONE) for reads in _FORWARD.values()),
         *((_reverse, _REVERSE_START + reads + _REVERSE_DONE) for reads in _REVERSE.values()),
+        *((_reverse, _CALL_START + reads + _REVERSE_DONE) for reads in _REVERSE_WARM.values()),
     ],
-    ids=[f"forward {k}" for k in _FORWARD] + [f"reverse {k}" for k in _REVERSE],
+    ids=[f"forward {k}" for k in _FORWARD]
+    + [f"reverse {k}" for k in _REVERSE]
+    + [f"reverse warm {k}" for k in _REVERSE_WARM],
 )
 def test_hot_reads_as_the_decoder_reads_them(make: Any, reads: list[bytes]) -> None:
     whole = _run(make, reads, typed=True, bytewise=False, max_event_bytes=1 << 20)
@@ -163,6 +201,8 @@ def test_hot_reads_take_the_hot_path() -> None:
         (_reverse, _REVERSE_START + _REVERSE["frames"], len(_REVERSE_START)),
         (_forward, [_text("Hel") + _text("lo") + _text("!")], 0),
         (_reverse, [*_REVERSE_START, _delta("Hel", 2) + _delta("lo", 3)], len(_REVERSE_START)),
+        (_reverse, _CALL_START + _REVERSE_WARM["fragments"], len(_CALL_START)),
+        (_reverse, _CALL_START + _REVERSE_WARM["reasoning"], len(_CALL_START)),
     ):
         pump, _, _ = make(True, 1 << 20)
         pump._decoder = decoder = _Counting()

@@ -152,6 +152,11 @@ class ResponsesToChatStream(TextRuns):
     # The SSE head of the most frequent frame, up to its JSON (Pump: a read of one such frame
     # goes straight to feed_frame).
     hot_head = b"event: response.output_text.delta\ndata: {"
+    # ... and of the other per-token frames (Pump: a read of one of them goes there too)
+    warm_heads = tuple(
+        b"event: " + t.encode() + b"\ndata: {"
+        for t in (*ARGS_DELTAS, "response.reasoning_summary_text.delta", "response.reasoning_text.delta")
+    )
 
     __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit")
 
