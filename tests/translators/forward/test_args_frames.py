@@ -5,8 +5,7 @@ frame gives (and plain JSON into ``feed``), and the template must really be used
 
 from __future__ import annotations
 
-import itertools
-from typing import Any
+from collections.abc import Sequence
 from unittest import mock
 
 import orjson
@@ -17,11 +16,9 @@ from hypothesis import strategies as st
 import crossfeed.translators.forward.machine as c2r
 from crossfeed.translators.forward.args_frames import args_frame, args_text
 from crossfeed.translators.forward.chunk_frames import LEARN_TRIES
-from crossfeed.translators.pump import Pump
-from crossfeed.translators.sse import render_responses
-from tests.support.chunk_paths import assert_same, machine
+from tests.support.chunk_paths import assert_as_decoded as as_decoded
+from tests.support.chunk_paths import fed
 from tests.support.read_runs import calls_to
-from tests.support.validators import validate_responses_events
 
 HEAD = b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
 
@@ -50,30 +47,9 @@ def opening(index: int = 0, call_id: str = "call_1", name: str = "lookup") -> by
     return call_frame(b"", index=index, call_id=call_id, name=name)
 
 
-def fed(reads: list[bytes], *, wire: bool) -> tuple[list[Any], Any, dict]:
-    m = machine(wire=wire)
-    pump = Pump(m)
-    out = m.start()
-    for read in reads:
-        out += pump.feed(read)
-    out += pump.feed(b"data: [DONE]\n\n") + pump.finish()
-    return out, m.final_response, m.diagnostics
-
-
-def assert_as_decoded(frames: list[bytes], cuts: list[int] = ()) -> None:  # type: ignore[assignment]
-    """With templates, the events of the decode of every frame (no template ever learned), in
-    dicts and in wire mode, frame by frame, in one read and cut at ``cuts``; and of plain JSON."""
-    with mock.patch.object(c2r, "LEARN_TRIES", 0):
-        decoded = fed(frames, wire=False)
-    body = b"".join(frames)
-    bounds = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
-    for reads in (frames, [body], [body[a:b] for a, b in itertools.pairwise(bounds)]):
-        assert fed(reads, wire=False) == decoded
-        wire = fed(reads, wire=True)
-        assert render_responses(wire[0]) == render_responses(decoded[0])
-        assert wire[1:] == decoded[1:]
-    assert_same(frames)
-    validate_responses_events(decoded[0])
+def assert_as_decoded(frames: list[bytes], cuts: Sequence[int] = ()) -> None:
+    """As the decode of every frame reads them, and as plain JSON into ``feed`` does."""
+    as_decoded(frames, cuts, plain=True)
 
 
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:

@@ -5,7 +5,6 @@ gives (``assert_same``, test_chunk_frames.py), and the template must really be u
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 from unittest import mock
 
@@ -21,9 +20,8 @@ from crossfeed.translators.forward.chunk_frames import LEARN_TRIES, text_frame, 
 from crossfeed.translators.plain_json import plain
 from crossfeed.translators.pump import Pump
 from crossfeed.translators.sse import render_responses
-from tests.support.chunk_paths import assert_same, machine
+from tests.support.chunk_paths import assert_as_decoded, assert_same, fed, machine
 from tests.support.read_runs import calls_to, every_read_is_offered
-from tests.support.validators import validate_responses_events
 
 pytestmark = pytest.mark.usefixtures(every_read_is_offered.__name__)
 
@@ -149,37 +147,10 @@ _piece = st.one_of(
 )
 
 
-def fed(reads: list[bytes], *, wire: bool) -> tuple[list[Any], Any, dict]:
-    m = machine(wire=wire)
-    pump = Pump(m)
-    out = m.start()
-    for read in reads:
-        out += pump.feed(read)
-    out += pump.feed(b"data: [DONE]\n\n") + pump.finish()
-    return out, m.final_response, m.diagnostics
-
-
 def rendered(fed: tuple[list[Any], Any, dict]) -> tuple[bytes, Any, dict]:
     """``fed``'s outputs as the client gets them: a run's SSE frames are one output (and
     ``Pump.packed`` counts the others), a frame by frame read's one each."""
     return render_responses(fed[0]), fed[1], fed[2]
-
-
-def assert_as_decoded(frames: list[bytes], cuts: list[int] = ()) -> None:  # type: ignore[assignment]
-    """The events with templates are those of the typed decode of every frame (a frame the
-    decode and plain JSON judge differently, invalid UTF-8 in a field nobody reads, is
-    test_chunk_frames.py's matter), in dicts and in wire mode: frame by frame, the whole stream
-    in one read (feed_run's runs) and the stream cut at ``cuts``."""
-    with mock.patch.object(runs_mod, "LEARN_TRIES", 0):
-        decoded = fed(frames, wire=False)
-    body = b"".join(frames)
-    bounds = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
-    for reads in (frames, [body], [body[a:b] for a, b in itertools.pairwise(bounds)]):
-        assert fed(reads, wire=False) == decoded
-        wire = fed(reads, wire=True)
-        assert render_responses(wire[0]) == render_responses(decoded[0])
-        assert wire[1:] == decoded[1:]
-    validate_responses_events(decoded[0])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
