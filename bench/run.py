@@ -63,7 +63,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import loadgen  # noqa: E402 - bench/ is this script's own folder, on the path just above
+import idle  # noqa: E402 - bench/ is this script's own folder, on the path just above
+import loadgen  # noqa: E402
 import pyspy  # noqa: E402
 import upstream as upstream_mod  # noqa: E402
 
@@ -1265,6 +1266,7 @@ def machine_info() -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "aiohttp": aiohttp_v,
+        **idle.idle_state(),
     }
 
 
@@ -1327,7 +1329,7 @@ async def run(args: argparse.Namespace) -> int:
         f"{proxy_cpu}; load average {loadavg()}; logs {logdir}",
         flush=True,
     )
-    print(f"# this tree: {REPO} ({git_describe(REPO)})", flush=True)
+    print(f"# this tree: {REPO} ({git_describe(REPO)}); {idle.describe(idle.idle_state())}", flush=True)
     if args.baseline_tree:
         try:
             where = check_base_tree(args.python, args.baseline_tree)
@@ -1611,6 +1613,15 @@ def main(argv: list[str] | None = None) -> int:
         help="pin the upstream here (with --targets direct and the proxy's CPU: the upstream's capacity alone)",
     )
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    ap.add_argument(
+        "--idle-poll-ns",
+        type=int,
+        default=None,
+        metavar="NS",
+        help="idle CPUs poll NS nanoseconds before they halt, for the run (the haltpoll cpuidle "
+        "driver's guest_halt_poll_ns; Linux's default 200000; needs root; the old value is put back): "
+        "a halted generator CPU charges each wake-up's interrupt to the target (bench/idle.py)",
+    )
     ap.add_argument("--start-timeout", type=float, default=30.0)
     ap.add_argument("--max-seconds", type=float, default=1200.0, help="abort the run after this long")
     ap.add_argument("--json", default=None, help="write every run and the aggregated rows to this file")
@@ -1634,11 +1645,16 @@ def main(argv: list[str] | None = None) -> int:
     workers_cell.add_arguments(ap, prefix="workers-")
     args = ap.parse_args(argv)
     try:
-        import uvloop
-    except ImportError:
-        rc = asyncio.run(run(args))
-    else:
-        rc = uvloop.run(run(args))
+        with idle.polling(args.idle_poll_ns):
+            try:
+                import uvloop
+            except ImportError:
+                rc = asyncio.run(run(args))
+            else:
+                rc = uvloop.run(run(args))
+    except idle.IdleError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     if args.workers_cell:
         cell = argparse.Namespace(
             concurrency=args.workers_concurrency,

@@ -47,6 +47,8 @@ def test_bench_quick_run_completes_without_errors(tmp_path: Path) -> None:
     assert "SUMMARY reverse vs pass-through" in proc.stdout, report
 
     doc = json.loads(out.read_text())
+    assert {"cpuidle_driver", "halt_poll_ns"} <= set(doc["machine"]), doc["machine"]  # how idle CPUs wait
+    assert "idle CPUs: cpuidle driver" in proc.stdout, report
     rows = doc["rows"]
     seen = {(r["direction"], r["target"]) for r in rows}
     assert seen == {(d, t) for d in ("forward", "reverse") for t in ("passthrough", "crossfeed")}, seen
