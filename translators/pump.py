@@ -25,7 +25,8 @@ its tuple: a paced stream's every read. So does each frame of a read of several 
 short for a run (``_hots``: a stream that arrives a few tokens at a time). ``warm_heads``: the
 heads of the machine's other per-token frames (reverse: a call's argument and a reasoning
 delta), each of one event line and one data line; a read of one whole such frame goes to
-``feed_frame`` the same way (checked after the hot head, so a text read pays nothing for them).
+``feed_frame`` the same way (checked after the hot head, so a text read pays nothing for them),
+and its head becomes the hot one until a read of another warm head's frame (``_swap``).
 """
 
 from __future__ import annotations
@@ -98,14 +99,27 @@ class Pump:
         # a read of one such frame goes to feed_frame without the decoder (feed).
         # (None: no read is hot; a slice never equals it.)
         frame = self._frame
-        self._hot: bytes | None = getattr(machine, "hot_head", None) if frame is not None else None
-        self._hot_len = len(self._hot or b"")
         self._hot_frame: Callable[[bytes], list[Out] | None] = frame or _no_frame
         self._warm: tuple[bytes, ...] = getattr(machine, "warm_heads", ()) if frame is not None else ()
+        self._heat(getattr(machine, "hot_head", None) if frame is not None else None)
+
+    def _heat(self, head: bytes | None) -> None:
+        """``head`` is the hot one from now on (None: no read is hot; a slice never equals it)."""
+        self._hot = head
+        self._hot_len = len(head or b"")
         # Between two such frames in one read: LF LF and the next one's head up to its ``{``.
-        self._sep = b"\n\n" + (self._hot or b"{")[:-1]
+        self._sep = b"\n\n" + (head or b"{")[:-1]
         self._sep_open = self._sep + b"{"
         self._sep_lfs = self._sep.count(b"\n")
+
+    def _swap(self, head: bytes) -> None:
+        """A read of a warm head's frame: that head becomes the hot one and the hot one warm. A
+        stream of a call's arguments or of reasoning then pays no failed compare with the text
+        head per read, and its reads of several frames go the hot way too (``_hots``). A stream
+        that turns back to text swaps again, once per turn."""
+        hot = self._hot
+        self._warm = tuple(h for h in self._warm if h != head) + ((hot,) if hot is not None else ())
+        self._heat(head)
 
     @property
     def packed(self) -> int:
@@ -170,8 +184,10 @@ class Pump:
                 and self._decoder.idle
                 and len(chunk) <= self._max
             ):  # one frame of another per-token kind: as the hot one, its head is an event line
-                data = chunk[chunk.index(b"\ndata: ") + 7 : -2]
+                at = chunk.index(b"\ndata: ") + 8
+                data = chunk[at - 1 : -2]
                 if 10 not in data:
+                    self._swap(chunk[:at])
                     self.events_in += 1
                     framed = self._hot_frame(data)
                     return framed if framed is not None else machine.feed(_object(data))

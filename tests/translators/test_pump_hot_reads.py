@@ -140,6 +140,19 @@ _REVERSE_WARM: dict[str, list[bytes]] = {
     "two in a read": [_args("a", 4) + _args("b", 5)],
     "its blank line in the next read": [_args("a", 4)[:-1], b"\n", _args("b", 5)],
     "a fragment of a call not yet added": [_args("a", 4).replace(b'"output_index":1', b'"output_index":7')],
+    # A warm head read becomes the hot one (Pump._swap): the reads after it as the decoder reads them.
+    "two in a read after one": [_args('{"q":', 4), _args('"x"', 5) + _args("}", 6)],
+    "text, fragments, text again": [_delta("Hel", 2), _args("a", 4), _args("b", 5), _delta("lo", 6), _delta("!", 7)],
+    "text in a read after fragments": [_args("a", 4), _delta("Hel", 5) + _delta("lo", 6)],
+    "reasoning, then fragments": [
+        _event({"type": "response.reasoning_text.delta", "output_index": 0, "content_index": 0, "delta": "m"}),
+        _args("a", 4),
+        _args("b", 5) + _args("c", 6),
+    ],
+    "an LF in the data after a swap": [
+        _args("a", 4),
+        _args("b", 5) + b'event: response.function_call_arguments.delta\ndata: {"a":\n1}\n\n',
+    ],
 }
 
 
@@ -203,6 +216,10 @@ def test_hot_reads_take_the_hot_path() -> None:
         (_reverse, [*_REVERSE_START, _delta("Hel", 2) + _delta("lo", 3)], len(_REVERSE_START)),
         (_reverse, _CALL_START + _REVERSE_WARM["fragments"], len(_CALL_START)),
         (_reverse, _CALL_START + _REVERSE_WARM["reasoning"], len(_CALL_START)),
+        # once a warm head's frame was read, reads of several such frames, and text again
+        (_reverse, _CALL_START + _REVERSE_WARM["two in a read after one"], len(_CALL_START)),
+        (_reverse, _CALL_START + _REVERSE_WARM["text, fragments, text again"], len(_CALL_START)),
+        (_reverse, _CALL_START + _REVERSE_WARM["reasoning, then fragments"], len(_CALL_START)),
     ):
         pump, _, _ = make(True, 1 << 20)
         pump._decoder = decoder = _Counting()
