@@ -202,6 +202,7 @@ class ResponsesToChatStream(TextRuns):
         self._last_seg = None
         self._content_len = 0
         self._streamed = False
+        self._rrun = None
         # CallStream's (tool_calls.py)
         self._calls = {}
         self._held = {}
@@ -315,9 +316,23 @@ class ResponsesToChatStream(TextRuns):
         else:
             if not d:
                 return []
+            run = self._rrun
+            if (
+                run is not None
+                and run[0] == t
+                and run[1] == oi
+                and run[2] == ev.content_index
+                and run[3] == ev.summary_index
+            ):  # the part the last reasoning delta continued: its frame as _reasoning makes it
+                run[4].pieces.append(d)
+                return [run[5] + _dumps(d) + self._after]
             self._streamed = True
             kind = DELTA_KINDS[t]
-            out = [self._reasoning((kind, oi, ev.summary_index if kind == SUMMARY_TEXT else ev.content_index), d)]
+            key = (kind, oi, ev.summary_index if kind == SUMMARY_TEXT else ev.content_index)
+            out = [self._reasoning(key, d)]
+            head = self._heads.get(self._rfield) if self._wire else None
+            if head is not None:  # kept for the deltas that follow (neither changes once made)
+                self._rrun = (t, oi, ev.content_index, ev.summary_index, self._parts[key], head)
         return self._with_role(out) if self._role else out
 
     def _new_run(self, oi: int, ci: int) -> TextRun | None:

@@ -35,7 +35,7 @@ _dumps = orjson.dumps
 
 
 class TextStream(ChunkWriter):
-    __slots__ = ("_parts", "_anns", "_last_msg", "_last_seg", "_content_len", "_streamed")
+    __slots__ = ("_parts", "_anns", "_last_msg", "_last_seg", "_content_len", "_streamed", "_rrun")
 
     _parts: dict[PartKey, Part]  # every text part sent, in order of appearance
     _anns: dict[PartKey, dict[int, Any]]  # output_text part -> annotation_index -> raw annotation
@@ -43,6 +43,10 @@ class TextStream(ChunkWriter):
     _last_seg: Any  # the reasoning segment that sent reasoning last
     _content_len: int  # characters of content sent (annotation offsets)
     _streamed: bool  # any item-scoped event seen
+    # The reasoning part the last reasoning delta continued, as the typed path keeps it
+    # (machine.py, _other_delta_frame): (type, output_index, content_index, summary_index, the
+    # part, the reasoning frame's head); None once another reasoning text was sent (_reasoning).
+    _rrun: tuple[str, int, int, int, Part, bytes] | None
 
     def _content(self, oi: Any, ci: Any, text: str, lps: Any = None) -> Out:
         key: PartKey = (OUTPUT_TEXT, oi, ci)
@@ -76,6 +80,7 @@ class TextStream(ChunkWriter):
     def _reasoning(self, key: PartKey, text: str) -> Out:
         """Reasoning text for part ``key``: a summary part is its own segment, the reasoning_text
         parts of one item form one segment."""
+        self._rrun = None  # (the segment may change here: the typed path's part is then unsure)
         part = self._parts.get(key)
         if part is None:
             part = self._parts[key] = Part(0)
@@ -90,7 +95,7 @@ class TextStream(ChunkWriter):
             head = self._heads.get(self._rfield)
             if head is None:
                 return self._frame(self._rfield, text)
-            return b"%s%s%s" % (head, _dumps(text), self._after)
+            return head + _dumps(text) + self._after
         return self._chunk({self._rfield: text})
 
     def _tail(self, holder: Part | Call | None, final: str | None) -> str:

@@ -282,3 +282,89 @@ def test_a_call_s_fragment_in_wire_mode_is_its_chunk_rendered(usage: bool) -> No
     ahead = [m._with_role([frag]) for m, frag in zip(machines, (wired, plain), strict=True)]
     assert render_chat(ahead[0]) == render_chat(ahead[1])
     assert orjson.loads(render_chat(ahead[0]).split(b"\n\n")[0][6:])["choices"][0]["delta"]["content"] is None
+
+
+def _summary(oi: int, si: int, text: str) -> dict[str, Any]:
+    return {"type": "response.reasoning_summary_text.delta", "output_index": oi, "summary_index": si, "delta": text}
+
+
+def _thought(oi: int, ci: int, text: str) -> dict[str, Any]:
+    return {"type": "response.reasoning_text.delta", "output_index": oi, "content_index": ci, "delta": text}
+
+
+REASONING_ADDED_3 = {
+    "type": "response.output_item.added",
+    "output_index": 3,
+    "item": {"type": "reasoning", "id": "rs_2"},
+}
+_BY_ITEM_ID = {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "summary_index": 1, "delta": "q"}
+
+
+@pytest.mark.parametrize(
+    ("deltas", "reasoning"),
+    [
+        (
+            [_summary(0, 0, "a"), _summary(0, 0, "b"), _summary(0, 1, "c"), _summary(0, 1, "d"), _summary(0, 0, "e")],
+            "ab\n\ncd\n\ne",
+        ),
+        ([_thought(0, 0, "a"), _thought(0, 0, "b"), _thought(0, 1, "c"), _thought(0, 0, "d")], "abcd"),
+        # each part's final text against what it streamed: a piece kept in the wrong part is sent again
+        (
+            [
+                _thought(0, 0, "a"),
+                _thought(0, 0, "b"),
+                _thought(0, 1, "c"),
+                {"type": "response.reasoning_text.done", "output_index": 0, "content_index": 0, "text": "ab"},
+                {"type": "response.reasoning_text.done", "output_index": 0, "content_index": 1, "text": "c"},
+            ],
+            "abc",
+        ),
+        (
+            [_thought(0, 0, "a"), _thought(3, 0, "b"), _thought(3, 0, "c"), _thought(0, 0, "d"), _thought(0, 0, "e")],
+            "a\n\nbc\n\nde",
+        ),
+        ([_thought(0, 0, "a"), _summary(0, 0, "b"), _thought(0, 0, "c"), _summary(0, 0, "d")], "a\n\nb\n\nc\n\nd"),
+        (
+            [{**_thought(0, 0, "a"), "type": "response.reasoning.delta"}, _thought(0, 0, "b"), _thought(0, 0, "c")],
+            "abc",
+        ),
+        # a delta the general way (by its item id) between two of one part: the next one is a new segment
+        (
+            [_summary(0, 0, "a"), _summary(0, 0, "b"), _BY_ITEM_ID, _summary(0, 0, "c"), _summary(0, 0, "d")],
+            "ab\n\nq\n\ncd",
+        ),
+        (
+            [
+                _thought(0, 0, "a"),
+                {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": "{}"},
+                {"type": "response.output_text.delta", "output_index": 4, "content_index": 0, "delta": "hi"},
+                _thought(0, 0, "b"),
+                _thought(0, 0, ""),
+                _thought(0, 0, "c"),
+            ],
+            "abc",
+        ),
+    ],
+    ids=[
+        "summary parts",
+        "reasoning parts",
+        "final texts",
+        "two items",
+        "text and summary",
+        "open-responses name",
+        "by item id",
+        "between",
+    ],
+)
+def test_reasoning_deltas_continuing_a_part_same_both_ways(deltas: list[dict[str, Any]], reasoning: str) -> None:
+    """A reasoning delta that continues the part the last one wrote is written from that part's
+    frame (``_rrun``); any other part, or a reasoning text sent the general way, starts a segment
+    (its separator) exactly as the general path does."""
+    message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
+    opened = [frame(CREATED), frame(REASONING_ADDED), frame(CALL_ADDED), frame(REASONING_ADDED_3), frame(message)]
+    frames = [*opened, *(frame(d) for d in deltas), frame(COMPLETED)]
+    assert_same(frames)
+    body = run(frames, typed=True, wire=True)[0]
+    chunks = [orjson.loads(line[6:]) for line in body.split(b"\n\n") if line.startswith(b"data: {")]
+    said = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"])
+    assert said == reasoning
