@@ -316,23 +316,17 @@ class ResponsesToChatStream(TextRuns):
         else:
             if not d:
                 return []
-            run = self._rrun
-            if (
-                run is not None
-                and run[0] == t
-                and run[1] == oi
-                and run[2] == ev.content_index
-                and run[3] == ev.summary_index
-            ):  # the part the last reasoning delta continued: its frame as _reasoning makes it
+            run, ci, si = self._rrun, ev.content_index, ev.summary_index  # run: the last reasoning delta's
+            if run is not None and run[0] == t and run[1] == oi and run[2] == ci and run[3] == si:  # its part
                 run[4].pieces.append(d)
                 return [run[5] + _dumps(d) + self._after]
             self._streamed = True
             kind = DELTA_KINDS[t]
-            key = (kind, oi, ev.summary_index if kind == SUMMARY_TEXT else ev.content_index)
+            key = (kind, oi, si if kind == SUMMARY_TEXT else ci)
             out = [self._reasoning(key, d)]
             head = self._heads.get(self._rfield) if self._wire else None
             if head is not None:  # kept for the deltas that follow (neither changes once made)
-                self._rrun = (t, oi, ev.content_index, ev.summary_index, self._parts[key], head)
+                self._rrun = (t, oi, ci, si, self._parts[key], head)
         return self._with_role(out) if self._role else out
 
     def _new_run(self, oi: int, ci: int) -> TextRun | None:
