@@ -18,7 +18,8 @@ from crossfeed.translators.sse import Framing, Out
 _dumps = orjson.dumps
 _ROLE_TEXT = b'{"role":"assistant","content":""}'
 _ROLE_NULL = b'{"role":"assistant","content":null}'
-_CALL_DELTA = b'"choices":[{"index":0,"delta":{"tool_calls"'  # a call's chunk after the identity
+# A call's arguments chunk after the identity (tool_calls.py writes its frames from it)
+CALL_DELTA = b'"choices":[{"index":0,"delta":{"tool_calls"'
 
 
 class ChunkWriter:
@@ -131,7 +132,7 @@ class ChunkWriter:
         first = out[0]
         if type(first) is bytes:  # wire mode: a content, a reasoning or a call's arguments frame
             head = self._heads.get(self._rfield)
-            text = (head is None or not first.startswith(head)) and not first.startswith(self._identity() + _CALL_DELTA)
+            text = (head is None or not first.startswith(head)) and not first.startswith(self._identity() + CALL_DELTA)
         else:
             choices = cast(dict[str, Any], first).get("choices")
             delta = choices[0]["delta"] if choices else {}

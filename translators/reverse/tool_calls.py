@@ -14,6 +14,7 @@ import orjson
 from crossfeed.translators.errors import UpstreamProtocolError
 from crossfeed.translators.ids import CALL
 from crossfeed.translators.responses.fields import up_str
+from crossfeed.translators.reverse.chunks import CALL_DELTA
 from crossfeed.translators.reverse.stream_state import Call, Held, delta_text, escape_json, item_key
 from crossfeed.translators.reverse.text_parts import TextStream
 from crossfeed.translators.sse import Out
@@ -57,10 +58,7 @@ class CallStream(TextStream):
                 call.closed = True
         elif self._wire:
             if not call.head:
-                call.head = b'%s"choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"function":{"arguments":' % (
-                    self._identity(),
-                    call.index,
-                )
+                call.head = b'%s%s:[{"index":%d,"function":{"arguments":' % (self._identity(), CALL_DELTA, call.index)
                 call.tail = b'}}]},"logprobs":null,"finish_reason":null}]%s}%s' % (
                     self._usage_null(),
                     self._framing.end,
