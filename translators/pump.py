@@ -26,7 +26,9 @@ short for a run (``_hots``: a stream that arrives a few tokens at a time). ``war
 heads of the machine's other per-token frames (reverse: a call's argument and a reasoning
 delta), each of one event line and one data line; a read of one whole such frame goes to
 ``feed_frame`` the same way (checked after the hot head, so a text read pays nothing for them),
-and its head becomes the hot one until a read of another warm head's frame (``_swap``).
+and its head becomes the hot one until a read of another warm head's frame (``_swap``). A
+machine's ``head_frame(head)`` names the ``feed_frame`` for the reads of that head's frames while
+it is hot (reverse: a reasoning delta's reads skip ``feed_frame``'s dispatch).
 """
 
 from __future__ import annotations
@@ -120,6 +122,9 @@ class Pump:
         hot = self._hot
         self._warm = tuple(h for h in self._warm if h != head) + ((hot,) if hot is not None else ())
         self._heat(head)
+        pick = getattr(self.machine, "head_frame", None)  # the machine's feed_frame for this head's reads
+        if pick is not None:
+            self._hot_frame = pick(head)
 
     @property
     def packed(self) -> int:

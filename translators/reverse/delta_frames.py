@@ -44,15 +44,12 @@ decode_text_delta = msgspec.json.Decoder(TextDelta).decode
 # index; a refusal delta, one with an ``item_id`` instead of an ``output_index``, a ``null``
 # index, go the general way as above.
 ARGS_DELTAS = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
-OTHER_DELTA_PREFIXES = tuple(
-    b'{"type":"' + t.encode() + b'"'
-    for t in (
-        *ARGS_DELTAS,
-        "response.reasoning_summary_text.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning.delta",
-    )
+REASONING_DELTAS = (
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+    "response.reasoning.delta",
 )
+OTHER_DELTA_PREFIXES = tuple(b'{"type":"' + t.encode() + b'"' for t in (*ARGS_DELTAS, *REASONING_DELTAS))
 
 
 class OtherDelta(msgspec.Struct, gc=False):

@@ -90,10 +90,12 @@ from crossfeed.translators.reverse.delta_frames import (
     ARGS_DELTAS,
     FRAME_ERRORS,
     OTHER_DELTA_PREFIXES,
+    REASONING_DELTAS,
     TEXT_DELTA_PREFIX,
     decode_other_delta,
     decode_text_delta,
 )
+from crossfeed.translators.reverse.delta_reads import DeltaReads
 from crossfeed.translators.reverse.event_frames import (
     CONFIRMED,
     EVENT_PREFIXES,
@@ -107,7 +109,6 @@ from crossfeed.translators.reverse.event_frames import (
 )
 from crossfeed.translators.reverse.stream_state import (
     CALL_TYPES,
-    DELTA_KINDS,
     OUTPUT_TEXT,
     REASONING_TEXT,
     SUMMARY_TEXT,
@@ -115,7 +116,7 @@ from crossfeed.translators.reverse.stream_state import (
     event_item,
     part_text,
 )
-from crossfeed.translators.reverse.text_runs import TextRun, TextRuns
+from crossfeed.translators.reverse.text_runs import TextRun
 from crossfeed.translators.sse import SSE_FRAMING, Framing, Out, framing_of
 
 _dumps = orjson.dumps
@@ -146,17 +147,14 @@ _HOSTED_PREFIXES = (
 _MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError, OverflowError)
 
 
-class ResponsesToChatStream(TextRuns):
+class ResponsesToChatStream(DeltaReads):
     """One Responses stream -> one chat completion stream. See the module docstring for rules."""
 
     # The SSE head of the most frequent frame, up to its JSON (Pump: a read of one such frame
     # goes straight to feed_frame).
     hot_head = b"event: response.output_text.delta\ndata: {"
     # ... and of the other per-token frames (Pump: a read of one of them goes there too)
-    warm_heads = tuple(
-        b"event: " + t.encode() + b"\ndata: {"
-        for t in (*ARGS_DELTAS, "response.reasoning_summary_text.delta", "response.reasoning_text.delta")
-    )
+    warm_heads = tuple(b"event: " + t.encode() + b"\ndata: {" for t in (*ARGS_DELTAS, *REASONING_DELTAS))
 
     __slots__ = ("_phase", "done", "finish_reason", "error", "usage", "_limit")
 
@@ -266,8 +264,15 @@ class ResponsesToChatStream(TextRuns):
                 return None if first is None else self.feed(first)
             return None
         if data[:_PREFIX_LEN] != TEXT_DELTA_PREFIX:  # (a slice compares faster than startswith)
-            if data.startswith(OTHER_DELTA_PREFIXES):
-                return self._other_delta_frame(data)
+            rrun = self._rrun
+            if rrun is not None and data[: rrun[7]] == rrun[6]:  # a delta of the kept reasoning's type
+                return self.reasoning_frame(data)
+            if data.startswith(OTHER_DELTA_PREFIXES):  # a call's or reasoning's (delta_reads.py)
+                try:
+                    other = decode_other_delta(data)
+                except FRAME_ERRORS:
+                    return None
+                return self._other_delta(other)
             if data.startswith(QUIET_PREFIXES):
                 return self._quiet_frame(data)
             return self._event_frame(data) if data.startswith(EVENT_PREFIXES) else None
@@ -293,40 +298,6 @@ class ResponsesToChatStream(TextRuns):
                 return [run[3] + _dumps(d) + self._after]  # (two joins cost less than a format)
         self._streamed = True
         out = [self._content(oi, ci, d)]
-        return self._with_role(out) if self._role else out
-
-    def _other_delta_frame(self, data: bytes) -> list[Out] | None:
-        """A call's arguments delta or a reasoning delta (delta_frames.py), as ``_on_args_delta``
-        and ``_on_other_delta`` make it; a call not yet opened (its fragments are held) goes the
-        general way."""
-        try:
-            ev = decode_other_delta(data)
-        except FRAME_ERRORS:
-            return None
-        d, t, oi = ev.delta, ev.type, ev.output_index
-        out: list[Out]
-        if t in ARGS_DELTAS:
-            call = self._calls.get(oi)
-            if call is None:
-                return None
-            if not d:
-                return []
-            self._streamed = True
-            out = [self._args(call, d)]
-        else:
-            if not d:
-                return []
-            run, ci, si = self._rrun, ev.content_index, ev.summary_index  # run: the last reasoning delta's
-            if run is not None and run[0] == t and run[1] == oi and run[2] == ci and run[3] == si:  # its part
-                run[4].pieces.append(d)
-                return [run[5] + _dumps(d) + self._after]
-            self._streamed = True
-            kind = DELTA_KINDS[t]
-            key = (kind, oi, si if kind == SUMMARY_TEXT else ci)
-            out = [self._reasoning(key, d)]
-            head = self._heads.get(self._rfield) if self._wire else None
-            if head is not None:  # kept for the deltas that follow (neither changes once made)
-                self._rrun = (t, oi, ci, si, self._parts[key], head)
         return self._with_role(out) if self._role else out
 
     def _new_run(self, oi: int, ci: int) -> TextRun | None:

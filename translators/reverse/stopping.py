@@ -84,6 +84,9 @@ class StoppingChatStream(ResponsesToChatStream):
     def feed_run(self, read: bytes) -> RunTaken | None:
         return None  # likewise
 
+    def head_frame(self, head: bytes) -> Callable[[bytes], list[Out] | None]:
+        return self.feed_frame  # likewise
+
     def feed(self, event: dict[str, Any]) -> list[Out]:
         return self._stopping(super().feed(event))
 

@@ -4,6 +4,8 @@ same chunks, byte for byte in wire mode, and count the same diagnostics."""
 
 from __future__ import annotations
 
+import sys
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -368,3 +370,67 @@ def test_reasoning_deltas_continuing_a_part_same_both_ways(deltas: list[dict[str
     chunks = [orjson.loads(line[6:]) for line in body.split(b"\n\n") if line.startswith(b"data: {")]
     said = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"])
     assert said == reasoning
+
+
+def _under(name: str, event: dict[str, Any]) -> bytes:
+    """``event``'s frame under the event line of ``name``."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+_SUMMARY = "response.reasoning_summary_text.delta"
+# Reads once a reasoning delta's head is the pump's hot one (delta_reads.reasoning_frame), each
+# after two deltas of one summary part (a part kept), then one more of it.
+_AFTER_A_PART: dict[str, list[bytes]] = {
+    "the part again": [frame(_summary(0, 0, "c"))],
+    "an empty delta": [frame(_summary(0, 0, "")), frame(_summary(0, 0, "c"))],
+    "the next summary part": [frame(_summary(0, 1, "c"))],
+    "reasoning text under the summary's name": [_under(_SUMMARY, _thought(0, 0, "c"))],
+    "a text delta under its name": [
+        _under(_SUMMARY, {"type": "response.output_text.delta", "output_index": 4, "content_index": 0, "delta": "hi"})
+    ],
+    "a call's fragment under its name": [
+        _under(_SUMMARY, {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": "{}"})
+    ],
+    "an error under its name": [_under(_SUMMARY, {"type": "error", "code": "busy", "message": "overloaded"})],
+    "a null index": [frame({**_summary(0, 0, "c"), "summary_index": None})],
+    "a part's done": [
+        frame({"type": "response.reasoning_summary_text.done", "output_index": 0, "summary_index": 0, "text": "ab"})
+    ],
+    "three in a read": [frame(_summary(0, 0, "c")) + frame(_summary(0, 1, "d")) + frame(_summary(0, 1, "e"))],
+    "after the stream ended": [frame(COMPLETED), frame(_summary(0, 0, "c"))],
+}
+
+
+@pytest.mark.parametrize("reads", list(_AFTER_A_PART.values()), ids=list(_AFTER_A_PART))
+def test_reads_of_the_reasoning_head_same_both_ways(reads: list[bytes]) -> None:
+    message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
+    opened = [frame(CREATED), frame(REASONING_ADDED), frame(CALL_ADDED), frame(message)]
+    kept = [frame(_summary(0, 0, "a")), frame(_summary(0, 0, "b"))]
+    assert_same([*opened, *kept, *reads, frame(_summary(0, 0, "f")), frame(COMPLETED)])
+
+
+def test_a_delta_that_continues_the_part_runs_reasoning_frame_alone() -> None:
+    """The pump's read of a reasoning delta that continues the kept part calls ``reasoning_frame``
+    and nothing else (no ``feed_frame`` dispatch); so does ``feed_frame`` of one."""
+    m = ResponsesToChatStream(
+        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    for event in (CREATED, REASONING_ADDED, _summary(0, 0, "a"), _summary(0, 0, "b")):
+        pump.feed(frame(event))
+    names: list[str] = []
+    paced, data = frame(_summary(0, 0, "c")), orjson.dumps(_summary(0, 0, "d"))
+
+    def profile(f: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            names.append(f.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        read = pump.feed(paced)
+        direct = m.feed_frame(data)
+    finally:
+        sys.setprofile(None)
+    assert names == ["feed", "reasoning_frame", "feed_frame", "reasoning_frame"]
+    said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in (*read, *(direct or []))]
+    assert said == [{"reasoning_content": "c"}, {"reasoning_content": "d"}]

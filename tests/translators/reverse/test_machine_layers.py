@@ -1,7 +1,7 @@
-"""The reverse machine's layers (chunks, text parts, tool calls, the machine) cost nothing a chunk:
-no instance dict, and a content delta after the first runs three Python calls (``feed``, its
-handler, ``_content``), its frame made from the stream's template without a call to ``_frame``
-(docs/benchmark.md, "the reverse machine in layers")."""
+"""The reverse machine's layers (chunks, text parts, tool calls, text runs, other deltas, the
+machine) cost nothing a chunk: no instance dict, and a content delta after the first runs three
+Python calls (``feed``, its handler, ``_content``), its frame made from the stream's template
+without a call to ``_frame`` (docs/benchmark.md, "the reverse machine in layers")."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.reverse.chunks import ChunkWriter
+from crossfeed.translators.reverse.delta_reads import DeltaReads
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.stopping import StoppingChatStream
 from crossfeed.translators.reverse.stream_state import DELTA_KINDS, DONE_FIELDS, PART_FIELDS, REASONING_KINDS
@@ -53,7 +54,7 @@ def calls_of(m: ResponsesToChatStream, event: dict[str, Any]) -> tuple[list[str]
 
 
 def test_the_layers_in_order_and_no_instance_dict() -> None:
-    assert ResponsesToChatStream.__mro__[1:] == (TextRuns, CallStream, TextStream, ChunkWriter, object)
+    assert ResponsesToChatStream.__mro__[1:] == (DeltaReads, TextRuns, CallStream, TextStream, ChunkWriter, object)
     for cls in (*ResponsesToChatStream.__mro__[:-1], StoppingChatStream):
         assert "__slots__" in vars(cls), cls
     m = machine()

@@ -1,0 +1,102 @@
+"""A call's and reasoning's deltas read typed: the layer of the reverse machine between its text
+runs (text_runs.py) and its event loop (machine.py).
+
+``feed_frame`` (machine.py) decodes a frame that opens with one of these deltas' types
+(delta_frames.OTHER_DELTA_PREFIXES) into ``OtherDelta``; ``_other_delta`` writes it as
+``_on_args_delta`` and ``_on_other_delta`` would. After a reasoning delta the machine keeps that
+delta's part and its frame head (``_rrun``): the next delta of the same part appends its text
+and writes the frame, with no kind lookup, part key or segment check.
+
+``reasoning_frame`` is ``feed_frame`` for a read whose event line names a reasoning delta: the
+pump's hot frame after such a read (``head_frame``; translators/pump.py ``_swap``). A paced
+reasoning stream then pays for none of ``feed_frame``'s dispatch (the phase, the text prefix,
+the other prefixes, a call) on a delta that continues the kept part; any other frame goes
+``feed_frame``'s way, as it would have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+
+from crossfeed.translators.reverse.delta_frames import (
+    ARGS_DELTAS,
+    FRAME_ERRORS,
+    REASONING_DELTAS,
+    OtherDelta,
+    decode_other_delta,
+)
+from crossfeed.translators.reverse.stream_state import DELTA_KINDS, SUMMARY_TEXT
+from crossfeed.translators.reverse.text_runs import TextRuns
+from crossfeed.translators.sse import Out
+
+_dumps = orjson.dumps
+# The SSE heads of the reasoning deltas up to their JSON's ``{`` (the machine's warm heads)
+REASONING_HEADS = frozenset(b"event: " + t.encode() + b"\ndata: {" for t in REASONING_DELTAS)
+FrameReader = Callable[[bytes], "list[Out] | None"]
+
+
+class DeltaReads(TextRuns):
+    """``_other_delta``, ``reasoning_frame`` and the pump's choice between them."""
+
+    __slots__ = ()
+
+    def head_frame(self, head: bytes) -> FrameReader:
+        """The ``feed_frame`` for the reads of ``head``'s frames while it is the pump's hot head
+        (Pump._swap): ``reasoning_frame`` for a reasoning delta's head, else ``feed_frame``."""
+        return self.reasoning_frame if head in REASONING_HEADS else self.feed_frame
+
+    def reasoning_frame(self, data: bytes) -> list[Out] | None:
+        """``feed_frame`` of ``data``, read first as a delta that continues the reasoning part the
+        last one wrote (``_rrun``: kept only while the stream runs, the role chunk sent)."""
+        run = self._rrun
+        if run is None:
+            return self.feed_frame(data)
+        try:
+            ev = decode_other_delta(data)
+        except FRAME_ERRORS:
+            return None
+        d = ev.delta
+        if (
+            d
+            and run[0] == ev.type
+            and run[1] == ev.output_index
+            and run[2] == ev.content_index
+            and run[3] == ev.summary_index
+        ):
+            run[4].pieces.append(d)
+            return [run[5] + _dumps(d) + self._after]
+        return self._other_delta(ev)
+
+    def _other_delta(self, ev: OtherDelta) -> list[Out] | None:
+        """A call's arguments delta or a reasoning delta, decoded, as ``_on_args_delta`` and
+        ``_on_other_delta`` make it; a call not yet opened (its fragments are held) goes the
+        general way (None)."""
+        d, t, oi = ev.delta, ev.type, ev.output_index
+        out: list[Out]
+        if t in ARGS_DELTAS:
+            call = self._calls.get(oi)
+            if call is None:
+                return None
+            if not d:
+                return []
+            self._streamed = True
+            out = [self._args(call, d)]
+        else:
+            if not d:
+                return []
+            ci, si = ev.content_index, ev.summary_index
+            run = self._rrun  # the last reasoning delta's part
+            if run is not None and run[0] == t and run[1] == oi and run[2] == ci and run[3] == si:
+                run[4].pieces.append(d)
+                return [run[5] + _dumps(d) + self._after]
+            self._streamed = True
+            kind = DELTA_KINDS[t]
+            key = (kind, oi, si if kind == SUMMARY_TEXT else ci)
+            out = [self._reasoning(key, d)]
+            head = self._heads.get(self._rfield) if self._wire else None
+            if head is not None:  # kept for the deltas that follow (neither changes once made)
+                prefix = b'{"type":"' + t.encode() + b'"'
+                self._rrun = (t, oi, ci, si, self._parts[key], head, prefix, len(prefix))
+        return self._with_role(out) if self._role else out
