@@ -28,7 +28,8 @@ delta), each of one event line and one data line; a read of one whole such frame
 ``feed_frame`` the same way (checked after the hot head, so a text read pays nothing for them),
 and its head becomes the hot one until a read of another warm head's frame (``_swap``). A
 machine's ``head_frame(head)`` names the ``feed_frame`` for the reads of that head's frames while
-it is hot (reverse: a reasoning delta's reads skip ``feed_frame``'s dispatch).
+it is hot, and for the frames of that event name in a read the decoder splits (``_events``);
+reverse: a reasoning delta's and a call fragment's skip ``feed_frame``'s dispatch.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class Pump:
         "_hot",
         "_hot_len",
         "_hot_frame",
+        "_named",
         "_warm",
         "_sep",
         "_sep_open",
@@ -104,6 +106,11 @@ class Pump:
         self._hot_frame: Callable[[bytes], list[Out] | None] = frame or _no_frame
         self._warm: tuple[bytes, ...] = getattr(machine, "warm_heads", ()) if frame is not None else ()
         self._heat(getattr(machine, "hot_head", None) if frame is not None else None)
+        # The event names whose frames have a reader of their own (head_frame), for the frames
+        # of a read the decoder splits (_events); None: every frame goes to feed_frame.
+        pick = getattr(machine, "head_frame", None) if frame is not None else None
+        readers = {h[7:-8].decode(): pick(h) for h in self._warm if h[:7] == b"event: "} if pick else {}
+        self._named = {name: r for name, r in readers.items() if r != frame} or None
 
     def _heat(self, head: bytes | None) -> None:
         """``head`` is the hot one from now on (None: no read is hot; a slice never equals it)."""
@@ -245,6 +252,7 @@ class Pump:
         machine = self.machine
         feed = machine.feed
         frame = self._frame
+        named = self._named
         try:
             for event, data in events:
                 if data == _DONE:
@@ -253,7 +261,7 @@ class Pump:
                     return out
                 self.events_in += 1
                 if frame is not None and event != "error":
-                    more = frame(data)
+                    more = frame(data) if named is None else named.get(event, frame)(data)
                     if more is not None:
                         out += more
                         if machine.done:

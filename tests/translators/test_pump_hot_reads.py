@@ -140,6 +140,24 @@ _REVERSE_WARM: dict[str, list[bytes]] = {
     "two in a read": [_args("a", 4) + _args("b", 5)],
     "its blank line in the next read": [_args("a", 4)[:-1], b"\n", _args("b", 5)],
     "a fragment of a call not yet added": [_args("a", 4).replace(b'"output_index":1', b'"output_index":7')],
+    # under a call's event name after one fragment (delta_reads.call_frame): what is not a fragment
+    "an empty fragment": [_args("a", 4), _args("", 5), _args("b", 6)],
+    "a null index": [_args("a", 4), _args("b", 5).replace(b'"output_index":1', b'"output_index":null')],
+    "reasoning under its name": [
+        _args("a", 4),
+        _event(
+            {"type": "response.reasoning_text.delta", "output_index": 0, "content_index": 0, "delta": "m"},
+            "response.function_call_arguments.delta",
+        ),
+    ],
+    "text under its name": [
+        _args("a", 4),
+        _event(
+            {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "hi"},
+            "response.function_call_arguments.delta",
+        ),
+    ],
+    "a custom input delta next": [_args("a", 4), _args("b", 5, "response.custom_tool_call_input.delta")],
     # A warm head read becomes the hot one (Pump._swap): the reads after it as the decoder reads them.
     "two in a read after one": [_args('{"q":', 4), _args('"x"', 5) + _args("}", 6)],
     "text, fragments, text again": [_delta("Hel", 2), _args("a", 4), _args("b", 5), _delta("lo", 6), _delta("!", 7)],

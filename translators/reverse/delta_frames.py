@@ -67,4 +67,16 @@ class OtherDelta(msgspec.Struct, gc=False):
 
 
 decode_other_delta = msgspec.json.Decoder(OtherDelta).decode
+
+
+class ArgsDelta(msgspec.Struct, gc=False):
+    """A call's arguments (or custom input) delta alone: what a read under such an event line
+    decodes first (delta_reads.call_frame)."""
+
+    type: Literal["response.function_call_arguments.delta", "response.custom_tool_call_input.delta"]
+    delta: str
+    output_index: Int
+
+
+decode_args_delta = msgspec.json.Decoder(ArgsDelta).decode
 FRAME_ERRORS = DECODE_ERRORS

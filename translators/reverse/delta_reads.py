@@ -7,11 +7,13 @@ runs (text_runs.py) and its event loop (machine.py).
 delta's part and its frame head (``_rrun``): the next delta of the same part appends its text
 and writes the frame, with no kind lookup, part key or segment check.
 
-``reasoning_frame`` is ``feed_frame`` for a read whose event line names a reasoning delta: the
-pump's hot frame after such a read (``head_frame``; translators/pump.py ``_swap``). A paced
-reasoning stream then pays for none of ``feed_frame``'s dispatch (the phase, the text prefix,
-the other prefixes, a call) on a delta that continues the kept part; any other frame goes
-``feed_frame``'s way, as it would have.
+``reasoning_frame`` and ``call_frame`` are ``feed_frame`` for a frame whose event line names a
+reasoning delta or a call's fragment (``head_frame``): the pump's reader of a read of one such
+frame once its head is the hot one (translators/pump.py ``_swap``), and of each frame of that
+name in a read the pump's SSE decoder splits (``Pump._events``). Such a frame then pays for none
+of ``feed_frame``'s dispatch (the phase, the text prefix, the other prefixes, a call). A frame
+of another shape under that name goes ``feed_frame``'s way (a reasoning delta that starts a
+part) or the general way (anything else), as it would have.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from crossfeed.translators.reverse.delta_frames import (
     FRAME_ERRORS,
     REASONING_DELTAS,
     OtherDelta,
+    decode_args_delta,
     decode_other_delta,
 )
 from crossfeed.translators.reverse.stream_state import DELTA_KINDS, SUMMARY_TEXT
@@ -34,6 +37,7 @@ from crossfeed.translators.sse import Out
 _dumps = orjson.dumps
 # The SSE heads of the reasoning deltas up to their JSON's ``{`` (the machine's warm heads)
 REASONING_HEADS = frozenset(b"event: " + t.encode() + b"\ndata: {" for t in REASONING_DELTAS)
+CALL_HEADS = frozenset(b"event: " + t.encode() + b"\ndata: {" for t in ARGS_DELTAS)  # ... and a call's
 FrameReader = Callable[[bytes], "list[Out] | None"]
 
 
@@ -44,8 +48,26 @@ class DeltaReads(TextRuns):
 
     def head_frame(self, head: bytes) -> FrameReader:
         """The ``feed_frame`` for the reads of ``head``'s frames while it is the pump's hot head
-        (Pump._swap): ``reasoning_frame`` for a reasoning delta's head, else ``feed_frame``."""
-        return self.reasoning_frame if head in REASONING_HEADS else self.feed_frame
+        (Pump._swap), and for the frames of that event name in a read the pump splits:
+        ``reasoning_frame`` for a reasoning delta's head, ``call_frame`` for a call's, else
+        ``feed_frame``."""
+        if head in REASONING_HEADS:
+            return self.reasoning_frame
+        return self.call_frame if head in CALL_HEADS else self.feed_frame
+
+    def call_frame(self, data: bytes) -> list[Out] | None:
+        """``feed_frame`` of ``data``, a fragment of a call already opened (only a streaming
+        machine has one); None for any other frame (the general way: a fragment held for its
+        call, a frame of another shape)."""
+        try:
+            ev = decode_args_delta(data)
+        except FRAME_ERRORS:
+            return None
+        call = self._calls.get(ev.output_index)
+        if call is None:
+            return None
+        d = ev.delta
+        return [self._args(call, d)] if d else []  # (an opened call's chunk took the role chunk)
 
     def reasoning_frame(self, data: bytes) -> list[Out] | None:
         """``feed_frame`` of ``data``, read first as a delta that continues the reasoning part the
@@ -74,29 +96,24 @@ class DeltaReads(TextRuns):
         ``_on_other_delta`` make it; a call not yet opened (its fragments are held) goes the
         general way (None)."""
         d, t, oi = ev.delta, ev.type, ev.output_index
-        out: list[Out]
         if t in ARGS_DELTAS:
             call = self._calls.get(oi)
             if call is None:
                 return None
-            if not d:
-                return []
-            self._streamed = True
-            out = [self._args(call, d)]
-        else:
-            if not d:
-                return []
-            ci, si = ev.content_index, ev.summary_index
-            run = self._rrun  # the last reasoning delta's part
-            if run is not None and run[0] == t and run[1] == oi and run[2] == ci and run[3] == si:
-                run[4].pieces.append(d)
-                return [run[5] + _dumps(d) + self._after]
-            self._streamed = True
-            kind = DELTA_KINDS[t]
-            key = (kind, oi, si if kind == SUMMARY_TEXT else ci)
-            out = [self._reasoning(key, d)]
-            head = self._heads.get(self._rfield) if self._wire else None
-            if head is not None:  # kept for the deltas that follow (neither changes once made)
-                prefix = b'{"type":"' + t.encode() + b'"'
-                self._rrun = (t, oi, ci, si, self._parts[key], head, prefix, len(prefix))
+            return [self._args(call, d)] if d else []  # (as in call_frame)
+        if not d:
+            return []
+        ci, si = ev.content_index, ev.summary_index
+        run = self._rrun  # the last reasoning delta's part
+        if run is not None and run[0] == t and run[1] == oi and run[2] == ci and run[3] == si:
+            run[4].pieces.append(d)
+            return [run[5] + _dumps(d) + self._after]
+        self._streamed = True
+        kind = DELTA_KINDS[t]
+        key = (kind, oi, si if kind == SUMMARY_TEXT else ci)
+        out = [self._reasoning(key, d)]
+        head = self._heads.get(self._rfield) if self._wire else None
+        if head is not None:  # kept for the deltas that follow (neither changes once made)
+            prefix = b'{"type":"' + t.encode() + b'"'
+            self._rrun = (t, oi, ci, si, self._parts[key], head, prefix, len(prefix))
         return self._with_role(out) if self._role else out

@@ -372,12 +372,17 @@ def test_reasoning_deltas_continuing_a_part_same_both_ways(deltas: list[dict[str
     assert said == reasoning
 
 
+def _text(oi: int, text: str) -> dict[str, Any]:
+    return {"type": "response.output_text.delta", "output_index": oi, "content_index": 0, "delta": text}
+
+
 def _under(name: str, event: dict[str, Any]) -> bytes:
     """``event``'s frame under the event line of ``name``."""
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 _SUMMARY = "response.reasoning_summary_text.delta"
+_READERS = ("feed_frame", "reasoning_frame", "call_frame")  # a frame's readers (delta_reads.py)
 # Reads once a reasoning delta's head is the pump's hot one (delta_reads.reasoning_frame), each
 # after two deltas of one summary part (a part kept), then one more of it.
 _AFTER_A_PART: dict[str, list[bytes]] = {
@@ -397,6 +402,12 @@ _AFTER_A_PART: dict[str, list[bytes]] = {
         frame({"type": "response.reasoning_summary_text.done", "output_index": 0, "summary_index": 0, "text": "ab"})
     ],
     "three in a read": [frame(_summary(0, 0, "c")) + frame(_summary(0, 1, "d")) + frame(_summary(0, 1, "e"))],
+    "text, then the part, in a read": [frame(_text(4, "hi")) + frame(_summary(0, 0, "c")) + frame(_summary(0, 0, "d"))],
+    "the part, then text, in a read": [frame(_summary(0, 0, "c")) + frame(_text(4, "hi")) + frame(_summary(0, 1, "d"))],
+    "a text read, then two of the part": [
+        frame(_text(4, "hi")),
+        frame(_summary(0, 0, "c")) + frame(_summary(0, 0, "d")),
+    ],
     "after the stream ended": [frame(COMPLETED), frame(_summary(0, 0, "c"))],
 }
 
@@ -434,3 +445,66 @@ def test_a_delta_that_continues_the_part_runs_reasoning_frame_alone() -> None:
     assert names == ["feed", "reasoning_frame", "feed_frame", "reasoning_frame"]
     said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in (*read, *(direct or []))]
     assert said == [{"reasoning_content": "c"}, {"reasoning_content": "d"}]
+
+
+def test_the_part_s_frames_in_a_read_the_decoder_splits_run_reasoning_frame() -> None:
+    """A read of several frames that the SSE decoder splits (not all of the hot head's: here the
+    text head is hot again): each frame named a reasoning delta goes to ``reasoning_frame``,
+    the text frame to ``feed_frame``."""
+    message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
+    m = ResponsesToChatStream(
+        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    for event in (CREATED, REASONING_ADDED, message, _summary(0, 0, "a"), _summary(0, 0, "b"), _text(4, "hi")):
+        pump.feed(frame(event))
+    read = frame(_summary(0, 0, "c")) + frame(_text(4, "!")) + frame(_summary(0, 0, "d"))
+    names: list[str] = []
+
+    def profile(f: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and f.f_code.co_name in _READERS:
+            names.append(f.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        out = pump.feed(read)
+    finally:
+        sys.setprofile(None)
+    assert names == ["reasoning_frame", "feed_frame", "reasoning_frame"]
+    said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in out]
+    assert said == [{"reasoning_content": "c"}, {"content": "!"}, {"reasoning_content": "d"}]
+
+
+def _fragment(text: str) -> dict[str, Any]:
+    return {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": text}
+
+
+def test_a_call_s_fragments_run_call_frame() -> None:
+    """Once a call's fragment head is the pump's hot one, a fragment's read goes to
+    ``call_frame`` (no ``feed_frame`` dispatch); in a read the decoder splits, so does each frame
+    named a fragment."""
+    message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
+    m = ResponsesToChatStream(
+        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    for event in (CREATED, CALL_ADDED, message, _fragment('{"a":')):
+        pump.feed(frame(event))
+    paced = frame(_fragment("1"))
+    split = frame(_fragment(",")) + frame(_text(4, "hi")) + frame(_fragment('"b":2}'))
+    names: list[str] = []
+
+    def profile(f: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and f.f_code.co_name in _READERS:
+            names.append(f.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        out = pump.feed(paced)
+        names.append("|")
+        out += pump.feed(split)
+    finally:
+        sys.setprofile(None)
+    assert names == ["call_frame", "|", "call_frame", "feed_frame", "call_frame"]
+    said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in out]
+    assert [d.get("content") or d["tool_calls"][0]["function"]["arguments"] for d in said] == ["1", ",", "hi", '"b":2}']
