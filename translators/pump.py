@@ -27,16 +27,18 @@ heads of the machine's other per-token frames (reverse: a call's argument and a 
 delta), each of one event line and one data line; a read of one whole such frame goes to
 ``feed_frame`` the same way (checked after the hot head, so a text read pays nothing for them),
 and its head becomes the hot one until a read of another warm head's frame (``_swap``). A
-machine's ``head_frame(head)`` names the ``feed_frame`` for the reads of that head's frames while
-it is hot, and for the frames of that event name in a read the decoder splits (``_events``);
-reverse: a reasoning delta's and a call fragment's skip ``feed_frame``'s dispatch.
+machine class's ``frame_readers`` (event name -> function) names the reader of that name's
+frames, ``feed_frame``'s stand-in: for the reads of that head while it is hot, and for the
+frames of that name in a read the decoder splits (``_events``). Reverse: a reasoning delta's
+and a call fragment's skip ``feed_frame``'s dispatch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import repeat
 from operator import contains
+from types import MethodType
 from typing import Any, Protocol
 
 import orjson
@@ -51,6 +53,9 @@ _DONE = b"[DONE]"
 # and the blocks of the frames after them (``event: X`` + ``data: Y``, each without ``event: ``
 # and its blank line: sse.named_events) when it split the whole read, else None.
 RunTaken = tuple[list[Out], int, int, list[bytes] | None]
+# A machine class's readers of the frames of some event names (``frame_readers``): event name ->
+# a function of the machine and the frame's JSON bytes, as ``feed_frame``.
+Readers = Mapping[str | None, Callable[[Any, bytes], "list[Out] | None"]]
 
 
 class Machine(Protocol):
@@ -106,11 +111,10 @@ class Pump:
         self._hot_frame: Callable[[bytes], list[Out] | None] = frame or _no_frame
         self._warm: tuple[bytes, ...] = getattr(machine, "warm_heads", ()) if frame is not None else ()
         self._heat(getattr(machine, "hot_head", None) if frame is not None else None)
-        # The event names whose frames have a reader of their own (head_frame), for the frames
-        # of a read the decoder splits (_events); None: every frame goes to feed_frame.
-        pick = getattr(machine, "head_frame", None) if frame is not None else None
-        readers = {h[7:-8].decode(): pick(h) for h in self._warm if h[:7] == b"event: "} if pick else {}
-        self._named = {name: r for name, r in readers.items() if r != frame} or None
+        # The event names whose frames have a reader of their own (the machine class's
+        # ``frame_readers``, event name -> function of the machine and the data); None: every
+        # frame goes to feed_frame.
+        self._named: Readers | None = getattr(machine, "frame_readers", None) if frame is not None else None
 
     def _heat(self, head: bytes | None) -> None:
         """``head`` is the hot one from now on (None: no read is hot; a slice never equals it)."""
@@ -129,9 +133,9 @@ class Pump:
         hot = self._hot
         self._warm = tuple(h for h in self._warm if h != head) + ((hot,) if hot is not None else ())
         self._heat(head)
-        pick = getattr(self.machine, "head_frame", None)  # the machine's feed_frame for this head's reads
-        if pick is not None:
-            self._hot_frame = pick(head)
+        named = self._named  # this head's reader, else feed_frame
+        reader = named.get(head[7:-8].decode("utf-8", "replace")) if named is not None else None
+        self._hot_frame = MethodType(reader, self.machine) if reader is not None else self._frame or _no_frame
 
     @property
     def packed(self) -> int:
@@ -261,7 +265,11 @@ class Pump:
                     return out
                 self.events_in += 1
                 if frame is not None and event != "error":
-                    more = frame(data) if named is None else named.get(event, frame)(data)
+                    if named is None:
+                        more = frame(data)
+                    else:  # the frame's own reader, if its name has one (frame_readers)
+                        reader = named.get(event)
+                        more = frame(data) if reader is None else reader(machine, data)
                     if more is not None:
                         out += more
                         if machine.done:

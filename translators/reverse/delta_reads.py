@@ -8,7 +8,7 @@ delta's part and its frame head (``_rrun``): the next delta of the same part app
 and writes the frame, with no kind lookup, part key or segment check.
 
 ``reasoning_frame`` and ``call_frame`` are ``feed_frame`` for a frame whose event line names a
-reasoning delta or a call's fragment (``head_frame``): the pump's reader of a read of one such
+reasoning delta or a call's fragment (``frame_readers``): the pump's reader of a read of one such
 frame once its head is the hot one (translators/pump.py ``_swap``), and of each frame of that
 name in a read the pump's SSE decoder splits (``Pump._events``). Such a frame then pays for none
 of ``feed_frame``'s dispatch (the phase, the text prefix, the other prefixes, a call). A frame
@@ -18,10 +18,11 @@ part) or the general way (anything else), as it would have.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import ClassVar
 
 import orjson
 
+from crossfeed.translators.pump import Readers
 from crossfeed.translators.reverse.delta_frames import (
     ARGS_DELTAS,
     FRAME_ERRORS,
@@ -35,25 +36,15 @@ from crossfeed.translators.reverse.text_runs import TextRuns
 from crossfeed.translators.sse import Out
 
 _dumps = orjson.dumps
-# The SSE heads of the reasoning deltas up to their JSON's ``{`` (the machine's warm heads)
-REASONING_HEADS = frozenset(b"event: " + t.encode() + b"\ndata: {" for t in REASONING_DELTAS)
-CALL_HEADS = frozenset(b"event: " + t.encode() + b"\ndata: {" for t in ARGS_DELTAS)  # ... and a call's
-FrameReader = Callable[[bytes], "list[Out] | None"]
 
 
 class DeltaReads(TextRuns):
-    """``_other_delta``, ``reasoning_frame`` and the pump's choice between them."""
+    """``_other_delta``, and ``reasoning_frame`` and ``call_frame``: the pump's readers of the
+    frames named a reasoning delta or a call's fragment (``frame_readers``)."""
 
     __slots__ = ()
 
-    def head_frame(self, head: bytes) -> FrameReader:
-        """The ``feed_frame`` for the reads of ``head``'s frames while it is the pump's hot head
-        (Pump._swap), and for the frames of that event name in a read the pump splits:
-        ``reasoning_frame`` for a reasoning delta's head, ``call_frame`` for a call's, else
-        ``feed_frame``."""
-        if head in REASONING_HEADS:
-            return self.reasoning_frame
-        return self.call_frame if head in CALL_HEADS else self.feed_frame
+    frame_readers: ClassVar[Readers | None]
 
     def call_frame(self, data: bytes) -> list[Out] | None:
         """``feed_frame`` of ``data``, a fragment of a call already opened (only a streaming
@@ -91,6 +82,14 @@ class DeltaReads(TextRuns):
             return [run[5] + _dumps(d) + self._after]
         return self._other_delta(ev)
 
+    def _other_frame(self, data: bytes) -> list[Out] | None:
+        """``feed_frame`` of a frame that opens with a call's or a reasoning delta's type."""
+        try:
+            ev = decode_other_delta(data)
+        except FRAME_ERRORS:
+            return None
+        return self._other_delta(ev)
+
     def _other_delta(self, ev: OtherDelta) -> list[Out] | None:
         """A call's arguments delta or a reasoning delta, decoded, as ``_on_args_delta`` and
         ``_on_other_delta`` make it; a call not yet opened (its fragments are held) goes the
@@ -117,3 +116,11 @@ class DeltaReads(TextRuns):
             prefix = b'{"type":"' + t.encode() + b'"'
             self._rrun = (t, oi, ci, si, self._parts[key], head, prefix, len(prefix))
         return self._with_role(out) if self._role else out
+
+
+# The readers of the frames named a reasoning delta or a call's fragment (Pump: the hot head's
+# reader, and that of each frame of these names in a read its decoder splits).
+DeltaReads.frame_readers = {
+    **dict.fromkeys(REASONING_DELTAS, DeltaReads.reasoning_frame),
+    **dict.fromkeys(ARGS_DELTAS, DeltaReads.call_frame),
+}

@@ -92,7 +92,6 @@ from crossfeed.translators.reverse.delta_frames import (
     OTHER_DELTA_PREFIXES,
     REASONING_DELTAS,
     TEXT_DELTA_PREFIX,
-    decode_other_delta,
     decode_text_delta,
 )
 from crossfeed.translators.reverse.delta_reads import DeltaReads
@@ -264,15 +263,10 @@ class ResponsesToChatStream(DeltaReads):
                 return None if first is None else self.feed(first)
             return None
         if data[:_PREFIX_LEN] != TEXT_DELTA_PREFIX:  # (a slice compares faster than startswith)
-            rrun = self._rrun
-            if rrun is not None and data[: rrun[7]] == rrun[6]:  # a delta of the kept reasoning's type
+            if self._rrun is not None and data[: self._rrun[7]] == self._rrun[6]:  # the kept reasoning's type
                 return self.reasoning_frame(data)
             if data.startswith(OTHER_DELTA_PREFIXES):  # a call's or reasoning's (delta_reads.py)
-                try:
-                    other = decode_other_delta(data)
-                except FRAME_ERRORS:
-                    return None
-                return self._other_delta(other)
+                return self._other_frame(data)
             if data.startswith(QUIET_PREFIXES):
                 return self._quiet_frame(data)
             return self._event_frame(data) if data.startswith(EVENT_PREFIXES) else None

@@ -49,6 +49,8 @@ class StoppingChatStream(ResponsesToChatStream):
 
     __slots__ = ("_matcher", "_fed", "_sent", "_sent_bytes", "_lps", "_prompt_tokens")
 
+    frame_readers = None  # every event goes through ``feed`` (below)
+
     def __init__(
         self,
         *,
@@ -83,9 +85,6 @@ class StoppingChatStream(ResponsesToChatStream):
 
     def feed_run(self, read: bytes) -> RunTaken | None:
         return None  # likewise
-
-    def head_frame(self, head: bytes) -> Callable[[bytes], list[Out] | None]:
-        return self.feed_frame  # likewise
 
     def feed(self, event: dict[str, Any]) -> list[Out]:
         return self._stopping(super().feed(event))

@@ -114,6 +114,36 @@ def test_stop_sequences_never_take_the_typed_path() -> None:
     assert m.feed_frame(orjson.dumps({"type": "response.output_text.delta", "output_index": 0, "delta": "x"})) is None
 
 
+def test_stop_sequences_see_every_frame_through_the_pump() -> None:
+    """A call's fragments, paced or several in a read, reach a stopping stream's ``feed`` (its
+    ``frame_readers`` are None), as without typed frames: the usage it estimates at the cut
+    counts them."""
+    message = {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1"}}
+    text = {"type": "response.output_text.delta", "output_index": 0, "content_index": 0}
+    fragment = {"type": "response.function_call_arguments.delta", "output_index": 1}
+    reads = [frame(e) for e in (CREATED, message, {**text, "delta": "a E"}, CALL_ADDED, {**fragment, "delta": "{"})]
+    reads += [
+        frame({**fragment, "delta": '"q"'}),
+        frame({**fragment, "delta": ":1"}) + frame({**fragment, "delta": "}"}),
+    ]
+    reads += [frame({**text, "delta": "ND!"}), frame(COMPLETED)]
+    outs = []
+    for typed in (True, False):
+        m = StoppingChatStream(
+            stop=["END"], include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1
+        )
+        pump = Pump(m, typed_frames=typed)
+        out = [o for r in reads for o in pump.feed(r)] + pump.finish()
+        outs.append(render_chat(out))
+    assert outs[0] == outs[1]
+    chunks = [orjson.loads(p[6:]) for p in outs[0].split(b"\n\n") if p.startswith(b"data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == "a "  # "E" + "ND": the stop sequence
+    assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas if d.get("tool_calls")) == '{"q":1}'
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["usage"]["completion_tokens"] == 3  # 4 bytes a token: "a " and the 7 of the arguments
+
+
 def _delta_bytes(body: str) -> bytes:
     return b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",' + body.encode() + b"}\n\n"
 
