@@ -114,7 +114,7 @@ class Pump:
         # The event names whose frames have a reader of their own (the machine class's
         # ``frame_readers``, event name -> function of the machine and the data); None: every
         # frame goes to feed_frame.
-        self._named: Readers | None = getattr(machine, "frame_readers", None) if frame is not None else None
+        self._named: Readers | None = getattr(machine, "frame_readers", None) if self._warm else None
 
     def _heat(self, head: bytes | None) -> None:
         """``head`` is the hot one from now on (None: no read is hot; a slice never equals it)."""
@@ -265,11 +265,8 @@ class Pump:
                     return out
                 self.events_in += 1
                 if frame is not None and event != "error":
-                    if named is None:
-                        more = frame(data)
-                    else:  # the frame's own reader, if its name has one (frame_readers)
-                        reader = named.get(event)
-                        more = frame(data) if reader is None else reader(machine, data)
+                    # the frame's own reader, if its name has one (frame_readers)
+                    more = named[event](machine, data) if named is not None and event in named else frame(data)
                     if more is not None:
                         out += more
                         if machine.done:
