@@ -124,3 +124,4 @@ DeltaReads.frame_readers = {
     **dict.fromkeys(REASONING_DELTAS, DeltaReads.reasoning_frame),
     **dict.fromkeys(ARGS_DELTAS, DeltaReads.call_frame),
 }
+DeltaReads.block_readers = {name.encode(): reader for name, reader in DeltaReads.frame_readers.items() if name}

@@ -19,9 +19,9 @@ quotes. tests/translators/reverse/test_text_runs.py holds the run to the decode.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 
@@ -282,6 +282,8 @@ class TextRuns(CallStream):
 
     done: bool  # the event loop's (machine.py)
     feed_frame: Callable[[bytes], list[Out] | None]
+    # event line (bytes) -> the reader of its frames, as ``frame_readers`` (delta_reads.py)
+    block_readers: ClassVar[Mapping[bytes, Callable[[Any, bytes], list[Out] | None]]] = {}
 
     def _init_runs(self) -> None:
         self._template: DeltaTemplate | None = None
@@ -366,13 +368,14 @@ class TextRuns(CallStream):
         out: list[Out] = []
         size = frames = 0
         if tpl is None:  # (the machine is not done: the pump offers it no read then)
+            readers = self.block_readers  # a call's or a reasoning delta's frame: its reader
             for block in blocks[:_PRIMING]:
                 name, sep, data = block.partition(b"\ndata: ")
                 if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
                     break  # not one event line and one data line: the SSE decoder's matter
                 if name == _EVENT:  # a read with text deltas: feed_frame learns from the next one
                     self._learning = True
-                more = self.feed_frame(data)
+                more = readers[name](self, data) if name in readers else self.feed_frame(data)
                 if more is None:
                     break
                 out += more

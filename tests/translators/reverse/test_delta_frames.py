@@ -538,3 +538,34 @@ def test_a_call_s_fragments_run_call_frame() -> None:
     assert names == ["call_frame", "|", "call_frame", "feed_frame", "call_frame"]
     said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in out]
     assert [d.get("content") or d["tool_calls"][0]["function"]["arguments"] for d in said] == ["1", ",", "hi", '"b":2}']
+
+
+def test_a_long_read_of_fragments_runs_call_frame_before_a_template() -> None:
+    """A read of 1 KiB or more before any text (the pump offers it to ``feed_run``, which reads
+    its first frames one by one until a text template is known): each fragment goes to
+    ``call_frame``, each reasoning delta to ``reasoning_frame``, as the general path writes them."""
+    pieces = [frame(_fragment(f'"k{i}": {i},' * 3)) for i in range(12)]
+    thoughts = [frame(_summary(0, 0, f"thinking {i} ")) for i in range(8)]
+    reads = [frame(CREATED) + frame(REASONING_ADDED) + b"".join(thoughts), frame(CALL_ADDED), b"".join(pieces)]
+    assert len(reads[0]) >= 1024 and len(reads[2]) >= 1024
+    assert_same([*reads, frame(COMPLETED)])
+    m = ResponsesToChatStream(
+        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    names: list[str] = []
+
+    def profile(f: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and f.f_code.co_name in _READERS:
+            names.append(f.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        for read in reads:
+            pump.feed(read)
+    finally:
+        sys.setprofile(None)
+    # created, the reasoning item: feed_frame; the first delta (no part kept yet) on to it
+    assert names[:4] == ["feed_frame", "feed_frame", "reasoning_frame", "feed_frame"]
+    assert names[4:11] == ["reasoning_frame"] * 7  # three read one by one, then four the decoder split
+    assert names[11:] == ["feed_frame"] + ["call_frame"] * 12  # the call's item, its fragments
