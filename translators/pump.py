@@ -24,9 +24,10 @@ decoder's own fast path would prove it, goes to ``feed_frame`` without the decod
 its tuple: a paced stream's every read. So does each frame of a read of several such frames too
 short for a run (``_hots``: a stream that arrives a few tokens at a time). ``warm_heads``: the
 heads of the machine's other per-token frames (reverse: a call's argument and a reasoning
-delta), each of one event line and one data line; a read of one whole such frame goes to
-``feed_frame`` the same way (checked after the hot head, so a text read pays nothing for them),
-and its head becomes the hot one until a read of another warm head's frame (``_swap``). A
+delta), each of one event line and one data line (checked after the hot head, so a text read
+pays nothing for them): a read that opens with such a frame and ends where a frame ends makes
+its head the hot one (``_swap``) until a read of another warm head's frame, and goes the hot
+way at once (one frame, or several of that head alone: ``_hots``). A
 machine class's ``frame_readers`` (event name -> function) names the reader of that name's
 frames, ``feed_frame``'s stand-in: for the reads of that head while it is hot, and for the
 frames of that name in a read the decoder splits (``_events``). Reverse: a reasoning delta's
@@ -126,10 +127,11 @@ class Pump:
         self._sep_lfs = self._sep.count(b"\n")
 
     def _swap(self, head: bytes) -> None:
-        """A read of a warm head's frame: that head becomes the hot one and the hot one warm. A
-        stream of a call's arguments or of reasoning then pays no failed compare with the text
-        head per read, and its reads of several frames go the hot way too (``_hots``). A stream
-        that turns back to text swaps again, once per turn."""
+        """A read that opens with a warm head's frame: that head becomes the hot one and the hot
+        one warm. A stream of a call's arguments or of reasoning then pays no failed compare with
+        the text head per read, and its reads of several frames go the hot way too (``_hots``),
+        past the SSE decoder. A stream that turns back to text swaps again, once per turn (a read
+        that mixes the kinds swaps to the head it opens with and goes to the decoder)."""
         hot = self._hot
         self._warm = tuple(h for h in self._warm if h != head) + ((hot,) if hot is not None else ())
         self._heat(head)
@@ -199,14 +201,17 @@ class Pump:
                 and 13 not in chunk
                 and self._decoder.idle
                 and len(chunk) <= self._max
-            ):  # one frame of another per-token kind: as the hot one, its head is an event line
+            ):  # frames of another per-token kind: as the hot one, its head is an event line
                 at = chunk.index(b"\ndata: ") + 8
                 data = chunk[at - 1 : -2]
+                self._swap(chunk[:at])
                 if 10 not in data:
-                    self._swap(chunk[:at])
                     self.events_in += 1
                     framed = self._hot_frame(data)
                     return framed if framed is not None else machine.feed(_object(data))
+                hots = self._hots(data)  # several frames: of that head alone, as the hot head's
+                if hots is not None:
+                    return hots
             events = self._decoder.feed(chunk)
             if len(events) == 1:  # the common case: one frame per read
                 event, data = events[0]

@@ -167,6 +167,13 @@ _REVERSE_WARM: dict[str, list[bytes]] = {
         _args("a", 4),
         _args("b", 5) + _args("c", 6),
     ],
+    "a fragment and text in a read": [_args("a", 4) + _delta("Hel", 5), _delta("lo", 6), _args("b", 7) + _args("c", 8)],
+    "reasoning and fragments in a read": [
+        _event({"type": "response.reasoning_text.delta", "output_index": 0, "content_index": 0, "delta": "m"})
+        + _args("a", 4)
+        + _args("b", 5),
+        _args("c", 6) + _args("d", 7),
+    ],
     "an LF in the data after a swap": [
         _args("a", 4),
         _args("b", 5) + b'event: response.function_call_arguments.delta\ndata: {"a":\n1}\n\n',
@@ -238,6 +245,8 @@ def test_hot_reads_take_the_hot_path() -> None:
         (_reverse, _CALL_START + _REVERSE_WARM["two in a read after one"], len(_CALL_START)),
         (_reverse, _CALL_START + _REVERSE_WARM["text, fragments, text again"], len(_CALL_START)),
         (_reverse, _CALL_START + _REVERSE_WARM["reasoning, then fragments"], len(_CALL_START)),
+        # a read of several frames of a warm head swaps too, and goes the hot way at once
+        (_reverse, _CALL_START + _REVERSE_WARM["two in a read"], len(_CALL_START)),
     ):
         pump, _, _ = make(True, 1 << 20)
         pump._decoder = decoder = _Counting()
