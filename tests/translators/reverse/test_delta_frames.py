@@ -5,6 +5,7 @@ same chunks, byte for byte in wire mode, and count the same diagnostics."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -412,6 +413,7 @@ def _under(name: str, event: dict[str, Any]) -> bytes:
 
 
 _SUMMARY = "response.reasoning_summary_text.delta"
+MESSAGE_4 = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
 _READERS = ("feed_frame", "reasoning_frame", "call_frame")  # a frame's readers (delta_reads.py)
 # Reads once a reasoning delta's head is the pump's hot one (delta_reads.reasoning_frame), each
 # after two deltas of one summary part (a part kept), then one more of it.
@@ -444,65 +446,64 @@ _AFTER_A_PART: dict[str, list[bytes]] = {
 
 @pytest.mark.parametrize("reads", list(_AFTER_A_PART.values()), ids=list(_AFTER_A_PART))
 def test_reads_of_the_reasoning_head_same_both_ways(reads: list[bytes]) -> None:
-    message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
-    opened = [frame(CREATED), frame(REASONING_ADDED), frame(CALL_ADDED), frame(message)]
+    opened = [frame(CREATED), frame(REASONING_ADDED), frame(CALL_ADDED), frame(MESSAGE_4)]
     kept = [frame(_summary(0, 0, "a")), frame(_summary(0, 0, "b"))]
     assert_same([*opened, *kept, *reads, frame(_summary(0, 0, "f")), frame(COMPLETED)])
+
+
+def _wire_pump() -> Pump:
+    return Pump(
+        ResponsesToChatStream(
+            include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+        )
+    )
+
+
+def _calls(work: Callable[[], Any], only: tuple[str, ...] | None = _READERS) -> tuple[list[str], Any]:
+    """The Python functions ``work()`` calls (of those named ``only``), in order, and what it
+    returned."""
+    names: list[str] = []
+
+    def profile(f: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and (only is None or f.f_code.co_name in only):
+            names.append(f.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        out = work()
+    finally:
+        sys.setprofile(None)
+    return names, out
+
+
+def _said(outs: list[Any]) -> list[dict[str, Any]]:
+    return [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in outs]
 
 
 def test_a_delta_that_continues_the_part_runs_reasoning_frame_alone() -> None:
     """The pump's read of a reasoning delta that continues the kept part calls ``reasoning_frame``
     and nothing else (no ``feed_frame`` dispatch); so does ``feed_frame`` of one."""
-    m = ResponsesToChatStream(
-        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
-    )
-    pump = Pump(m)
+    pump = _wire_pump()
+    m = pump.machine
     for event in (CREATED, REASONING_ADDED, _summary(0, 0, "a"), _summary(0, 0, "b")):
         pump.feed(frame(event))
-    names: list[str] = []
     paced, data = frame(_summary(0, 0, "c")), orjson.dumps(_summary(0, 0, "d"))
-
-    def profile(f: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            names.append(f.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        read = pump.feed(paced)
-        direct = m.feed_frame(data)
-    finally:
-        sys.setprofile(None)
-    assert names == ["feed", "reasoning_frame", "feed_frame", "reasoning_frame"]
-    said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in (*read, *(direct or []))]
-    assert said == [{"reasoning_content": "c"}, {"reasoning_content": "d"}]
+    names, (read, direct) = _calls(lambda: (pump.feed(paced), m.feed_frame(data)), None)
+    assert names == ["<lambda>", "feed", "reasoning_frame", "feed_frame", "reasoning_frame"]
+    assert _said([*read, *(direct or [])]) == [{"reasoning_content": "c"}, {"reasoning_content": "d"}]
 
 
 def test_the_part_s_frames_in_a_read_the_decoder_splits_run_reasoning_frame() -> None:
     """A read of several frames that the SSE decoder splits (not all of the hot head's: here the
     text head is hot again): each frame named a reasoning delta goes to ``reasoning_frame``,
     the text frame to ``feed_frame``."""
-    message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
-    m = ResponsesToChatStream(
-        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
-    )
-    pump = Pump(m)
-    for event in (CREATED, REASONING_ADDED, message, _summary(0, 0, "a"), _summary(0, 0, "b"), _text(4, "hi")):
+    pump = _wire_pump()
+    for event in (CREATED, REASONING_ADDED, MESSAGE_4, _summary(0, 0, "a"), _summary(0, 0, "b"), _text(4, "hi")):
         pump.feed(frame(event))
     read = frame(_summary(0, 0, "c")) + frame(_text(4, "!")) + frame(_summary(0, 0, "d"))
-    names: list[str] = []
-
-    def profile(f: FrameType, event: str, arg: Any) -> None:
-        if event == "call" and f.f_code.co_name in _READERS:
-            names.append(f.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        out = pump.feed(read)
-    finally:
-        sys.setprofile(None)
+    names, out = _calls(lambda: pump.feed(read))
     assert names == ["reasoning_frame", "feed_frame", "reasoning_frame"]
-    said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in out]
-    assert said == [{"reasoning_content": "c"}, {"content": "!"}, {"reasoning_content": "d"}]
+    assert _said(out) == [{"reasoning_content": "c"}, {"content": "!"}, {"reasoning_content": "d"}]
 
 
 def _fragment(text: str) -> dict[str, Any]:
@@ -513,31 +514,16 @@ def test_a_call_s_fragments_run_call_frame() -> None:
     """Once a call's fragment head is the pump's hot one, a fragment's read goes to
     ``call_frame`` (no ``feed_frame`` dispatch); in a read the decoder splits, so does each frame
     named a fragment."""
-    message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
-    m = ResponsesToChatStream(
-        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
-    )
-    pump = Pump(m)
-    for event in (CREATED, CALL_ADDED, message, _fragment('{"a":')):
+    pump = _wire_pump()
+    for event in (CREATED, CALL_ADDED, MESSAGE_4, _fragment('{"a":')):
         pump.feed(frame(event))
     paced = frame(_fragment("1"))
     split = frame(_fragment(",")) + frame(_text(4, "hi")) + frame(_fragment('"b":2}'))
-    names: list[str] = []
-
-    def profile(f: FrameType, event: str, arg: Any) -> None:
-        if event == "call" and f.f_code.co_name in _READERS:
-            names.append(f.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        out = pump.feed(paced)
-        names.append("|")
-        out += pump.feed(split)
-    finally:
-        sys.setprofile(None)
-    assert names == ["call_frame", "|", "call_frame", "feed_frame", "call_frame"]
-    said = [orjson.loads(b[6:-2])["choices"][0]["delta"] for b in out]
-    assert [d.get("content") or d["tool_calls"][0]["function"]["arguments"] for d in said] == ["1", ",", "hi", '"b":2}']
+    first, out = _calls(lambda: pump.feed(paced))
+    then, more = _calls(lambda: pump.feed(split))
+    assert (first, then) == (["call_frame"], ["call_frame", "feed_frame", "call_frame"])
+    said = [d.get("content") or d["tool_calls"][0]["function"]["arguments"] for d in _said(out + more)]
+    assert said == ["1", ",", "hi", '"b":2}']
 
 
 def test_a_long_read_of_fragments_runs_call_frame_before_a_template() -> None:
@@ -549,22 +535,8 @@ def test_a_long_read_of_fragments_runs_call_frame_before_a_template() -> None:
     reads = [frame(CREATED) + frame(REASONING_ADDED) + b"".join(thoughts), frame(CALL_ADDED), b"".join(pieces)]
     assert len(reads[0]) >= 1024 and len(reads[2]) >= 1024
     assert_same([*reads, frame(COMPLETED)])
-    m = ResponsesToChatStream(
-        include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
-    )
-    pump = Pump(m)
-    names: list[str] = []
-
-    def profile(f: FrameType, event: str, arg: Any) -> None:
-        if event == "call" and f.f_code.co_name in _READERS:
-            names.append(f.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        for read in reads:
-            pump.feed(read)
-    finally:
-        sys.setprofile(None)
+    pump = _wire_pump()
+    names, _ = _calls(lambda: [pump.feed(read) for read in reads])
     # created, the reasoning item: feed_frame; the first delta (no part kept yet) on to it
     assert names[:4] == ["feed_frame", "feed_frame", "reasoning_frame", "feed_frame"]
     assert names[4:11] == ["reasoning_frame"] * 7  # three read one by one, then four the decoder split
