@@ -191,8 +191,7 @@ class Pump:
                     self.events_in += 1
                     framed = self._hot_frame(data)
                     return framed if framed is not None else machine.feed(_object(data))
-                hots = self._hots(data)
-                if hots is not None:
+                if (hots := self._hots(data)) is not None:
                     return hots
             elif (
                 self._warm
@@ -209,8 +208,7 @@ class Pump:
                     self.events_in += 1
                     framed = self._hot_frame(data)
                     return framed if framed is not None else machine.feed(_object(data))
-                hots = self._hots(data)  # several frames: of that head alone, as the hot head's
-                if hots is not None:
+                if (hots := self._hots(data)) is not None:  # several frames, of that head alone
                     return hots
             events = self._decoder.feed(chunk)
             if len(events) == 1:  # the common case: one frame per read
