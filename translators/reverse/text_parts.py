@@ -44,8 +44,9 @@ class TextStream(ChunkWriter):
     _content_len: int  # characters of content sent (annotation offsets)
     _streamed: bool  # any item-scoped event seen
     # The reasoning part the last reasoning delta continued, as the typed path keeps it
-    # (delta_reads.py): (type, output_index, content_index, summary_index, the
-    # part, the reasoning frame's head); None once another reasoning text was sent (_reasoning).
+    # (delta_reads.py): (type, output_index, content_index, summary_index, the part, the
+    # reasoning frame's head, the JSON's type prefix and its length); None once another
+    # reasoning text was sent (_reasoning).
     _rrun: tuple[str, int, int, int, Part, bytes, bytes, int] | None
 
     def _content(self, oi: Any, ci: Any, text: str, lps: Any = None) -> Out:
