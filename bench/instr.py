@@ -7,6 +7,7 @@ yardsticks of issue 33's budgets, counted by callgrind (load-independent) instea
     .venv/bin/python bench/instr.py --targets crossfeed --keep /tmp/cg  # the dumps, for callgrind_annotate
     .venv/bin/python bench/instr.py --variant tool --chunks 2000     # another cell's stream
     .venv/bin/python bench/instr.py --targets crossfeed --pool 3      # a pool of 3 replicas against one (issue 35)
+    .venv/bin/python bench/instr.py --directions forward --cache-sim  # also simulated cache misses per request
 
 Each target (``bench/passthrough.py``, ``bench/mintrans.py``, ``crossfeed serve``) runs unchanged
 under ``valgrind --tool=callgrind --instr-atstart=no`` in front of the fake upstream
@@ -75,24 +76,33 @@ def control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=60)
 
 
-def dumped(outdir: Path, seen: set[Path], timeout: float = 60) -> int:
-    """The total of the next dump file callgrind writes into ``outdir``."""
+def dumped(outdir: Path, seen: set[Path], timeout: float = 60) -> dict[str, int]:
+    """The totals of the next dump file callgrind writes into ``outdir``, by event (``Ir``, and
+    with ``--cache-sim`` the simulated misses: ``D1mr``, ``Bcm`` and the rest)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for path in sorted(outdir.glob("cg.*")):
             if path in seen:
                 continue
-            text = path.read_text(errors="replace")
-            for line in text.splitlines():
-                if line.startswith("totals:") or line.startswith("summary:"):
+            names: list[str] = ["Ir"]
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("events:"):
+                    names = line.split()[1:]
+                elif line.startswith("totals:") or line.startswith("summary:"):
                     seen.add(path)
-                    return int(line.split()[1])
+                    return dict(zip(names, map(int, line.split()[1:]), strict=False))
         time.sleep(0.2)
     raise RuntimeError(f"callgrind wrote no dump into {outdir} within {timeout:.0f} s")
 
 
-def measure(target: str, direction: str, args: argparse.Namespace, up_urls: list[str], work: Path) -> float:
-    """Instructions per request of ``target`` in ``direction``."""
+# --cache-sim: callgrind's simulated first-level cache misses and branch mispredictions per
+# request (instruction fetch, data read, data write; conditional, indirect), beside Ir.
+CACHE_EVENTS = ("Ir", "I1mr", "D1mr", "D1mw", "Bcm", "Bim")
+
+
+def measure(target: str, direction: str, args: argparse.Namespace, up_urls: list[str], work: Path) -> dict[str, float]:
+    """Instructions per request of ``target`` in ``direction`` (``Ir``; with ``--cache-sim``, the
+    simulated misses per request too)."""
     port = free_port()
     outdir = work / f"{target}-{direction}"
     outdir.mkdir()
@@ -102,7 +112,8 @@ def measure(target: str, direction: str, args: argparse.Namespace, up_urls: list
         urls = up_urls if target == "crossfeed-pool" else up_urls[:1]
         config = pool_config(outdir / "crossfeed.toml", direction, urls)
     argv = target_argv(target, direction, port, up_urls[0], args.python, config)
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={outdir}/cg", "-q", *argv]
+    sim = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache_sim else []
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", *sim, f"--callgrind-out-file={outdir}/cg", "-q", *argv]
     api = "chat" if direction == "reverse" else "responses"
     path = "/v1/chat/completions" if direction == "reverse" else "/v1/responses"
     body = loadgen.request_body(api, upstream_mod.model_name(args.chunks, v=args.variant), args.variant)
@@ -128,7 +139,7 @@ def measure(target: str, direction: str, args: argparse.Namespace, up_urls: list
         client.close()
     finally:
         stop(proc)
-    return totals[1] / args.requests
+    return {name: n / args.requests for name, n in totals[1].items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", type=Path, help="copy each target's callgrind dumps here (for callgrind_annotate)")
+    ap.add_argument(
+        "--cache-sim",
+        action="store_true",
+        help="also callgrind's simulated cache misses and branch mispredictions per request (slower)",
+    )
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("bench/instr.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
@@ -152,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.pool > 1 and "crossfeed-pool" not in targets:
         targets.append("crossfeed-pool")
     directions = [d for d in args.directions.split(",") if d]
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, float]] = {}  # direction -> target -> Ir per request
+    events: dict[str, dict[str, dict[str, float]]] = {}  # direction -> target -> event -> per request
     with tempfile.TemporaryDirectory(prefix="cf-instr-") as tmp:
         work = Path(tmp)
         ups: list[subprocess.Popen[bytes]] = []
@@ -174,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             for direction in directions:
                 for target in targets:
                     print(f"# {direction} {target} ...", file=sys.stderr, flush=True)
-                    results.setdefault(direction, {})[target] = measure(target, direction, args, up_urls, work)
+                    counted = measure(target, direction, args, up_urls, work)
+                    results.setdefault(direction, {})[target] = counted["Ir"]
+                    events.setdefault(direction, {})[target] = counted
         finally:
             for up in ups:
                 stop(up)
@@ -198,9 +217,28 @@ def main(argv: list[str] | None = None) -> int:
         if a in targets and b in targets:
             ratios = [f"{results[d][a] / results[d][b]:.3f}x" for d in directions]
             print(f"| {a} / {b} | " + " | ".join(ratios) + " |")
+    if args.cache_sim:
+        print_cache_sim(events, targets, directions)
     if args.json:
-        args.json.write_text(json.dumps({"cell": cell, "pool": args.pool, "instructions": results}, indent=2))
+        out = {"cell": cell, "pool": args.pool, "instructions": results}
+        if args.cache_sim:
+            out["events"] = events
+        args.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def print_cache_sim(events: dict[str, dict[str, dict[str, float]]], targets: list[str], directions: list[str]) -> None:
+    """Per request: instructions, then callgrind's simulated misses (I1mr: instruction fetches
+    that miss the first-level cache; D1mr, D1mw: data reads and writes that do; Bcm, Bim:
+    mispredicted conditional and indirect branches). A model of the first-level caches and a
+    simple predictor, not the machine's counters: for comparing targets, not for cycles."""
+    for direction in directions:
+        print(f"# {direction}: simulated events per request (--cache-sim)")
+        print("| target | " + " | ".join(CACHE_EVENTS) + " |")
+        print("|---|" + "--:|" * len(CACHE_EVENTS))
+        for target in targets:
+            counted = events[direction][target]
+            print(f"| {target} | " + " | ".join(f"{counted.get(e, 0):,.0f}" for e in CACHE_EVENTS) + " |")
 
 
 if __name__ == "__main__":

@@ -51,3 +51,40 @@ def test_instruction_counts_per_request(tmp_path: Path) -> None:
     assert counts["crossfeed"] > counts["passthrough"], counts
     for row in ("| passthrough |", "| mintrans |", "| crossfeed |", "| crossfeed / passthrough |"):
         assert row in proc.stdout, proc.stdout
+
+
+@pytest.mark.timeout(600)
+def test_simulated_cache_misses_per_request(tmp_path: Path) -> None:
+    """``--cache-sim``: callgrind's first-level cache and branch simulation, per request, beside
+    the instructions (one target, to keep the run short)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        require_service("valgrind", "apt-get install valgrind (.ci/run installs it)")
+    out = tmp_path / "instr.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "instr.py"),
+            "--targets",
+            "crossfeed",
+            "--directions",
+            "forward",
+            "--warmup",
+            "3",
+            "--requests",
+            "3",
+            "--cache-sim",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=590,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    events = data["events"]["forward"]["crossfeed"]
+    assert events["Ir"] == data["instructions"]["forward"]["crossfeed"] > 100_000
+    for name in ("I1mr", "D1mr", "D1mw", "Bcm", "Bim"):
+        assert 0 < events[name] < events["Ir"], (name, events)  # counted, and far fewer than instructions
+    assert "| target | Ir | I1mr | D1mr | D1mw | Bcm | Bim |" in proc.stdout, proc.stdout
