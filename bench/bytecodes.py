@@ -47,8 +47,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-TARGETS = ("passthrough", "mintrans", "crossfeed")
-
 
 # ---------------------------------------------------------------------------- the traced child
 
@@ -106,10 +104,8 @@ def child(out: str, argv: list[str]) -> None:
 
 def count(target: str, direction: str, args: argparse.Namespace, up_url: str, work: Path) -> dict[tuple, tuple]:
     """``(file, line, name) -> (bytecodes, calls, blocks)`` over ``--requests`` requests."""
-    import loadgen
-    import upstream as upstream_mod
-    from account import Client, free_port, stop, tree_env, wait_http
-    from instr import target_argv
+    from account import Client, free_port, stop, wait_http
+    from instr import start_target, target_argv
 
     port = free_port()
     outdir = work / f"{target}-{direction}"
@@ -117,13 +113,7 @@ def count(target: str, direction: str, args: argparse.Namespace, up_url: str, wo
     log, out = outdir / "target.log", outdir / "counts.pickle"
     argv = target_argv(target, direction, port, up_url, args.python)
     cmd = [args.python, __file__, "--child", str(out), "--", *argv[1:]]
-    api = "chat" if direction == "reverse" else "responses"
-    path = "/v1/chat/completions" if direction == "reverse" else "/v1/responses"
-    body = loadgen.request_body(api, upstream_mod.model_name(args.chunks, v=args.variant), args.variant)
-    env = tree_env(Path(args.tree))
-    env["CROSSFEED_DATA_DIR"] = str(outdir / "data")
-    with open(log, "wb") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=args.tree, env=env)
+    proc, path, body = start_target(cmd, direction, args, outdir, log)
     try:
         wait_http(port, "/healthz", proc, log, 120)
         client = Client(port, 120)
@@ -174,19 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         child(argv[1], argv[3:])  # --child OUT -- target argv
         return 0
+    from account import free_port, stop, wait_http
+    from instr import cell_options
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", default=",".join(TARGETS))
-    ap.add_argument("--directions", default="forward,reverse")
-    ap.add_argument("--chunks", type=int, default=20, help="delta frames per stream (the cell's n)")
-    ap.add_argument("--variant", default="text", choices=("text", "tool", "reasoning"))
-    ap.add_argument("--requests", type=int, default=50, help="requests counted")
-    ap.add_argument("--warmup", type=int, default=30)
+    cell_options(ap, requests=50, requests_help="requests counted")
     ap.add_argument("--top", type=int, default=0, help="also each target's N functions with the most bytecodes")
-    ap.add_argument("--tree", default=str(HERE.parent), help="the crossfeed tree to measure (default: this one)")
-    ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", type=Path, help="write the per-request figures here")
     args = ap.parse_args(argv)
-    from account import free_port, stop, wait_http
 
     targets = [t for t in args.targets.split(",") if t]
     directions = [d for d in args.directions.split(",") if d]

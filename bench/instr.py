@@ -72,6 +72,33 @@ def target_argv(
     return argv + (["--upstream-api", "responses"] if reverse else [])
 
 
+def cell_options(ap: argparse.ArgumentParser, *, requests: int, requests_help: str) -> None:
+    """The options of the targets, the cell and the tree (this script's and bench/bytecodes.py's)."""
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--directions", default="forward,reverse")
+    ap.add_argument("--chunks", type=int, default=20, help="delta frames per stream (the cell's n)")
+    ap.add_argument("--variant", default="text", choices=("text", "tool", "reasoning"))
+    ap.add_argument("--requests", type=int, default=requests, help=requests_help)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--tree", default=str(HERE.parent), help="the crossfeed tree to measure (default: this one)")
+    ap.add_argument("--python", default=sys.executable)
+
+
+def start_target(
+    cmd: list[str], direction: str, args: argparse.Namespace, outdir: Path, log: Path
+) -> tuple[subprocess.Popen[bytes], str, bytes]:
+    """``cmd`` started in the tree with its output to ``log``; the client's path and the cell's
+    request body for ``direction``."""
+    api = "chat" if direction == "reverse" else "responses"
+    path = "/v1/chat/completions" if direction == "reverse" else "/v1/responses"
+    body = loadgen.request_body(api, upstream_mod.model_name(args.chunks, v=args.variant), args.variant)
+    env = tree_env(Path(args.tree))
+    env["CROSSFEED_DATA_DIR"] = str(outdir / "data")
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=args.tree, env=env)
+    return proc, path, body
+
+
 def control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=60)
 
@@ -114,13 +141,7 @@ def measure(target: str, direction: str, args: argparse.Namespace, up_urls: list
     argv = target_argv(target, direction, port, up_urls[0], args.python, config)
     sim = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache_sim else []
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", *sim, f"--callgrind-out-file={outdir}/cg", "-q", *argv]
-    api = "chat" if direction == "reverse" else "responses"
-    path = "/v1/chat/completions" if direction == "reverse" else "/v1/responses"
-    body = loadgen.request_body(api, upstream_mod.model_name(args.chunks, v=args.variant), args.variant)
-    env = tree_env(Path(args.tree))
-    env["CROSSFEED_DATA_DIR"] = str(outdir / "data")
-    with open(log, "wb") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=args.tree, env=env)
+    proc, path, body = start_target(cmd, direction, args, outdir, log)
     seen: set[Path] = set()
     try:
         wait_http(port, "/healthz", proc, log, 600)
@@ -144,15 +165,8 @@ def measure(target: str, direction: str, args: argparse.Namespace, up_urls: list
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", default=",".join(TARGETS))
-    ap.add_argument("--directions", default="forward,reverse")
-    ap.add_argument("--chunks", type=int, default=20, help="delta frames per stream (the cell's n)")
-    ap.add_argument("--variant", default="text", choices=("text", "tool", "reasoning"))
-    ap.add_argument("--requests", type=int, default=30, help="requests per measured batch")
-    ap.add_argument("--warmup", type=int, default=30)
+    cell_options(ap, requests=30, requests_help="requests per measured batch")
     ap.add_argument("--pool", type=int, default=1, help="N fake upstream processes and a crossfeed-pool target")
-    ap.add_argument("--tree", default=str(HERE.parent), help="the crossfeed tree to measure (default: this one)")
-    ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", type=Path, help="copy each target's callgrind dumps here (for callgrind_annotate)")
     ap.add_argument(

@@ -9,41 +9,18 @@ more distinct code per request than a byte copier.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.bench_scripts import run_bench
 
 
 @pytest.mark.timeout(300)
 def test_bytecodes_per_request(tmp_path: Path) -> None:
     out = tmp_path / "bytecodes.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "bytecodes.py"),
-            "--targets",
-            "passthrough,crossfeed",
-            "--directions",
-            "forward",
-            "--warmup",
-            "3",
-            "--requests",
-            "3",
-            "--top",
-            "3",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=290,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ("--targets", "passthrough,crossfeed", "--directions", "forward", "--warmup", "3", "--requests", "3")
+    proc = run_bench("bytecodes.py", *args, "--top", "3", "--json", str(out), timeout=290)
     figures = json.loads(out.read_text())["per_request"]["forward"]
     assert set(figures) == {"passthrough", "crossfeed"}
     for target, f in figures.items():

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.bench_scripts import run_bench
 from tests.support.services import require_service
 
-REPO = Path(__file__).resolve().parents[2]
+FEW = ("--warmup", "3", "--requests", "3")  # a few requests: the harness runs, nothing is timed
 
 
 @pytest.mark.timeout(600)
@@ -26,25 +25,7 @@ def test_instruction_counts_per_request(tmp_path: Path) -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         require_service("valgrind", "apt-get install valgrind (.ci/run installs it)")
     out = tmp_path / "instr.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "instr.py"),
-            "--directions",
-            "forward",
-            "--warmup",
-            "3",
-            "--requests",
-            "3",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=590,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_bench("instr.py", "--directions", "forward", *FEW, "--json", str(out), timeout=590)
     counts = json.loads(out.read_text())["instructions"]["forward"]
     assert set(counts) == {"passthrough", "mintrans", "crossfeed"}
     assert all(n > 100_000 for n in counts.values()), counts  # a whole request each, not an idle loop
@@ -60,28 +41,8 @@ def test_simulated_cache_misses_per_request(tmp_path: Path) -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         require_service("valgrind", "apt-get install valgrind (.ci/run installs it)")
     out = tmp_path / "instr.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "instr.py"),
-            "--targets",
-            "crossfeed",
-            "--directions",
-            "forward",
-            "--warmup",
-            "3",
-            "--requests",
-            "3",
-            "--cache-sim",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=590,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ("--targets", "crossfeed", "--directions", "forward", *FEW, "--cache-sim", "--json", str(out))
+    proc = run_bench("instr.py", *args, timeout=590)
     data = json.loads(out.read_text())
     events = data["events"]["forward"]["crossfeed"]
     assert events["Ir"] == data["instructions"]["forward"]["crossfeed"] > 100_000
