@@ -119,10 +119,12 @@ def count(target: str, direction: str, args: argparse.Namespace, up_url: str, wo
         client = Client(port, 120)
         for i in range(args.warmup + args.requests):
             if i == args.warmup:
+                # Tracing on, then made sure of with a request (a signal's handler runs once the
+                # loop wakes), then on again: the second switch clears what that request counted.
                 proc.send_signal(signal.SIGUSR1)
-                time.sleep(0.2)  # the handler runs when the loop wakes; nothing else wakes it
-                client.request("GET", "/healthz")  # (the first request after: the switch's own)
-                proc.send_signal(signal.SIGUSR1)  # counting starts clean, after that request
+                time.sleep(0.2)
+                client.request("GET", "/healthz")
+                proc.send_signal(signal.SIGUSR1)
                 time.sleep(0.2)
             status, data = client.request("POST", path, body)
             if status != 200:
