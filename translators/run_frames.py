@@ -35,4 +35,5 @@ def frames(lead: bytes, first: list[bytes], mid: bytes, second: list[bytes], clo
     parts[0::4] = first if len(first) == n else first[:n]
     parts[2::4] = second if len(second) == n else second[:n]
     parts[-1] = close
-    return lead + b"".join(parts)
+    parts[0] = lead + parts[0]  # (the lead joins the first piece, not the whole run: one copy less)
+    return b"".join(parts)

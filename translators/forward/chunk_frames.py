@@ -107,32 +107,47 @@ def text_frame(data: bytes, field: str, text: str, *, reasoning: bool, left: int
     return None
 
 
-def text_run(read: bytes, frame: TextFrame) -> tuple[list[bytes], list[str], int]:
+def text_run(read: bytes, frame: TextFrame, at: int = 0, before: int = 0) -> tuple[list[bytes], list[str], int]:
     """The whole SSE frames at the start of ``read`` (upstream bytes that start where a frame
     starts) that are ``frame`` around a plain non-empty text: their texts' bytes and strings,
     and the bytes they take. The first frame that is not ends the run: it and the rest of the
-    read go the usual way.
+    read go the usual way. ``at``: where the run may start in ``read``, after ``before`` frames
+    of one ``data:`` line each (those the machine read one by one): the read is split whole,
+    never copied from ``at`` on first.
 
     The read is cut at its frame boundaries (LF LF ``data: ``) in one split; the pieces at its
     end that are not the template (the frames after the run) are dropped, each other piece's
-    text is taken at the template's offsets, and the frames those texts would make are joined
-    and compared with the read in one go: equal, every piece was the template around its text.
+    text is taken at the template's offsets, and the frames those texts would make are compared
+    with the read in place (the texts joined by what goes between two frames, the lead before
+    them, the close after): equal, every piece was the template around its text.
     (Comparing each piece's head and tail costs two slices a frame; splitting at the whole joint
     between two texts, a needle over 100 bytes, makes CPython prepare it again for every
     match.) When they differ, each piece is checked in turn."""
     head, start, tail, end, lead, close = frame[0], frame[1], frame[2], frame[3], frame[6], frame[7]
-    if read[:6] != b"data: ":
+    if read[at : at + 6] != b"data: ":
         return [], [], 0
-    pieces = read[6:-2].split(b"\n\ndata: ")
-    whole = read[-2:] == b"\n\n"
-    if not whole:
+    # Split whole: a slice of the read first would copy it all once more. The first piece is
+    # the ``data: `` line of the first frame (or of the first of ``before``, which are dropped).
+    pieces = read.split(b"\n\ndata: ")
+    if before:
+        del pieces[:before]
+    if pieces[-1][-2:] == b"\n\n":
+        pieces[-1] = pieces[-1][:-2]
+    else:
         pieces.pop()  # the last frame is not whole yet
+    if pieces and not before:
+        pieces[0] = pieces[0][6:]
     while pieces and (pieces[-1][:start] != head or pieces[-1][end:] != tail):
         pieces.pop()  # the frames after the run (the finish_reason, the usage, [DONE]...)
     raws = list(map(itemgetter(slice(start, end)), pieces))  # (a slice a piece, no loop in Python)
     if raws:
-        run = b"".join([lead, (close + lead).join(raws), close])
-        if not read.startswith(run):
+        # The frames these texts make, compared with the read in place: the lead, the texts
+        # joined by what goes between two, the close (not joined once more into one run).
+        inner = (close + lead).join(raws)
+        after = at + len(lead)
+        if not (
+            read.startswith(lead, at) and read.startswith(inner, after) and read.startswith(close, after + len(inner))
+        ):
             raws = []
             for piece in pieces:  # the run ends at the first piece that is not the template
                 if piece[:start] != head or piece[end:] != tail:

@@ -72,7 +72,7 @@ class FrameRuns(ContentWriter):
             frames += 1
             known = self._text_frame
         if known is not None and self._live and size < len(read):
-            raws, texts, taken = text_run(read[size:] if size else read, known)
+            raws, texts, taken = text_run(read, known, size, frames)
             if texts:
                 self._out = out
                 if known[4]:

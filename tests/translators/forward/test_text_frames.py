@@ -266,3 +266,22 @@ def test_a_short_read_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
     with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
         assert rendered(fed([short, long], wire=True)) == rendered(fed(frames, wire=True))
     assert offered == [len(long)]
+
+
+@pytest.mark.parametrize(
+    "tail", [b"", b"data: [DONE]\n\n", b'data: {"choi', b"\n\ndata: "], ids=["none", "done", "cut", "bare-joint"]
+)
+def test_a_run_read_from_an_offset_is_the_run_of_the_read_cut_there(tail: bytes) -> None:
+    """``text_run(read, tpl, at, before)``, the run after ``before`` frames read one by one, is the
+    run of ``read[at:]``: the same texts and bytes, for every frame boundary ``at`` (the read is
+    split whole, never sliced from ``at`` first)."""
+    frames = [frame("content", b"w%d" % i) for i in range(6)] + [frame("content", b"x", nonce=b"n")]
+    tpl = text_frame(frames[0][6:-2], "content", "w0", reasoning=False, left=1, at=0)
+    assert tpl is not None
+    read = b"".join(frames) + tail
+    at = 0
+    for before in range(len(frames)):
+        assert text_run(read, tpl, at, before) == text_run(read[at:], tpl)
+        at += len(frames[before])
+    assert text_run(read, tpl, 0, 0)[1] == [f"w{i}" for i in range(6)]
+    assert text_run(read, tpl, len(frames[0]), 1)[1] == [f"w{i}" for i in range(1, 6)]
