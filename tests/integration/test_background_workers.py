@@ -105,6 +105,21 @@ async def test_cancelled_through_either_worker(workers: tuple[Proc, Path], upstr
             assert (await client.responses.cancel(created.id)).status == "cancelled"
 
 
+async def _get_retrying(http: aiohttp.ClientSession, url: str, params: dict[str, str]) -> bytes:
+    """GET ``url`` (200), its connection tried again while it is refused or reset. Each worker of
+    ``serve --workers`` listens with ``SO_REUSEPORT``: a connection the kernel hands to the
+    listening socket of a worker that was just killed, before its exit has closed that socket, is
+    reset (as any client of a pool of such processes may see, and retries). The caller bounds
+    the time."""
+    while True:
+        try:
+            async with http.get(url, params=params) as r:
+                assert r.status == 200
+                return await r.read()
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
+            await asyncio.sleep(0.05)
+
+
 async def test_a_killed_worker_leaves_a_failed_run(workers: tuple[Proc, Path], upstream: FakeUpstream) -> None:
     proc, db = workers
     reply, _ = held()
@@ -114,9 +129,8 @@ async def test_a_killed_worker_leaves_a_failed_run(workers: tuple[Proc, Path], u
         os.kill(holder_pid(db, created.id), signal.SIGKILL)
         async with aiohttp.ClientSession() as http:
             async with asyncio.timeout(LEASE + 15):
-                async with http.get(f"{proc.url}/v1/responses/{created.id}", params={"stream": "true"}) as r:
-                    assert r.status == 200
-                    events = validate_responses_sse(await r.read())
+                body = await _get_retrying(http, f"{proc.url}/v1/responses/{created.id}", {"stream": "true"})
+                events = validate_responses_sse(body)
         assert events[-1]["type"] == "response.failed"
         assert events[-1]["response"]["error"]["code"] == "server_error"
         assert (await client.responses.retrieve(created.id)).status == "failed"
