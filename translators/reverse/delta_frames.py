@@ -17,7 +17,8 @@ The struct is ``gc=False``: decoded JSON cannot hold a reference cycle.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, Protocol
 
 import msgspec
 
@@ -67,6 +68,45 @@ class OtherDelta(msgspec.Struct, gc=False):
 
 
 decode_other_delta = msgspec.json.Decoder(OtherDelta).decode
+
+
+class PartDelta(Protocol):
+    """A reasoning delta of one kind, its part's index under one name (``part_decoders``)."""
+
+    delta: str
+    output_index: int
+    index: int
+
+
+# ``type`` stays declared: a frame naming its type twice decodes as the general path reads it.
+class ReasoningTextDelta(msgspec.Struct, gc=False):
+    type: Literal["response.reasoning_text.delta"]
+    delta: str
+    output_index: Int
+    index: Int = msgspec.field(default=0, name="content_index")
+
+
+class ReasoningDelta(msgspec.Struct, gc=False):  # Open Responses' name of reasoning_text.delta
+    type: Literal["response.reasoning.delta"]
+    delta: str
+    output_index: Int
+    index: Int = msgspec.field(default=0, name="content_index")
+
+
+class SummaryTextDelta(msgspec.Struct, gc=False):
+    type: Literal["response.reasoning_summary_text.delta"]
+    delta: str
+    output_index: Int
+    index: Int = msgspec.field(default=0, name="summary_index")
+
+
+# A delta of the reasoning part the last one continued (delta_reads.py ``_rrun``): its kind is
+# known, so its struct declares only that kind's index, and no other field has a default to fill.
+part_decoders: dict[str, Callable[[bytes], PartDelta]] = {
+    "response.reasoning_text.delta": msgspec.json.Decoder(ReasoningTextDelta).decode,
+    "response.reasoning.delta": msgspec.json.Decoder(ReasoningDelta).decode,
+    "response.reasoning_summary_text.delta": msgspec.json.Decoder(SummaryTextDelta).decode,
+}
 
 
 class ArgsDelta(msgspec.Struct, gc=False):

@@ -4,8 +4,9 @@ runs (text_runs.py) and its event loop (machine.py).
 ``feed_frame`` (machine.py) decodes a frame that opens with one of these deltas' types
 (delta_frames.OTHER_DELTA_PREFIXES) into ``OtherDelta``; ``_other_delta`` writes it as
 ``_on_args_delta`` and ``_on_other_delta`` would. After a reasoning delta the machine keeps that
-delta's part and its frame head (``_rrun``): the next delta of the same part appends its text
-and writes the frame, with no kind lookup, part key or segment check.
+delta's part and its frame head (``_rrun``): the next delta of the same part, decoded by the
+struct of its kind alone (delta_frames.part_decoders), appends its text and writes the frame,
+with no kind lookup, part key or segment check. ``feed_frame`` reads such a delta itself.
 
 ``reasoning_frame`` and ``call_frame`` are ``feed_frame`` for a frame whose event line names a
 reasoning delta or a call's fragment (``frame_readers``): the pump's reader of a read of one such
@@ -30,6 +31,7 @@ from crossfeed.translators.reverse.delta_frames import (
     OtherDelta,
     decode_args_delta,
     decode_other_delta,
+    part_decoders,
 )
 from crossfeed.translators.reverse.stream_state import DELTA_KINDS, SUMMARY_TEXT
 from crossfeed.translators.reverse.text_runs import TextRuns
@@ -67,20 +69,16 @@ class DeltaReads(TextRuns):
         if run is None:
             return self.feed_frame(data)
         try:
-            ev = decode_other_delta(data)
+            ev = run[0](data)  # (the kept part's kind: another kind fails here and is read below)
         except FRAME_ERRORS:
-            return None
+            return self._other_frame(data)
         d = ev.delta
-        if (
-            d
-            and run[0] == ev.type
-            and run[1] == ev.output_index
-            and run[2] == ev.content_index
-            and run[3] == ev.summary_index
-        ):
-            run[4].pieces.append(d)
-            return [run[5] + _dumps(d) + self._after]
-        return self._other_delta(ev)
+        if not d:
+            return []
+        if run[1] == ev.output_index and run[2] == ev.index:
+            run[3].pieces.append(d)
+            return [run[4] + _dumps(d) + self._after]
+        return self._other_frame(data)
 
     def _other_frame(self, data: bytes) -> list[Out] | None:
         """``feed_frame`` of a frame that opens with a call's or a reasoning delta's type."""
@@ -104,17 +102,18 @@ class DeltaReads(TextRuns):
             return []
         ci, si = ev.content_index, ev.summary_index
         run = self._rrun  # the last reasoning delta's part
-        if run is not None and run[0] == t and run[1] == oi and run[2] == ci and run[3] == si:
-            run[4].pieces.append(d)
-            return [run[5] + _dumps(d) + self._after]
-        self._streamed = True
         kind = DELTA_KINDS[t]
-        key = (kind, oi, si if kind == SUMMARY_TEXT else ci)
+        index = si if kind == SUMMARY_TEXT else ci
+        if run is not None and run[0] is part_decoders[t] and run[1] == oi and run[2] == index:
+            run[3].pieces.append(d)
+            return [run[4] + _dumps(d) + self._after]
+        self._streamed = True
+        key = (kind, oi, index)
         out = [self._reasoning(key, d)]
         head = self._heads.get(self._rfield) if self._wire else None
         if head is not None:  # kept for the deltas that follow (neither changes once made)
             prefix = b'{"type":"' + t.encode() + b'"'
-            self._rrun = (t, oi, ci, si, self._parts[key], head, prefix, len(prefix))
+            self._rrun = (part_decoders[t], oi, index, self._parts[key], head, prefix, len(prefix))
         return self._with_role(out) if self._role else out
 
 

@@ -263,8 +263,19 @@ class ResponsesToChatStream(DeltaReads):
                 return None if first is None else self.feed(first)
             return None
         if data[:_PREFIX_LEN] != TEXT_DELTA_PREFIX:  # (a slice compares faster than startswith)
-            if self._rrun is not None and data[: self._rrun[7]] == self._rrun[6]:  # the kept reasoning's type
-                return self.reasoning_frame(data)
+            rrun = self._rrun
+            if rrun is not None and data[: rrun[6]] == rrun[5]:  # the kept reasoning part's type
+                try:  # (reasoning_frame's reading, inlined: a call costs a tenth of it)
+                    part = rrun[0](data)
+                except FRAME_ERRORS:
+                    return self._other_frame(data)
+                d = part.delta
+                if not d:
+                    return []
+                if rrun[1] == part.output_index and rrun[2] == part.index:
+                    rrun[3].pieces.append(d)
+                    return [rrun[4] + _dumps(d) + self._after]
+                return self._other_frame(data)
             if data.startswith(OTHER_DELTA_PREFIXES):  # a call's or reasoning's (delta_reads.py)
                 return self._other_frame(data)
             if data.startswith(QUIET_PREFIXES):

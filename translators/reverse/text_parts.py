@@ -7,7 +7,8 @@ whose ``__init__`` sets the state below; its ``_on_*`` methods are handlers of t
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -31,6 +32,9 @@ from crossfeed.translators.reverse.stream_state import (
 )
 from crossfeed.translators.sse import Out
 
+if TYPE_CHECKING:
+    from crossfeed.translators.reverse.delta_frames import PartDelta
+
 _dumps = orjson.dumps
 
 
@@ -44,10 +48,10 @@ class TextStream(ChunkWriter):
     _content_len: int  # characters of content sent (annotation offsets)
     _streamed: bool  # any item-scoped event seen
     # The reasoning part the last reasoning delta continued, as the typed path keeps it
-    # (delta_reads.py): (type, output_index, content_index, summary_index, the part, the
-    # reasoning frame's head, the JSON's type prefix and its length); None once another
-    # reasoning text was sent (_reasoning).
-    _rrun: tuple[str, int, int, int, Part, bytes, bytes, int] | None
+    # (delta_reads.py): (the decoder of its kind's deltas, output_index, the part's index
+    # (content_index or summary_index), the part, the reasoning frame's head, the JSON's type
+    # prefix and its length); None once another reasoning text was sent (_reasoning).
+    _rrun: tuple[Callable[[bytes], PartDelta], int, int, Part, bytes, bytes, int] | None
 
     def _content(self, oi: Any, ci: Any, text: str, lps: Any = None) -> Out:
         key: PartKey = (OUTPUT_TEXT, oi, ci)

@@ -389,13 +389,17 @@ _BY_ITEM_ID = {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1
         "between",
     ],
 )
-def test_reasoning_deltas_continuing_a_part_same_both_ways(deltas: list[dict[str, Any]], reasoning: str) -> None:
+@pytest.mark.parametrize("named", [True, False], ids=["event-lines", "data-lines"])
+def test_reasoning_deltas_continuing_a_part_same_both_ways(
+    deltas: list[dict[str, Any]], reasoning: str, named: bool
+) -> None:
     """A reasoning delta that continues the part the last one wrote is written from that part's
     frame (``_rrun``); any other part, or a reasoning text sent the general way, starts a segment
-    (its separator) exactly as the general path does."""
+    (its separator) exactly as the general path does. Under event lines the pump reads the
+    deltas with ``reasoning_frame``; frames of a data line alone go to ``feed_frame``."""
     message = {"type": "response.output_item.added", "output_index": 4, "item": {"type": "message", "id": "msg_1"}}
-    opened = [frame(CREATED), frame(REASONING_ADDED), frame(CALL_ADDED), frame(REASONING_ADDED_3), frame(message)]
-    frames = [*opened, *(frame(d) for d in deltas), frame(COMPLETED)]
+    events = [CREATED, REASONING_ADDED, CALL_ADDED, REASONING_ADDED_3, message, *deltas, COMPLETED]
+    frames = [frame(e) if named else b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
     assert_same(frames)
     body = run(frames, typed=True, wire=True)[0]
     chunks = [orjson.loads(line[6:]) for line in body.split(b"\n\n") if line.startswith(b"data: {")]
@@ -482,14 +486,15 @@ def _said(outs: list[Any]) -> list[dict[str, Any]]:
 
 def test_a_delta_that_continues_the_part_runs_reasoning_frame_alone() -> None:
     """The pump's read of a reasoning delta that continues the kept part calls ``reasoning_frame``
-    and nothing else (no ``feed_frame`` dispatch); so does ``feed_frame`` of one."""
+    and nothing else (no ``feed_frame`` dispatch); ``feed_frame`` of one reads it itself, with no
+    call."""
     pump = _wire_pump()
     m = pump.machine
     for event in (CREATED, REASONING_ADDED, _summary(0, 0, "a"), _summary(0, 0, "b")):
         pump.feed(frame(event))
     paced, data = frame(_summary(0, 0, "c")), orjson.dumps(_summary(0, 0, "d"))
     names, (read, direct) = _calls(lambda: (pump.feed(paced), m.feed_frame(data)), None)
-    assert names == ["<lambda>", "feed", "reasoning_frame", "feed_frame", "reasoning_frame"]
+    assert names == ["<lambda>", "feed", "reasoning_frame", "feed_frame"]
     assert _said([*read, *(direct or [])]) == [{"reasoning_content": "c"}, {"reasoning_content": "d"}]
 
 
