@@ -43,6 +43,7 @@ from crossfeed.translators.run_frames import numbers as written
 from crossfeed.translators.sse import EVENT_SEP, Out
 
 _dumps = orjson.dumps
+_loads = orjson.loads
 
 
 class DeltaTemplate:
@@ -92,7 +93,6 @@ _DIGITS_MAX: Final = 18  # the longest number a run reads (int() refuses thousan
 # their text (closing_frame_event): about where decoding the text four times (some five
 # instructions a byte each) costs what finding and cutting it does (some 250 bytecodes a frame).
 _SPLICED_MIN: Final = 2048
-_PRIMING: Final = 6  # frames feed_run reads one by one before the template is known (created ... 2nd delta)
 
 
 def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | None:
@@ -282,6 +282,7 @@ class TextRuns(CallStream):
 
     done: bool  # the event loop's (machine.py)
     feed_frame: Callable[[bytes], list[Out] | None]
+    feed: Callable[[dict[str, Any]], list[Out]]  # the event loop's (machine.py)
     # event line (bytes) -> the reader of its frames, as ``frame_readers`` (delta_reads.py)
     block_readers: ClassVar[Mapping[bytes, Callable[[Any, bytes], list[Out] | None]]] = {}
 
@@ -345,15 +346,25 @@ class TextRuns(CallStream):
         self._template = None
         self._learning = self._tries > 0
 
+    def _parsed(self, data: bytes) -> list[Out] | None:
+        """``feed`` of ``data`` parsed, as the pump reads a frame no reader takes, when it is a
+        JSON object; None when not (the pump's matter: its error, or its shaping of a value)."""
+        try:
+            obj = _loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        return self.feed(obj) if obj.__class__ is dict else None
+
     def feed_run(self, read: bytes) -> RunTaken | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
         frames at its start that the machine reads at once, the bytes and the frames they took,
         and, when the read ends where a frame ends, the blocks of the frames after them (the
         pump reads those without splitting the read again); None for none (the pump then reads
         them the usual way). The read is cut into its frames once (``frame_blocks``). Until a
-        template is known, up to ``_PRIMING`` frames of one event line and one data line are
-        read one by one with ``feed_frame`` (the second text delta of a part teaches it); then
-        the run of frames that match it (``delta_run``)."""
+        template is known, the frames of one event line and one data line are read one by one,
+        as the pump would read them (a frame's reader, else ``feed_frame``, else ``feed`` of its
+        parse), until the second text delta of a part teaches it (wherever in the read, after a
+        reasoning item or a call); then the run of frames that match it (``delta_run``)."""
         tpl = self._template
         if tpl is None:
             if not self._tries:
@@ -369,7 +380,7 @@ class TextRuns(CallStream):
         size = frames = 0
         if tpl is None:  # (the machine is not done: the pump offers it no read then)
             readers = self.block_readers  # a call's or a reasoning delta's frame: its reader
-            for block in blocks[:_PRIMING]:
+            for block in blocks:
                 name, sep, data = block.partition(b"\ndata: ")
                 if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
                     break  # not one event line and one data line: the SSE decoder's matter
@@ -377,7 +388,9 @@ class TextRuns(CallStream):
                     self._learning = True
                 more = readers[name](self, data) if name in readers else self.feed_frame(data)
                 if more is None:
-                    break
+                    more = self._parsed(data)
+                    if more is None:
+                        break
                 out += more
                 size += len(block) + 9
                 frames += 1

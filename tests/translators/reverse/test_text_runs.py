@@ -159,6 +159,63 @@ def test_a_read_of_many_deltas_is_decoded_twice(order: str, monkeypatch: pytest.
     assert out[2] == len(frames)  # every frame counted in
 
 
+def _reasoning_item(summary: list[str]) -> list[bytes]:
+    """A reasoning item at output index 0 with one summary part streamed as ``summary``, and the
+    frames no frame reader takes (a summary part's ``added`` and ``done``, the item's ``done``)."""
+    text = "".join(summary)
+    item: dict[str, Any] = {"type": "reasoning", "id": "rs_1", "summary": []}
+    part = {"item_id": "rs_1", "output_index": 0, "summary_index": 0}
+    frames = [
+        event({"type": "response.output_item.added", "output_index": 0, "item": item}),
+        event({"type": "response.reasoning_summary_part.added", **part, "part": {"type": "summary_text", "text": ""}}),
+        *(event({"type": "response.reasoning_summary_text.delta", **part, "delta": d}) for d in summary),
+        event({"type": "response.reasoning_summary_text.done", **part, "text": text}),
+        event({"type": "response.reasoning_summary_part.done", **part, "part": {"type": "summary_text", "text": text}}),
+    ]
+    done = {**item, "summary": [{"type": "summary_text", "text": text}]}
+    return [*frames, event({"type": "response.output_item.done", "output_index": 0, "item": done})]
+
+
+MESSAGE_1 = event({"type": "response.output_item.added", "output_index": 1, "item": {"type": "message", "id": "m"}})
+PART_1 = event({"type": "response.content_part.added", "output_index": 1, "content_index": 0})
+
+
+@pytest.mark.parametrize("order", ["number", "text", "none"])
+def test_the_text_after_a_reasoning_item_in_one_read_is_a_run(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that holds a reasoning item before the message (frames no reader takes among
+    them, read as the pump reads them: parsed, to ``feed``): the frames are read one by one up
+    to the message's second delta, which teaches the template, and the other 28 at once."""
+    texts = [delta(20 + i, b"w%d " % i, order=order, index=b"1") for i in range(30)]
+    frames = [CREATED, *_reasoning_item(["a", "b", "c"]), MESSAGE_1, PART_1, *texts, COMPLETED]
+    seen = decodes(monkeypatch)
+    body = assert_as_decoded(frames, [700, 1500])
+    seen.clear()
+    out = fed([b"".join(frames)], wire=True)
+    assert out[0] == body and b"abc" not in body and b'"reasoning_content":"b"' in body
+    assert len(seen) == 2
+    assert out[2] == len(frames)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        b"event: response.foo\ndata: [1,2]\n\n",
+        b'event: response.foo\ndata: "x"\n\n',
+        b"event: response.foo\ndata: {nope\n\n",
+        b'event: response.foo\ndata: {"type":"response.foo"}\n\n',
+        b'event: keepalive\ndata: {"type":"keepalive"}\n\n',
+        b'event: response.in_progress\ndata: {"type":"response.in_progress","response":7}\n\n',
+    ],
+    ids=["array", "string", "not-json", "unknown", "keepalive", "odd-in-progress"],
+)
+def test_a_frame_no_reader_takes_before_the_text_is_read_as_the_pump_reads_it(odd: bytes) -> None:
+    """Before the template is known, a frame of one event line and one data line that neither a
+    reader nor ``feed_frame`` takes is parsed and fed when it is an object; any other (a value
+    the pump shapes, bytes that are not JSON: its error) is left to the pump."""
+    texts = [delta(20 + i, b"w%d " % i, index=b"1") for i in range(8)]
+    assert_as_decoded([CREATED, *_reasoning_item(["a"]), odd, MESSAGE_1, PART_1, *texts, COMPLETED], [300, 900])
+
+
 def test_the_layouts_of_the_number() -> None:
     for order, layout in (("number", NUMBER_FIRST), ("text", TEXT_FIRST), ("none", NO_NUMBER)):
         data = delta(7, b"hi", order=order).split(b"data: ", 1)[1][:-2]
