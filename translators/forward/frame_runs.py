@@ -5,8 +5,9 @@ Most frames of a stream are the frame before them but for the delta's text (chun
 ``text_frame``). Once one has been decoded, the machine keeps its template, and:
 
 - ``feed_frame`` (machine.py) reads a frame that matches it with a slice instead of a decode;
-- ``feed_run`` reads the run of such frames that opens a read at once (``text_run``): the pump
-  offers it every read of 1 KiB or more that starts where a frame starts (translators/pump.py).
+- ``feed_run`` reads the runs of such frames in a read at once (``text_run``), the frames
+  between them one by one: the pump offers it every read of 1 KiB or more that starts where a
+  frame starts (translators/pump.py).
 
 ``_learn`` keeps a template; a stream learns ``LEARN_TRIES`` in a row at most (a backend with a
 nonce in every frame stops costing anything; one whose ``created`` ticks relearns as it ticks).
@@ -33,7 +34,7 @@ from crossfeed.translators.plain_json import plain
 from crossfeed.translators.pump import RunTaken
 from crossfeed.translators.sse import Out
 
-_PRIMING = 3  # frames feed_run reads one by one, at most, before the text template is known
+_RUN_TRIES = 4  # runs feed_run tries in a read, at most (each splits the read: a bound on its cost)
 
 
 class FrameRuns(ContentWriter):
@@ -53,13 +54,30 @@ class FrameRuns(ContentWriter):
     def feed_run(self, read: bytes) -> RunTaken | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
         frames at its start that the machine reads at once, the bytes and the frames they took;
-        None for none (the pump then reads them frame by frame). Until the stream's text template
-        is known, up to ``_PRIMING`` frames are read one by one with ``feed_frame`` (one of them
-        teaches it); then the run of frames that match it (``text_run``) is read at once."""
+        None for none (the pump then reads them frame by frame). The frames are read one by one
+        with ``feed_frame`` (as the pump would) until the stream has a text template, and a run
+        of frames that match it (``text_run``) is read at once; after a run, or where a frame
+        teaches another template (the content after the reasoning), the frames go on one by one
+        and a run is tried again, ``_RUN_TRIES`` times a read at most (each try splits the read)."""
         out: list[Out] = []
         size = frames = 0
         known = self._text_frame
-        while known is None and frames < _PRIMING and self._live:
+        tried: TextFrame | None = None
+        tries = _RUN_TRIES
+        while self._live:
+            if known is not None and known is not tried and tries:
+                tried = known
+                tries -= 1
+                raws, texts, taken = text_run(read, known, size, frames)
+                if texts:
+                    self._out = out
+                    if known[4]:
+                        for text in texts:
+                            self._reasoning(text)
+                    else:
+                        self._more_texts(raws, texts)
+                    size += taken
+                    frames += len(texts)
             end = read.find(b"\n\n", size) + 2
             data = read[size + 6 : end - 2]
             if end < 2 or read[size : size + 6] != b"data: " or data == b"[DONE]" or 10 in data or 13 in data:
@@ -70,18 +88,10 @@ class FrameRuns(ContentWriter):
             out += more
             size = end
             frames += 1
-            known = self._text_frame
-        if known is not None and self._live and size < len(read):
-            raws, texts, taken = text_run(read, known, size, frames)
-            if texts:
-                self._out = out
-                if known[4]:
-                    for text in texts:
-                        self._reasoning(text)
-                else:
-                    self._more_texts(raws, texts)
-                size += taken
-                frames += len(texts)
+            if self._text_frame is not known:  # a template learned (or a try spent): the run's text
+                known = self._text_frame
+                if known is not None and tried is not None and known[:4] == tried[:4]:
+                    tried = known  # (the same template, one try less: no run to try again)
         return (out, size, frames, None) if frames else None
 
     def _learn(self, data: bytes, choice: Choice, field: str, text: str) -> None:

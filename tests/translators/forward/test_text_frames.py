@@ -190,6 +190,42 @@ def test_a_read_of_many_frames_is_cut_once(monkeypatch: pytest.MonkeyPatch) -> N
     assert body.count(b"event: response.output_text.delta\n") == 21
 
 
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_the_content_after_the_reasoning_in_one_read_is_a_run(field: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of the reasoning, then the content: the reasoning's run ends at the first content
+    frame, which is decoded and teaches the content's template, and the content after it is a
+    run of its own in the same read."""
+    role = b'data: {"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    thoughts = [frame(field, b"think %d " % i) for i in range(12)]
+    texts = [frame("content", b"word %d " % i) for i in range(20)]
+    stop = frame("content", b"end", reason="stop")
+    seen = decodes(monkeypatch)
+    runs: list[Any] = []
+    monkeypatch.setattr(runs_mod, "text_run", lambda *a: runs.append(text_run(*a)) or runs[-1])
+    assert_as_decoded([role, *thoughts, *texts, stop], [900, 2500])
+    seen.clear()
+    runs.clear()
+    out = fed([b"".join([role, *thoughts, *texts, stop])], wire=True)[0]
+    assert len(seen) == 4  # the role frame, the first thought and the first text (templates), the last
+    assert [len(texts) for _, texts, _ in runs if texts] == [11, 19]
+    body = render_responses(out)
+    assert body.count(b"event: response.output_text.delta\n") == 21
+    assert body.count(b"event: response.reasoning_text.delta\n") + body.count(b"summary_text.delta\n") == 12
+
+
+def test_a_read_tries_a_bounded_number_of_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read whose frames change template every other frame: each frame that teaches one would
+    try a run (a split of the read); a read tries ``_RUN_TRIES`` at most."""
+    fields = ["content", "reasoning_content"]
+    frames = [frame(fields[i // 2 % 2], b"x%d " % i) for i in range(40)]
+    runs: list[bytes] = []
+    read = b"".join(frames)
+    monkeypatch.setattr(runs_mod, "text_run", lambda *a: runs.append(a[0]) or text_run(*a))
+    fed([read], wire=True)
+    assert 0 < runs.count(read) <= runs_mod._RUN_TRIES
+    assert_as_decoded(frames, [333])
+
+
 @pytest.mark.parametrize(
     "between",
     [
