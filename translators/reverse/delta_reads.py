@@ -76,6 +76,8 @@ class DeltaReads(TextRuns):
         if not d:
             return []
         if run[1] == ev.output_index and run[2] == ev.index:
+            if self._learning:  # (text_runs.py)
+                self._learn(data, d, run[1], run[2], run[0])
             run[3].pieces.append(d)
             return [run[4] + _dumps(d) + self._after]
         return self._other_frame(data)

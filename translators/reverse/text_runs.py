@@ -1,32 +1,31 @@
-"""Text deltas read without a decode: the layer of the reverse machine between its call stream
+"""Deltas read without a decode: the layer of the reverse machine between its call stream
 (tool_calls.py) and its event loop (machine.py).
 
-A Responses backend writes every text delta of a message the same way: the same event line, the
-same ``item_id``, indexes and key order; only the text and ``sequence_number`` change, and the
-number rises by one a frame. Once the machine has decoded such a frame (``feed_frame``, the run
-of a text part: machine.py), it keeps the frame's bytes around its two holes
-(``delta_template``), and ``feed_run`` reads the run of frames that opens a read at once
-(``delta_run``): the pump offers it every read of 1 KiB or more that starts where a frame
+A Responses backend writes every delta of a part the same way: a message's text, a reasoning
+item's summary or text. Once the machine has read the second delta of a part (``feed_frame``
+the run of a text part: machine.py; ``reasoning_frame`` a reasoning part's: delta_reads.py), it
+keeps the frame's bytes around its two holes (delta_runs.py ``delta_template``), and
+``feed_run`` reads each run of such frames in a read at once (``delta_run``), the frames between
+them one by one: the pump offers it every read of 1 KiB or more that starts where a frame
 starts (translators/pump.py). A backend that writes a nonce in every delta (OpenAI's
 ``obfuscation``) matches no template: a stream learns ``LEARN_TRIES`` in a row at most, and a
 template that served ``SETTLED`` frames gives the tries back.
 
-Each frame a run takes is one the typed decode would have read to the same text: the template's
-bytes around a plain text (translators/plain_json.py) and a number. The chunk it writes is the
-part's content frame around the text's JSON string, which for a plain text is its bytes between
-quotes. tests/translators/reverse/test_text_runs.py holds the run to the decode.
+The chunk a run writes for each frame is the part's chunk frame (content, or the reasoning
+field) around the text's JSON string, which for a plain text is its bytes between quotes.
+tests/translators/reverse/test_text_runs.py holds the runs to the decode.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from operator import itemgetter
 from typing import Any, ClassVar, Final
 
 import orjson
 
-from crossfeed.translators.plain_json import plain_bytes, plain_texts
 from crossfeed.translators.pump import RunTaken
+from crossfeed.translators.reverse.delta_frames import part_decoders
+from crossfeed.translators.reverse.delta_runs import TEXT_HEAD, DeltaTemplate, delta_run, delta_template, frame_blocks
 from crossfeed.translators.reverse.event_frames import (
     CONFIRMED,
     TERMINAL,
@@ -38,241 +37,28 @@ from crossfeed.translators.reverse.event_frames import (
 )
 from crossfeed.translators.reverse.stream_state import Part
 from crossfeed.translators.reverse.tool_calls import CallStream
-from crossfeed.translators.run_frames import frames
-from crossfeed.translators.run_frames import numbers as written
-from crossfeed.translators.sse import EVENT_SEP, Out
+from crossfeed.translators.sse import Out
 
 _dumps = orjson.dumps
 _loads = orjson.loads
 
 
-class DeltaTemplate:
-    """A text delta frame's bytes around its holes, the text and the number (``delta_template``)."""
-
-    __slots__ = ("lead", "order", "mid", "tail", "close", "oi", "ci", "head", "edge", "ll", "lm", "lt", "glue", "cuts")
-
-    def __init__(self, lead: bytes, order: int, mid: bytes, tail: bytes, oi: int, ci: int, edge: bytes) -> None:
-        self.lead = lead  # the bytes up to the first hole (the event line and the data line's start)
-        self.order = order  # the holes in the frame (NO_NUMBER: the text alone)
-        self.mid = mid  # between the holes
-        self.tail = tail  # after the last hole
-        self.close = tail + b"\n\n"  # ... and the blank line
-        self.oi, self.ci = oi, ci  # the text part's output_index and content_index
-        self.head = lead[7:]  # a block's start (frame_blocks: without ``event: ``)
-        self.edge = edge  # the byte of ``mid`` next to the number (not a digit: where it ends)
-        self.ll, self.lm, self.lt = len(self.head), len(mid), len(tail)
-        self.glue = self.close + lead  # between two frames
-        self.cuts: dict[int, Callable[[bytes], bytes]] = {}  # a block's text, by its number's width (cut)
-
-    def cut(self, width: int) -> Callable[[bytes], bytes]:
-        """What takes the text of a block whose number has ``width`` digits (made once a width)."""
-        got = self.cuts.get(width)
-        if got is None:
-            if self.order == NUMBER_FIRST:
-                got = itemgetter(slice(self.ll + width + self.lm, -self.lt))
-            else:
-                got = itemgetter(slice(self.ll, -(self.lm + width + self.lt)))
-            self.cuts[width] = got
-        return got
-
-
 # The text part a run continues: (output_index, content_index, part, the content frame's head,
 # the head and a quote, a quote and what follows the text, the latter two joined: between two).
 TextRun = tuple[int, int, Part, bytes, bytes, bytes, bytes]
-NO_NUMBER, NUMBER_FIRST, TEXT_FIRST = 0, 1, 2
-
-_EVENT: Final = b"response.output_text.delta"
-_NAME: Final = _EVENT + b"\ndata: "  # a text delta's block (frame_blocks)
-_HEAD: Final = b"event: " + _NAME
-_DELTA: Final = b'"delta":"'
-_NUMBER: Final = b'"sequence_number":'
+# The event lines of the deltas a template is learned from (a message's text, a reasoning part's),
+# as a block starts (frame_blocks: without ``event: ``) and as a read does.
+_LEARNED: Final = frozenset([TEXT_HEAD[7:-7], *(name.encode() for name in part_decoders)])
+_DELTA_BLOCKS: Final = tuple(name + b"\ndata: " for name in _LEARNED)
+_DELTA_HEADS: Final = tuple(b"event: " + block for block in _DELTA_BLOCKS)
+_KIND_HEADS: Final = {kind: b"event: " + name.encode() + b"\ndata: " for name, kind in part_decoders.items()}
+_RUN_TRIES: Final = 4  # runs feed_run tries in a read, at most (each compares the frames left)
 LEARN_TRIES: Final = 4  # templates a stream learns in a row, none of them serving SETTLED frames
 SETTLED: Final = 16
-_DIGITS_MAX: Final = 18  # the longest number a run reads (int() refuses thousands of digits)
 # The content a stream has sent, in characters, from which its closing frames are decoded without
 # their text (closing_frame_event): about where decoding the text four times (some five
 # instructions a byte each) costs what finding and cutting it does (some 250 bytecodes a frame).
 _SPLICED_MIN: Final = 2048
-
-
-def delta_template(data: bytes, text: str, oi: int, ci: int) -> DeltaTemplate | None:
-    """The template of ``data``, a text delta frame's JSON that decoded to ``text`` (plain,
-    non-empty) at ``(oi, ci)``; None when the text or the number cannot be found unambiguously
-    (a key twice, a text written with escapes, whitespace around a colon, a number that is not
-    a plain decimal)."""
-    raw = text.encode()
-    if data.count(b'"delta"') != 1 or not plain_bytes(raw):
-        return None
-    start = data.find(_DELTA) + len(_DELTA)
-    end = start + len(raw)
-    if start < len(_DELTA) or data[start:end] != raw or data[end : end + 1] != b'"':
-        return None
-    numbers = data.count(b'"sequence_number"')
-    if numbers == 0:
-        return DeltaTemplate(_HEAD + data[:start], NO_NUMBER, b"", data[end:], oi, ci, b"")
-    at = data.find(_NUMBER) + len(_NUMBER)
-    if numbers != 1 or at < len(_NUMBER):
-        return None
-    stop = at
-    while data[stop : stop + 1].isdigit():
-        stop += 1
-    digits = data[at:stop]
-    if not digits or len(digits) > _DIGITS_MAX or b"%d" % int(digits) != digits:
-        return None
-    if at < start:
-        mid = data[stop:start]
-        return DeltaTemplate(_HEAD + data[:at], NUMBER_FIRST, mid, data[end:], oi, ci, mid[:1])
-    mid = data[end:at]
-    return DeltaTemplate(_HEAD + data[:start], TEXT_FIRST, mid, data[stop:], oi, ci, mid[-1:])
-
-
-def frame_blocks(read: bytes) -> tuple[list[bytes], bool]:
-    """The frames of ``read`` (upstream bytes that start where a frame starts), each without its
-    ``event: `` and its blank line: ``<name>\\ndata: <json>`` for a frame of one event line and
-    one data line. A frame takes ``len(block) + 9`` bytes. And whether the read ends where a
-    frame ends: else its last piece, not whole yet, is left out.
-
-    The read is cut in one split, at ``event: `` after a blank line (a needle of 9 bytes costs
-    about one instruction a byte, LF LF four), and the frames after the run go on as they are
-    (``feed_run``'s rest) rather than be split again, and a closing frame carries the whole
-    text or the whole Response. A piece may hold more than a frame (a comment, a frame of
-    another shape); none such is a frame of the template (``delta_run`` compares every frame it
-    takes with the read), nor one ``named_events`` reads (its data holds an LF)."""
-    if read[:7] != b"event: ":
-        return [], False
-    blocks = read.split(EVENT_SEP)  # (the separator cannot meet the first 7 bytes nor the last 2)
-    blocks[0] = blocks[0][7:]
-    if read[-2:] == b"\n\n":
-        blocks[-1] = blocks[-1][:-2]
-        return blocks, True
-    blocks.pop()
-    return blocks, False
-
-
-def delta_run(
-    blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate, guess: int
-) -> tuple[list[bytes], str, int, int, int]:
-    """The frames of ``blocks`` (``frame_blocks`` of ``read``) from ``start`` on, ``at`` bytes
-    into the read, that are ``tpl`` around a plain non-empty text and a number: their texts'
-    bytes, the texts joined, the bytes the frames take, the number of the first (-1 for none)
-    and how many frames were the template's, plain or not. The first frame that is not ends
-    the run.
-
-    The frames at the end that are not the template (the frames after the run) are left out,
-    each other one's text is taken at the template's offsets (the numbers rise by one a frame:
-    the offsets move where they gain a digit), and the frames those texts and numbers make are
-    joined (the list of their parts built by slice assignment, no loop) and compared with the
-    read in one go. The numbers are not read but written (``run_frames.numbers``): the comparison
-    holds each one to the JSON integer, one more than the one before, that the decode would
-    skip. The first is ``guess`` (one more than the last run's last) when the first frame holds
-    it, else read from the frame."""
-    head, tail, ll, lt = tpl.head, tpl.tail, tpl.ll, tpl.lt
-    stop = len(blocks)
-    while stop > start and (blocks[stop - 1][:ll] != head or blocks[stop - 1][-lt:] != tail):
-        stop -= 1  # the frames after the run (the closing ones, another item's...)
-    if stop == start:
-        return [], "", 0, -1, 0
-    run = blocks[start:stop] if start or stop < len(blocks) else blocks
-    numbers: list[bytes] = []
-    first = -1
-    if tpl.order == NO_NUMBER:
-        raws = list(map(itemgetter(slice(ll, -lt)), run))
-    else:
-        if guess >= 0:
-            numbers = written(guess, len(run))
-            first = guess if _holds(run[0], tpl, numbers[0]) else -1
-        if first < 0:
-            first = _number(run[0], tpl)
-            numbers = written(first, len(run)) if first >= 0 else []
-        if first < 0:
-            raws = []
-        elif first + len(run) <= 10 ** len(numbers[0]):  # the numbers have as many digits: one cut
-            raws = list(map(tpl.cuts.get(len(numbers[0])) or tpl.cut(len(numbers[0])), run))
-        else:
-            raws = _numbered(run, tpl, first, numbers)
-    expected = _frames(tpl, raws, numbers)
-    if expected == read or read.startswith(expected, at):  # (a whole read: one compare, no arguments)
-        size = len(expected)
-    else:
-        size = kept = 0  # the run ends at the first frame that is not the template's
-        for k, raw in enumerate(raws):
-            frame = _frames(tpl, [raw], numbers[k : k + 1])
-            if not read.startswith(frame, at + size):
-                break
-            size += len(frame)
-            kept += 1
-        del raws[kept:]
-    n = len(raws)
-    text = _texts(raws)
-    if len(raws) < n:  # the frames from the first text that is not plain: the decode's
-        size = len(_frames(tpl, raws, numbers))
-    return raws, text, size, first, n
-
-
-def _holds(block: bytes, tpl: DeltaTemplate, digits: bytes) -> bool:
-    """``block`` (a frame of ``tpl`` without its ``event: ``) holds the number ``digits``: they
-    are where the number starts (or ends), the template's edge byte next to them."""
-    w = len(digits)
-    if tpl.order == NUMBER_FIRST:
-        ll = tpl.ll
-        return block[ll : ll + w] == digits and block[ll + w : ll + w + 1] == tpl.edge
-    lt = tpl.lt
-    return block[-(lt + w) : -lt] == digits and block[-(lt + w + 1) : -(lt + w)] == tpl.edge
-
-
-def _number(block: bytes, tpl: DeltaTemplate) -> int:
-    """The number ``block`` holds (a frame of ``tpl`` without its ``event: ``), when it is a JSON
-    integer (no leading zero) of at most ``_DIGITS_MAX`` digits; -1 when not."""
-    mid, ll = tpl.mid, tpl.ll
-    if tpl.order == NUMBER_FIRST:
-        number = block[ll : block.find(mid, ll)]
-    else:
-        number = block[block.rfind(mid, ll) + len(mid) : -tpl.lt]
-    if not number.isdigit() or len(number) > _DIGITS_MAX or b"%d" % int(number) != number:
-        return -1
-    return int(number)
-
-
-def _numbered(blocks: list[bytes], tpl: DeltaTemplate, first: int, numbers: list[bytes]) -> list[bytes]:
-    """The texts of ``blocks`` (frames of ``tpl`` without their ``event: ``) whose numbers are
-    ``numbers`` (``first`` and on), across a width (``_frames`` holds each to its own): the frames
-    whose numbers have as many digits take one cut."""
-    raws: list[bytes] = []
-    done, n, width = 0, first, len(numbers[0])
-    while done < len(blocks):
-        group = blocks[done : done + 10**width - n]
-        raws += map(tpl.cut(width), group)
-        done += len(group)
-        n += len(group)
-        width += 1
-    return raws
-
-
-def _frames(tpl: DeltaTemplate, raws: list[bytes], numbers: list[bytes]) -> bytes:
-    """The frames of ``raws`` (and their ``numbers``) as the template writes them."""
-    order = tpl.order
-    if order == NUMBER_FIRST:
-        return frames(tpl.lead, numbers, tpl.mid, raws, tpl.close, tpl.glue)
-    if order == TEXT_FIRST:
-        return frames(tpl.lead, raws, tpl.mid, numbers, tpl.close, tpl.glue)
-    return b"".join([tpl.lead, tpl.glue.join(raws), tpl.close]) if raws else b""
-
-
-def _texts(raws: list[bytes]) -> str:
-    """The texts of ``raws`` joined, and ``raws`` cut where one is not plain: empty, holding
-    what JSON escapes, or not valid UTF-8 on its own. One ``translate`` checks them all; ASCII
-    is valid UTF-8 however it is cut, and other texts are decoded joined with a NUL (which JSON
-    escapes, so no plain text holds one), which a character cut between two of them fails."""
-    joined = b"".join(raws)
-    if all(raws) and plain_bytes(joined):
-        if joined.isascii():
-            return joined.decode()
-        try:
-            b"\x00".join(raws).decode()  # (each text on its own: the NULs are where one ends)
-            return joined.decode()
-        except UnicodeDecodeError:
-            pass
-    return "".join(plain_texts(raws))
 
 
 class TextRuns(CallStream):
@@ -333,16 +119,18 @@ class TextRuns(CallStream):
             part.pieces = pieces = ["".join(pieces)]
         return CONFIRMED if holder.get("text") == pieces[0] else ev
 
-    def _learn(self, data: bytes, text: str, oi: int, ci: int) -> None:
-        """Keep the template of ``data``, a text delta ``feed_frame`` read into the current
-        run as ``text``: one try of ``LEARN_TRIES``."""
+    def _learn(self, data: bytes, text: str, oi: int, ci: int, kind: Any = None) -> None:
+        """Keep the template of ``data``, a delta ``feed_frame`` (or ``reasoning_frame``) read
+        into the part it continues as ``text``: a message's text (``kind`` None) or a reasoning
+        part's (``kind``: its deltas' decoder, delta_frames.part_decoders). One try of
+        ``LEARN_TRIES``."""
         self._learning = False
         self._tries -= 1
         self._served = 0
-        self._template = delta_template(data, text, oi, ci)
+        self._template = delta_template(data, text, oi, ci, TEXT_HEAD if kind is None else _KIND_HEADS[kind], kind)
 
     def _relearn(self) -> None:
-        """The template matched no frame where a text delta starts: learned again, tries left."""
+        """The template matched no frame where a delta starts: learned again, tries left."""
         self._template = None
         self._learning = self._tries > 0
 
@@ -357,76 +145,108 @@ class TextRuns(CallStream):
 
     def feed_run(self, read: bytes) -> RunTaken | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
-        frames at its start that the machine reads at once, the bytes and the frames they took,
-        and, when the read ends where a frame ends, the blocks of the frames after them (the
-        pump reads those without splitting the read again); None for none (the pump then reads
-        them the usual way). The read is cut into its frames once (``frame_blocks``). Until a
-        template is known, the frames of one event line and one data line are read one by one,
-        as the pump would read them (a frame's reader, else ``feed_frame``, else ``feed`` of its
-        parse), until the second text delta of a part teaches it (wherever in the read, after a
-        reasoning item or a call); then the run of frames that match it (``delta_run``)."""
+        frames the machine reads in it, the bytes and the frames they took, and, when the read
+        ends where a frame ends, the blocks of the frames after them (the pump reads those
+        without splitting the read again); None for none (the pump then reads them the usual
+        way). The read is cut into its frames once (``frame_blocks``). Its frames of one event
+        line and one data line are read one by one, as the pump would read them (a frame's
+        reader, else ``feed_frame``, else ``feed`` of its parse), and where the machine has a
+        template (the second delta of a part teaches it: a message's text or a reasoning part's)
+        the run of frames that match it is read at once (``delta_run``). A delta after a run that
+        is not its template's (the text after the reasoning) is learned again, and a run tried
+        again, ``_RUN_TRIES`` times a read at most."""
         tpl = self._template
         if tpl is None:
             if not self._tries:
                 return None
-        elif read[: len(tpl.lead)] != tpl.lead:  # no run at the start (the closing frames): no search
-            if read[: len(_HEAD)] == _HEAD:  # a text delta the template does not match
-                self._relearn()
-            return None
+        elif read[: len(tpl.lead)] != tpl.lead:
+            if not read.startswith(_DELTA_HEADS):  # no delta at the start (the closing frames): no search
+                return None
+            self._relearn()  # a delta the template does not match: learned from this read's
+            tpl = None
+            if not self._tries:
+                return None
         blocks, whole = frame_blocks(read)
         if not blocks:
             return None
         out: list[Out] = []
         size = frames = 0
-        if tpl is None:  # (the machine is not done: the pump offers it no read then)
-            readers = self.block_readers  # a call's or a reasoning delta's frame: its reader
-            for block in blocks:
-                name, sep, data = block.partition(b"\ndata: ")
-                if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
-                    break  # not one event line and one data line: the SSE decoder's matter
-                if name == _EVENT:  # a read with text deltas: feed_frame learns from the next one
-                    self._learning = True
-                more = readers[name](self, data) if name in readers else self.feed_frame(data)
-                if more is None:
-                    more = self._parsed(data)
-                    if more is None:
-                        break
-                out += more
-                size += len(block) + 9
-                frames += 1
-                tpl = self._template
-                if tpl is not None or self.done:
+        count = len(blocks)
+        readers = self.block_readers  # a call's or a reasoning delta's frame: its reader
+        tried: DeltaTemplate | None = None
+        tries = _RUN_TRIES
+        while frames < count and not self.done:
+            if tpl is not None and tpl is not tried and tries:
+                tried = tpl
+                tries -= 1
+                taken, ran, matched = self._delta_run(blocks, frames, read, size, tpl, out)
+                size += taken
+                frames += ran
+                if frames == count:
                     break
-        if tpl is not None and frames < len(blocks) and not self.done:
-            cur = self._run
-            if cur is not None and cur[0] == tpl.oi and cur[1] == tpl.ci and self._last_msg == tpl.oi:
-                raws, text, taken, first, matched = delta_run(blocks, frames, read, size, tpl, self._next)
-                if raws:
-                    cur[2].pieces.append(text)
-                    self._content_len += len(text)
-                    self._next = first + len(raws) if first >= 0 else -1
-                    # The part's content frame around each text's JSON string: its bytes in
-                    # quotes. SSE frames follow one another: the run's are one output (``packed``
-                    # counts the others), joined once: [head, raw, between, raw, ..., after].
-                    if self._framing.sse:
-                        parts = [cur[6]] * (2 * len(raws) + 1)
-                        parts[1::2] = raws
-                        parts[0] = cur[4]
-                        parts[-1] = cur[5]
-                        out.append(b"".join(parts))
-                        self.packed += len(raws) - 1
-                    else:
-                        frame = b"%s%%s%s" % (cur[4].replace(b"%", b"%%"), cur[5].replace(b"%", b"%%"))
-                        out += map(frame.__mod__, raws)
-                    size += taken
-                    frames += len(raws)
-                    self._served += len(raws)
-                    if self._served >= SETTLED:
-                        self._tries = LEARN_TRIES
-                elif not matched and blocks[frames].startswith(_NAME):  # (a text that is not plain: kept)
+                if matched == ran and blocks[frames].startswith(_DELTA_BLOCKS):
+                    # A delta the template does not match (another part's, a nonce a frame): learned
+                    # again, one try less. (One it matches around a text that is not plain: kept.)
                     self._relearn()
-            elif blocks[frames].startswith(_NAME):  # another part's text
-                self._relearn()
-        if whole and frames < len(blocks):
+                    tpl = None
+            block = blocks[frames]
+            name, sep, data = block.partition(b"\ndata: ")
+            if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
+                break  # not one event line and one data line: the SSE decoder's matter
+            if name in _LEARNED and (tpl is None or block[: tpl.ll] != tpl.head):
+                self._learning = self._tries > 0  # a delta of another part: the part's next one teaches
+            more = readers[name](self, data) if name in readers else self.feed_frame(data)
+            if more is None:
+                more = self._parsed(data)
+                if more is None:
+                    break
+            out += more
+            size += len(block) + 9
+            frames += 1
+            tpl = self._template
+        if whole and frames < count:
             return out, size, frames, blocks[frames:] if frames else blocks
         return (out, size, frames, None) if frames else None
+
+    def _delta_run(
+        self, blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate, out: list[Out]
+    ) -> tuple[int, int, int]:
+        """The run of ``tpl``'s frames from ``blocks[start]`` (``at`` bytes into ``read``), read
+        into the part the machine's last delta continued when it is the template's: its chunks
+        appended to ``out``; the bytes and the frames it took, and how many frames were the
+        template's, plain or not (``delta_run``; none when the part is not the template's)."""
+        if tpl.kind is None:  # a message's text: feed_frame's run (machine.py)
+            cur = self._run
+            if cur is None or cur[0] != tpl.oi or cur[1] != tpl.ci or self._last_msg != tpl.oi:
+                return 0, 0, 0
+            part, opened, closed, between = cur[2], cur[4], cur[5], cur[6]
+        else:  # a reasoning part's: delta_reads' (_rrun)
+            rrun = self._rrun
+            if rrun is None or rrun[0] is not tpl.kind or rrun[1] != tpl.oi or rrun[2] != tpl.ci:
+                return 0, 0, 0
+            part, opened, closed = rrun[3], rrun[4] + b'"', b'"' + self._after
+            between = closed + opened
+        raws, text, taken, first, matched = delta_run(blocks, start, read, at, tpl, self._next)
+        if not raws:
+            return 0, 0, matched
+        part.pieces.append(text)
+        if tpl.kind is None:
+            self._content_len += len(text)
+        self._next = first + len(raws) if first >= 0 else -1
+        # The part's frame around each text's JSON string: its bytes in quotes. SSE frames
+        # follow one another: the run's are one output (``packed`` counts the others), joined
+        # once: [opened, raw, between, raw, ..., closed].
+        if self._framing.sse:
+            parts = [between] * (2 * len(raws) + 1)
+            parts[1::2] = raws
+            parts[0] = opened
+            parts[-1] = closed
+            out.append(b"".join(parts))
+            self.packed += len(raws) - 1
+        else:
+            frame = b"%s%%s%s" % (opened.replace(b"%", b"%%"), closed.replace(b"%", b"%%"))
+            out += map(frame.__mod__, raws)
+        self._served += len(raws)
+        if self._served >= SETTLED:
+            self._tries = LEARN_TRIES
+        return taken, len(raws), matched

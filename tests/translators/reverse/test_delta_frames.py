@@ -533,8 +533,9 @@ def test_a_call_s_fragments_run_call_frame() -> None:
 
 def test_a_long_read_of_fragments_runs_call_frame_before_a_template() -> None:
     """A read of 1 KiB or more before any text (the pump offers it to ``feed_run``, which reads
-    its first frames one by one until a text template is known): each fragment goes to
-    ``call_frame``, each reasoning delta to ``reasoning_frame``, as the general path writes them."""
+    its frames one by one until a template is known): each fragment goes to ``call_frame``, and
+    each reasoning delta to ``reasoning_frame`` until the part's second teaches a template (the
+    others are then a run), as the general path writes them."""
     pieces = [frame(_fragment(f'"k{i}": {i},' * 3)) for i in range(12)]
     thoughts = [frame(_summary(0, 0, f"thinking {i} ")) for i in range(8)]
     reads = [frame(CREATED) + frame(REASONING_ADDED) + b"".join(thoughts), frame(CALL_ADDED), b"".join(pieces)]
@@ -544,5 +545,5 @@ def test_a_long_read_of_fragments_runs_call_frame_before_a_template() -> None:
     names, _ = _calls(lambda: [pump.feed(read) for read in reads])
     # created, the reasoning item: feed_frame; the first delta (no part kept yet) on to it
     assert names[:4] == ["feed_frame", "feed_frame", "reasoning_frame", "feed_frame"]
-    assert names[4:11] == ["reasoning_frame"] * 7  # three read one by one, then four the decoder split
-    assert names[11:] == ["feed_frame"] + ["call_frame"] * 12  # the call's item, its fragments
+    assert names[4:5] == ["reasoning_frame"]  # the second: its template, and the six after it a run
+    assert names[5:] == ["feed_frame"] + ["call_frame"] * 12  # the call's item, its fragments

@@ -20,9 +20,9 @@ import crossfeed.translators.reverse.text_runs as runs_mod
 from crossfeed.translators.ids import SequentialIds
 from crossfeed.translators.options import BackendProfile
 from crossfeed.translators.pump import Pump
+from crossfeed.translators.reverse.delta_runs import NO_NUMBER, NUMBER_FIRST, TEXT_FIRST, delta_template
 from crossfeed.translators.reverse.machine import ResponsesToChatStream
 from crossfeed.translators.reverse.stopping import StoppingChatStream
-from crossfeed.translators.reverse.text_runs import NO_NUMBER, NUMBER_FIRST, TEXT_FIRST, delta_template
 from crossfeed.translators.sse import JSON_FRAMING, render_chat, render_json
 from tests.support.read_runs import calls_to, every_read_is_offered
 from tests.support.validators import validate_chat_chunks
@@ -196,6 +196,58 @@ def test_the_text_after_a_reasoning_item_in_one_read_is_a_run(order: str, monkey
     assert out[2] == len(frames)
 
 
+_KINDS = {
+    "summary": ("response.reasoning_summary_text.delta", "summary_index"),
+    "text": ("response.reasoning_text.delta", "content_index"),
+    "open": ("response.reasoning.delta", "content_index"),  # Open Responses' name of reasoning_text.delta
+}
+
+
+def _thoughts(kind: str, parts: list[list[bytes]], order: str, seq: int = 10) -> list[bytes]:
+    """A reasoning item at output index 0 whose parts (of ``kind``: _KINDS) stream ``parts``,
+    each delta's JSON written by hand as ``delta`` writes a text's (``order``), and its done."""
+    name, index = _KINDS[kind]
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "content": []}
+    frames = [event({"type": "response.output_item.added", "output_index": 0, "item": item})]
+    for i, texts in enumerate(parts):
+        for text in texts:
+            head = b'{"type":"' + name.encode() + b'",'
+            ids = b'"item_id":"rs_1","output_index":0,"' + index.encode() + b'":%d,' % i
+            number = b'"sequence_number":%d' % seq
+            body = b'"delta":"' + text + b'"'
+            data = {"number": head + number + b"," + ids + body, "text": head + ids + body + b"," + number}
+            frames.append(b"event: " + name.encode() + b"\ndata: " + data.get(order, head + ids + body) + b"}\n\n")
+            seq += 1
+    said = [
+        {"type": "summary_text" if kind == "summary" else "reasoning_text", "text": "".join(t.decode() for t in texts)}
+        for texts in parts
+    ]
+    done = {**item, "summary" if kind == "summary" else "content": said}
+    return [*frames, event({"type": "response.output_item.done", "output_index": 0, "item": done})]
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+@pytest.mark.parametrize("order", ["number", "text", "none"])
+def test_a_reasoning_part_s_deltas_in_one_read_are_a_run(kind: str, order: str) -> None:
+    """A reasoning part's second delta teaches its template as a text part's does, and the
+    deltas after it are a run: each part of the item (its first delta goes the usual way), then
+    the message's text after it, in one read; the chunks those of the decode of every frame."""
+    parts = [[b"p%d t%d " % (p, i) for i in range(10)] for p in range(2)]
+    texts = [delta(40 + i, b"w%d " % i, order=order, index=b"1") for i in range(10)]
+    cite = {"type": "url_citation", "url": "https://example.com/", "title": "e", "start_index": 3, "end_index": 9}
+    cited = {"type": "response.output_text.annotation.added", "output_index": 1, "content_index": 0, "annotation": cite}
+    frames = [CREATED, *_thoughts(kind, parts, order), MESSAGE_1, PART_1, *texts, event(cited), COMPLETED]
+    body = assert_as_decoded(frames, [500, 1700, 2900])  # (the citation's offsets: the text's alone)
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    assert render_chat(pump.feed(b"".join(frames)) + pump.finish()) == body
+    assert m.packed == 3 * 7  # three runs of eight: two parts', the text's
+    joint = b"\\n\\n" if kind == "summary" else b""  # (a summary part is a segment; an item's texts are one)
+    assert b'"reasoning_content":"p0 t9 "' in body and b'"reasoning_content":"' + joint + b'p1 t0 "' in body
+
+
 @pytest.mark.parametrize(
     "odd",
     [
@@ -348,9 +400,9 @@ def test_a_second_message_is_learned_again(order: str, monkeypatch: pytest.Monke
     seen = decodes(monkeypatch)
     assert fed(reads, wire=True) == want
     # The first message: its first two deltas (the second teaches the template). The second
-    # message's first read: each of its 15 (the template does not match; the second of them
-    # teaches the new one). Its last read: none, a run.
-    assert len(seen) == 2 + 15
+    # message's first read: its first two too (the template does not match; the second of them
+    # teaches the new one), the 13 after them a run. Its last read: none, a run.
+    assert len(seen) == 2 + 2
 
 
 @pytest.mark.parametrize("first", [0, 7, 95, 32_740, 99_990])
