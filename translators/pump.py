@@ -14,7 +14,7 @@ ignored, so nothing the upstream sends after its end can leak through.
 A machine may also offer ``feed_frame(data)``: an event's JSON bytes in, outputs out, or None
 when the bytes are not of the shape it decodes itself (they are then parsed and fed as usual).
 The forward machine uses it to decode chat chunks into typed structs (chunk_frames.py). And
-``feed_run(chunk)``, offered a read of 1 KiB or more (``_RUN_MIN``) that starts where a frame
+``feed_run(chunk)``, offered a read of 1 KiB or more (``RUN_MIN``) that starts where a frame
 starts: the outputs of the frames at its start that it reads at once, with the bytes and frames
 they took, or None (both machines: text frames alike but for their text, the forward
 chunk_frames.text_run and the reverse text_runs.delta_run). And ``hot_head``: the SSE bytes of its
@@ -157,7 +157,7 @@ class Pump:
         # A read of several frames may open with a run the machine reads at once (feed_run); a
         # short read (one frame: paced tokens; or a few) goes the usual way: a run costs more
         # set-up than so few frames' decodes save, and the length is known without a scan.
-        if run is not None and _RUN_MIN <= len(chunk) <= self._max and self._decoder.idle:
+        if run is not None and RUN_MIN <= len(chunk) <= self._max and self._decoder.idle:
             taken = run(chunk)
             if taken is not None:
                 ran, size, frames, rest = taken
@@ -334,8 +334,9 @@ class Pump:
 
 _loads = orjson.loads
 _CRS = repeat(13)
-# The shortest read offered to ``feed_run``: about four text frames of either direction.
-_RUN_MIN = 1024
+# The shortest read offered to ``feed_run``: about four text frames of either direction. The
+# machines' ``feed_run`` tries a run further into a read only where as many bytes are left.
+RUN_MIN = 1024
 _JSONDecodeError = orjson.JSONDecodeError
 _NOT_JSON = "the upstream sent an event that is not valid JSON"
 

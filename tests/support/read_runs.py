@@ -18,7 +18,7 @@ def every_read_is_offered() -> Iterator[None]:
     """The pump offers runs only to reads of 1 KiB or more; here to every read, so that short
     streams and reads cut anywhere take the run too (each module's
     test_a_short_read_is_not_offered checks the bound itself)."""
-    with mock.patch.object(pump_mod, "_RUN_MIN", 0):
+    with mock.patch.object(pump_mod, "RUN_MIN", 0):
         yield
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from crossfeed.translators import pump
 from crossfeed.translators.forward.args_frames import ArgsFrame, args_frame, args_text
 from crossfeed.translators.forward.chunk_frames import (
     LEARN_TRIES,
@@ -53,46 +54,67 @@ class FrameRuns(ContentWriter):
 
     def feed_run(self, read: bytes) -> RunTaken | None:
         """For a ``read`` (upstream bytes) that starts where a frame starts: the outputs of the
-        frames at its start that the machine reads at once, the bytes and the frames they took;
-        None for none (the pump then reads them frame by frame). The frames are read one by one
-        with ``feed_frame`` (as the pump would) until the stream has a text template, and a run
-        of frames that match it (``text_run``) is read at once; after a run, or where a frame
-        teaches another template (the content after the reasoning), the frames go on one by one
-        and a run is tried again, ``_RUN_TRIES`` times a read at most (each try splits the read)."""
+        frames of it the machine reads, the bytes and the frames they took; None for none (the
+        pump then reads them frame by frame). With a text template, the run of frames that match
+        it at the read's start (``text_run``) is read at once: most often the whole read. The
+        frames after it (or all, without a template) are read one by one (``_read_on``)."""
         out: list[Out] = []
-        size = frames = 0
         known = self._text_frame
-        tried: TextFrame | None = None
+        if known is None or not self._live:
+            return self._read_on(read, out, 0, 0, None)
+        raws, texts, size = text_run(read, known)
+        if not texts:
+            return self._read_on(read, out, 0, 0, known)
+        self._take_run(known, raws, texts, out)
+        if size == len(read):
+            return out, size, len(texts), None
+        return self._read_on(read, out, size, len(texts), known)
+
+    def _read_on(self, read: bytes, out: list[Out], size: int, frames: int, tried: TextFrame | None) -> RunTaken | None:
+        """``feed_run`` from ``size`` bytes (``frames`` frames) into ``read``, after a run with the
+        template ``tried``: the frames one by one with ``feed_frame`` (as the pump would), and
+        where one teaches another template (the first one; the content after the reasoning) a
+        run of it again, where ``pump.RUN_MIN`` bytes or more are left (a shorter run saves
+        nothing), ``_RUN_TRIES`` times a read at most (each try splits the read)."""
+        known = self._text_frame
         tries = _RUN_TRIES
         while self._live:
-            if known is not None and known is not tried and tries:
+            if known is not None and known is not tried and tries and len(read) - size >= pump.RUN_MIN:
                 tried = known
                 tries -= 1
                 raws, texts, taken = text_run(read, known, size, frames)
                 if texts:
-                    self._out = out
-                    if known[4]:
-                        for text in texts:
-                            self._reasoning(text)
-                    else:
-                        self._more_texts(raws, texts)
+                    self._take_run(known, raws, texts, out)
                     size += taken
                     frames += len(texts)
-            end = read.find(b"\n\n", size) + 2
-            data = read[size + 6 : end - 2]
-            if end < 2 or read[size : size + 6] != b"data: " or data == b"[DONE]" or 10 in data or 13 in data:
+            # The frame's one line ends at the first LF (one byte: memchr, where the two of a
+            # blank line take the general search), and a blank line must follow it.
+            lf = read.find(b"\n", size)
+            if lf < 0 or read[lf + 1 : lf + 2] != b"\n" or read[size : size + 6] != b"data: ":
                 break  # not one "data: " line of JSON ending in LF LF: the SSE decoder's matter
+            data = read[size + 6 : lf]
+            if data == b"[DONE]" or 13 in data:
+                break
             more = self.feed_frame(data)
             if more is None:
                 break
             out += more
-            size = end
+            size = lf + 2
             frames += 1
             if self._text_frame is not known:  # a template learned (or a try spent): the run's text
                 known = self._text_frame
                 if known is not None and tried is not None and known[:4] == tried[:4]:
                     tried = known  # (the same template, one try less: no run to try again)
         return (out, size, frames, None) if frames else None
+
+    def _take_run(self, known: TextFrame, raws: list[bytes], texts: list[str], out: list[Out]) -> None:
+        """The events of a run's ``texts`` (``raws`` their bytes), of ``known``'s kind, into ``out``."""
+        self._out = out
+        if known[4]:
+            for text in texts:
+                self._reasoning(text)
+        else:
+            self._more_texts(raws, texts)
 
     def _learn(self, data: bytes, choice: Choice, field: str, text: str) -> None:
         """Keep ``data``'s bytes around its ``field``'s text for the frames that follow, when its

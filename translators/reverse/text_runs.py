@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Final
 
 import orjson
 
+from crossfeed.translators import pump
 from crossfeed.translators.pump import RunTaken
 from crossfeed.translators.reverse.delta_frames import part_decoders
 from crossfeed.translators.reverse.delta_runs import TEXT_HEAD, DeltaTemplate, delta_run, delta_template, frame_blocks
@@ -154,7 +155,8 @@ class TextRuns(CallStream):
         template (the second delta of a part teaches it: a message's text or a reasoning part's)
         the run of frames that match it is read at once (``delta_run``). A delta after a run that
         is not its template's (the text after the reasoning) is learned again, and a run tried
-        again, ``_RUN_TRIES`` times a read at most."""
+        again where ``pump.RUN_MIN`` bytes or more are left (a shorter run saves nothing),
+        ``_RUN_TRIES`` times a read at most."""
         tpl = self._template
         if tpl is None:
             if not self._tries:
@@ -176,7 +178,7 @@ class TextRuns(CallStream):
         tried: DeltaTemplate | None = None
         tries = _RUN_TRIES
         while frames < count and not self.done:
-            if tpl is not None and tpl is not tried and tries:
+            if tpl is not None and tpl is not tried and tries and len(read) - size >= pump.RUN_MIN:
                 tried = tpl
                 tries -= 1
                 taken, ran, matched = self._delta_run(blocks, frames, read, size, tpl, out)

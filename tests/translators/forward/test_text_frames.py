@@ -79,7 +79,7 @@ def test_texts_json_writes_raw_take_the_template(monkeypatch: pytest.MonkeyPatch
         b"ls\xe2\x80\xa8",
     ]
     frames = [frame("content", t) for t in texts]
-    monkeypatch.setattr(pump_mod, "_RUN_MIN", 1 << 30)  # a read a frame, as paced: feed_frame's template
+    monkeypatch.setattr(pump_mod, "RUN_MIN", 1 << 30)  # a read a frame, as paced: feed_frame's template
     assert_same(frames)
     seen = decodes(monkeypatch)
     run(frames)
@@ -125,7 +125,7 @@ def test_a_frame_unlike_the_template_takes_the_decode(
     later: bytes, offered: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not offered:
-        monkeypatch.setattr(pump_mod, "_RUN_MIN", 1 << 30)  # feed_frame's template, not a run's
+        monkeypatch.setattr(pump_mod, "RUN_MIN", 1 << 30)  # feed_frame's template, not a run's
     assert_same([frame("content", b"first"), frame("content", b"second"), later, frame("content", b"after")])
 
 
@@ -211,6 +211,28 @@ def test_the_content_after_the_reasoning_in_one_read_is_a_run(field: str, monkey
     body = render_responses(out)
     assert body.count(b"event: response.output_text.delta\n") == 21
     assert body.count(b"event: response.reasoning_text.delta\n") + body.count(b"summary_text.delta\n") == 12
+
+
+@pytest.mark.parametrize(("texts", "runs"), [(12, [9, 11]), (4, [9])])
+def test_a_run_further_into_a_read_needs_run_min_bytes_left(
+    texts: int, runs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the read's start a run is tried only where ``RUN_MIN`` bytes or more are left, as
+    the pump offers a read: the content after the reasoning is a run of its own when its frames
+    take 1 KiB or more, and read one by one (with the template) when not."""
+    role = b'data: {"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    thoughts = [frame("reasoning_content", b"think %d " % i) for i in range(10)]
+    content = [frame("content", b"word %d " % i) for i in range(texts)]
+    assert (len(b"".join(content[1:])) >= 1024) == (len(runs) == 2)
+    read = b"".join([role, *thoughts, *content])
+    taken: list[int] = []
+    monkeypatch.setattr(runs_mod, "text_run", lambda *a: ((r := text_run(*a)) and taken.append(len(r[1]))) or r)
+    monkeypatch.setattr(pump_mod, "RUN_MIN", 1024)
+    got = fed([read], wire=True)
+    assert taken == runs
+    with mock.patch.object(runs_mod, "LEARN_TRIES", 0), mock.patch.object(c2r, "LEARN_TRIES", 0):
+        want = fed([read], wire=True)
+    assert rendered(got) == rendered(want)
 
 
 def test_a_read_tries_a_bounded_number_of_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -299,7 +321,7 @@ def test_a_short_read_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
     frames = [frame("content", b"w%d" % i) for i in range(40)]
     short, long = b"".join(frames[:3]), b"".join(frames[3:])
     assert len(short) < 1024 <= len(long)
-    with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
+    with mock.patch.object(pump_mod, "RUN_MIN", 1024):
         assert rendered(fed([short, long], wire=True)) == rendered(fed(frames, wire=True))
     assert offered == [len(long)]
 

@@ -534,8 +534,8 @@ def test_a_call_s_fragments_run_call_frame() -> None:
 def test_a_long_read_of_fragments_runs_call_frame_before_a_template() -> None:
     """A read of 1 KiB or more before any text (the pump offers it to ``feed_run``, which reads
     its frames one by one until a template is known): each fragment goes to ``call_frame``, and
-    each reasoning delta to ``reasoning_frame`` until the part's second teaches a template (the
-    others are then a run), as the general path writes them."""
+    each reasoning delta to ``reasoning_frame``, as the general path writes them (the part's
+    second teaches a template, but the six after it are fewer than ``RUN_MIN`` bytes: no run)."""
     pieces = [frame(_fragment(f'"k{i}": {i},' * 3)) for i in range(12)]
     thoughts = [frame(_summary(0, 0, f"thinking {i} ")) for i in range(8)]
     reads = [frame(CREATED) + frame(REASONING_ADDED) + b"".join(thoughts), frame(CALL_ADDED), b"".join(pieces)]
@@ -545,5 +545,5 @@ def test_a_long_read_of_fragments_runs_call_frame_before_a_template() -> None:
     names, _ = _calls(lambda: [pump.feed(read) for read in reads])
     # created, the reasoning item: feed_frame; the first delta (no part kept yet) on to it
     assert names[:4] == ["feed_frame", "feed_frame", "reasoning_frame", "feed_frame"]
-    assert names[4:5] == ["reasoning_frame"]  # the second: its template, and the six after it a run
-    assert names[5:] == ["feed_frame"] + ["call_frame"] * 12  # the call's item, its fragments
+    assert names[4:11] == ["reasoning_frame"] * 7  # the second (its template), the six after it
+    assert names[11:] == ["feed_frame"] + ["call_frame"] * 12  # the call's item, its fragments

@@ -248,6 +248,27 @@ def test_a_reasoning_part_s_deltas_in_one_read_are_a_run(kind: str, order: str) 
     assert b'"reasoning_content":"p0 t9 "' in body and b'"reasoning_content":"' + joint + b'p1 t0 "' in body
 
 
+@pytest.mark.parametrize(("texts", "runs"), [(8, 2), (4, 1)])
+def test_a_run_further_into_a_read_needs_run_min_bytes_left(texts: int, runs: int) -> None:
+    """Past the read's start a run is tried only where ``RUN_MIN`` bytes or more are left, as
+    the pump offers a read: the message's text after a reasoning part is a run of its own when
+    its frames take 1 KiB or more, and read one by one when not (a run of two or three frames
+    costs more than it saves)."""
+    parts = [[b"thinking about it, step %d " % i for i in range(10)]]
+    message = [delta(40 + i, b"the answer, part %d " % i, index=b"1") for i in range(texts)]
+    frames = [CREATED, *_thoughts("summary", parts, "number"), MESSAGE_1, PART_1, *message, COMPLETED]
+    tail = b"".join(message[1:])  # (from the second delta: the first teaches the template)
+    assert (len(tail) >= 1024) == (runs == 2)
+    m = ResponsesToChatStream(
+        include_usage=True, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
+    )
+    pump = Pump(m)
+    with mock.patch.object(pump_mod, "RUN_MIN", 1024):
+        body = render_chat(pump.feed(b"".join(frames)) + pump.finish())
+    assert body == decoded(frames)[0]
+    assert m.packed == 7 + (texts - 3 if runs == 2 else 0)  # the part's run of eight, the text's
+
+
 @pytest.mark.parametrize(
     "odd",
     [
@@ -358,7 +379,7 @@ def test_paced_tokens_learn_nothing() -> None:
         include_usage=False, options=BackendProfile(), ids=SequentialIds(), now=lambda: 1, wire=True
     )
     pump = Pump(m)
-    with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
+    with mock.patch.object(pump_mod, "RUN_MIN", 1024):
         for f in [big, ADDED, PART, *(delta(3 + i, b"w%d" % i) for i in range(30))]:
             pump.feed(f)
     assert m._template is None and not m._learning
@@ -374,7 +395,7 @@ def test_a_short_read_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
     short = b"".join(frames[3:6])
     long = b"".join(frames[6:])
     assert len(short) < 1024 <= len(long)
-    with mock.patch.object(pump_mod, "_RUN_MIN", 1024):
+    with mock.patch.object(pump_mod, "RUN_MIN", 1024):
         assert fed([b"".join(frames[:3]), short, long], wire=True) == fed(frames, wire=True, typed=False)
     assert offered == [len(long)]
 
