@@ -5,6 +5,7 @@ side by side (issue 33: reverse per delta at most forward's), counted by callgri
     .venv/bin/python bench/per_delta.py --tree /tmp/cf-base  # another build (an exported tree)
     .venv/bin/python bench/per_delta.py --layers machine --json out.json
     .venv/bin/python bench/per_delta.py --variant tool       # a call's argument fragments instead of text
+    .venv/bin/python bench/per_delta.py --variant reasoning --layers reads4,reads8  # reads of 4 and 8 frames
 
 The bench's fake upstream (bench/upstream.py) makes one 20-delta and one 120-delta text stream of
 each API, as bench/run.py's cells do (24 and 28 frames around the deltas). A child process under
@@ -20,6 +21,10 @@ Layers, each including the one before:
            it declines; every output rendered (``render_responses`` / ``render_chat``), wire mode
   paced    the frames through the ``Pump``, one read a frame (a paced stream: a token a read)
   whole    the whole stream in one read (the Pump's runs, ``feed_run``)
+  readsK   the frames through the ``Pump``, K a read (``reads4``, ``reads8``: a stream under load,
+           a run only in reads of 1 KiB or more). Where the reads' edges fall differs between
+           the two streams, so besides the figure per delta the instructions of each whole
+           stream are printed: compare builds by those.
 
 Instructions are of the whole process, user space only, and do not depend on the machine's load.
 """
@@ -65,6 +70,10 @@ def child(direction: str, layer: str, loops: int, variant: str = "text") -> None
         frames = [f for f in plan.frames(1) if f is not None]
         datas = [data for f in frames for _, data in SSEDecoder().feed(f) if data != b"[DONE]"]
         whole = b"".join(frames)
+        k = int(layer[5:]) if layer.startswith("reads") else 1
+        reads = {"paced": frames, "whole": [whole]}.get(layer) or [
+            b"".join(frames[i : i + k]) for i in range(0, len(frames), k)
+        ]
 
         def make(model: str = model) -> tuple[Any, Any, list[Any]]:
             if direction == "reverse":
@@ -86,13 +95,7 @@ def child(direction: str, layer: str, loops: int, variant: str = "text") -> None
             return m, render_responses, m.start()
 
         def run(
-            _: Any = None,
-            __: Any = None,
-            *,
-            frames: list[bytes] = frames,
-            datas: list[bytes] = datas,
-            whole: bytes = whole,
-            make: Any = make,
+            _: Any = None, __: Any = None, *, reads: list[bytes] = reads, datas: list[bytes] = datas, make: Any = make
         ) -> None:
             m, render, first = make()
             render(first)
@@ -103,7 +106,7 @@ def child(direction: str, layer: str, loops: int, variant: str = "text") -> None
                 render(m.finish())
                 return
             pump = Pump(m)
-            for read in frames if layer == "paced" else [whole]:
+            for read in reads:
                 render(pump.feed(read))
             render(pump.finish())
 
@@ -154,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     layers = [x.strip() for x in args.layers.split(",") if x.strip()]
     for layer in layers:
-        if layer not in LAYERS:
-            ap.error(f"unknown layer {layer!r}")
+        if layer not in LAYERS and not re.fullmatch(r"reads[1-9][0-9]?", layer):
+            ap.error(f"unknown layer {layer!r} (machine, paced, whole, or readsK: K frames a read)")
     if shutil.which("valgrind") is None:
         print("bench/per_delta.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
@@ -172,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     for layer in layers:
         f, r = per[("forward", layer)], per[("reverse", layer)]
         print(f"| {layer} | {f:,.0f} | {r:,.0f} | {r / f:.3f}x |")
+    streamed = [layer for layer in layers if layer.startswith("reads")]
+    if streamed:
+        print(f"\n# instructions per stream ({SHORT} and {LONG} deltas), the reads layers")
+        print(f"| layer | forward {SHORT} | forward {LONG} | reverse {SHORT} | reverse {LONG} |")
+        print("|---|--:|--:|--:|--:|")
+        for layer in streamed:
+            row = [n / args.loops for d in DIRECTIONS for n in counts[(d, layer)]]
+            print(f"| {layer} | " + " | ".join(f"{n:,.0f}" for n in row) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps({f"{d} {layer}": round(v) for (d, layer), v in per.items()}, indent=1))
     return 0

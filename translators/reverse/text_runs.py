@@ -173,10 +173,31 @@ class TextRuns(CallStream):
             return None
         out: list[Out] = []
         size = frames = 0
+        if tpl is not None:  # the read opens with the template's lead: its run, most often the whole read
+            size, frames, matched = self._delta_run(blocks, 0, read, 0, tpl, out)
+            if frames == len(blocks):
+                return out, size, frames, None
+            if matched == frames and blocks[frames].startswith(_DELTA_BLOCKS):
+                self._relearn()  # (as in _read_on)
+        return self._read_on(read, blocks, whole, out, size, frames, tpl)
+
+    def _read_on(
+        self,
+        read: bytes,
+        blocks: list[bytes],
+        whole: bool,
+        out: list[Out],
+        size: int,
+        frames: int,
+        tried: DeltaTemplate | None,
+    ) -> RunTaken | None:
+        """``feed_run`` from ``blocks[frames]`` (``size`` bytes into ``read``), after a run with
+        the template ``tried`` (None: none tried): the frames one by one, and the runs of the
+        templates they teach where ``pump.RUN_MIN`` bytes or more are left."""
         count = len(blocks)
         readers = self.block_readers  # a call's or a reasoning delta's frame: its reader
-        tried: DeltaTemplate | None = None
-        tries = _RUN_TRIES
+        tpl = self._template
+        tries = _RUN_TRIES if tried is None else _RUN_TRIES - 1
         while frames < count and not self.done:
             if tpl is not None and tpl is not tried and tries and len(read) - size >= pump.RUN_MIN:
                 tried = tpl
