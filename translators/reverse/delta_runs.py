@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Any, Final
+from typing import Final
 
 from crossfeed.translators.plain_json import plain_bytes, plain_texts
+from crossfeed.translators.reverse.delta_frames import PartDelta
 from crossfeed.translators.run_frames import frames
 from crossfeed.translators.run_frames import numbers as written
 from crossfeed.translators.sse import EVENT_SEP
@@ -31,30 +32,36 @@ _DIGITS_MAX: Final = 18  # the longest number a run reads (int() refuses thousan
 
 
 class DeltaTemplate:
-    """A text delta frame's bytes around its holes, the text and the number (``delta_template``)."""
+    """A delta frame's bytes around its holes, the text and the number (``delta_template``)."""
 
     __slots__ = (
-        *(
-            "lead",
-            "order",
-            "mid",
-            "tail",
-            "close",
-            "oi",
-            "ci",
-            "kind",
-            "head",
-            "edge",
-            "ll",
-            "lm",
-            "lt",
-            "glue",
-            "cuts",
-        ),
+        "lead",
+        "order",
+        "mid",
+        "tail",
+        "close",
+        "oi",
+        "ci",
+        "kind",
+        "head",
+        "edge",
+        "ll",
+        "lm",
+        "lt",
+        "glue",
+        "cuts",
     )
 
     def __init__(
-        self, lead: bytes, order: int, mid: bytes, tail: bytes, oi: int, ci: int, edge: bytes, kind: Any = None
+        self,
+        lead: bytes,
+        order: int,
+        mid: bytes,
+        tail: bytes,
+        oi: int,
+        ci: int,
+        edge: bytes,
+        kind: Callable[[bytes], PartDelta] | None = None,
     ) -> None:
         self.lead = lead  # the bytes up to the first hole (the event line and the data line's start)
         self.order = order  # the holes in the frame (NO_NUMBER: the text alone)
@@ -82,7 +89,7 @@ class DeltaTemplate:
 
 
 def delta_template(
-    data: bytes, text: str, oi: int, ci: int, head: bytes = TEXT_HEAD, kind: Any = None
+    data: bytes, text: str, oi: int, ci: int, head: bytes = TEXT_HEAD, kind: Callable[[bytes], PartDelta] | None = None
 ) -> DeltaTemplate | None:
     """The template of ``data``, a delta frame's JSON under the event line ``head`` that decoded
     to ``text`` (plain, non-empty) at ``(oi, ci)``, of a part of ``kind`` (``DeltaTemplate``);

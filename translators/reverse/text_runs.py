@@ -25,7 +25,7 @@ import orjson
 
 from crossfeed.translators import pump
 from crossfeed.translators.pump import RunTaken
-from crossfeed.translators.reverse.delta_frames import part_decoders
+from crossfeed.translators.reverse.delta_frames import PartDelta, part_decoders
 from crossfeed.translators.reverse.delta_runs import TEXT_HEAD, DeltaTemplate, delta_run, delta_template, frame_blocks
 from crossfeed.translators.reverse.event_frames import (
     CONFIRMED,
@@ -120,7 +120,9 @@ class TextRuns(CallStream):
             part.pieces = pieces = ["".join(pieces)]
         return CONFIRMED if holder.get("text") == pieces[0] else ev
 
-    def _learn(self, data: bytes, text: str, oi: int, ci: int, kind: Any = None) -> None:
+    def _learn(
+        self, data: bytes, text: str, oi: int, ci: int, kind: Callable[[bytes], PartDelta] | None = None
+    ) -> None:
         """Keep the template of ``data``, a delta ``feed_frame`` (or ``reasoning_frame``) read
         into the part it continues as ``text``: a message's text (``kind`` None) or a reasoning
         part's (``kind``: its deltas' decoder, delta_frames.part_decoders). One try of
@@ -174,11 +176,9 @@ class TextRuns(CallStream):
         out: list[Out] = []
         size = frames = 0
         if tpl is not None:  # the read opens with the template's lead: its run, most often the whole read
-            size, frames, matched = self._delta_run(blocks, 0, read, 0, tpl, out)
+            size, frames = self._delta_run(blocks, 0, read, 0, tpl, out)
             if frames == len(blocks):
                 return out, size, frames, None
-            if matched == frames and blocks[frames].startswith(_DELTA_BLOCKS):
-                self._relearn()  # (as in _read_on)
         return self._read_on(read, blocks, whole, out, size, frames, tpl)
 
     def _read_on(
@@ -202,16 +202,12 @@ class TextRuns(CallStream):
             if tpl is not None and tpl is not tried and tries and len(read) - size >= pump.RUN_MIN:
                 tried = tpl
                 tries -= 1
-                taken, ran, matched = self._delta_run(blocks, frames, read, size, tpl, out)
+                taken, ran = self._delta_run(blocks, frames, read, size, tpl, out)
                 size += taken
                 frames += ran
                 if frames == count:
                     break
-                if matched == ran and blocks[frames].startswith(_DELTA_BLOCKS):
-                    # A delta the template does not match (another part's, a nonce a frame): learned
-                    # again, one try less. (One it matches around a text that is not plain: kept.)
-                    self._relearn()
-                    tpl = None
+                tpl = self._template  # (None when the frame after the run made it learn again)
             block = blocks[frames]
             name, sep, data = block.partition(b"\ndata: ")
             if not sep or name == b"error" or 10 in name or 13 in name or 10 in data or 13 in data:
@@ -233,7 +229,7 @@ class TextRuns(CallStream):
 
     def _delta_run(
         self, blocks: list[bytes], start: int, read: bytes, at: int, tpl: DeltaTemplate, out: list[Out]
-    ) -> tuple[int, int, int]:
+    ) -> tuple[int, int]:
         """The run of ``tpl``'s frames from ``blocks[start]`` (``at`` bytes into ``read``), read
         into the part the machine's last delta continued when it is the template's: its chunks
         appended to ``out``; the bytes and the frames it took, and how many frames were the
@@ -241,17 +237,17 @@ class TextRuns(CallStream):
         if tpl.kind is None:  # a message's text: feed_frame's run (machine.py)
             cur = self._run
             if cur is None or cur[0] != tpl.oi or cur[1] != tpl.ci or self._last_msg != tpl.oi:
-                return 0, 0, 0
+                return self._after_run(blocks, start, 0, 0)
             part, opened, closed, between = cur[2], cur[4], cur[5], cur[6]
         else:  # a reasoning part's: delta_reads' (_rrun)
             rrun = self._rrun
             if rrun is None or rrun[0] is not tpl.kind or rrun[1] != tpl.oi or rrun[2] != tpl.ci:
-                return 0, 0, 0
+                return self._after_run(blocks, start, 0, 0)
             part, opened, closed = rrun[3], rrun[4] + b'"', b'"' + self._after
             between = closed + opened
         raws, text, taken, first, matched = delta_run(blocks, start, read, at, tpl, self._next)
         if not raws:
-            return 0, 0, matched
+            return self._after_run(blocks, start, 0, matched)
         part.pieces.append(text)
         if tpl.kind is None:
             self._content_len += len(text)
@@ -272,4 +268,15 @@ class TextRuns(CallStream):
         self._served += len(raws)
         if self._served >= SETTLED:
             self._tries = LEARN_TRIES
-        return taken, len(raws), matched
+        if start + len(raws) < len(blocks):  # (a run to the read's end: nothing after it)
+            self._after_run(blocks, start + len(raws), len(raws), matched)
+        return taken, len(raws)
+
+    def _after_run(self, blocks: list[bytes], at: int, ran: int, matched: int) -> tuple[int, int]:
+        """After a run of ``ran`` frames (``matched`` of them the template's, plain or not) that
+        ends at ``blocks[at]``: a delta there the template does not match (another part's, a
+        nonce a frame) is learned again, one try less; one it matches around a text that is not
+        plain keeps it. Nothing taken: (0, 0)."""
+        if matched == ran and at < len(blocks) and blocks[at].startswith(_DELTA_BLOCKS):
+            self._relearn()
+        return 0, 0
